@@ -1,0 +1,41 @@
+"""dpexplorer: answer batches of linear counting queries under differential privacy.
+
+The engine (pure numpy/scipy/pandas) behind the dpexplorer app::
+
+    import dpexplorer as dpx
+
+    W = dpx.workloads.all_range(256)
+    print(dpx.compare(W, dpx.Laplace(1.0)))
+
+Modules
+-------
+matrix      implicit query matrices (Identity, Prefix, AllRange, Kronecker, ...)
+workloads   workload builders (ranges, prefixes, marginals, unions, products)
+spec        declarative workload specs (JSON/YAML)
+noise       Laplace and Gaussian noise models
+error       analytic TSE/RMSE of the matrix mechanism, SVD bound
+strategies  classic strategies (identity, H2, HB, wavelet, GreedyH)
+registry    the mechanism registry
+compare     side-by-side analytic comparison
+privacy     the privacy boundary: private data and the budget ledger
+mechanism   releases: MEASURE, RECONSTRUCT, answers
+datasets    DPBench, CSV/.npy and bundled bokeh-sampledata histograms
+"""
+
+from . import datasets, error, matrix, mechanism, noise, privacy, registry, spec, strategies, workloads
+from .compare import StrategyCache, compare
+from .error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound
+from .matrix import MatrixTooLargeError
+from .mechanism import Release, reconstruct, release
+from .noise import Gaussian, Laplace
+from .privacy import BudgetExceededError, PrivacyLedger, PrivateData
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "datasets", "error", "matrix", "mechanism", "noise", "privacy", "registry", "spec",
+    "strategies", "workloads", "compare", "StrategyCache", "rmse", "per_query_rmse",
+    "svd_bound", "UnsupportedWorkloadError", "MatrixTooLargeError", "Release", "release",
+    "reconstruct", "Laplace", "Gaussian", "PrivacyLedger", "PrivateData", "BudgetExceededError",
+]
+

@@ -1,0 +1,475 @@
+"""Data in: turn real data into a data vector ``x`` of counts.
+
+A data vector is a 1D histogram (shape ``(n,)``) or a 2D grid (shape
+``(n1, n2)``) of non-negative whole counts, returned as float64.  Sources:
+
+* DPBench histograms (Hay et al., SIGMOD 2016), the data of the DAWA paper
+  (Li et al. 2014, Sec. 5.1): :func:`list_dpbench`, :func:`load_dpbench`;
+* user data: :func:`histogram`, :func:`histogram2d`, :func:`from_dataframe`,
+  :func:`from_csv`, :func:`from_npy`;
+* real tables bundled with ``bokeh-sampledata``: :func:`load_bundled`.
+
+Validation is loud: bad input raises ``ValueError`` saying what is wrong and
+what is allowed; nothing is clipped, dropped or coerced silently.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+PAPER_NAMES = {
+    "ADULTFRANK.n4096": "ADULT", "HEPTH.n4096": "HEPTH", "INCOME.n4096": "INCOME",
+    "MEDCOST.n4096": "MEDCOST", "NETTRACE.n4096": "NETTRACE",
+    "PATENT.n4096": "PATENT", "SEARCHLOGS.n4096": "SEARCHLOGS",
+}
+DAWA_DATASETS = tuple(PAPER_NAMES.values())
+DEFAULT_1D = "airports_elevation"
+DEFAULT_2D = "us_cities_lonlat"
+DEFAULT_TABLE = "superstore"
+_MAX_EXACT = 2**53  # integers above this are not exact in float64
+
+
+class UnknownDatasetError(ValueError, KeyError):
+    """A dataset name that is not available (both a ValueError and a KeyError)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def check_counts(x, name: str = "x") -> np.ndarray:
+    """Validate a data vector of counts and return it as float64.
+
+    Parameters
+    ----------
+    x : array_like, shape (n,) or (n1, n2)
+        Non-negative whole counts (int, or float with whole values).
+    name : str
+        Name used in error messages.
+
+    Returns
+    -------
+    numpy.ndarray, float64, same shape
+        A copy of ``x`` with the same values (units: counts).
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is not numeric, not 1D/2D, empty, has NaN/inf, negative or
+        non-integer entries, or integers too large to be exact in float64.
+    """
+    a = np.asarray(x)
+    if a.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must hold numeric counts, got dtype {a.dtype}")
+    if a.ndim not in (1, 2):
+        raise ValueError(f"{name} must be 1D (n,) or 2D (n1, n2), got shape {a.shape}")
+    if a.size == 0:
+        raise ValueError(f"{name} is empty (shape {a.shape}); it needs at least one cell")
+    if a.dtype.kind in "iu" and np.abs(a).max() > _MAX_EXACT:
+        raise ValueError(f"{name} has counts above 2**53 that float64 cannot hold exactly")
+    out = np.array(a, dtype=np.float64, copy=True)
+    for mask, what, allowed in (
+        (~np.isfinite(out), "NaN/inf", "counts must be finite"),
+        (out < 0, "negative", "counts must be >= 0"),
+        (out != np.round(out), "non-integer", "counts must be whole numbers"),
+    ):
+        if mask.any():
+            n, first = int(mask.sum()), tuple(int(i) for i in np.argwhere(mask)[0])
+            raise ValueError(f"{name} has {n} {what} entr{'y' if n == 1 else 'ies'}, first "
+                             f"{name}[{', '.join(map(str, first))}] = {out[first]}; {allowed}")
+    return out
+
+
+def _values(values, name: str) -> np.ndarray:
+    """A 1D sequence of finite numbers as float64, or ValueError."""
+    a = np.asarray(values)
+    if a.dtype.kind == "O" and all(v is None or isinstance(v, numbers.Real) for v in a.flat):
+        a = np.array([np.nan if v is None else v for v in a.flat], dtype=np.float64)
+    if a.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must be numeric, got dtype {a.dtype}")
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be a 1D sequence, got shape {a.shape}")
+    if a.size == 0:
+        raise ValueError(f"{name} is empty; need at least one value to bin")
+    a = a.astype(np.float64)
+    bad = int((~np.isfinite(a)).sum())
+    if bad:
+        raise ValueError(f"{name} has {bad} NaN/inf value(s) out of {a.size}; "
+                         "remove or impute them explicitly before binning")
+    return a
+
+
+def _edges(a: np.ndarray, bins, range, name: str) -> np.ndarray:
+    """Bin edges for values ``a`` (all of which must fall inside them)."""
+    if isinstance(bins, (int, np.integer)) and not isinstance(bins, (bool, np.bool_)):
+        if bins < 1:
+            raise ValueError(f"bins for {name} must be >= 1, got {bins}")
+        if range is None:
+            return np.histogram_bin_edges(a, int(bins))
+        try:
+            lo, hi = (float(v) for v in range)
+        except (TypeError, ValueError):
+            raise ValueError(f"range for {name} must be (lo, hi), got {range!r}") from None
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+            raise ValueError(f"range for {name} must be finite (lo, hi) with lo < hi, got {range}")
+        edges = np.linspace(lo, hi, int(bins) + 1)
+    else:
+        if range is not None:
+            raise ValueError("range cannot be combined with explicit bin edges")
+        if isinstance(bins, (str, bytes, float)):
+            raise ValueError(f"bins must be an int or a sequence of edges, got {bins!r}")
+        try:
+            edges = np.asarray(bins, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"bin edges for {name} must be numbers, got {bins!r}") from None
+        if edges.ndim != 1 or edges.size < 2 or not np.isfinite(edges).all():
+            raise ValueError(f"bin edges for {name} must be >= 2 finite numbers, got {bins!r}")
+        steps = np.diff(edges)
+        if (steps <= 0).any():
+            i = int(np.argmax(steps <= 0))
+            raise ValueError(f"bin edges for {name} must be strictly increasing: "
+                             f"edges[{i}] = {edges[i]} >= edges[{i + 1}] = {edges[i + 1]}")
+    out = int(((a < edges[0]) | (a > edges[-1])).sum())
+    if out:
+        raise ValueError(f"{out} of {a.size} {name} fall outside [{edges[0]}, {edges[-1]}]; "
+                         "widen the range/edges or filter the data explicitly")
+    return edges
+
+
+def histogram(values, bins, range=None) -> tuple[np.ndarray, np.ndarray]:
+    """Histogram of a 1D numeric sequence (``numpy.histogram`` semantics).
+
+    Parameters
+    ----------
+    values : array_like, shape (N,)
+        Finite numbers (one per record).
+    bins : int or sequence of float
+        Number of equal-width bins (over ``range``, default the data's
+        min..max), or strictly increasing edges, shape (n + 1,).  The last
+        bin includes its right edge.
+    range : (float, float), optional
+        Lower and upper edge when ``bins`` is an int.
+
+    Returns
+    -------
+    counts : numpy.ndarray, float64, shape (n,)
+        Records per bin (counts); ``counts.sum() == N``.
+    edges : numpy.ndarray, float64, shape (n + 1,)
+
+    Raises
+    ------
+    ValueError
+        Empty, non-numeric or NaN/inf values (with how many), bins < 1,
+        non-increasing edges, or values outside the explicit edges/range.
+    """
+    a = _values(values, "values")
+    edges = _edges(a, bins, range, "values")
+    return np.histogram(a, edges)[0].astype(np.float64), edges
+
+
+def histogram2d(x_values, y_values, bins, range=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """2D histogram (grid) of paired records (``numpy.histogram2d`` semantics).
+
+    Parameters
+    ----------
+    x_values, y_values : array_like, shape (N,)
+        Finite numbers; record ``i`` is ``(x_values[i], y_values[i])``.
+    bins : int or (bx, by)
+        One int for both axes, or one entry per axis, each an int or a
+        strictly increasing sequence of edges.
+    range : ((xlo, xhi), (ylo, yhi)), optional
+        Per-axis ranges for int bins (``None`` entries allowed).
+
+    Returns
+    -------
+    grid : numpy.ndarray, float64, shape (n1, n2)
+        Records per cell (counts); rows follow x, columns follow y.
+    xedges : numpy.ndarray, shape (n1 + 1,)
+    yedges : numpy.ndarray, shape (n2 + 1,)
+
+    Raises
+    ------
+    ValueError
+        As :func:`histogram` for each axis, or if the lengths differ.
+    """
+    x, y = _values(x_values, "x_values"), _values(y_values, "y_values")
+    if x.size != y.size:
+        raise ValueError(f"x_values and y_values must have equal length, got {x.size} and {y.size}")
+    if not isinstance(bins, (int, np.integer, list, tuple, np.ndarray)):
+        raise ValueError(f"bins must be an int, edges, or one entry per axis, got {bins!r}")
+    if isinstance(bins, (int, np.integer)) or (len(bins) != 2 and np.ndim(bins[0]) == 0):
+        bins = (bins, bins)  # same bins (count or edges) on both axes
+    elif len(bins) != 2:
+        raise ValueError(f"bins must give one entry per axis (2), got {len(bins)}")
+    ranges = (None, None) if range is None else range
+    xe, ye = _edges(x, bins[0], ranges[0], "x_values"), _edges(y, bins[1], ranges[1], "y_values")
+    return np.histogram2d(x, y, bins=(xe, ye))[0].astype(np.float64), xe, ye
+
+
+def from_dataframe(df: pd.DataFrame, column: str, bins, range=None) -> tuple[np.ndarray, np.ndarray]:
+    """Histogram of one numeric column of a DataFrame (one record per row).
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+    column : str
+    bins, range : see :func:`histogram`.
+
+    Returns
+    -------
+    counts : numpy.ndarray, float64, shape (n,)
+        Rows per bin (counts), summing to ``len(df)``.
+    edges : numpy.ndarray, float64, shape (n + 1,)
+
+    Raises
+    ------
+    ValueError
+        Missing column (naming the available ones), non-numeric column,
+        missing values (saying how many), or as :func:`histogram`.
+    TypeError
+        If ``df`` is not a DataFrame.
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"expected a pandas DataFrame, got {type(df).__name__}")
+    if column not in df.columns:
+        raise ValueError(f"column {column!r} not found; available columns: {list(df.columns)}")
+    s = df[column]
+    if not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
+        raise ValueError(f"column {column!r} must be numeric, got dtype {s.dtype}")
+    missing = int(s.isna().sum())
+    if missing:
+        raise ValueError(f"column {column!r} has {missing} missing (NaN) value(s) out of {len(s)} "
+                         "rows; drop or impute them explicitly before binning")
+    return histogram(s.to_numpy(dtype=np.float64), bins, range)
+
+
+def from_csv(path_or_buffer, column: str, bins, range=None) -> tuple[np.ndarray, np.ndarray]:
+    """Histogram of one numeric column of a CSV file, read with ``pandas.read_csv``.
+
+    Parameters
+    ----------
+    path_or_buffer : str, path or file-like (e.g. ``io.StringIO``)
+    column, bins, range : see :func:`from_dataframe`.
+
+    Returns
+    -------
+    counts, edges : as :func:`from_dataframe`; counts sum to the number of rows.
+
+    Raises
+    ------
+    ValueError
+        As :func:`from_dataframe`.
+    """
+    return from_dataframe(pd.read_csv(path_or_buffer), column, bins, range)
+
+
+def from_npy(path_or_buffer) -> np.ndarray:
+    """Load a data vector from a ``.npy`` file (``numpy.load``, ``allow_pickle=False``).
+
+    Returns
+    -------
+    numpy.ndarray, float64, shape (n,) or (n1, n2)
+        Counts.
+
+    Raises
+    ------
+    ValueError
+        As :func:`check_counts`, for object arrays, or for an ``.npz`` archive.
+    """
+    arr = np.load(path_or_buffer, allow_pickle=False)
+    if not isinstance(arr, np.ndarray):
+        raise ValueError("expected a single .npy array, got an .npz archive")
+    is_path = isinstance(path_or_buffer, (str, os.PathLike))
+    return check_counts(arr, name=str(path_or_buffer if is_path else getattr(path_or_buffer, "name", "x")))
+
+
+# ---------------------------------------------------------------- DPBench
+def default_dpbench_dir() -> Path | None:
+    """Where the DPBench histograms live.
+
+    Returns
+    -------
+    pathlib.Path or None
+        ``$DPEXPLORER_DPBENCH`` if set, else ``<repo root>/../shared/data/dpbench``
+        if it exists (repo root = parent of the package dir), else None.
+    """
+    env = os.environ.get("DPEXPLORER_DPBENCH")
+    if env:
+        return Path(env)
+    p = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "dpbench").resolve()
+    return p if p.is_dir() else None
+
+
+def _dpbench_dir(directory) -> Path:
+    d = default_dpbench_dir() if directory is None else Path(directory)
+    if d is None or not d.is_dir():
+        raise FileNotFoundError(f"DPBench directory {d} not found; pass the folder holding "
+                                "1D/ and 2D/ .npy files or set DPEXPLORER_DPBENCH")
+    return d
+
+
+def list_dpbench(directory=None) -> pd.DataFrame:
+    """List the DPBench histograms (Hay et al. 2016) under ``directory/{1D,2D}``.
+
+    Parameters
+    ----------
+    directory : str or path, optional
+        Default :func:`default_dpbench_dir`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per ``.npy`` file: ``name`` (file stem), ``paper_name`` (DAWA
+        name, else the stem), ``dims`` (1 or 2), ``shape`` (e.g. ``(4096,)``,
+        ``(256, 256)``) and ``path``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the directory does not exist.
+    """
+    d = _dpbench_dir(directory)
+    rows = [dict(name=f.stem, paper_name=PAPER_NAMES.get(f.stem, f.stem), dims=dims,
+                 shape=tuple(np.load(f, mmap_mode="r", allow_pickle=False).shape), path=f)
+            for dims in (1, 2) for f in sorted((d / f"{dims}D").glob("*.npy"))]
+    return pd.DataFrame(rows, columns=["name", "paper_name", "dims", "shape", "path"])
+
+
+def load_dpbench(name: str, directory=None) -> np.ndarray:
+    """Load one DPBench histogram (Hay et al. 2016; DAWA Sec. 5.1).
+
+    Parameters
+    ----------
+    name : str
+        File stem (``"ADULTFRANK.n4096"``, ``"Adult_2D_256_256"``) or DAWA
+        paper name (``"ADULT"``); case-insensitive, 1D searched before 2D.
+    directory : str or path, optional
+        Default :func:`default_dpbench_dir`.
+
+    Returns
+    -------
+    numpy.ndarray, float64, shape (4096,) or (256, 256)
+        Counts.
+
+    Raises
+    ------
+    UnknownDatasetError
+        (a ValueError and KeyError) listing the available names.
+    FileNotFoundError
+        If the directory does not exist.
+    ValueError
+        From :func:`check_counts` for invalid file contents.
+    """
+    table = list_dpbench(directory)
+    key = str(name).lower()
+    for col in ("name", "paper_name"):
+        hit = table[table[col].str.lower() == key]
+        if len(hit):
+            return check_counts(np.load(hit["path"].iloc[0], allow_pickle=False), name=str(name))
+    raise UnknownDatasetError(f"unknown DPBench dataset {name!r}; available: "
+                              f"{sorted(set(table['paper_name']) | set(table['name']))}")
+
+
+# ---------------------------------------------------------------- bundled
+@dataclass(eq=False)
+class Dataset:
+    """A named data vector with its provenance.
+
+    ``x`` holds float64 counts, shape (n,) or (n1, n2); ``edges`` has one
+    edge array per dimension (in the attribute's units); ``attributes`` names the binned attributes;
+    ``n_records`` is the number of records binned (``x.sum()``); ``frame``
+    is the source table for multi-attribute datasets.
+    """
+
+    name: str
+    x: np.ndarray
+    edges: tuple[np.ndarray, ...]
+    attributes: tuple[str, ...]
+    description: str
+    n_records: int
+    frame: pd.DataFrame | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.x.shape
+
+
+def _airports_elevation() -> Dataset:
+    from bokeh.sampledata.airport_routes import airports
+    # 256 bins of 36 ft over a fixed, data-independent domain [-128, 9088] ft.
+    x, e = from_dataframe(airports, "Altitude", 256, range=(-128.0, 9088.0))
+    return Dataset("airports_elevation", x, (e,), ("elevation_ft",),
+                   "Elevation (ft) of 514 US airports (OurAirports, via bokeh-sampledata "
+                   "airport_routes); 256 bins of 36 ft over [-128, 9088]", len(airports))
+
+
+def _us_cities_lonlat() -> Dataset:
+    from bokeh.sampledata.us_cities import data
+    lon, lat = np.asarray(data["lon"], dtype=float), np.asarray(data["lat"], dtype=float)
+    # Contiguous US only: cities in Alaska, Hawaii and territories are excluded.
+    box = ((-125.0, -66.0), (24.0, 50.0))
+    keep = (lon >= box[0][0]) & (lon <= box[0][1]) & (lat >= box[1][0]) & (lat <= box[1][1])
+    x, xe, ye = histogram2d(lon[keep], lat[keep], 64, range=box)
+    return Dataset("us_cities_lonlat", x, (xe, ye), ("lon", "lat"),
+                   "US cities >5000 residents (GeoNames, via bokeh-sampledata us_cities), "
+                   "contiguous US, 64x64 longitude x latitude over [-125,-66] x [24,50] deg",
+                   int(keep.sum()))
+
+
+def _superstore() -> Dataset:
+    from bokeh.sampledata.sample_superstore import data
+    frame = data.copy()
+    # Sales in USD, 256 bins of 90 USD over the fixed domain [0, 23040].
+    x, e = from_dataframe(frame, "Sales", 256, range=(0.0, 23040.0))
+    return Dataset("superstore", x, (e,), ("Sales",),
+                   "9994 Tableau Sample Superstore orders (bokeh-sampledata sample_superstore); "
+                   "Sales (USD) in 256 bins of 90 USD over [0, 23040]", len(frame), frame)
+
+
+_BUNDLED: dict[str, Callable[[], Dataset]] = {
+    "airports_elevation": _airports_elevation,   # (256,), 514 airports
+    "us_cities_lonlat": _us_cities_lonlat,       # (64, 64), 37281 cities
+    "superstore": _superstore,                   # (256,), 9994 orders + table
+}
+
+
+def bundled() -> dict[str, Callable[[], Dataset]]:
+    """Registry of real datasets bundled with ``bokeh-sampledata``.
+
+    Returns
+    -------
+    dict[str, callable]
+        Name -> loader returning a :class:`Dataset`: ``airports_elevation``
+        (256,), ``us_cities_lonlat`` (64, 64), ``superstore`` (256,) + table.
+    """
+    return dict(_BUNDLED)
+
+
+def load_bundled(name: str) -> Dataset:
+    """Load a bundled dataset by name (see :func:`bundled`).
+
+    Returns
+    -------
+    Dataset
+        ``x`` float64 counts with ``x.sum() == n_records``.
+
+    Raises
+    ------
+    UnknownDatasetError
+        (a ValueError) for an unknown name, listing the available ones.
+    ImportError
+        If ``bokeh-sampledata`` is not installed.
+    """
+    if name not in _BUNDLED:
+        raise UnknownDatasetError(f"unknown bundled dataset {name!r}; available: {sorted(_BUNDLED)}")
+    try:
+        return _BUNDLED[name]()
+    except ModuleNotFoundError as exc:
+        raise ImportError(f"bundled dataset {name!r} needs bokeh-sampledata "
+                          "(pip install bokeh-sampledata)") from exc

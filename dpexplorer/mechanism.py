@@ -1,0 +1,237 @@
+"""Releases with the matrix mechanism: SELECT, MEASURE, RECONSTRUCT, answer.
+
+``release(x, W, "h2", Laplace(1.0), seed=7)`` selects the strategy ``A``
+(from the registry, or a given matrix), MEASUREs ``y = A x + noise`` through
+the privacy boundary (:class:`~dpexplorer.privacy.PrivateData`, which records
+the spend), RECONSTRUCTs ``x̂ = A⁺ y`` by least squares, and answers
+``W x̂`` (HDMM Sec. 10; Li et al. 2010 "matrix mechanism").  Only MEASURE
+sees ``x``; reconstruction and answers are post-processing of ``y``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import secrets
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import scipy.sparse.linalg
+
+from . import error, registry
+from .error import GramInverse
+from .matrix import Dense, Identity, Kronecker, Matrix, as_matrix
+from .noise import NoiseModel
+from .privacy import PrivacyLedger, PrivateData
+
+__all__ = ["reconstruct", "Release", "release", "DENSE_RECONSTRUCT_LIMIT"]
+
+#: Largest number of cells reconstructed through a dense Gram pseudo-inverse;
+#: larger non-Kronecker strategies use scipy's lsmr.
+DENSE_RECONSTRUCT_LIMIT = 4096
+
+
+def reconstruct(A, y, method: str = "auto", atol: float = 1e-10, btol: float = 1e-10) -> np.ndarray:
+    """Least-squares estimate ``x̂ = A⁺ y`` (RECONSTRUCT).
+
+    Parameters
+    ----------
+    A : Matrix or array, shape (p, n)
+        The strategy.
+    y : ndarray, shape (p,)
+        Noisy strategy answers.
+    method : {"auto", "kron", "dense", "lsmr"}
+        ``kron``: ``(⊗A_i)⁺ = ⊗A_i⁺`` applied factor by factor (HDMM Thm 14);
+        ``dense``: ``(AᵀA)⁺ Aᵀ y``; ``lsmr``: scipy.sparse.linalg.lsmr from 0,
+        which converges to the minimum-norm least-squares solution.
+        ``auto`` picks kron for Kronecker strategies, dense up to
+        :data:`DENSE_RECONSTRUCT_LIMIT` cells, lsmr above.
+    atol, btol : float
+        lsmr stopping tolerances.
+
+    Returns
+    -------
+    ndarray, shape (n,)
+        ``x̂``, in counts.
+
+    Raises
+    ------
+    ValueError
+        If ``y`` has the wrong length or the method is unknown.
+    """
+    A = as_matrix(A)
+    y = np.asarray(y, dtype=float)
+    if y.shape != (A.m,):
+        raise ValueError(f"y must have shape ({A.m},) to match the strategy, got {y.shape}")
+    if method not in ("auto", "kron", "dense", "lsmr"):
+        raise ValueError(f"method must be 'auto', 'kron', 'dense' or 'lsmr', got {method!r}")
+    if method == "auto":
+        if isinstance(A, Identity):
+            return y.copy()
+        if isinstance(A, Kronecker):
+            method = "kron"
+        elif A.n <= DENSE_RECONSTRUCT_LIMIT:
+            method = "dense"
+        else:
+            method = "lsmr"
+    if method == "kron":
+        if not isinstance(A, Kronecker):
+            raise ValueError("method='kron' needs a Kronecker strategy")
+        return Kronecker([_factor_pinv(f) for f in A.factors]).matvec(y)
+    if method == "dense":
+        return GramInverse(A.gram().dense()).pinv @ A.rmatvec(y)
+    result = scipy.sparse.linalg.lsmr(A.as_linear_operator(), y, atol=atol, btol=btol,
+                                      maxiter=max(10 * A.n, 1000))
+    return result[0]
+
+
+def _factor_pinv(f: Matrix) -> Matrix:
+    if isinstance(f, Identity):
+        return f
+    return Dense(GramInverse(f.gram().dense()).pinv @ f.dense().T)
+
+
+@dataclass
+class Release:
+    """A differentially private release of workload answers.
+
+    Attributes
+    ----------
+    mechanism : str
+        Registry name (or the strategy's name).
+    workload, strategy : Matrix
+        ``W: (m, n)`` and ``A: (p, n)``.
+    noise : NoiseModel
+    seed : int
+        Seed of the ``numpy.random.Generator`` that drew the noise.
+    y : ndarray, shape (p,)
+        Noisy strategy answers.
+    x_hat : ndarray, shape (n,)
+        Least-squares estimate of the data vector.
+    answers : ndarray, shape (m,)
+        ``W x̂``: the noisy workload answers, in counts.
+    epsilon, delta : float
+        What this release spent.
+    analytic_rmse : float
+        Expected RMSE of the answers (HDMM Prop. 4).
+    """
+
+    mechanism: str
+    workload: Matrix
+    strategy: Matrix
+    noise: NoiseModel
+    seed: int
+    y: np.ndarray
+    x_hat: np.ndarray
+    answers: np.ndarray
+    epsilon: float
+    delta: float
+    analytic_rmse: float
+    created: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+
+    def per_query_std(self) -> np.ndarray:
+        """Analytic standard error of every answer, shape ``(m,)`` (counts)."""
+        return error.per_query_rmse(self.workload, self.strategy, self.noise)
+
+    def metadata(self) -> dict:
+        """JSON-ready description: mechanism, ε, δ, noise model, seed, workload spec, sizes."""
+        from . import spec as _spec
+
+        try:
+            wspec = _spec.to_spec(self.workload)
+        except ValueError:
+            wspec = None
+        return {
+            "mechanism": self.mechanism,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "noise": type(self.noise).__name__,
+            "noise_label": self.noise.label,
+            "calibration": getattr(self.noise, "calibration", None),
+            "seed": self.seed,
+            "workload": self.workload.name,
+            "workload_spec": wspec,
+            "m": self.workload.m,
+            "n": self.workload.n,
+            "domain": list(self.workload.domain),
+            "strategy_rows": self.strategy.m,
+            "strategy_sensitivity": self.strategy.sensitivity(self.noise.norm),
+            "analytic_rmse": self.analytic_rmse,
+            "created": self.created,
+        }
+
+    def to_frame(self, with_std: bool = True) -> pd.DataFrame:
+        """Answers as a table: ``query`` index, ``answer`` and (optionally) analytic ``std``."""
+        df = pd.DataFrame({"query": np.arange(self.answers.size), "answer": self.answers})
+        if with_std:
+            df["std"] = self.per_query_std()
+        return df
+
+    def to_json(self) -> str:
+        """Metadata and answers as a JSON document."""
+        return json.dumps({**self.metadata(), "answers": self.answers.tolist()})
+
+
+def release(x, W, mechanism="identity", noise: NoiseModel | None = None, seed: int | None = None,
+            ledger: PrivacyLedger | None = None, params: dict | None = None) -> Release:
+    """Run the matrix mechanism on data ``x`` for workload ``W``.
+
+    Parameters
+    ----------
+    x : array_like, shape (n,) or the workload's domain shape
+        Private counts.
+    W : Matrix or array, shape (m, n)
+        Workload.
+    mechanism : str or Matrix
+        A registry name (``identity``, ``h2``, ``hb``, ``wavelet``,
+        ``greedy_h``, ...) or a strategy matrix ``A: (p, n)``.
+    noise : NoiseModel
+        ``Laplace(ε)`` or ``Gaussian(ε, δ)``.
+    seed : int, optional
+        Seed of the noise Generator; a fresh one is drawn (and recorded) if omitted.
+    ledger : PrivacyLedger, optional
+        Ledger to record the spend in (a session's ledger).
+    params : dict, optional
+        Parameters for the registered mechanism's builder.
+
+    Returns
+    -------
+    Release
+
+    Raises
+    ------
+    ValueError
+        If ``x`` does not match the workload's domain, or no noise model is given.
+    UnsupportedWorkloadError
+        If the strategy does not support the workload.
+    BudgetExceededError
+        If the ledger's budget would be exceeded.
+    """
+    if noise is None:
+        raise ValueError("a release needs a noise model, e.g. dpx.Laplace(1.0)")
+    W = as_matrix(W)
+    data = PrivateData(x, ledger)
+    if data.n != W.n:
+        raise ValueError(f"the data has {data.n} cells but the workload is over {W.n} cells")
+    if isinstance(mechanism, str):
+        name = mechanism
+        mech = registry.get(name)
+        if mech.data_dependent:
+            raise ValueError(f"{name!r} is data-dependent; run it through its own module")
+        A = mech.strategy(W, noise, **(params or {}))
+    else:
+        A = as_matrix(mechanism)
+        name = A.name
+    tse = error.expected_tse(W, A, noise)  # raises if A does not support W
+    if seed is None:
+        seed = secrets.randbits(63)
+    rng = np.random.default_rng(seed)
+    y = data.measure(A, noise, rng, label=f"{name}: measure {A.m} strategy queries", seed=seed)
+    x_hat = reconstruct(A, y)
+    return Release(
+        mechanism=name, workload=W, strategy=A, noise=noise, seed=int(seed), y=y, x_hat=x_hat,
+        answers=W.matvec(x_hat), epsilon=noise.epsilon, delta=noise.delta,
+        analytic_rmse=math.sqrt(tse / W.m),
+    )

@@ -1,0 +1,230 @@
+"""The privacy boundary: the one module that touches the private data vector.
+
+:class:`PrivateData` holds ``x`` and never hands it out.  Its methods return
+*noisy* answers only, and each records what it spent in a
+:class:`PrivacyLedger` (like a kernel with a budget ledger).  Everything else
+in dpexplorer -- workloads, strategies, reconstruction, plots -- works on
+public things: query matrices, noise models and noisy answers.
+
+Accounting is basic sequential composition: the ε (and δ) of successive
+measurements add up (Dwork & Roth 2014, Thm 3.16).  A ledger may carry a
+budget; a measurement that would exceed it is refused before any noise is
+drawn.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from .matrix import as_matrix
+from .noise import Laplace, NoiseModel
+
+__all__ = ["Spend", "PrivacyLedger", "BudgetExceededError", "PrivateData"]
+
+
+class BudgetExceededError(RuntimeError):
+    """A measurement would spend more ε or δ than the ledger's budget allows."""
+
+
+@dataclass(frozen=True)
+class Spend:
+    """One measurement recorded in a ledger.
+
+    Attributes
+    ----------
+    label : str
+        What was measured (mechanism and stage).
+    epsilon, delta : float
+        Privacy cost of this measurement.
+    noise : str
+        Noise model label.
+    queries : int
+        Number of noisy answers released.
+    sensitivity : float
+        Sensitivity the noise was scaled to.
+    seed : int or None
+        Seed of the release the measurement belongs to.
+    time : str
+        ISO timestamp (UTC).
+    """
+
+    label: str
+    epsilon: float
+    delta: float
+    noise: str
+    queries: int
+    sensitivity: float
+    seed: int | None
+    time: str
+
+
+class PrivacyLedger:
+    """Every ε/δ spent on a data vector, with totals under sequential composition.
+
+    Parameters
+    ----------
+    epsilon_budget, delta_budget : float, optional
+        Caps on the totals; ``None`` means uncapped.
+    """
+
+    def __init__(self, epsilon_budget: float | None = None, delta_budget: float | None = None):
+        self.epsilon_budget = epsilon_budget
+        self.delta_budget = delta_budget
+        self.entries: list[Spend] = []
+
+    @property
+    def epsilon(self) -> float:
+        """Total ε spent (sum over measurements)."""
+        return float(math.fsum(e.epsilon for e in self.entries))
+
+    @property
+    def delta(self) -> float:
+        """Total δ spent (sum over measurements)."""
+        return float(math.fsum(e.delta for e in self.entries))
+
+    def check(self, epsilon: float, delta: float) -> None:
+        """Raise :class:`BudgetExceededError` if spending ``(ε, δ)`` would exceed the budget."""
+        if self.epsilon_budget is not None and self.epsilon + epsilon > self.epsilon_budget * (1 + 1e-12):
+            raise BudgetExceededError(
+                f"spending ε = {epsilon:g} would bring the total to {self.epsilon + epsilon:g}, "
+                f"above the budget ε = {self.epsilon_budget:g}"
+            )
+        if self.delta_budget is not None and self.delta + delta > self.delta_budget * (1 + 1e-12):
+            raise BudgetExceededError(
+                f"spending δ = {delta:g} would bring the total to {self.delta + delta:g}, "
+                f"above the budget δ = {self.delta_budget:g}"
+            )
+
+    def record(self, spend: Spend) -> None:
+        self.check(spend.epsilon, spend.delta)
+        self.entries.append(spend)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The ledger as a table, one row per measurement."""
+        cols = list(Spend.__dataclass_fields__)
+        return pd.DataFrame([asdict(e) for e in self.entries], columns=cols)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __repr__(self) -> str:
+        return f"<PrivacyLedger {len(self)} measurements, ε = {self.epsilon:g}, δ = {self.delta:g}>"
+
+
+class PrivateData:
+    """The private data vector ``x`` behind the privacy boundary.
+
+    Parameters
+    ----------
+    x : array_like, shape (n,) or a d-dimensional grid
+        Counts; flattened in C order.
+    ledger : PrivacyLedger, optional
+        Where spends are recorded (a new, uncapped one by default).
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is empty or has NaN/inf entries.
+    """
+
+    def __init__(self, x, ledger: PrivacyLedger | None = None):
+        arr = np.asarray(x, dtype=float)
+        if arr.size == 0:
+            raise ValueError("the data vector is empty")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError("the data vector has NaN or infinite entries")
+        self._x = arr.ravel()
+        self.domain = arr.shape
+        self.ledger = ledger if ledger is not None else PrivacyLedger()
+
+    @property
+    def n(self) -> int:
+        """Number of cells."""
+        return self._x.size
+
+    def measure(self, A, noise: NoiseModel, rng: np.random.Generator, label: str = "measure",
+                seed: int | None = None) -> np.ndarray:
+        """Noisy strategy answers ``y = A x + z`` (MEASURE of the matrix mechanism).
+
+        ``z`` is i.i.d. Laplace with scale ``Δ₁(A)/ε`` (ε-DP) or Gaussian with
+        ``σ = Δ₂(A)·c(ε, δ)`` ((ε, δ)-DP), ``Δ`` the sensitivity of ``A``
+        under add/remove-one-record (HDMM Def. 10, Prop. 4; MATH.md "Noise
+        and sensitivity").  Records ``(ε, δ)`` in the ledger.
+
+        Parameters
+        ----------
+        A : Matrix or array, shape (p, n)
+            Strategy queries.
+        noise : NoiseModel
+        rng : numpy.random.Generator
+            Explicit, seeded source of randomness.
+        label, seed
+            Recorded in the ledger.
+
+        Returns
+        -------
+        ndarray, shape (p,)
+            Noisy answers, in counts.
+
+        Raises
+        ------
+        ValueError
+            If ``A`` does not have ``n`` columns or has zero sensitivity.
+        BudgetExceededError
+            If the ledger's budget would be exceeded (nothing is measured).
+        """
+        A = as_matrix(A)
+        if A.n != self.n:
+            raise ValueError(f"strategy has {A.n} columns but the data vector has {self.n} cells")
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError("rng must be a numpy.random.Generator (seeded explicitly)")
+        sens = A.sensitivity(noise.norm)
+        if not sens > 0:
+            raise ValueError(f"strategy {A.name!r} has sensitivity 0: it measures nothing")
+        self.ledger.record(self._spend(label, noise, A.m, sens, seed))
+        return A.matvec(self._x) + noise.sample(rng, A.m, sens)
+
+    def measure_function(self, f, sensitivity: float, epsilon: float, rng: np.random.Generator,
+                         label: str, seed: int | None = None) -> np.ndarray:
+        """Laplace mechanism on any vector-valued ``f(x)`` with known L1 sensitivity.
+
+        Returns ``f(x) + Laplace(sensitivity/ε)`` per entry (Dwork et al.
+        2006), recording ε.  Used by data-dependent mechanisms for their
+        non-linear statistics (e.g. DAWA's noisy bucket costs).
+
+        Raises
+        ------
+        ValueError
+            If ``sensitivity`` is not positive.
+        BudgetExceededError
+            If the ledger's budget would be exceeded.
+        """
+        if not sensitivity > 0:
+            raise ValueError(f"sensitivity must be positive, got {sensitivity}")
+        noise = Laplace(epsilon)
+        values = np.asarray(f(self._x.copy()), dtype=float)
+        self.ledger.record(self._spend(label, noise, values.size, sensitivity, seed))
+        return values + noise.sample(rng, values.shape, sensitivity)
+
+    @staticmethod
+    def _spend(label, noise: NoiseModel, queries: int, sensitivity: float, seed) -> Spend:
+        return Spend(
+            label=label,
+            epsilon=noise.epsilon,
+            delta=noise.delta,
+            noise=noise.label,
+            queries=int(queries),
+            sensitivity=float(sensitivity),
+            seed=seed,
+            time=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        )
+
+    def __repr__(self) -> str:
+        return f"<PrivateData n={self.n} (hidden); {self.ledger!r}>"
+
+

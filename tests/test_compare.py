@@ -1,0 +1,57 @@
+"""dpx.compare: the side-by-side table of analytic RMSE against the SVD bound."""
+
+import math
+
+import numpy as np
+import pytest
+
+import dpexplorer as dpx
+from dpexplorer import registry, workloads
+
+
+def test_compare_table():
+    W = workloads.all_range(64)
+    noise = dpx.Laplace(1.0)
+    df = dpx.compare(W, noise)
+    assert list(df.columns[:4]) == ["mechanism", "rmse", "ratio", "seconds"] or {
+        "mechanism", "rmse", "ratio", "seconds"} <= set(df.columns)
+    assert set(df["mechanism"]) == set(registry.names(data_dependent=False))
+    assert df["rmse"].is_monotonic_increasing
+    bound = df.attrs["svd_bound"]
+    assert bound == pytest.approx(3.22, abs=0.005)
+    for _, row in df.iterrows():
+        A = registry.get(row["mechanism"]).strategy(W, noise)
+        assert row["rmse"] == pytest.approx(dpx.rmse(W, A, noise), rel=1e-10)
+        assert row["ratio"] == pytest.approx(row["rmse"] / bound)
+        assert row["ratio"] >= 1 - 1e-9
+        assert row["seconds"] >= 0
+    by_name = df.set_index("mechanism")["rmse"]
+    assert by_name["identity"] == pytest.approx(6.63, abs=0.005)
+    assert by_name["h2"] == pytest.approx(11.28, abs=0.005)
+
+
+def test_compare_subset_and_errors():
+    W = workloads.prefix(32)
+    df = dpx.compare(W, dpx.Gaussian(1.0, 1e-6), mechanisms=["identity", "h2"])
+    assert list(df["mechanism"]) == ["h2", "identity"]
+    with pytest.raises(KeyError, match="no mechanism"):
+        dpx.compare(W, dpx.Laplace(1.0), mechanisms=["nope"])
+
+
+def test_not_applicable_listed_last():
+    W = workloads.kron([workloads.prefix(8), workloads.prefix(8)])
+    df = dpx.compare(W, dpx.Laplace(1.0))
+    last = df.iloc[-1]
+    assert last["mechanism"] == "greedy_h"
+    assert math.isnan(last["rmse"])
+    assert "1D" in last["note"]
+
+
+def test_cache_rescales_without_rebuilding():
+    W = workloads.all_range(128)
+    cache = dpx.StrategyCache()
+    a = dpx.compare(W, dpx.Laplace(1.0), cache=cache).set_index("mechanism")
+    entries = len(cache._entries)
+    b = dpx.compare(W, dpx.Laplace(0.25), cache=cache).set_index("mechanism")
+    assert len(cache._entries) == entries
+    np.testing.assert_allclose(b["rmse"], 4 * a.loc[b.index, "rmse"], rtol=1e-12)

@@ -1,0 +1,166 @@
+"""Releases: MEASURE through the privacy boundary, RECONSTRUCT, ledger, empirical vs analytic error."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dpexplorer as dpx
+from dpexplorer import strategies, workloads
+from dpexplorer.matrix import Dense, Kronecker
+from dpexplorer.mechanism import reconstruct
+from dpexplorer.privacy import PrivacyLedger, PrivateData
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 24), seed=st.integers(0, 10**6),
+       which=st.sampled_from(["identity", "h2", "hb", "wavelet", "random"]),
+       method=st.sampled_from(["auto", "dense", "lsmr"]))
+def test_noiseless_reconstruction_returns_x(n, seed, which, method):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 50, size=n).astype(float)
+    A = Dense(rng.normal(size=(n + 3, n))) if which == "random" else getattr(strategies, which)(n)
+    x_hat = reconstruct(A, A @ x, method=method)
+    np.testing.assert_allclose(x_hat, x, atol=1e-6 * max(1.0, x.max()))
+
+
+def test_kronecker_reconstruction():
+    rng = np.random.default_rng(0)
+    A = Kronecker([strategies.h2(6), strategies.wavelet(4), strategies.identity(3)])
+    x = rng.integers(0, 9, size=A.n).astype(float)
+    np.testing.assert_allclose(reconstruct(A, A @ x), x, atol=1e-9)
+    y = rng.normal(size=A.m)
+    np.testing.assert_allclose(reconstruct(A, y), reconstruct(A, y, method="dense"), atol=1e-8)
+
+
+def test_rank_deficient_strategy_minimum_norm():
+    A = Dense(np.array([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]]))
+    y = np.array([4.0, 3.0])
+    np.testing.assert_allclose(reconstruct(A, y), [2.0, 2.0, 3.0])
+
+
+def test_reconstruct_errors():
+    with pytest.raises(ValueError, match="shape"):
+        reconstruct(strategies.h2(4), np.ones(3))
+    with pytest.raises(ValueError, match="method"):
+        reconstruct(strategies.h2(4), np.ones(7), method="magic")
+
+
+@pytest.mark.parametrize("mechanism,noise", [
+    ("identity", dpx.Laplace(1.0)),
+    ("h2", dpx.Laplace(0.5)),
+    ("hb", dpx.Gaussian(1.0, 1e-6)),
+    ("greedy_h", dpx.Laplace(1.0)),
+    ("wavelet", dpx.Gaussian(0.5, 1e-5)),
+])
+def test_empirical_rmse_matches_analytic(mechanism, noise):
+    n, trials = 64, 400
+    W = workloads.all_range(n)
+    x = np.random.default_rng(1).integers(0, 100, size=n).astype(float)
+    truth = W @ x
+    A = dpx.registry.get(mechanism).strategy(W, noise)  # selected once, measured many times
+    sq = []
+    for t in range(trials):
+        r = dpx.release(x, W, A, noise, seed=1000 + t)
+        sq.append(np.mean((r.answers - truth) ** 2))
+    sq = np.asarray(sq)
+    analytic = r.analytic_rmse**2  # expected mean squared error per query
+    # the trial means are i.i.d.; their standard error sets the tolerance (5 standard errors)
+    se = sq.std(ddof=1) / math.sqrt(trials)
+    assert abs(sq.mean() - analytic) < 5 * se
+    assert se < 0.1 * analytic  # the test has power: 5 se is well under 50% of the value
+
+
+def test_per_query_error_bands():
+    n, trials = 32, 600
+    W = workloads.prefix(n)
+    x = np.arange(n, dtype=float)
+    noise = dpx.Laplace(1.0)
+    answers = np.array([dpx.release(x, W, "h2", noise, seed=s).answers for s in range(trials)])
+    r = dpx.release(x, W, "h2", noise, seed=0)
+    std = r.per_query_std()
+    emp = answers.std(axis=0, ddof=1)
+    # relative standard error of a sample std ≈ sqrt((κ−1)/(4N)); answers are sums of Laplace
+    # variables (κ ≤ 6), so 5·sqrt(5/(4N)) bounds the deviation
+    np.testing.assert_array_less(np.abs(emp / std - 1), 5 * math.sqrt(5 / (4 * trials)))
+
+
+def test_release_records_and_reproduces():
+    W = workloads.prefix(16)
+    x = np.arange(16.0)
+    ledger = PrivacyLedger()
+    r1 = dpx.release(x, W, "hb", dpx.Laplace(0.5), seed=42, ledger=ledger)
+    r2 = dpx.release(x, W, "hb", dpx.Laplace(0.5), seed=42, ledger=ledger)
+    np.testing.assert_array_equal(r1.answers, r2.answers)
+    assert r1.seed == 42
+    assert ledger.epsilon == pytest.approx(1.0)
+    assert len(ledger) == 2 and ledger.to_frame()["seed"].tolist() == [42, 42]
+    r3 = dpx.release(x, W, "hb", dpx.Gaussian(0.5, 1e-6), ledger=ledger)
+    assert isinstance(r3.seed, int)
+    assert ledger.delta == pytest.approx(1e-6)
+    meta = r3.metadata()
+    assert meta["seed"] == r3.seed and meta["epsilon"] == 0.5 and meta["delta"] == 1e-6
+    assert meta["workload_spec"]["products"][0]["factors"] == [{"type": "prefix"}]
+    doc = json.loads(r3.to_json())
+    assert len(doc["answers"]) == 16
+    df = r3.to_frame()
+    assert list(df.columns) == ["query", "answer", "std"]
+
+
+def test_budget_is_enforced_before_noise():
+    ledger = PrivacyLedger(epsilon_budget=1.0)
+    x = np.ones(8)
+    dpx.release(x, workloads.identity(8), "identity", dpx.Laplace(0.6), seed=1, ledger=ledger)
+    with pytest.raises(dpx.BudgetExceededError, match="above the budget"):
+        dpx.release(x, workloads.identity(8), "identity", dpx.Laplace(0.6), seed=2, ledger=ledger)
+    assert len(ledger) == 1
+
+
+def test_measure_noise_scale_is_sensitivity_over_epsilon():
+    # Laplace scale b = Δ₁(A)/ε: with A = 3·I the noise on each answer has variance 2(3/ε)²
+    eps, trials = 0.5, 20000
+    data = PrivateData(np.zeros(4))
+    A = Dense(3 * np.eye(4))
+    y = np.concatenate([data.measure(A, dpx.Laplace(eps), np.random.default_rng(s)) for s in range(trials // 4)])
+    expected = 2 * (3 / eps) ** 2
+    se = expected * math.sqrt(5 / y.size)
+    assert abs(y.var() - expected) < 5 * se
+    assert data.ledger.epsilon == pytest.approx(eps * (trials // 4))
+
+
+def test_private_data_hides_x_and_validates():
+    d = PrivateData([1, 2, 3])
+    assert "hidden" in repr(d)
+    assert not hasattr(d, "x")
+    with pytest.raises(ValueError, match="NaN"):
+        PrivateData([1, np.nan])
+    with pytest.raises(ValueError, match="empty"):
+        PrivateData([])
+    with pytest.raises(TypeError, match="Generator"):
+        d.measure(np.eye(3), dpx.Laplace(1.0), rng=np.random.RandomState(0))
+    with pytest.raises(ValueError, match="columns"):
+        d.measure(np.eye(4), dpx.Laplace(1.0), rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="sensitivity 0"):
+        d.measure(np.zeros((2, 3)), dpx.Laplace(1.0), rng=np.random.default_rng(0))
+
+
+def test_release_input_errors():
+    W = workloads.prefix(8)
+    with pytest.raises(ValueError, match="cells"):
+        dpx.release(np.ones(9), W, "identity", dpx.Laplace(1.0), seed=0)
+    with pytest.raises(ValueError, match="noise model"):
+        dpx.release(np.ones(8), W, "identity", None, seed=0)
+    with pytest.raises(dpx.UnsupportedWorkloadError):
+        dpx.release(np.ones(8), W, Dense(np.eye(8)[:3]), dpx.Laplace(1.0), seed=0)
+
+
+def test_multidimensional_release():
+    W = workloads.marginals((4, 5, 3), [1, 2])
+    x = np.random.default_rng(2).integers(0, 20, size=(4, 5, 3))
+    r = dpx.release(x, W, "h2", dpx.Gaussian(1.0, 1e-6), seed=5)
+    assert isinstance(r.strategy, Kronecker)
+    assert r.answers.shape == (W.m,)
+    assert r.per_query_std().shape == (W.m,)

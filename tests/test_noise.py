@@ -1,0 +1,83 @@
+"""Noise models: calibration, variances, validation, and seeded samples."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import norm
+
+import dpexplorer as dpx
+from dpexplorer.noise import analytic_gaussian_sigma
+
+
+def _privacy_loss_excess(sigma, eps):
+    # Balle & Wang 2018, Thm 8 (Δ = 1): δ(σ) = Φ(1/(2σ) − εσ) − e^ε Φ(−1/(2σ) − εσ)
+    return norm.cdf(1 / (2 * sigma) - eps * sigma) - math.exp(eps) * norm.cdf(-1 / (2 * sigma) - eps * sigma)
+
+
+def test_analytic_gaussian_matches_hdmm():
+    # HDMM Tables 5 and 7 use σ ≈ 4.2247 for ε = 1, δ = 1e-6 (MATH.md)
+    assert analytic_gaussian_sigma(1.0, 1e-6) == pytest.approx(4.2247, abs=5e-5)
+
+
+@settings(max_examples=50, deadline=None)
+@given(eps=st.floats(0.01, 5.0), log_delta=st.floats(-12, -2))
+def test_analytic_gaussian_is_tight(eps, log_delta):
+    delta = 10.0**log_delta
+    s = analytic_gaussian_sigma(eps, delta)
+    # σ satisfies the condition, and 0.1% less noise does not
+    assert _privacy_loss_excess(s, eps) <= delta * (1 + 1e-6)
+    assert _privacy_loss_excess(0.999 * s, eps) > delta
+    # never more noise than the classical calibration where that one is valid
+    if eps < 1:
+        assert s <= math.sqrt(2 * math.log(1.25 / delta)) / eps
+
+
+def test_variance_per_unit():
+    assert dpx.Laplace(0.5).variance_per_unit == pytest.approx(2 / 0.25)
+    assert dpx.Laplace(0.5).norm == 1
+    g = dpx.Gaussian(0.5, 1e-5, calibration="classical")
+    assert g.variance_per_unit == pytest.approx(2 * math.log(1.25 / 1e-5) / 0.25)
+    assert g.norm == 2
+    e = dpx.Gaussian(0.5, 1e-5, calibration="eigen_design")
+    assert e.variance_per_unit == pytest.approx(2 * math.log(2 / 1e-5) / 0.25)
+    assert dpx.Gaussian(1.0, 1e-6).scale(3.0) == pytest.approx(3 * 4.22468, rel=1e-5)
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "x", None])
+def test_invalid_epsilon(bad):
+    with pytest.raises(ValueError, match="epsilon"):
+        dpx.Laplace(bad)
+    with pytest.raises(ValueError, match="epsilon"):
+        dpx.Gaussian(bad, 1e-6)
+
+
+@pytest.mark.parametrize("bad", [0, 1, -0.1, 2, float("nan"), "x"])
+def test_invalid_delta(bad):
+    with pytest.raises(ValueError, match="delta"):
+        dpx.Gaussian(1.0, bad)
+
+
+def test_invalid_calibration():
+    with pytest.raises(ValueError, match="calibration"):
+        dpx.Gaussian(1.0, 1e-6, calibration="magic")
+    with pytest.raises(ValueError, match="epsilon < 1"):
+        dpx.Gaussian(1.0, 1e-6, calibration="classical")
+    with pytest.raises(ValueError, match="delta must be 0"):
+        dpx.Laplace(1.0, 0.1)
+
+
+@pytest.mark.parametrize("noise", [dpx.Laplace(0.7), dpx.Gaussian(0.7, 1e-5)], ids=["laplace", "gaussian"])
+def test_empirical_variance_matches(noise):
+    trials = 200_000
+    rng = np.random.default_rng(12345)
+    sens = 3.0
+    z = noise.sample(rng, trials, sens)
+    expected = noise.variance(sens)
+    # standard error of the sample variance: sqrt((μ4 − σ⁴)/N); μ4 = 6σ⁴ (Laplace), 3σ⁴ (Gaussian)
+    kurt = 6.0 if isinstance(noise, dpx.Laplace) else 3.0
+    se = expected * math.sqrt((kurt - 1) / trials)
+    assert abs(z.var() - expected) < 5 * se
+    assert abs(z.mean()) < 5 * math.sqrt(expected / trials)
