@@ -27,6 +27,23 @@ class StrategyCache:
 
     def __init__(self):
         self._entries: dict[tuple, tuple[Matrix | None, float, float, str]] = {}
+        self._svdb: dict[Matrix, float] = {}
+
+    def __len__(self) -> int:
+        """Number of (workload, mechanism, norm, parameters) entries built so far."""
+        return len(self._entries)
+
+    def svdb(self, W: Matrix) -> float:
+        """``SVDB(W)`` (unit-noise TSE bound, :func:`dpexplorer.error.svdb`), computed once per workload.
+
+        NaN when the workload is too large for a dense Gram matrix.
+        """
+        if W not in self._svdb:
+            try:
+                self._svdb[W] = error.svdb(W)
+            except MatrixTooLargeError:
+                self._svdb[W] = math.nan
+        return self._svdb[W]
 
     def entry(self, W: Matrix, name: str, noise: NoiseModel, params: dict | None = None):
         """``(A, unit_tse, seconds, note)`` for mechanism ``name`` on ``W``.
@@ -51,6 +68,7 @@ class StrategyCache:
 
     def clear(self) -> None:
         self._entries.clear()
+        self._svdb.clear()
 
 
 def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
@@ -88,17 +106,15 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
         If a named mechanism is data-dependent (it has no analytic error).
     """
     W = as_matrix(W)
-    cache = cache or StrategyCache()
+    cache = StrategyCache() if cache is None else cache
     if mechanisms is None:
         mechanisms = registry.names(data_dependent=False)
     mechanisms = list(mechanisms)
     for name in mechanisms:
         if registry.get(name).data_dependent:
             raise ValueError(f"{name!r} is data-dependent and has no analytic error; use dpx.evaluate")
-    try:
-        bound = error.svd_bound(W, noise)
-    except MatrixTooLargeError:
-        bound = math.nan
+    # SVD bound on the RMSE: sqrt(v · SVDB(W) / m) (HDMM Def. 11); SVDB is cached per workload
+    bound = math.sqrt(noise.variance_per_unit * cache.svdb(W) / W.m)
     rows = []
     for name in mechanisms:
         mech = registry.get(name)

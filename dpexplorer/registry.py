@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import strategies
-from .matrix import Matrix
+from .matrix import Matrix, Weighted
 from .noise import NoiseModel
 
 __all__ = ["Mechanism", "REGISTRY", "register", "get", "names", "NotApplicableError"]
@@ -62,6 +62,8 @@ class Mechanism:
         """Build the strategy for ``W`` with the defaults overridden by ``params``."""
         kwargs = {**self.params, **params}
         A = self.build(W, noise, **kwargs)
+        if A is W:  # never rename the caller's workload
+            A = Weighted(W, 1.0)
         A.name = self.name
         return A
 

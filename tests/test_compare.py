@@ -13,8 +13,7 @@ def test_compare_table():
     W = workloads.all_range(64)
     noise = dpx.Laplace(1.0)
     df = dpx.compare(W, noise)
-    assert list(df.columns[:4]) == ["mechanism", "rmse", "ratio", "seconds"] or {
-        "mechanism", "rmse", "ratio", "seconds"} <= set(df.columns)
+    assert {"mechanism", "rmse", "ratio", "seconds", "description", "source"} <= set(df.columns)
     assert set(df["mechanism"]) == set(registry.names(data_dependent=False))
     assert df["rmse"].is_monotonic_increasing
     bound = df.attrs["svd_bound"]
@@ -51,7 +50,15 @@ def test_cache_rescales_without_rebuilding():
     W = workloads.all_range(128)
     cache = dpx.StrategyCache()
     a = dpx.compare(W, dpx.Laplace(1.0), cache=cache).set_index("mechanism")
-    entries = len(cache._entries)
+    entries = len(cache)
     b = dpx.compare(W, dpx.Laplace(0.25), cache=cache).set_index("mechanism")
-    assert len(cache._entries) == entries
+    assert len(cache) == entries
     np.testing.assert_allclose(b["rmse"], 4 * a.loc[b.index, "rmse"], rtol=1e-12)
+
+
+def test_compare_does_not_rename_the_workload():
+    W = workloads.prefix(16)
+    df = dpx.compare(W, dpx.Laplace(1.0))
+    assert W.name == "prefix"
+    assert df.attrs["workload"] == "prefix"
+    assert "workload" in set(df["mechanism"])

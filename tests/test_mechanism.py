@@ -164,3 +164,12 @@ def test_multidimensional_release():
     assert isinstance(r.strategy, Kronecker)
     assert r.answers.shape == (W.m,)
     assert r.per_query_std().shape == (W.m,)
+
+
+@pytest.mark.parametrize("which", ["h2", "wavelet", "greedy_h"])
+def test_lsmr_matches_exact_least_squares_on_noisy_answers(which):
+    n = 512
+    A = strategies.greedy_h(workloads.all_range(n)) if which == "greedy_h" else getattr(strategies, which)(n)
+    rng = np.random.default_rng(4)
+    y = A @ rng.integers(0, 100, size=n).astype(float) + rng.laplace(0, 5, size=A.m)
+    np.testing.assert_allclose(reconstruct(A, y, method="lsmr"), reconstruct(A, y, method="dense"), atol=1e-6)
