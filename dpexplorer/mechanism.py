@@ -26,7 +26,7 @@ from .matrix import Dense, Identity, Kronecker, Matrix, as_matrix
 from .noise import NoiseModel
 from .privacy import PrivacyLedger, PrivateData
 
-__all__ = ["reconstruct", "Release", "release", "DENSE_RECONSTRUCT_LIMIT"]
+__all__ = ["reconstruct", "run", "Release", "release", "DENSE_RECONSTRUCT_LIMIT"]
 
 #: Largest number of cells reconstructed through a dense Gram pseudo-inverse;
 #: larger non-Kronecker strategies use scipy's lsmr.
@@ -91,6 +91,50 @@ def _factor_pinv(f: Matrix) -> Matrix:
     if isinstance(f, Identity):
         return f
     return Dense(GramInverse(f.gram().dense()).pinv @ f.dense().T)
+
+
+def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng: np.random.Generator,
+        **params) -> registry.Estimate:
+    """Run any registered mechanism on private data: the uniform entry point.
+
+    Data-independent mechanisms build their strategy ``A``, MEASURE it
+    through ``data`` (which records the spend) and RECONSTRUCT ``x̂ = A⁺y``;
+    data-dependent ones call their registered ``runner``.
+
+    Parameters
+    ----------
+    mechanism : str
+        Registry name.
+    data : PrivateData
+        The private data vector behind the privacy boundary.
+    W : Matrix, shape (m, n)
+        Workload (public).
+    noise : NoiseModel
+        Privacy parameters (ε, and δ for Gaussian noise) of the whole run.
+    rng : numpy.random.Generator
+        Seeded source of randomness.
+    **params
+        Overrides of the mechanism's default parameters.
+
+    Returns
+    -------
+    Estimate
+        ``x_hat`` (shape ``(n,)``) and public ``info``.
+
+    Raises
+    ------
+    KeyError
+        Unknown mechanism.
+    NotApplicableError
+        If the mechanism cannot handle this workload or noise model.
+    """
+    W = as_matrix(W)
+    mech = registry.get(mechanism)
+    if mech.runner is not None:
+        return mech.runner(data, W, noise, rng, **{**mech.params, **params})
+    A = mech.strategy(W, noise, **params)
+    y = data.measure(A, noise, rng, label=f"{mechanism}: measure {A.m} strategy queries")
+    return registry.Estimate(reconstruct(A, y), {"strategy": A})
 
 
 @dataclass

@@ -211,6 +211,77 @@ class PrivateData:
         self.ledger.record(self._spend(label, noise, values.size, sensitivity, seed))
         return values + noise.sample(rng, values.shape, sensitivity)
 
+    def exponential_mechanism(self, scores_fn, sensitivity: float, epsilon: float,
+                              rng: np.random.Generator, label: str, seed: int | None = None) -> int:
+        """Exponential mechanism: pick index ``i`` with probability ∝ ``exp(ε·u_i / (2Δu))``.
+
+        ``u = scores_fn(x)`` are utilities (higher is better) whose every entry
+        changes by at most ``sensitivity`` (Δu) between neighbouring data
+        vectors; only the chosen index leaves the boundary (McSherry & Talwar,
+        FOCS 2007, Thm 6).  Records ε.
+
+        Returns
+        -------
+        int
+            The selected index.
+
+        Raises
+        ------
+        ValueError
+            If ``sensitivity`` is not positive or the utilities are empty or not finite.
+        BudgetExceededError
+            If the ledger's budget would be exceeded.
+        """
+        if not sensitivity > 0:
+            raise ValueError(f"sensitivity must be positive, got {sensitivity}")
+        noise = Laplace(epsilon)  # validates ε; the mechanism itself is not Laplace noise
+        u = np.asarray(scores_fn(self._x.copy()), dtype=float).ravel()
+        if u.size == 0 or not np.all(np.isfinite(u)):
+            raise ValueError("the exponential mechanism needs a non-empty vector of finite utilities")
+        self.ledger.record(self._spend(label + " (exponential mechanism)", noise, 1, sensitivity, seed))
+        logits = noise.epsilon * u / (2.0 * sensitivity)
+        p = np.exp(logits - logits.max())
+        return int(rng.choice(u.size, p=p / p.sum()))
+
+    def noisy_optimum(self, costs_fn, scale: float, select_fn, epsilon: float,
+                      rng: np.random.Generator, label: str, seed: int | None = None):
+        """Release only ``select_fn(costs_fn(x) + Z)``, ``Z`` i.i.d. Laplace(``scale``).
+
+        The noisy costs never leave this method; only what ``select_fn`` makes
+        of them (e.g. the least-cost partition) does.  The caller states the
+        theorem that makes this ``epsilon``-DP for its ``scale``: DAWA's
+        private partition (Li et al. PVLDB 2014, Alg. 1, Thm 2) uses
+        ``scale = 2·Δbcost/ε₁`` with ``Δbcost = 2``.  Records ``epsilon``.
+
+        Parameters
+        ----------
+        costs_fn : callable
+            ``x -> costs`` (ndarray).
+        scale : float
+            Laplace scale of the noise on every cost.
+        select_fn : callable
+            ``noisy_costs -> output``; must not return the noisy costs themselves.
+        epsilon : float
+            Privacy cost of the release, per the caller's theorem.
+
+        Raises
+        ------
+        ValueError
+            If ``scale`` is not positive.
+        BudgetExceededError
+            If the ledger's budget would be exceeded.
+        """
+        if not scale > 0:
+            raise ValueError(f"noise scale must be positive, got {scale}")
+        noise = Laplace(epsilon)
+        costs = np.asarray(costs_fn(self._x.copy()), dtype=float)
+        self.ledger.record(Spend(
+            label=label, epsilon=noise.epsilon, delta=0.0,
+            noise=f"Laplace(scale={scale:g}) on {costs.size} costs, argmin released",
+            queries=1, sensitivity=float(scale * noise.epsilon / 2.0), seed=seed,
+            time=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")))
+        return select_fn(costs + rng.laplace(0.0, scale, size=costs.shape))
+
     @staticmethod
     def _spend(label, noise: NoiseModel, queries: int, sensitivity: float, seed) -> Spend:
         return Spend(

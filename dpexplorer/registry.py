@@ -15,11 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from . import strategies
 from .matrix import Matrix, Weighted
 from .noise import NoiseModel
 
-__all__ = ["Mechanism", "REGISTRY", "register", "get", "names", "NotApplicableError"]
+__all__ = ["Mechanism", "Estimate", "REGISTRY", "register", "get", "names", "NotApplicableError"]
 
 
 class NotApplicableError(ValueError):
@@ -36,10 +38,10 @@ class Mechanism:
         Short lowercase identifier from the papers.
     label : str
         Display name.
-    build : callable
+    build : callable or None
         ``build(W, noise, **params) -> A``: the strategy (shape ``(p, n)``)
-        for workload ``W: (m, n)``.  Raises :class:`NotApplicableError` when
-        the workload is out of scope.
+        for workload ``W: (m, n)`` of a data-independent mechanism.  Raises
+        :class:`NotApplicableError` when the workload is out of scope.
     description : str
         One line: what it does.
     source : str
@@ -48,24 +50,56 @@ class Mechanism:
         Default parameters passed to ``build``.
     data_dependent : bool
         Whether the mechanism looks at the data (no analytic error then).
+    runner : callable or None
+        For data-dependent mechanisms: ``runner(data, W, noise, rng, **params)
+        -> Estimate`` with ``data`` a :class:`~dpexplorer.privacy.PrivateData`
+        (the only way to touch ``x``), ``rng`` a seeded
+        ``numpy.random.Generator``.  Run any mechanism with
+        :func:`dpexplorer.mechanism.run`.
     """
 
     name: str
     label: str
-    build: Callable[..., Matrix]
+    build: Callable[..., Matrix] | None
     description: str
     source: str
     params: dict = field(default_factory=dict)
     data_dependent: bool = False
+    runner: Callable[..., Estimate] | None = None
 
     def strategy(self, W: Matrix, noise: NoiseModel, **params) -> Matrix:
-        """Build the strategy for ``W`` with the defaults overridden by ``params``."""
+        """Build the strategy for ``W`` with the defaults overridden by ``params``.
+
+        Raises
+        ------
+        ValueError
+            If the mechanism is data-dependent (it has no fixed strategy).
+        """
+        if self.build is None:
+            raise ValueError(f"{self.name!r} is data-dependent: it has no data-independent strategy")
         kwargs = {**self.params, **params}
         A = self.build(W, noise, **kwargs)
         if A is W:  # never rename the caller's workload
             A = Weighted(W, 1.0)
         A.name = self.name
         return A
+
+
+@dataclass
+class Estimate:
+    """What a mechanism run returns: the estimate and its public by-products.
+
+    Attributes
+    ----------
+    x_hat : ndarray, shape (n,)
+        Estimate of the data vector (counts).
+    info : dict
+        Public, mechanism-specific outputs (e.g. DAWA's partition, per-stage
+        budgets, the strategy used).
+    """
+
+    x_hat: np.ndarray
+    info: dict = field(default_factory=dict)
 
 
 REGISTRY: dict[str, Mechanism] = {}
