@@ -20,9 +20,14 @@ compare     side-by-side analytic comparison
 privacy     the privacy boundary: private data and the budget ledger
 mechanism   releases: MEASURE, RECONSTRUCT, answers
 datasets    DPBench, CSV/.npy and bundled bokeh-sampledata histograms
+partition   bucket costs, least-cost partitions, uniform expansion (DAWA Sec. 3)
+dawa        DAWA and its Partition+X variants (data-dependent)
+mwem, efpa, uniform   data-dependent competitors
+evaluate    empirical evaluation over datasets, workloads, ε and trials
 """
 
 from . import datasets, error, matrix, mechanism, noise, privacy, registry, spec, strategies, workloads
+from . import dawa, efpa, hilbert, mwem, partition, uniform  # noqa: F401  (register mechanisms)
 from .compare import StrategyCache, compare
 from .error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound
 from .matrix import MatrixTooLargeError

@@ -40,11 +40,13 @@ __all__ = [
     "Prefix",
     "AllRange",
     "RangeQueries",
+    "RectangleQueries",
     "Weighted",
     "VStack",
     "Kronecker",
     "Diagonal",
     "Permutation",
+    "Grouping",
     "Product",
     "Transpose",
     "as_matrix",
@@ -668,6 +670,88 @@ class RangeQueries(_Ranges):
         return self.lo, self.hi
 
 
+class RectangleQueries(Matrix):
+    """Axis-aligned rectangle queries ``[r0, r1] × [c0, c1]`` (inclusive) on a 2D grid.
+
+    Over the grid ``(n1, n2)`` flattened in C order; answers come from a
+    summed-area table (O(n + m)), so the ``m × n`` matrix is never formed
+    for products.  The 2D analogue of :class:`RangeQueries` (DAWA Sec. 5.4).
+
+    Parameters
+    ----------
+    shape : (int, int)
+        Grid shape ``(n1, n2)``.
+    r0, r1, c0, c1 : array_like of int, shape (m,)
+        Inclusive row and column bounds.
+
+    Raises
+    ------
+    ValueError
+        If a bound is outside the grid, a range is reversed, or the list is empty.
+    """
+
+    def __init__(self, shape, r0, r1, c0, c1, name: str = "rectangles"):
+        if len(shape) != 2:
+            raise ValueError(f"rectangle queries need a 2D grid shape, got {shape}")
+        n1, n2 = (_check_size(int(v), "grid size") for v in shape)
+        arrs = [np.asarray(a) for a in (r0, r1, c0, c1)]
+        if len({a.shape for a in arrs}) != 1 or arrs[0].ndim != 1 or arrs[0].size == 0:
+            raise ValueError("r0, r1, c0, c1 must be non-empty 1D arrays of one length")
+        r0, r1, c0, c1 = (a.astype(np.int64) for a in arrs)
+        bad = (r0 < 0) | (r1 >= n1) | (r0 > r1) | (c0 < 0) | (c1 >= n2) | (c0 > c1)
+        if np.any(bad):
+            k = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"rectangle {k} = rows [{r0[k]}, {r1[k]}] × cols [{c0[k]}, {c1[k]}] is invalid: "
+                f"need 0 <= r0 <= r1 <= {n1 - 1} and 0 <= c0 <= c1 <= {n2 - 1}")
+        self.r0, self.r1, self.c0, self.c1 = r0, r1, c0, c1
+        self.grid = (n1, n2)
+        self.shape = (r0.size, n1 * n2)
+        self._domain = (n1, n2)
+        self._name = name
+
+    def areas(self) -> np.ndarray:
+        """Number of cells of every rectangle, shape ``(m,)``."""
+        return (self.r1 - self.r0 + 1) * (self.c1 - self.c0 + 1)
+
+    def _matmat(self, X):
+        n1, n2 = self.grid
+        k = X.shape[1]
+        S = np.zeros((n1 + 1, n2 + 1, k))
+        S[1:, 1:] = np.cumsum(np.cumsum(X.reshape(n1, n2, k), axis=0), axis=1)
+        r0, r1, c0, c1 = self.r0, self.r1 + 1, self.c0, self.c1 + 1
+        return S[r1, c1] - S[r0, c1] - S[r1, c0] + S[r0, c0]
+
+    def _rmatmat(self, Y):
+        n1, n2 = self.grid
+        k = Y.shape[1]
+        D = np.zeros((n1 + 1, n2 + 1, k))
+        np.add.at(D, (self.r0, self.c0), Y)
+        np.add.at(D, (self.r0, self.c1 + 1), -Y)
+        np.add.at(D, (self.r1 + 1, self.c0), -Y)
+        np.add.at(D, (self.r1 + 1, self.c1 + 1), Y)
+        return np.cumsum(np.cumsum(D, axis=0), axis=1)[:n1, :n2].reshape(n1 * n2, k)
+
+    def column_norms(self, p=1):
+        _check_p(p)
+        counts = self._rmatmat(np.ones((self.m, 1)))[:, 0]
+        return counts if p == 1 else np.sqrt(counts)
+
+    def sparse(self):
+        n1, n2 = self.grid
+        rows, cols = [], []
+        for q in range(self.m):
+            rr, cc = np.meshgrid(np.arange(self.r0[q], self.r1[q] + 1),
+                                 np.arange(self.c0[q], self.c1[q] + 1), indexing="ij")
+            cols.append((rr * n2 + cc).ravel())
+            rows.append(np.full(cols[-1].size, q))
+        rows, cols = np.concatenate(rows), np.concatenate(cols)
+        return scipy.sparse.csr_array((np.ones(rows.size), (rows, cols)), shape=self.shape)
+
+    def _dense(self):
+        return self.sparse().toarray()
+
+
 # ================================================================ composites
 class Weighted(Matrix):
     """``c · M`` for a scalar weight ``c``."""
@@ -993,6 +1077,54 @@ class Permutation(Matrix):
         return Permutation(self.inverse)
 
 
+class Grouping(Matrix):
+    """Bucket sums ``P: (k, n)``: ``(P x)_b = Σ_{j : bucket_of[j] = b} x_j``.
+
+    Every cell belongs to exactly one bucket, so ``L·P`` has the column norms
+    of ``L`` indexed by ``bucket_of`` (used for strategies over DAWA buckets).
+
+    Raises
+    ------
+    ValueError
+        If a bucket index is outside ``[0, k)``.
+    """
+
+    def __init__(self, bucket_of, k: int, name: str = "grouping"):
+        b = np.asarray(bucket_of)
+        k = _check_size(k, "k")
+        if b.ndim != 1 or b.size == 0 or not np.issubdtype(b.dtype, np.integer):
+            raise ValueError("bucket_of must be a non-empty 1D integer array")
+        if b.min() < 0 or b.max() >= k:
+            raise ValueError(f"bucket indices must lie in [0, {k}), got [{b.min()}, {b.max()}]")
+        self.bucket_of = b.astype(np.int64)
+        self.shape = (k, b.size)
+        self._name = name
+
+    def _matmat(self, X):
+        out = np.zeros((self.m, X.shape[1]))
+        np.add.at(out, self.bucket_of, X)
+        return out
+
+    def _rmatmat(self, Y):
+        return Y[self.bucket_of]
+
+    def sparse(self):
+        return scipy.sparse.csr_array(
+            (np.ones(self.n), (self.bucket_of, np.arange(self.n))), shape=self.shape)
+
+    def _dense(self):
+        return self.sparse().toarray()
+
+    def _gram(self):
+        _check_limit((self.n, self.n), None, f"Gram matrix of {self.name!r}")
+        b = self.bucket_of
+        return Dense((b[:, None] == b[None, :]).astype(float))
+
+    def column_norms(self, p=1):
+        _check_p(p)
+        return np.ones(self.n)
+
+
 class Product(Matrix):
     """Product ``L @ R`` of two query matrices, kept lazy.
 
@@ -1041,6 +1173,8 @@ class Product(Matrix):
         R = self.right
         if isinstance(R, Permutation):
             return self.left.column_norms(p)[R.inverse]
+        if isinstance(R, Grouping):
+            return self.left.column_norms(p)[R.bucket_of]
         if isinstance(R, Diagonal):
             return self.left.column_norms(p) * np.abs(R.v)
         return super().column_norms(p)

@@ -14,6 +14,7 @@ import datetime as _dt
 import json
 import math
 import secrets
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,22 +27,20 @@ from .matrix import Dense, Identity, Kronecker, Matrix, as_matrix
 from .noise import NoiseModel
 from .privacy import PrivacyLedger, PrivateData
 
-__all__ = ["reconstruct", "run", "Release", "release", "DENSE_RECONSTRUCT_LIMIT"]
+__all__ = ["Reconstructor", "reconstruct", "run", "Release", "release", "DENSE_RECONSTRUCT_LIMIT"]
 
 #: Largest number of cells reconstructed through a dense Gram pseudo-inverse;
 #: larger non-Kronecker strategies use scipy's lsmr.
 DENSE_RECONSTRUCT_LIMIT = 4096
 
 
-def reconstruct(A, y, method: str = "auto", atol: float = 1e-10, btol: float = 1e-10) -> np.ndarray:
-    """Least-squares estimate ``x̂ = A⁺ y`` (RECONSTRUCT).
+class Reconstructor:
+    """Least squares ``x̂ = A⁺ y`` for one strategy, factorised once (RECONSTRUCT).
 
     Parameters
     ----------
     A : Matrix or array, shape (p, n)
         The strategy.
-    y : ndarray, shape (p,)
-        Noisy strategy answers.
     method : {"auto", "kron", "dense", "lsmr"}
         ``kron``: ``(⊗A_i)⁺ = ⊗A_i⁺`` applied factor by factor (HDMM Thm 14);
         ``dense``: ``(AᵀA)⁺ Aᵀ y``; ``lsmr``: scipy.sparse.linalg.lsmr from 0,
@@ -50,6 +49,65 @@ def reconstruct(A, y, method: str = "auto", atol: float = 1e-10, btol: float = 1
         :data:`DENSE_RECONSTRUCT_LIMIT` cells, lsmr above.
     atol, btol : float
         lsmr stopping tolerances.
+
+    Raises
+    ------
+    ValueError
+        If the method is unknown, or ``kron`` is asked for a non-Kronecker strategy.
+    """
+
+    def __init__(self, A, method: str = "auto", atol: float = 1e-10, btol: float = 1e-10):
+        A = as_matrix(A)
+        if method not in ("auto", "kron", "dense", "lsmr"):
+            raise ValueError(f"method must be 'auto', 'kron', 'dense' or 'lsmr', got {method!r}")
+        if method == "auto":
+            if isinstance(A, Identity):
+                method = "identity"
+            elif isinstance(A, Kronecker):
+                method = "kron"
+            elif A.n <= DENSE_RECONSTRUCT_LIMIT:
+                method = "dense"
+            else:
+                method = "lsmr"
+        if method == "kron" and not isinstance(A, Kronecker):
+            raise ValueError("method='kron' needs a Kronecker strategy")
+        self.A, self.method, self.atol, self.btol = A, method, atol, btol
+        if method == "kron":
+            self._op = Kronecker([_factor_pinv(f) for f in A.factors])
+        elif method == "dense":
+            self._op = GramInverse(A.gram().dense()).pinv
+
+    def __call__(self, y) -> np.ndarray:
+        """``x̂`` (shape ``(n,)``, counts) for noisy answers ``y: (p,)``.
+
+        Raises
+        ------
+        ValueError
+            If ``y`` has the wrong length.
+        """
+        A = self.A
+        y = np.asarray(y, dtype=float)
+        if y.shape != (A.m,):
+            raise ValueError(f"y must have shape ({A.m},) to match the strategy, got {y.shape}")
+        if self.method == "identity":
+            return y.copy()
+        if self.method == "kron":
+            return self._op.matvec(y)
+        if self.method == "dense":
+            return self._op @ A.rmatvec(y)
+        result = scipy.sparse.linalg.lsmr(A.as_linear_operator(), y, atol=self.atol, btol=self.btol,
+                                          maxiter=max(10 * A.n, 1000))
+        return result[0]
+
+
+def reconstruct(A, y, method: str = "auto", atol: float = 1e-10, btol: float = 1e-10) -> np.ndarray:
+    """Least-squares estimate ``x̂ = A⁺ y`` (RECONSTRUCT); see :class:`Reconstructor`.
+
+    Parameters
+    ----------
+    A : Matrix or array, shape (p, n)
+    y : ndarray, shape (p,)
+    method : {"auto", "kron", "dense", "lsmr"}
 
     Returns
     -------
@@ -61,36 +119,36 @@ def reconstruct(A, y, method: str = "auto", atol: float = 1e-10, btol: float = 1
     ValueError
         If ``y`` has the wrong length or the method is unknown.
     """
-    A = as_matrix(A)
-    y = np.asarray(y, dtype=float)
-    if y.shape != (A.m,):
-        raise ValueError(f"y must have shape ({A.m},) to match the strategy, got {y.shape}")
-    if method not in ("auto", "kron", "dense", "lsmr"):
-        raise ValueError(f"method must be 'auto', 'kron', 'dense' or 'lsmr', got {method!r}")
-    if method == "auto":
-        if isinstance(A, Identity):
-            return y.copy()
-        if isinstance(A, Kronecker):
-            method = "kron"
-        elif A.n <= DENSE_RECONSTRUCT_LIMIT:
-            method = "dense"
-        else:
-            method = "lsmr"
-    if method == "kron":
-        if not isinstance(A, Kronecker):
-            raise ValueError("method='kron' needs a Kronecker strategy")
-        return Kronecker([_factor_pinv(f) for f in A.factors]).matvec(y)
-    if method == "dense":
-        return GramInverse(A.gram().dense()).pinv @ A.rmatvec(y)
-    result = scipy.sparse.linalg.lsmr(A.as_linear_operator(), y, atol=atol, btol=btol,
-                                      maxiter=max(10 * A.n, 1000))
-    return result[0]
+    return Reconstructor(A, method, atol, btol)(y)
 
 
 def _factor_pinv(f: Matrix) -> Matrix:
     if isinstance(f, Identity):
         return f
     return Dense(GramInverse(f.gram().dense()).pinv @ f.dense().T)
+
+
+#: Strategies and their factorisations kept for repeated runs (evaluate's trials).
+_PLANS: OrderedDict = OrderedDict()
+_PLAN_CACHE_SIZE = 8
+
+
+def _plan(mech: registry.Mechanism, W: Matrix, noise: NoiseModel, params: dict):
+    """``(A, Reconstructor)`` for a data-independent mechanism, built once per key."""
+    try:
+        key = (mech.name, W, noise.norm, tuple(sorted(params.items())))
+        hash(key)
+    except TypeError:  # unhashable parameter values: no caching
+        A = mech.strategy(W, noise, **params)
+        return A, Reconstructor(A)
+    if key in _PLANS:
+        _PLANS.move_to_end(key)
+        return _PLANS[key]
+    A = mech.strategy(W, noise, **params)
+    _PLANS[key] = (A, Reconstructor(A))
+    while len(_PLANS) > _PLAN_CACHE_SIZE:
+        _PLANS.popitem(last=False)
+    return _PLANS[key]
 
 
 def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng: np.random.Generator,
@@ -130,11 +188,15 @@ def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng: np.random.
     """
     W = as_matrix(W)
     mech = registry.get(mechanism)
+    unknown = sorted(set(params) - set(mech.params)) if mech.params or params else []
+    if unknown and mech.runner is not None:
+        raise ValueError(f"unknown parameter(s) {unknown} for {mechanism!r}; "
+                         f"its parameters are {sorted(mech.params)}")
     if mech.runner is not None:
         return mech.runner(data, W, noise, rng, **{**mech.params, **params})
-    A = mech.strategy(W, noise, **params)
+    A, recon = _plan(mech, W, noise, params)  # public work, cached across trials
     y = data.measure(A, noise, rng, label=f"{mechanism}: measure {A.m} strategy queries")
-    return registry.Estimate(reconstruct(A, y), {"strategy": A})
+    return registry.Estimate(recon(y), {"strategy": A})
 
 
 @dataclass
@@ -263,7 +325,8 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None, seed: i
         name = mechanism
         mech = registry.get(name)
         if mech.data_dependent:
-            raise ValueError(f"{name!r} is data-dependent; run it through its own module")
+            raise ValueError(f"{name!r} is data-dependent: run it with dpexplorer.mechanism.run "
+                             f"(or its own module); release() covers the matrix mechanism")
         A = mech.strategy(W, noise, **(params or {}))
     else:
         A = as_matrix(mechanism)

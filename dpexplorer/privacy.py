@@ -238,13 +238,18 @@ class PrivateData:
         u = np.asarray(scores_fn(self._x.copy()), dtype=float).ravel()
         if u.size == 0 or not np.all(np.isfinite(u)):
             raise ValueError("the exponential mechanism needs a non-empty vector of finite utilities")
-        self.ledger.record(self._spend(label + " (exponential mechanism)", noise, 1, sensitivity, seed))
+        self.ledger.record(Spend(
+            label=label + " (exponential mechanism)", epsilon=noise.epsilon, delta=0.0,
+            noise=f"exponential mechanism over {u.size} candidates", queries=1,
+            sensitivity=float(sensitivity), seed=seed,
+            time=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")))
         logits = noise.epsilon * u / (2.0 * sensitivity)
         p = np.exp(logits - logits.max())
         return int(rng.choice(u.size, p=p / p.sum()))
 
-    def noisy_optimum(self, costs_fn, scale: float, select_fn, epsilon: float,
-                      rng: np.random.Generator, label: str, seed: int | None = None):
+    def noisy_optimum(self, costs_fn, scale, select_fn, epsilon: float,
+                      rng: np.random.Generator, label: str, seed: int | None = None,
+                      sensitivity: float = float("nan")):
         """Release only ``select_fn(costs_fn(x) + Z)``, ``Z`` i.i.d. Laplace(``scale``).
 
         The noisy costs never leave this method; only what ``select_fn`` makes
@@ -257,12 +262,14 @@ class PrivateData:
         ----------
         costs_fn : callable
             ``x -> costs`` (ndarray).
-        scale : float
-            Laplace scale of the noise on every cost.
+        scale : float or ndarray
+            Laplace scale of the noise on every cost (one per cost, or one for all).
         select_fn : callable
             ``noisy_costs -> output``; must not return the noisy costs themselves.
         epsilon : float
             Privacy cost of the release, per the caller's theorem.
+        sensitivity : float
+            Sensitivity of one cost (recorded in the ledger).
 
         Raises
         ------
@@ -271,14 +278,15 @@ class PrivateData:
         BudgetExceededError
             If the ledger's budget would be exceeded.
         """
-        if not scale > 0:
-            raise ValueError(f"noise scale must be positive, got {scale}")
+        scale = np.asarray(scale, dtype=float)
+        if scale.size == 0 or not np.all(scale > 0):
+            raise ValueError("noise scales must be positive")
         noise = Laplace(epsilon)
         costs = np.asarray(costs_fn(self._x.copy()), dtype=float)
         self.ledger.record(Spend(
             label=label, epsilon=noise.epsilon, delta=0.0,
-            noise=f"Laplace(scale={scale:g}) on {costs.size} costs, argmin released",
-            queries=1, sensitivity=float(scale * noise.epsilon / 2.0), seed=seed,
+            noise=f"Laplace(scale ≤ {scale.max():g}) on {costs.size} costs, argmin released",
+            queries=1, sensitivity=float(sensitivity), seed=seed,
             time=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")))
         return select_fn(costs + rng.laplace(0.0, scale, size=costs.shape))
 

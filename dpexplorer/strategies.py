@@ -27,6 +27,7 @@ Privelet's wavelet); GreedyH is defined for ordered 1D domains only.
 from __future__ import annotations
 
 
+import numba
 import numpy as np
 import scipy.sparse
 
@@ -42,6 +43,7 @@ __all__ = [
     "wavelet",
     "greedy_h",
     "greedy_h_gram",
+    "greedy_h_factor",
     "GreedyHResult",
     "per_attribute",
 ]
@@ -309,10 +311,86 @@ def greedy_h_gram(G: np.ndarray, b: int = 2) -> GreedyHResult:
     G = np.asarray(G, dtype=float)
     if G.ndim != 2 or G.shape[0] != G.shape[1]:
         raise ValueError(f"G must be a square Gram matrix, got shape {G.shape}")
+    return _greedy_h(_DenseGram(G), G.shape[0], b)
+
+
+def greedy_h_factor(What, b: int = 2) -> GreedyHResult:
+    """GreedyH from a workload matrix ``Ŵ: (m, n)`` (dense or scipy sparse) instead of its Gram.
+
+    Same algorithm as :func:`greedy_h_gram` with ``G = ŴᵀŴ`` never formed:
+    every quadratic form ``v_qᵀ G_q v_q`` is ``‖Ŵ_q v_q‖²``, computed for all
+    nodes of a level at once with one sparse product.  Used by DAWA on large
+    bucket domains (2D data), where a dense ``k × k`` Gram would not fit.
+    """
+    gram = _FactorGram(What)
+    return _greedy_h(gram, gram.n, b)
+
+
+class _DenseGram:
+    """Quadratic forms of node blocks of a dense Gram matrix."""
+
+    def __init__(self, G):
+        self.G = G
+
+    def diag(self):
+        return np.diag(self.G).copy()
+
+    def blocks(self, v, lo, hi):
+        out = np.empty(lo.size)
+        for q in range(lo.size):
+            s, e = lo[q], hi[q] + 1
+            vq = v[s:e]
+            out[q] = vq @ self.G[s:e, s:e] @ vq
+        return out
+
+
+@numba.njit(cache=True)
+def _row_node_squares(indptr, indices, data, v, node_of_col, k):
+    """``out[q] = Σ_r (Σ_{j∈q} W_rj v_j)²`` over the CSR rows of ``W`` (any column order)."""
+    out = np.zeros(k)
+    acc = np.zeros(k)
+    touched = np.empty(k, np.int64)
+    for r in range(indptr.size - 1):
+        nt = 0
+        for t in range(indptr[r], indptr[r + 1]):
+            j = indices[t]
+            q = node_of_col[j]
+            if acc[q] == 0.0:
+                touched[nt] = q
+                nt += 1
+            acc[q] += data[t] * v[j]
+            if acc[q] == 0.0:  # exact cancellation: keep q marked as touched
+                acc[q] = 1e-300
+        for i in range(nt):
+            q = touched[i]
+            out[q] += acc[q] * acc[q]
+            acc[q] = 0.0
+    return out
+
+
+class _FactorGram:
+    """Quadratic forms ``‖Ŵ_q v_q‖²`` of node blocks, from a sparse ``Ŵ`` (one pass over its nonzeros)."""
+
+    def __init__(self, W):
+        W = scipy.sparse.csr_array(W)
+        self.indptr = W.indptr.astype(np.int64)
+        self.indices = W.indices.astype(np.int64)
+        self.data = np.asarray(W.data, dtype=float)
+        self.n = W.shape[1]
+
+    def diag(self):
+        return np.bincount(self.indices, weights=self.data**2, minlength=self.n)
+
+    def blocks(self, v, lo, hi):
+        node_of_col = np.repeat(np.arange(lo.size), hi - lo + 1)
+        return _row_node_squares(self.indptr, self.indices, self.data, v, node_of_col, lo.size)
+
+
+def _greedy_h(gram, n: int, b: int) -> GreedyHResult:
+    """Bottom-up greedy scaling (DAWA Alg. 2) given node quadratic forms of ``G``."""
     b = _check_size(b, "b")
     if b < 2:
         raise ValueError(f"branching factor must be at least 2, got {b}")
-    n = G.shape[0]
 
     # levels of (lo, hi) intervals, bottom-up
     levels = [(np.arange(n), np.arange(n))]
@@ -327,7 +405,8 @@ def greedy_h_gram(G: np.ndarray, b: int = 2) -> GreedyHResult:
     # state per cell position: v (B^{-1} 1) restricted to the node that covers it
     v = np.ones(n)
     m_node = np.ones(n)  # m of each node at the current level
-    t_node = np.diag(G).copy()  # tr(G_q X_q^{-1}) at the current level
+    t_node = gram.diag()  # tr(G_q X_q^{-1}) at the current level
+    a_prev = t_node.copy()  # v_cᵀ G_c v_c of the children (leaves: v = 1)
     lambdas = [np.ones(n)]
     for li in range(1, len(levels)):
         lo, hi = levels[li]
@@ -337,17 +416,8 @@ def greedy_h_gram(G: np.ndarray, b: int = 2) -> GreedyHResult:
         k = lo.size
         S = np.bincount(parent_of_child, weights=t_node, minlength=k)
         Msum = np.bincount(parent_of_child, weights=m_node, minlength=k)
-        a_full = np.empty(k)
-        a_block_child = np.empty(clo.size)
-        for j in range(clo.size):
-            s, e = clo[j], chi[j] + 1
-            vj = v[s:e]
-            a_block_child[j] = vj @ G[s:e, s:e] @ vj
-        for q in range(k):
-            s, e = lo[q], hi[q] + 1
-            vq = v[s:e]
-            a_full[q] = vq @ G[s:e, s:e] @ vq
-        a_block = np.bincount(parent_of_child, weights=a_block_child, minlength=k)
+        a_full = gram.blocks(v, lo, hi)
+        a_block = np.bincount(parent_of_child, weights=a_prev, minlength=k)
         a_mu = mu * a_full + (1.0 - mu) * a_block
         r, _ = _best_ratio(S, Msum, a_mu)
         lam = r / (1.0 + r)
@@ -360,6 +430,7 @@ def greedy_h_gram(G: np.ndarray, b: int = 2) -> GreedyHResult:
         m_node = coef * Msum
         cell_parent = np.repeat(np.arange(k), hi - lo + 1)
         v = v * coef[cell_parent]
+        a_prev = coef**2 * a_full  # the new v_q is coef_q times the old one on q
         lambdas.append(lam)
 
     # weights: c_q = λ_q Π_{ancestors}(1 − λ_a)

@@ -30,6 +30,7 @@ from .matrix import (
     Prefix,
     Product,
     RangeQueries,
+    RectangleQueries,
     Sparse,
     Total,
     VStack,
@@ -47,6 +48,8 @@ __all__ = [
     "width_range",
     "ranges",
     "random_ranges",
+    "rectangles",
+    "random_rectangles",
     "permuted",
     "predicates",
     "marginal",
@@ -183,6 +186,40 @@ def random_ranges(n: int, m: int = 2000, kind: str = "uniform", seed: int = 0,
     W.spec = {"type": "random_ranges", "m": m, "kind": kind, "seed": int(seed)}
     if kind != "uniform":
         W.spec["centers"] = int(centers)
+    return W
+
+
+def rectangles(shape, boxes, name: str = "rectangles") -> Matrix:
+    """Rectangle queries on a 2D grid from ``[(r0, r1, c0, c1), ...]`` (inclusive bounds).
+
+    Raises
+    ------
+    ValueError
+        If a box is outside the grid or reversed, or the list is empty.
+    """
+    arr = np.asarray(boxes)
+    if arr.ndim != 2 or arr.shape[1] != 4 or arr.shape[0] == 0:
+        raise ValueError("boxes must be a non-empty list of (r0, r1, c0, c1)")
+    return RectangleQueries(shape, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], name=name)
+
+
+def random_rectangles(shape, m: int = 2000, seed: int = 0) -> Matrix:
+    """``m`` random rectangles on a 2D grid: each side an interval uniform over all intervals.
+
+    The 2D analogue of DAWA's uniform random intervals (Sec. 5.1, 5.4), seeded.
+
+    Returns
+    -------
+    Matrix
+        ``(m, n1·n2)`` :class:`~dpexplorer.matrix.RectangleQueries`.
+    """
+    if len(shape) != 2:
+        raise ValueError(f"a 2D grid shape (n1, n2) is needed, got {shape}")
+    n1, n2 = (_check_size(int(s), "grid size") for s in shape)
+    m = _check_size(m, "m")
+    rows = random_ranges(n1, m, "uniform", seed)
+    cols = random_ranges(n2, m, "uniform", seed + 1_000_003)
+    W = RectangleQueries((n1, n2), rows.lo, rows.hi, cols.lo, cols.hi, name=f"random_rectangles_{m}")
     return W
 
 

@@ -1,0 +1,237 @@
+"""DAWA (Li, Hay, Miklau, Wang, PVLDB 2014): partition, workload transformation, privacy accounting."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dpexplorer as dpx
+from dpexplorer import dawa, partition as pt, strategies, workloads
+from dpexplorer.hilbert import hilbert_order
+from dpexplorer.privacy import PrivateData
+
+X_EXAMPLE = np.array([2, 3, 8, 1, 0, 2, 0, 4, 2, 4], dtype=float)  # DAWA Example 1 (Fig. 1)
+B_EXAMPLE = pt.Partition(np.array([0, 2, 3, 7, 10]))  # b1=[1,2], b2=[3,3], b3=[4,7], b4=[8,10]
+
+
+def test_example_bucket_deviations():
+    # Sec. 3.1: dev(b1) = 1, dev(b2) = 0, dev(b3) = 3, dev(b4) = 2⅔
+    devs = [pt.deviation(X_EXAMPLE, a, b) for a, b in zip(B_EXAMPLE.lo, B_EXAMPLE.hi)]
+    np.testing.assert_allclose(devs, [1.0, 0.0, 3.0, 8 / 3])
+    assert B_EXAMPLE.counts(X_EXAMPLE).tolist() == [5, 8, 3, 10]
+
+
+def test_example_partition_costs():
+    # pcost = 6⅔ + 4/ε₂: 10⅔ at ε₂ = 1; one bucket: dev 17.2, pcost 18.2
+    assert pt.partition_cost(X_EXAMPLE, B_EXAMPLE, 1.0) == pytest.approx(10 + 2 / 3)
+    single = pt.Partition(np.array([0, 10]))
+    assert pt.deviation(X_EXAMPLE, 0, 9) == pytest.approx(17.2)
+    assert pt.partition_cost(X_EXAMPLE, single, 1.0) == pytest.approx(18.2)
+    # at ε₂ = 0.1: 46⅔ for B against 27.2 for a single bucket, which wins
+    assert pt.partition_cost(X_EXAMPLE, B_EXAMPLE, 0.1) == pytest.approx(46 + 2 / 3)
+    assert pt.partition_cost(X_EXAMPLE, single, 0.1) == pytest.approx(27.2)
+    best, cost = pt.optimal_partition(X_EXAMPLE, 0.1, "all")
+    assert best.k == 1 and cost == pytest.approx(27.2)
+    best1, cost1 = pt.optimal_partition(X_EXAMPLE, 1.0, "all")
+    assert cost1 <= 10 + 2 / 3  # the optimum is at most B's cost
+
+
+def test_example_uniform_expansion():
+    # Sec. 2: s = (6.3, 7.1, 3.6, 8.4) expands to (3.15, 3.15, 7.1, .9, .9, .9, .9, 2.8, 2.8, 2.8)
+    x_hat = B_EXAMPLE.expand([6.3, 7.1, 3.6, 8.4])
+    np.testing.assert_allclose(x_hat, [3.15, 3.15, 7.1, .9, .9, .9, .9, 2.8, 2.8, 2.8])
+
+
+def test_example_query_transformation():
+    # Example 4.5: q = x2 + ... + x6 becomes ½ s1 + s2 + ¾ s3
+    q = workloads.ranges(10, [(1, 5)])
+    np.testing.assert_allclose(B_EXAMPLE.transform(q).toarray(), [[0.5, 1.0, 0.75, 0.0]])
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 30), seed=st.integers(0, 10**6))
+def test_transformation_proposition_4_6(n, seed):
+    # W · expand(B, s) = Ŵ s for any workload, partition and bucket statistics
+    rng = np.random.default_rng(seed)
+    cuts = np.flatnonzero(rng.random(n - 1) < 0.4) + 1
+    B = pt.Partition(np.concatenate([[0], cuts, [n]]))
+    W = dpx.matrix.Dense(rng.normal(size=(7, n)))
+    s = rng.normal(size=B.k)
+    np.testing.assert_allclose(W @ B.expand(s), B.transform(W) @ s, atol=1e-9)
+    Ghat = B.transform_gram(W.gram().dense())
+    What = B.transform(W).toarray()
+    np.testing.assert_allclose(Ghat, What.T @ What, atol=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(x=st.lists(st.integers(0, 20), min_size=1, max_size=40), eps2=st.floats(0.05, 5))
+def test_candidate_costs_match_direct_deviation(x, eps2):
+    x = np.array(x, dtype=float)
+    for cand in ("pow2", "all"):
+        lo, hi, cost = pt.candidate_costs(x, eps2, cand)
+        plo, phi = dawa.candidate_intervals(x.size, cand)
+        np.testing.assert_array_equal(lo, plo)
+        np.testing.assert_array_equal(hi, phi)
+        direct = [pt.deviation(x, a, b) + 1 / eps2 for a, b in zip(lo, hi)]
+        np.testing.assert_allclose(cost, direct, atol=1e-8)
+
+
+def _all_partitions(n):
+    for mask in range(2 ** (n - 1)):
+        cuts = [i + 1 for i in range(n - 1) if mask >> i & 1]
+        yield pt.Partition(np.array([0] + cuts + [n]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(x=st.lists(st.integers(0, 12), min_size=1, max_size=8), eps2=st.floats(0.1, 3))
+def test_exact_partition_against_brute_force(x, eps2):
+    x = np.array(x, dtype=float)
+    best = min(pt.partition_cost(x, p, eps2) for p in _all_partitions(x.size))
+    p_all, c_all = pt.optimal_partition(x, eps2, "all")
+    assert c_all == pytest.approx(best)
+    # power-of-two buckets: the best partition using only such buckets
+    pow2 = [p for p in _all_partitions(x.size) if all((s & (s - 1)) == 0 for s in p.sizes)]
+    best2 = min(pt.partition_cost(x, p, eps2) for p in pow2)
+    assert pt.optimal_partition(x, eps2, "pow2")[1] == pytest.approx(best2)
+
+
+def test_noise_scales():
+    # Alg. 1: 2Δbcost/ε₁ = 4/ε₁; the Remark: (Δbcost + Δ_b)/ε₁ with Δ_b = 2 − 2/L
+    L = np.array([1, 2, 4, 1024])
+    np.testing.assert_allclose(dawa.noise_scales(L, 0.5, refined=False), 8.0)
+    np.testing.assert_allclose(dawa.noise_scales(L, 0.5), (2 + 2 - 2 / L) / 0.5)
+
+
+@settings(max_examples=50, deadline=None)
+@given(x=st.lists(st.integers(0, 30), min_size=2, max_size=30), j=st.integers(0, 29))
+def test_bucket_cost_sensitivity(x, j):
+    # moving one record changes dev(x, b) by at most Δ_b = 2 − 2/|b| ≤ Δbcost = 2
+    x = np.array(x, dtype=float)
+    j = j % x.size
+    y = x.copy()
+    y[j] += 1
+    lo, hi, c0 = pt.candidate_costs(x, 1.0, "all")
+    _, _, c1 = pt.candidate_costs(y, 1.0, "all")
+    L = hi - lo + 1
+    assert np.all(np.abs(c1 - c0) <= 2 - 2 / L + 1e-9)
+
+
+def test_partition_noise_distribution():
+    # the kernel adds Laplace(scale) to each cost: variance 2·scale²
+    data = PrivateData(np.zeros(4))
+    scale = 3.0
+    noisy = data.noisy_optimum(lambda x: np.zeros(50_000), scale, lambda c: c, 1.0,
+                               np.random.default_rng(0), label="test")
+    assert abs(noisy.var() - 2 * scale**2) < 5 * 2 * scale**2 * math.sqrt(5 / noisy.size)
+
+
+@pytest.mark.parametrize("scaling", dawa.SCALINGS)
+def test_privacy_accounting(scaling):
+    x = np.random.default_rng(1).integers(0, 50, size=128)
+    data = PrivateData(x)
+    W = workloads.random_ranges(128, 200, seed=3)
+    res = dawa.dawa(data, W, 0.8, np.random.default_rng(2), scaling=scaling)
+    entries = data.ledger.entries
+    assert [e.epsilon for e in entries] == pytest.approx([0.2, 0.6])
+    assert data.ledger.epsilon == pytest.approx(0.8)
+    assert res.epsilon1 == pytest.approx(0.2) and res.epsilon2 == pytest.approx(0.6)
+    # stage 2 measures a strategy over the buckets with L1 sensitivity 1 (Eq. 5); the
+    # unweighted hierarchy of Partition+Uniform has one unit per level instead
+    levels = math.ceil(math.log2(res.partition.k)) + 1 if res.partition.k > 1 else 1
+    expected = levels if scaling == "uniform" else 1.0
+    assert entries[1].sensitivity == pytest.approx(expected)
+    assert res.strategy.sensitivity(1) == pytest.approx(expected)
+    assert res.x_hat.shape == (128,)
+    assert res.partition.n == 128
+
+
+def test_ratio_and_inputs_are_validated():
+    data = PrivateData(np.ones(16))
+    W = workloads.prefix(16)
+    with pytest.raises(ValueError, match="ratio"):
+        dawa.dawa(data, W, 1.0, np.random.default_rng(0), ratio=1.0)
+    with pytest.raises(ValueError, match="scaling"):
+        dawa.dawa(data, W, 1.0, np.random.default_rng(0), scaling="magic")
+    with pytest.raises(ValueError, match="cells"):
+        dawa.dawa(data, workloads.prefix(8), 1.0, np.random.default_rng(0))
+    with pytest.raises(dpx.registry.NotApplicableError, match="Laplace"):
+        dpx.mechanism.run("dawa", data, W, dpx.Gaussian(1.0, 1e-6), np.random.default_rng(0))
+    with pytest.raises(ValueError, match="unknown parameter"):
+        dpx.mechanism.run("dawa", data, W, dpx.Laplace(1.0), np.random.default_rng(0), ratoi=0.5)
+
+
+def test_seeded_runs_reproduce():
+    x = np.random.default_rng(1).integers(0, 50, size=256)
+    W = workloads.random_ranges(256, 300, seed=1)
+    a = dpx.mechanism.run("dawa", PrivateData(x), W, dpx.Laplace(0.5), np.random.default_rng(7))
+    b = dpx.mechanism.run("dawa", PrivateData(x), W, dpx.Laplace(0.5), np.random.default_rng(7))
+    np.testing.assert_array_equal(a.x_hat, b.x_hat)
+    np.testing.assert_array_equal(a.info["partition"].edges, b.info["partition"].edges)
+
+
+def test_large_epsilon_partition_respects_uniform_regions():
+    # with ε → ∞ bucket deviations dominate the (scale-free) noise: no bucket straddles a
+    # jump of the data, and x̂ → x
+    x = np.repeat([5.0, 50.0, 0.0, 20.0], [40, 24, 30, 34])
+    data = PrivateData(x)
+    res = dawa.dawa(data, workloads.identity(x.size), 1e7, np.random.default_rng(0))
+    devs = [pt.deviation(x, a, b) for a, b in zip(res.partition.lo, res.partition.hi)]
+    assert max(devs) == 0.0
+    np.testing.assert_allclose(res.x_hat, x, atol=1e-3)
+
+
+def test_identity_workload_greedy_keeps_leaves():
+    # Sec. 5.3.3: on the identity workload the greedy stage keeps the initial allocation
+    # (leaves only), i.e. DAWA equals Partition+Laplace
+    B = pt.Partition(np.array([0, 3, 4, 9, 16]))
+    Ghat = B.transform_gram(np.eye(16))
+    res = strategies.greedy_h_gram(Ghat)
+    assert np.all(res.lambdas[B.k:] == 0)
+
+
+def test_hilbert_order_is_a_curve():
+    for shape in [(8, 8), (16, 16), (5, 7)]:
+        perm = hilbert_order(shape)
+        assert np.array_equal(np.sort(perm), np.arange(shape[0] * shape[1]))
+        r, c = np.divmod(perm, shape[1])
+        steps = np.abs(np.diff(r)) + np.abs(np.diff(c))
+        if shape[0] == shape[1]:
+            assert np.all(steps == 1)  # consecutive cells are neighbours on a full square
+
+
+def test_dawa_2d_rectangles():
+    grid = np.zeros((32, 32))
+    grid[4:12, 4:20] = 30
+    grid[20:30, 10:14] = 80
+    W = workloads.random_rectangles((32, 32), 300, seed=2)
+    data = PrivateData(grid)
+    res = dawa.dawa(data, W, 1.0, np.random.default_rng(3))
+    assert res.order is not None and res.x_hat.shape == (1024,)
+    assert data.ledger.epsilon == pytest.approx(1.0)
+    # the transformed workload over Hilbert buckets matches a dense computation
+    What, _ = dawa._transformed_workload(W, res.order, res.partition)
+    P = np.zeros((1024, res.partition.k))
+    P[np.arange(1024), res.partition.bucket_of] = 1.0 / res.partition.sizes[res.partition.bucket_of]
+    np.testing.assert_allclose(What.toarray(), W.dense()[:, res.order] @ P)
+    # DAWA beats Identity on this blocky grid (averaged over seeds)
+    truth = W @ grid.ravel()
+    err = {m: np.mean([np.abs(W @ dpx.mechanism.run(m, PrivateData(grid), W, dpx.Laplace(1.0),
+                                                    np.random.default_rng(s)).x_hat - truth).mean()
+                       for s in range(5)]) for m in ("dawa", "identity")}
+    assert err["dawa"] < err["identity"]
+
+
+def test_variants_registered():
+    for name in ["dawa", "partition_laplace", "partition_uniform", "partition_geometric"]:
+        mech = dpx.registry.get(name)
+        assert mech.data_dependent and mech.runner is not None and "PVLDB 2014" in mech.source
+
+
+def test_geometric_levels_have_unit_sensitivity():
+    A = dawa._tree_over_buckets(37, "geometric", 2)
+    np.testing.assert_allclose(A.column_norms(1), 1.0)
+    B = dawa._tree_over_buckets(37, "uniform", 2)
+    assert B.sensitivity(1) == 7  # levels 1..64
