@@ -9,9 +9,10 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from . import error, registry
+from . import error, mechanism, registry
 from .matrix import Matrix, MatrixTooLargeError, as_matrix
 from .noise import NoiseModel
+from .privacy import PrivateData
 
 __all__ = ["compare", "StrategyCache"]
 
@@ -72,8 +73,15 @@ class StrategyCache:
 
 
 def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
-            cache: StrategyCache | None = None) -> pd.DataFrame:
-    """Analytic RMSE of every (or the named) data-independent mechanism for ``W``.
+            cache: StrategyCache | None = None, x=None, trials: int = 20,
+            seed: int = 0) -> pd.DataFrame:
+    """RMSE of every (or the named) registered mechanism for ``W``, against the SVD bound.
+
+    Data-independent mechanisms get their analytic RMSE (HDMM Prop. 4).
+    Data-dependent ones (DAWA, MWEM, ...) have no analytic error: they are
+    listed with NaN and a note, or -- when benchmark data ``x`` is given --
+    with their empirical RMSE over ``trials`` seeded runs.  That is a
+    simulation on data treated as public (as in DPBench), not a release.
 
     Parameters
     ----------
@@ -82,56 +90,88 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
     noise : NoiseModel
         ``Laplace(epsilon)`` or ``Gaussian(epsilon, delta)``.
     mechanisms : iterable of str, optional
-        Registry names; default: every registered data-independent mechanism.
+        Registry names; default: every registered mechanism.
     cache : StrategyCache, optional
         Reuse strategies across calls (the app passes one per session).
+    x : array_like, shape (n,) or the workload's domain shape, optional
+        Benchmark data for the empirical RMSE of data-dependent mechanisms.
+    trials : int
+        Seeded runs per data-dependent mechanism when ``x`` is given.
+    seed : int
+        Base seed of those runs (``SeedSequence([seed, trial])``).
 
     Returns
     -------
     pandas.DataFrame
-        One row per mechanism, sorted by ``rmse`` (counts per query; NaN for
-        mechanisms that do not apply, listed last with the reason in
-        ``note``): ``mechanism``, ``label``, ``rmse``, ``ratio`` (rmse over
-        the SVD bound), ``seconds`` (time to build the strategy), ``rows``
-        (strategy queries), ``sensitivity`` (in the noise's norm),
-        ``description``, ``source``, ``note``.  ``df.attrs`` holds
-        ``svd_bound`` (RMSE lower bound, NaN if the workload is too large),
-        ``noise`` (label), ``m`` and ``n``.
+        One row per mechanism, sorted by ``rmse`` (counts per query; NaN rows
+        last, with the reason in ``note``): ``mechanism``, ``label``, ``rmse``,
+        ``kind`` ("analytic" or "empirical"), ``ratio`` (rmse over the SVD
+        bound), ``seconds`` (time to build the strategy, or per empirical
+        run), ``rows`` (strategy queries), ``sensitivity`` (in the noise's
+        norm), ``data_dependent``, ``description``, ``source``, ``note``.
+        ``df.attrs`` holds ``svd_bound`` (RMSE lower bound, NaN if the
+        workload is too large), ``noise`` (label), ``m``, ``n``, ``workload``.
 
     Raises
     ------
     KeyError
         If a named mechanism is not registered.
     ValueError
-        If a named mechanism is data-dependent (it has no analytic error).
+        If ``x`` does not match the workload or ``trials < 1``.
     """
     W = as_matrix(W)
     cache = StrategyCache() if cache is None else cache
-    if mechanisms is None:
-        mechanisms = registry.names(data_dependent=False)
-    mechanisms = list(mechanisms)
+    mechanisms = registry.names() if mechanisms is None else list(mechanisms)
     for name in mechanisms:
-        if registry.get(name).data_dependent:
-            raise ValueError(f"{name!r} is data-dependent and has no analytic error; use dpx.evaluate")
+        registry.get(name)  # KeyError for unknown names, before any work
+    if x is not None:
+        x = np.asarray(x, dtype=float)
+        if x.size != W.n:
+            raise ValueError(f"x has {x.size} cells but the workload is over {W.n}")
+        if trials < 1:
+            raise ValueError(f"trials must be at least 1, got {trials}")
     # SVD bound on the RMSE: sqrt(v · SVDB(W) / m) (HDMM Def. 11); SVDB is cached per workload
     bound = math.sqrt(noise.variance_per_unit * cache.svdb(W) / W.m)
     rows = []
     for name in mechanisms:
         mech = registry.get(name)
-        A, value, seconds, note = cache.entry(W, name, noise)
-        r = math.sqrt(noise.variance_per_unit * value / W.m) if A is not None else math.nan
-        rows.append({
-            "mechanism": name,
-            "label": mech.label,
-            "rmse": r,
-            "ratio": r / bound if bound and not math.isnan(bound) else math.nan,
-            "seconds": seconds,
-            "rows": A.m if A is not None else np.nan,
-            "sensitivity": A.sensitivity(noise.norm) if A is not None else np.nan,
-            "description": mech.description,
-            "source": mech.source,
-            "note": note,
-        })
-    df = pd.DataFrame(rows).sort_values("rmse", na_position="last", kind="stable").reset_index(drop=True)
+        row = {"mechanism": name, "label": mech.label, "data_dependent": mech.data_dependent,
+               "description": mech.description, "source": mech.source,
+               "rows": np.nan, "sensitivity": np.nan}
+        if mech.data_dependent:
+            r, seconds, note = _empirical(name, W, noise, x, trials, seed)
+            row.update(rmse=r, kind="empirical" if x is not None else "", seconds=seconds, note=note)
+        else:
+            A, value, seconds, note = cache.entry(W, name, noise)
+            r = math.sqrt(noise.variance_per_unit * value / W.m) if A is not None else math.nan
+            row.update(rmse=r, kind="analytic", seconds=seconds, note=note)
+            if A is not None:
+                row.update(rows=A.m, sensitivity=A.sensitivity(noise.norm))
+        row["ratio"] = r / bound if bound and not math.isnan(bound) else math.nan
+        rows.append(row)
+    cols = ["mechanism", "label", "rmse", "kind", "ratio", "seconds", "rows", "sensitivity",
+            "data_dependent", "description", "source", "note"]
+    df = pd.DataFrame(rows, columns=cols)
+    df = df.sort_values("rmse", na_position="last", kind="stable").reset_index(drop=True)
     df.attrs.update(svd_bound=bound, noise=noise.label, m=W.m, n=W.n, workload=W.name)
     return df
+
+
+def _empirical(name, W, noise, x, trials, seed):
+    """Empirical RMSE of a data-dependent mechanism over seeded runs on benchmark data."""
+    if x is None:
+        return (math.nan, math.nan,
+                "data-dependent: its error depends on the data; pass x= (or use dpx.evaluate)")
+    truth = W.matvec(x.ravel())
+    sq, t0 = [], time.perf_counter()
+    try:
+        for t in range(trials):
+            rng = np.random.default_rng(np.random.SeedSequence([seed, t]))
+            est = mechanism.run(name, PrivateData(x), W, noise, rng)
+            sq.append(np.mean((W.matvec(est.x_hat) - truth) ** 2))
+    except registry.NotApplicableError as exc:
+        return math.nan, math.nan, str(exc)
+    sq = np.asarray(sq)
+    se = sq.std(ddof=1) / math.sqrt(trials) if trials > 1 else math.nan
+    return (math.sqrt(sq.mean()), (time.perf_counter() - t0) / trials,
+            f"empirical over {trials} seeded runs (MSE standard error {se:.3g})")

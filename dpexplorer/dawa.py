@@ -101,7 +101,7 @@ def noise_scales(lengths: np.ndarray, epsilon1: float, refined: bool = True) -> 
 def private_partition(data: PrivateData, epsilon1: float, epsilon2: float,
                       rng: np.random.Generator, candidates: str = "pow2",
                       order: np.ndarray | None = None, seed: int | None = None,
-                      refined: bool = True) -> Partition:
+                      refined: bool = True, penalty: float = 0.0) -> Partition:
     """DAWA stage 1: the least noisy-cost partition (Alg. 1), ε₁-DP (Thm 2).
 
     Parameters
@@ -118,12 +118,30 @@ def private_partition(data: PrivateData, epsilon1: float, epsilon2: float,
     order : ndarray of int, optional
         Permutation putting the cells in the order buckets are contiguous in
         (a Hilbert curve for 2D data); identity if omitted.
+    refined : bool
+        Per-bucket noise scale of the Remark after Thm 2 (default), see
+        :func:`noise_scales`.
+    penalty : float
+        Extra cost per bucket, in units of that bucket's noise scale (default
+        0: Alg. 1 as published).  Not in the paper: with the published costs
+        the least noisy-cost partition collects buckets whose noise is very
+        negative, so at ε₂/ε₁ = 3 it has about n/2 buckets whatever the data.
+        A data-independent offset leaves every bucket cost's sensitivity
+        unchanged, so Thm 2 still gives ε₁-DP; ``penalty ≈ 3`` brings the
+        partition back towards the least-cost one (see the issue notes).
 
     Returns
     -------
     Partition
         Buckets of the ordered domain (public).
+
+    Raises
+    ------
+    ValueError
+        If ``penalty`` is negative or not finite.
     """
+    if not (np.isfinite(penalty) and penalty >= 0):
+        raise ValueError(f"penalty must be a non-negative number, got {penalty}")
     n = data.n
     lo, hi = candidate_intervals(n, candidates)
     scale = noise_scales(hi - lo + 1, epsilon1, refined)
@@ -132,8 +150,10 @@ def private_partition(data: PrivateData, epsilon1: float, epsilon2: float,
         xs = x if order is None else x[order]
         return candidate_costs(xs, epsilon2, candidates)[2]
 
+    offset = penalty * scale  # public, data-independent
+
     return data.noisy_optimum(
-        costs, scale, lambda noisy: least_cost_partition(n, lo, hi, noisy), epsilon1, rng,
+        costs, scale, lambda noisy: least_cost_partition(n, lo, hi, noisy + offset), epsilon1, rng,
         label=f"dawa stage 1: private partition ({candidates} candidates)", seed=seed,
         sensitivity=BUCKET_COST_SENSITIVITY)
 
@@ -271,7 +291,7 @@ def _stage2_strategy(W: Matrix, partition: Partition, order, scaling: str, b: in
 
 def dawa(data: PrivateData, W, epsilon: float, rng: np.random.Generator, ratio: float = 0.25,
          candidates: str = "pow2", scaling: str = "greedy", b: int = 2,
-         seed: int | None = None) -> DAWAResult:
+         seed: int | None = None, refined: bool = True, penalty: float = 0.0) -> DAWAResult:
     """Run DAWA on private data for workload ``W``.
 
     Parameters
@@ -292,6 +312,8 @@ def dawa(data: PrivateData, W, epsilon: float, rng: np.random.Generator, ratio: 
         Stage-2 strategy (Alg. 2, or a Sec. 5.3.3 alternative).
     b : int
         Branching factor of the stage-2 tree.
+    refined, penalty
+        Stage-1 noise options, see :func:`private_partition`.
 
     Returns
     -------
@@ -320,7 +342,7 @@ def dawa(data: PrivateData, W, epsilon: float, rng: np.random.Generator, ratio: 
         raise ValueError(f"DAWA handles 1D and 2D data; got a domain of shape {shape}")
     eps1, eps2 = ratio * eps, (1.0 - ratio) * eps
 
-    partition = private_partition(data, eps1, eps2, rng, candidates, order, seed)
+    partition = private_partition(data, eps1, eps2, rng, candidates, order, seed, refined, penalty)
     A = _stage2_strategy(W, partition, order, scaling, b)
     bucket_of = partition.bucket_of
     if order is not None:
@@ -367,5 +389,5 @@ for _name, _label, _scaling, _desc in [
         registry.register(registry.Mechanism(
             _name, _label, None, _desc,
             "Li, Hay, Miklau, Wang, PVLDB 2014, Alg. 1-2" + ("" if _name == "dawa" else ", Sec. 5.3.3"),
-            params={"ratio": 0.25, "candidates": "pow2", "b": 2},
+            params={"ratio": 0.25, "candidates": "pow2", "b": 2, "refined": True, "penalty": 0.0},
             data_dependent=True, runner=_runner(_scaling)))

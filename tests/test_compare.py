@@ -14,11 +14,14 @@ def test_compare_table():
     noise = dpx.Laplace(1.0)
     df = dpx.compare(W, noise)
     assert {"mechanism", "rmse", "ratio", "seconds", "description", "source"} <= set(df.columns)
-    assert set(df["mechanism"]) == set(registry.names(data_dependent=False))
-    assert df["rmse"].is_monotonic_increasing
+    assert set(df["mechanism"]) == set(registry.names())
+    analytic = df[~df["data_dependent"]]
+    assert set(analytic["mechanism"]) == set(registry.names(data_dependent=False))
+    assert analytic["rmse"].is_monotonic_increasing
+    assert df[df["data_dependent"]]["rmse"].isna().all()  # no data given
     bound = df.attrs["svd_bound"]
     assert bound == pytest.approx(3.22, abs=0.005)
-    for _, row in df.iterrows():
+    for _, row in analytic.iterrows():
         A = registry.get(row["mechanism"]).strategy(W, noise)
         assert row["rmse"] == pytest.approx(dpx.rmse(W, A, noise), rel=1e-10)
         assert row["ratio"] == pytest.approx(row["rmse"] / bound)
@@ -39,11 +42,30 @@ def test_compare_subset_and_errors():
 
 def test_not_applicable_listed_last():
     W = workloads.kron([workloads.prefix(8), workloads.prefix(8)])
-    df = dpx.compare(W, dpx.Laplace(1.0))
+    df = dpx.compare(W, dpx.Laplace(1.0), mechanisms=["identity", "greedy_h", "h2"])
     last = df.iloc[-1]
     assert last["mechanism"] == "greedy_h"
     assert math.isnan(last["rmse"])
     assert "1D" in last["note"]
+
+
+def test_empirical_rows_for_data_dependent_mechanisms():
+    W = workloads.random_ranges(128, 300, seed=0)
+    x = np.repeat([0.0, 40.0, 5.0, 100.0], 32)
+    df = dpx.compare(W, dpx.Laplace(1.0), mechanisms=["identity", "dawa", "uniform"], x=x, trials=10)
+    rows = df.set_index("mechanism")
+    assert rows.loc["identity", "kind"] == "analytic"
+    assert rows.loc["dawa", "kind"] == "empirical" and rows.loc["dawa", "rmse"] > 0
+    assert "10 seeded runs" in rows.loc["dawa", "note"]
+    # reproducible from the seed
+    again = dpx.compare(W, dpx.Laplace(1.0), mechanisms=["dawa"], x=x, trials=10)
+    assert again["rmse"].iloc[0] == rows.loc["dawa", "rmse"]
+    # the Uniform baseline ignores the four blocks: far worse than DAWA
+    assert rows.loc["dawa", "rmse"] < rows.loc["uniform", "rmse"]
+    g = dpx.compare(W, dpx.Gaussian(1.0, 1e-6), mechanisms=["dawa"], x=x, trials=2)
+    assert "Laplace" in g["note"].iloc[0] and math.isnan(g["rmse"].iloc[0])
+    with pytest.raises(ValueError, match="cells"):
+        dpx.compare(W, dpx.Laplace(1.0), x=np.ones(5))
 
 
 def test_cache_rescales_without_rebuilding():

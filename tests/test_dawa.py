@@ -235,3 +235,17 @@ def test_geometric_levels_have_unit_sensitivity():
     np.testing.assert_allclose(A.column_norms(1), 1.0)
     B = dawa._tree_over_buckets(37, "uniform", 2)
     assert B.sensitivity(1) == 7  # levels 1..64
+
+
+def test_penalty_is_a_public_offset():
+    # the penalty shifts every candidate's cost by a data-independent amount: same ε, fewer buckets
+    x = np.repeat([5.0, 50.0, 0.0, 20.0], [40, 24, 30, 34])
+    ks = {}
+    for pen in (0.0, 3.0):
+        data = PrivateData(x)
+        p = dawa.private_partition(data, 0.25, 0.75, np.random.default_rng(0), penalty=pen)
+        assert data.ledger.epsilon == pytest.approx(0.25)
+        ks[pen] = p.k
+    assert ks[3.0] < ks[0.0]
+    with pytest.raises(ValueError, match="penalty"):
+        dawa.private_partition(PrivateData(x), 0.25, 0.75, np.random.default_rng(0), penalty=-1)
