@@ -23,7 +23,7 @@ import scipy.sparse.linalg
 
 from . import error, registry
 from .error import GramInverse
-from .matrix import Dense, Identity, Kronecker, Matrix, as_matrix
+from .matrix import Dense, Identity, Kronecker, Matrix, Sparse, as_matrix
 from .noise import NoiseModel
 from .privacy import PrivacyLedger, PrivateData
 
@@ -45,8 +45,9 @@ class Reconstructor:
         ``kron``: ``(⊗A_i)⁺ = ⊗A_i⁺`` applied factor by factor (HDMM Thm 14);
         ``dense``: ``(AᵀA)⁺ Aᵀ y``; ``lsmr``: scipy.sparse.linalg.lsmr from 0,
         which converges to the minimum-norm least-squares solution.
-        ``auto`` picks kron for Kronecker strategies, dense up to
-        :data:`DENSE_RECONSTRUCT_LIMIT` cells, lsmr above.
+        ``auto`` picks kron for Kronecker strategies, lsmr for sparse ones
+        (tree strategies: a few ms even when badly conditioned) and above
+        :data:`DENSE_RECONSTRUCT_LIMIT` cells, dense otherwise.
     atol, btol : float
         lsmr stopping tolerances.
 
@@ -65,7 +66,7 @@ class Reconstructor:
                 method = "identity"
             elif isinstance(A, Kronecker):
                 method = "kron"
-            elif A.n <= DENSE_RECONSTRUCT_LIMIT:
+            elif A.n <= DENSE_RECONSTRUCT_LIMIT and not isinstance(A, Sparse):
                 method = "dense"
             else:
                 method = "lsmr"

@@ -1,0 +1,223 @@
+"""The explorer's shared state: privacy parameters, dataset, seed, workload, ledger.
+
+One :class:`Session` per browser session (or notebook).  Every page takes it
+and reacts to its parameters, so the sidebar's ε, δ, noise, dataset and seed
+drive all pages at once.  Only public things live here except the data
+vectors of the datasets, which pages hand to the privacy kernel
+(:class:`dpexplorer.privacy.PrivateData`) and never display raw in a release.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import panel as pn
+import param
+
+import dpexplorer as dpx
+from dpexplorer.datasets import Dataset
+
+__all__ = ["Session", "notify"]
+
+log = logging.getLogger(__name__)
+
+
+def notify(message: str, level: str = "error") -> None:
+    """Show ``message`` in the page's notification area when there is one.
+
+    Never raises: outside a server session (tests, scripts) it only logs.
+    """
+    try:
+        area = pn.state.notifications
+        if area is not None:
+            getattr(area, level)(message, duration=8000)
+            return
+    except Exception:  # noqa: BLE001 - no session or no notification area
+        pass
+    log.info("%s: %s", level, message)
+
+
+class Session(param.Parameterized):
+    """Shared inputs of all pages (the sidebar) and the session's ledger.
+
+    Parameters
+    ----------
+    epsilon : float
+        ε per release (> 0).
+    delta : float
+        δ per release, Gaussian noise only (0 < δ < 1).
+    noise : {"Laplace", "Gaussian"}
+    dataset : str
+        Name of the dataset pages run on (bundled, DPBench or uploaded).
+    seed : int
+        Seed of the next release's noise Generator.
+    dpbench_dir : str
+        Folder of DPBench ``.npy`` histograms (``DPEXPLORER_DPBENCH`` by default).
+    """
+
+    epsilon = param.Number(default=1.0, bounds=(0, None), inclusive_bounds=(False, True),
+                           softbounds=(0.01, 5.0), doc="Privacy parameter ε > 0 (per release).")
+    delta = param.Number(default=1e-6, bounds=(0, 1), inclusive_bounds=(False, False),
+                         doc="Privacy parameter δ in (0, 1), Gaussian noise only.")
+    noise = param.Selector(default="Laplace", objects=["Laplace", "Gaussian"],
+                           doc="Laplace (ε-DP) or analytic Gaussian ((ε, δ)-DP).")
+    dataset = param.Selector(default=dpx.datasets.DEFAULT_1D, objects=[dpx.datasets.DEFAULT_1D],
+                             doc="Dataset the data pages and releases run on.")
+    seed = param.Integer(default=0, bounds=(0, None), doc="Seed of the next release.")
+    dpbench_dir = param.String(default="", doc="Folder of DPBench histograms (optional).")
+
+    error = param.String(default="", doc="Last error shown to the user (for tests).")
+
+    def __init__(self, **params):
+        self._datasets: dict[str, Dataset] = {}
+        self._loaders: dict[str, object] = {}
+        self.cache = dpx.StrategyCache()
+        self.ledger = dpx.PrivacyLedger()
+        self.releases: list = []
+        if "dpbench_dir" not in params:
+            params["dpbench_dir"] = os.environ.get("DPEXPLORER_DPBENCH", "")
+        super().__init__(**params)
+        self._refresh_datasets()
+
+    # ---------------------------------------------------------------- noise
+    def noise_model(self) -> dpx.noise.NoiseModel:
+        """``Laplace(ε)`` or ``Gaussian(ε, δ)`` for the sidebar's values.
+
+        Raises
+        ------
+        ValueError
+            If ε or δ is out of range.
+        """
+        if self.noise == "Gaussian":
+            return dpx.Gaussian(self.epsilon, self.delta)
+        return dpx.Laplace(self.epsilon)
+
+    # -------------------------------------------------------------- datasets
+    @param.depends("dpbench_dir", watch=True)
+    def _refresh_datasets(self) -> None:
+        loaders: dict[str, object] = dict(dpx.datasets.bundled())
+        folder = self.dpbench_dir.strip()
+        if folder:
+            try:
+                listing = dpx.datasets.list_dpbench(folder)
+                for _, row in listing.iterrows():
+                    loaders[f"DPBench: {row['paper_name']}"] = _dpbench_loader(row["path"], row["paper_name"])
+            except (FileNotFoundError, ValueError) as exc:
+                self.report(f"DPBench folder not usable: {exc}")
+        for name in self._datasets:
+            loaders.setdefault(name, None)
+        self._loaders = loaders
+        self.param.dataset.objects = list(loaders)
+        if self.dataset not in loaders:
+            self.dataset = dpx.datasets.DEFAULT_1D
+
+    def add_dataset(self, dataset: Dataset, select: bool = True) -> None:
+        """Add an uploaded dataset (CSV column or .npy) to the selector."""
+        self._datasets[dataset.name] = dataset
+        self._loaders[dataset.name] = None
+        self.param.dataset.objects = list(self._loaders)
+        if select:
+            self.dataset = dataset.name
+
+    def data(self) -> Dataset:
+        """The selected dataset (loaded once, then cached).
+
+        Raises
+        ------
+        ValueError
+            If it cannot be loaded.
+        """
+        name = self.dataset
+        if name not in self._datasets:
+            loader = self._loaders.get(name)
+            if loader is None:
+                raise ValueError(f"dataset {name!r} is not available")
+            self._datasets[name] = loader()
+        return self._datasets[name]
+
+    # ---------------------------------------------------------------- errors
+    def report(self, message: str) -> None:
+        """Record and show an error message; the app stays usable."""
+        self.error = message
+        notify(message, "error")
+
+    # ------------------------------------------------------------------- UI
+    def controls(self) -> pn.Column:
+        """Sidebar widgets bound to the session (invalid values are refused with a message)."""
+        eps = pn.widgets.FloatInput(name="ε (> 0)", value=self.epsilon, step=0.1, start=None)
+        delta = pn.widgets.FloatInput(name="δ (0 < δ < 1)", value=self.delta, step=1e-6,
+                                      visible=self.noise == "Gaussian")
+        noise = pn.widgets.RadioButtonGroup(name="Noise", options=["Laplace", "Gaussian"],
+                                            value=self.noise)
+        dataset = pn.widgets.Select(name="Dataset", options=self.param.dataset.objects,
+                                    value=self.dataset)
+        seed = pn.widgets.IntInput(name="Seed", value=self.seed, start=0)
+        folder = pn.widgets.TextInput(name="DPBench folder", value=self.dpbench_dir,
+                                      placeholder="../shared/data/dpbench")
+
+        def setter(name, widget):
+            def apply(event):
+                try:
+                    setattr(self, name, event.new)
+                    self.error = ""
+                except ValueError as exc:
+                    self.report(_param_message(exc))
+                    widget.value = getattr(self, name)  # show the value still in use
+            widget.param.watch(apply, "value")
+
+        for name, widget in [("epsilon", eps), ("delta", delta), ("noise", noise),
+                             ("dataset", dataset), ("seed", seed), ("dpbench_dir", folder)]:
+            setter(name, widget)
+
+        def sync(*events):
+            for e in events:
+                if e.name == "noise":
+                    noise.value = e.new
+                    delta.visible = e.new == "Gaussian"
+                elif e.name == "epsilon":
+                    eps.value = e.new
+                elif e.name == "delta":
+                    delta.value = e.new
+                elif e.name == "seed":
+                    seed.value = e.new
+                elif e.name == "dataset":
+                    dataset.value = e.new
+        self.param.watch(sync, ["noise", "epsilon", "delta", "seed", "dataset"])
+        self.param.watch(lambda e: setattr(dataset, "options", list(e.new)), "dataset", what="objects")
+        ledger = pn.pane.Markdown(self._ledger_text(), sizing_mode="stretch_width")
+        self.param.watch(lambda e: setattr(ledger, "object", self._ledger_text()), "seed")
+        self._ledger_pane = ledger
+        return pn.Column(
+            pn.pane.Markdown("### Privacy"), noise, eps, delta,
+            pn.pane.Markdown("### Data"), dataset, seed,
+            pn.Card(folder, title="Settings", collapsed=True, sizing_mode="stretch_width"),
+            ledger, sizing_mode="stretch_width")
+
+    def _ledger_text(self) -> str:
+        return (f"**Spent this session:** ε = {self.ledger.epsilon:.4g}, δ = {self.ledger.delta:.3g} "
+                f"over {len(self.ledger)} measurements")
+
+    def ledger_changed(self) -> None:
+        """Refresh the sidebar's ledger summary (pages call this after a release)."""
+        pane = getattr(self, "_ledger_pane", None)
+        if pane is not None:
+            pane.object = self._ledger_text()
+
+
+def _dpbench_loader(path, name):
+    def load():
+        x = dpx.datasets.check_counts(np.load(Path(path), allow_pickle=False), name=name)
+        edges = tuple(np.arange(s + 1, dtype=float) for s in x.shape)
+        attrs = ("bin",) if x.ndim == 1 else ("row", "col")
+        return Dataset(name=f"DPBench: {name}", x=x, edges=edges, attributes=attrs,
+                       description=f"DPBench histogram {name} (Hay et al. SIGMOD 2016), shape {x.shape}",
+                       n_records=int(x.sum()))
+    return load
+
+
+def _param_message(exc: BaseException) -> str:
+    msg = str(exc)
+    return msg.replace("Session.", "")
