@@ -68,6 +68,8 @@ class Session(param.Parameterized):
                              doc="Dataset the data pages and releases run on.")
     seed = param.Integer(default=0, bounds=(0, None), doc="Seed of the next release.")
     dpbench_dir = param.String(default="", doc="Folder of DPBench histograms (optional).")
+    workload = param.ClassSelector(class_=dpx.matrix.Matrix, default=None, allow_None=True, doc="""
+        The current workload W (built on the Workload page; All Range over 256 cells at start).""")
 
     error = param.String(default="", doc="Last error shown to the user (for tests).")
 
@@ -80,6 +82,8 @@ class Session(param.Parameterized):
         if "dpbench_dir" not in params:
             params["dpbench_dir"] = os.environ.get("DPEXPLORER_DPBENCH", "")
         super().__init__(**params)
+        if self.workload is None:
+            self.workload = dpx.workloads.all_range(256)
         self._refresh_datasets()
 
     # ---------------------------------------------------------------- noise

@@ -1,0 +1,77 @@
+"""The explorer app: one sidebar of shared controls, one tab per page.
+
+``ExplorerApp(session).template()`` is what ``apps/explorer.py`` serves; in a
+notebook, display ``ExplorerApp()`` (or any single page) after
+``pn.extension()``.  The main selections (ε, δ, noise, dataset, seed, page)
+are synced to the URL so a view can be shared and reloaded.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import panel as pn
+import param
+
+from .session import Session
+
+__all__ = ["ExplorerApp", "PAGES"]
+
+log = logging.getLogger(__name__)
+
+#: (tab title, module, class) of every page, in order.
+PAGES = [
+    ("Workload", "dpexplorer.ui.builder", "WorkloadBuilder"),
+    ("Compare", "dpexplorer.ui.compare_view", "ComparePage"),
+    ("Strategy", "dpexplorer.ui.strategy_view", "StrategyView"),
+    ("Data & DAWA", "dpexplorer.ui.data_view", "DataView"),
+    ("Release", "dpexplorer.ui.release_view", "ReleaseView"),
+    ("Learn", "dpexplorer.ui.learn", "LearnView"),
+]
+
+URL_PARAMS = {"epsilon": "eps", "delta": "delta", "noise": "noise", "dataset": "data", "seed": "seed"}
+
+
+class ExplorerApp(param.Parameterized):
+    """All pages around one :class:`Session`."""
+
+    page = param.Integer(default=0, bounds=(0, len(PAGES) - 1), doc="Index of the open page.")
+
+    def __init__(self, session: Session | None = None, **params):
+        super().__init__(**params)
+        self.session = session or Session()
+        self.pages = {}
+        for title, module, cls in PAGES:
+            self.pages[title] = _build(title, module, cls, self.session)
+        self.tabs = pn.Tabs(*[(t, p) for t, p in self.pages.items()], dynamic=True,
+                            sizing_mode="stretch_width")
+        self.tabs.link(self, active="page", bidirectional=True)
+
+    def sync_url(self) -> None:
+        """Keep ε, δ, noise, dataset, seed and the open page in the URL's query string."""
+        if pn.state.location is None:
+            return
+        pn.state.location.sync(self.session, URL_PARAMS)
+        pn.state.location.sync(self, {"page": "page"})
+
+    def template(self) -> pn.template.BootstrapTemplate:
+        """The served page (Bootstrap template: no web fonts, all resources local)."""
+        self.sync_url()
+        return pn.template.BootstrapTemplate(
+            title="dpexplorer — linear queries under differential privacy",
+            sidebar=[self.session.controls()], main=[self.tabs], sidebar_width=300)
+
+    def __panel__(self):
+        return pn.Row(pn.Column(self.session.controls(), width=300), self.tabs,
+                      sizing_mode="stretch_width")
+
+
+def _build(title, module, cls, session):
+    """Instantiate a page; a page that fails to build shows its error instead of breaking the app."""
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(module), cls)(session)
+    except Exception as exc:  # noqa: BLE001 - keep the other pages usable
+        log.exception("page %s failed to build", title)
+        return pn.pane.Alert(f"The {title} page could not be built: {exc}", alert_type="danger")
