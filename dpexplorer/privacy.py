@@ -195,7 +195,7 @@ class PrivateData:
 
         Returns ``f(x) + Laplace(sensitivity/ε)`` per entry (Dwork et al.
         2006), recording ε.  Used by data-dependent mechanisms for their
-        non-linear statistics (e.g. DAWA's noisy bucket costs).
+        non-linear statistics (e.g. EFPA's retained Fourier coefficients).
 
         Raises
         ------
@@ -238,11 +238,8 @@ class PrivateData:
         u = np.asarray(scores_fn(self._x.copy()), dtype=float).ravel()
         if u.size == 0 or not np.all(np.isfinite(u)):
             raise ValueError("the exponential mechanism needs a non-empty vector of finite utilities")
-        self.ledger.record(Spend(
-            label=label + " (exponential mechanism)", epsilon=noise.epsilon, delta=0.0,
-            noise=f"exponential mechanism over {u.size} candidates", queries=1,
-            sensitivity=float(sensitivity), seed=seed,
-            time=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")))
+        self.ledger.record(self._spend(label + " (exponential mechanism)", noise, 1, sensitivity,
+                                       seed, f"exponential mechanism over {u.size} candidates"))
         logits = noise.epsilon * u / (2.0 * sensitivity)
         p = np.exp(logits - logits.max())
         return int(rng.choice(u.size, p=p / p.sum()))
@@ -283,20 +280,19 @@ class PrivateData:
             raise ValueError("noise scales must be positive")
         noise = Laplace(epsilon)
         costs = np.asarray(costs_fn(self._x.copy()), dtype=float)
-        self.ledger.record(Spend(
-            label=label, epsilon=noise.epsilon, delta=0.0,
-            noise=f"Laplace(scale ≤ {scale.max():g}) on {costs.size} costs, argmin released",
-            queries=1, sensitivity=float(sensitivity), seed=seed,
-            time=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")))
+        self.ledger.record(self._spend(
+            label, noise, 1, sensitivity, seed,
+            f"Laplace(scale ≤ {scale.max():g}) on {costs.size} costs, argmin released"))
         return select_fn(costs + rng.laplace(0.0, scale, size=costs.shape))
 
     @staticmethod
-    def _spend(label, noise: NoiseModel, queries: int, sensitivity: float, seed) -> Spend:
+    def _spend(label, noise: NoiseModel, queries: int, sensitivity: float, seed,
+               description: str | None = None) -> Spend:
         return Spend(
             label=label,
             epsilon=noise.epsilon,
             delta=noise.delta,
-            noise=noise.label,
+            noise=description or noise.label,
             queries=int(queries),
             sensitivity=float(sensitivity),
             seed=seed,
