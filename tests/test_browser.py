@@ -94,7 +94,7 @@ def _shot(pg, name):
 
 
 def _tab(pg, title):
-    pg.get_by_role("tab", name=title).click()
+    pg.locator(".bk-tab", has_text=title).first.click()
     pg.wait_for_timeout(1500)
 
 
@@ -105,3 +105,44 @@ def test_every_page_loads_without_console_errors(page):
         _shot(page, f"page-{title.replace(' & ', '-').lower()}")
     assert not [p for p in page.problems if "favicon" not in p], page.problems
     print(f"page load: {page.load_seconds:.2f} s")
+
+
+def _rmse_cells(pg):
+    cells = pg.locator(".tabulator-cell[tabulator-field='rmse']")
+    return [cells.nth(i).inner_text() for i in range(cells.count())]
+
+
+def _set_epsilon(pg, value: str) -> float:
+    """Type ε in the sidebar and return the seconds until the Compare table shows new values."""
+    before = _rmse_cells(pg)
+    box = pg.locator("input").first  # the sidebar's ε input comes first
+    t0 = time.perf_counter()
+    box.fill(value)
+    box.press("Enter")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        now = _rmse_cells(pg)
+        if now and now != before:
+            return time.perf_counter() - t0
+        pg.wait_for_timeout(20)
+    raise AssertionError("the Compare table did not change after an ε change")
+
+
+def test_epsilon_change_updates_compare_table(page):
+    _tab(page, "Compare")
+    page.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=60_000)
+    first = float(_rmse_cells(page)[0].replace(",", ""))
+    seconds = _set_epsilon(page, "0.5")
+    page.wait_for_timeout(500)
+    halved = float(_rmse_cells(page)[0].replace(",", ""))
+    assert halved == pytest.approx(2 * first, rel=1e-3)  # RMSE ∝ 1/ε
+    _shot(page, "compare-eps-0.5")
+    print(f"ε change → table: {seconds:.2f} s")
+    # an invalid ε is refused with a notification and the table stays
+    box = page.locator("input").first
+    box.fill("-1")
+    box.press("Enter")
+    page.wait_for_timeout(1500)
+    assert float(_rmse_cells(page)[0].replace(",", "")) == pytest.approx(halved, rel=1e-6)
+    assert page.locator("text=must be greater than 0").count() >= 1
+    assert not [p for p in page.problems if "favicon" not in p], page.problems

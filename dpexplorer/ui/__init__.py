@@ -3,13 +3,15 @@
 The engine (``dpexplorer/*.py``) never imports this package; it is the only
 place that depends on panel, holoviews and bokeh widgets.
 
-Components
-----------
-CompareView
-    Side-by-side analytic comparison of the registered mechanisms for one
-    workload and one noise model (RMSE bar chart, SVD bound, table).
+Pages (each built from one shared :class:`Session`)
+-----------------------------------------------------
+WorkloadBuilder, ComparePage, StrategyView, DataView, ReleaseView, LearnView,
+assembled by :class:`ExplorerApp` (``apps/explorer.py`` serves it).
+CompareView is the standalone comparison component of the first release.
 """
 
-from .compare_view import WORKLOADS, CompareView
+from .app import ExplorerApp
+from .compare_view import WORKLOADS, ComparePage, CompareView
+from .session import Session
 
-__all__ = ["CompareView", "WORKLOADS"]
+__all__ = ["ExplorerApp", "Session", "ComparePage", "CompareView", "WORKLOADS"]

@@ -32,8 +32,8 @@ PAGES = [
 URL_PARAMS = {"epsilon": "eps", "delta": "delta", "noise": "noise", "dataset": "data", "seed": "seed"}
 
 
-class ExplorerApp(param.Parameterized):
-    """All pages around one :class:`Session`."""
+class ExplorerApp(pn.viewable.Viewer):
+    """All pages around one :class:`Session` (displays itself in a notebook)."""
 
     page = param.Integer(default=0, bounds=(0, len(PAGES) - 1), doc="Index of the open page.")
 
@@ -43,7 +43,9 @@ class ExplorerApp(param.Parameterized):
         self.pages = {}
         for title, module, cls in PAGES:
             self.pages[title] = _build(title, module, cls, self.session)
-        self.tabs = pn.Tabs(*[(t, p) for t, p in self.pages.items()], dynamic=True,
+        # dynamic=False: with Panel 1.9 a pane updated inside a hidden *dynamic* tab makes
+        # the browser fetch its stylesheet from cdn.holoviz.org, which breaks offline use
+        self.tabs = pn.Tabs(*[(t, p) for t, p in self.pages.items()], dynamic=False,
                             sizing_mode="stretch_width")
         self.tabs.link(self, active="page", bidirectional=True)
 
@@ -53,6 +55,10 @@ class ExplorerApp(param.Parameterized):
             return
         pn.state.location.sync(self.session, URL_PARAMS)
         pn.state.location.sync(self, {"page": "page"})
+        for page in self.pages.values():  # pages with their own shareable selections
+            params = getattr(page, "URL_PARAMS", None)
+            if isinstance(page, param.Parameterized) and params:
+                pn.state.location.sync(page, params)
 
     def template(self) -> pn.template.BootstrapTemplate:
         """The served page (Bootstrap template: no web fonts, all resources local)."""

@@ -1,5 +1,24 @@
-"""CompareView: the analytic RMSE of every data-independent mechanism for one workload.
+"""The Compare page (:class:`ComparePage`) and the standalone :class:`CompareView`.
 
+:class:`ComparePage` is the explorer's "Compare" tab.  It takes the shared
+:class:`~dpexplorer.ui.session.Session` and reacts to its workload, ε, δ and
+noise.  It shows the analytic RMSE of every registered data-independent
+mechanism (bars, log y, SVD bound as a line, and a table that also lists the
+data-dependent mechanisms with their note), the per-query RMSE of one chosen
+mechanism against the query index (and the range length for range
+workloads), and a privacy–accuracy curve (RMSE over ε in 0.01..10).
+
+Strategies are built once per (workload, mechanism, noise norm) in a
+background thread (progress bar over mechanisms, ``loading`` on the results)
+and kept in ``session.cache``; the page then only stores unit-noise figures,
+so a change of ε or δ rescales everything analytically (``TSE = v·unit TSE``,
+per-query RMSE ∝ ``sqrt(v)``) without touching the cache.  Outputs are
+parameters: ``table`` (same numbers as :func:`dpexplorer.compare`),
+``curve``, ``per_query``, ``busy``, ``error``; :meth:`ComparePage.wait`
+blocks until background work is done (tests, scripts).
+
+CompareView (the first, self-contained page)
+--------------------------------------------
 The component is a :class:`param.Parameterized`; its inputs are parameters
 (``workload``, ``n``, ``width``, ``epsilon``, ``delta``, ``noise``) and its
 outputs are the parameters ``table`` (the :func:`dpexplorer.compare`
@@ -26,22 +45,32 @@ per workload and noise norm: L1 for Laplace, L2 for Gaussian).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import holoviews as hv
 import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh backend for .opts)
+import numpy as np
 import pandas as pd
 import panel as pn
 import param
 from bokeh.models.widgets.tables import NumberFormatter
+from panel.io.state import set_curdoc
 
 import dpexplorer as dpx
 
-__all__ = ["CompareView", "CompareInputs", "WORKLOADS", "RANDOM_RANGES"]
+from .session import Session
+
+__all__ = ["ComparePage", "CompareView", "CompareInputs", "WORKLOADS", "RANDOM_RANGES",
+           "Jobs", "build_lock", "check_workload", "rmse_chart"]
 
 log = logging.getLogger(__name__)
 
@@ -263,27 +292,8 @@ class CompareView(CompareInputs):
     def chart(self, df: pd.DataFrame | None = None) -> hv.Overlay:
         """hv.Bars of RMSE per mechanism (log y) with the SVD bound as an hv.HLine."""
         df = self.current_table() if df is None else df
-        ok = df.dropna(subset=["rmse"])
-        bound = float(df.attrs.get("svd_bound", math.nan))
-        title = f"RMSE per query, {df.attrs.get('noise', '')}, {self.describe_workload(df)}"
-        bars = hv.Bars(
-            ok, kdims=[hv.Dimension("label", label="Mechanism")],
-            vdims=[hv.Dimension("rmse", label="RMSE (counts)"), "ratio"],
-        ).opts(logy=True, tools=["hover"], color="#30a2da", responsive=True, height=360,
-               title=title, xrotation=0, default_tools=["save", "reset"])
-        values = list(ok["rmse"])
-        if math.isfinite(bound) and bound > 0:
-            values.append(bound)
-        if values:
-            bars = bars.opts(ylim=(min(values) / 1.5, max(values) * 1.5))
-        if not (math.isfinite(bound) and bound > 0):
-            return hv.Overlay([bars])
-        line = hv.HLine(bound, label=f"SVD bound {bound:.4g}").opts(
-            color="#d62728", line_dash="dashed", line_width=2)
-        text = hv.Text(ok["label"].iloc[-1] if len(ok) else "", bound * 1.15,
-                       f"SVD bound {bound:.4g}").opts(text_color="#d62728",
-                                                       text_font_size="10pt")
-        return (bars * line * text).opts(title=title)
+        return rmse_chart(df, f"RMSE per query, {df.attrs.get('noise', '')}, "
+                              f"{self.describe_workload(df)}")
 
     @staticmethod
     def describe_workload(df: pd.DataFrame) -> str:
@@ -374,3 +384,835 @@ def _param_message(exc: BaseException) -> str:
     for cls in (CompareInputs, CompareView):
         msg = msg.replace(f"{cls.__name__}.", "")
     return msg
+
+
+def rmse_chart(df: pd.DataFrame, title: str = "") -> hv.Overlay:
+    """hv.Bars of the finite ``rmse`` per mechanism (log y), the SVD bound as an hv.HLine.
+
+    ``df`` is a :func:`dpexplorer.compare` table (``attrs['svd_bound']``).
+    """
+    ok = df.dropna(subset=["rmse"])
+    bound = float(df.attrs.get("svd_bound", math.nan))
+    bars = hv.Bars(
+        ok, kdims=[hv.Dimension("label", label="Mechanism")],
+        vdims=[hv.Dimension("rmse", label="RMSE (counts)"), "ratio"],
+    ).opts(logy=True, tools=["hover"], color="#30a2da", responsive=True, height=360,
+           title=title, xrotation=0, default_tools=["save", "reset"])
+    values = list(ok["rmse"])
+    if math.isfinite(bound) and bound > 0:
+        values.append(bound)
+    if values:
+        bars = bars.opts(ylim=(min(values) / 1.5, max(values) * 1.5))
+    if not (math.isfinite(bound) and bound > 0):
+        return hv.Overlay([bars])
+    line = hv.HLine(bound, label=f"SVD bound {bound:.4g}").opts(
+        color="#d62728", line_dash="dashed", line_width=2)
+    text = hv.Text(ok["label"].iloc[-1] if len(ok) else "", bound * 1.15,
+                   f"SVD bound {bound:.4g}").opts(text_color="#d62728", text_font_size="10pt")
+    return (bars * line * text).opts(title=title)
+
+
+# =====================================================================
+# Background work shared by the Compare and Strategy pages
+# =====================================================================
+#: Worker threads shared by all pages and sessions (strategy builds, per-query errors).
+EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dpexplorer-ui")
+
+_BUILD_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_BUILD_LOCKS_GUARD = threading.Lock()
+
+
+def build_lock(cache: dpx.StrategyCache) -> threading.RLock:
+    """The lock serialising strategy builds in ``cache`` (one build at a time per session).
+
+    Held only while :meth:`StrategyCache.entry` / ``svdb`` may build; reading
+    figures already stored by a page never takes it.
+    """
+    with _BUILD_LOCKS_GUARD:
+        lock = _BUILD_LOCKS.get(cache)
+        if lock is None:
+            lock = _BUILD_LOCKS[cache] = threading.RLock()
+        return lock
+
+
+class Jobs:
+    """Run functions on :data:`EXECUTOR` and post their results back to the page.
+
+    ``submit(fn, *args)`` calls ``fn(post, *args)`` on a worker thread; the
+    job hands UI updates to ``post(callback)``.  In a server session the
+    callback runs on the document's event loop (``add_next_tick_callback``,
+    with ``pn.state.curdoc`` set, so notifications work); without one
+    (tests, scripts, notebooks) it runs at once under the page's lock.
+    """
+
+    def __init__(self, lock: threading.RLock):
+        self.lock = lock
+        self._futures: set = set()
+        self._guard = threading.Lock()
+
+    def submit(self, fn: Callable, *args) -> None:
+        doc = pn.state.curdoc
+        post = self._poster(doc)
+
+        def run():
+            ctx = set_curdoc(doc) if doc is not None else contextlib.nullcontext()
+            with ctx:
+                fn(post, *args)
+
+        future = EXECUTOR.submit(run)
+        with self._guard:
+            self._futures.add(future)
+        future.add_done_callback(self._done)
+
+    def _done(self, future) -> None:
+        with self._guard:
+            self._futures.discard(future)
+        exc = future.exception()
+        if exc is not None:  # jobs catch their own errors; this is a bug
+            log.error("background job failed", exc_info=exc)
+
+    def _poster(self, doc):
+        lock = self.lock
+        if doc is not None and doc.session_context is not None:
+            def post(callback):
+                def run():
+                    with set_curdoc(doc), lock:
+                        callback()
+                try:
+                    doc.add_next_tick_callback(run)
+                except Exception:  # noqa: BLE001 - the session was closed meanwhile
+                    log.debug("could not post to a closed session", exc_info=True)
+            return post
+
+        def post_now(callback):
+            with lock:
+                callback()
+        return post_now
+
+    @property
+    def pending(self) -> int:
+        with self._guard:
+            return len(self._futures)
+
+    def wait(self, timeout: float = 300.0) -> bool:
+        """Block until no job is running or queued (jobs may start jobs); ``False`` on timeout."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._guard:
+                futures = list(self._futures)
+            if not futures:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            for f in futures:
+                try:
+                    f.result(timeout=max(remaining, 0.01))
+                except Exception:  # noqa: BLE001 - logged in _done
+                    pass
+
+
+def check_workload(W, max_cells: int = 4096) -> dpx.matrix.Matrix:
+    """``W`` if the pages can compare it, else ValueError with the reason.
+
+    A Kronecker-structured workload (a product, or a weighted union of
+    products) is checked factor by factor: every attribute at most
+    ``max_cells`` cells.  Any other workload must have ``n ≤ max_cells``
+    (strategies such as GreedyH and the exact error need dense ``n × n``
+    Gram matrices).
+    """
+    if W is None:
+        raise ValueError("no workload yet: build one on the Workload page")
+    if not isinstance(W, dpx.matrix.Matrix):
+        raise ValueError(f"the workload must be a dpexplorer Matrix, got {type(W).__name__}")
+    sizes = _kron_sizes(W)
+    if sizes is None:
+        if W.n > max_cells:
+            raise ValueError(
+                f"workload {W.name!r} over n = {W.n:,} cells is too large to compare here "
+                f"(at most {max_cells:,} cells, or a Kronecker product of attributes of at "
+                f"most {max_cells:,} cells each)")
+    elif max(sizes) > max_cells:
+        raise ValueError(
+            f"workload {W.name!r} has an attribute of {max(sizes):,} cells, too large to "
+            f"compare here (at most {max_cells:,} cells per attribute)")
+    return W
+
+
+def _kron_sizes(W) -> list[int] | None:
+    """Factor sizes of a (weighted union of) Kronecker product(s), else None."""
+    M = dpx.matrix
+    if isinstance(W, M.Weighted):
+        return _kron_sizes(W.base)
+    if isinstance(W, M.Kronecker):
+        return [f.n for f in W.factors]
+    if isinstance(W, M.VStack):
+        out = []
+        for b in W.blocks:
+            sizes = _kron_sizes(b)
+            if sizes is None:
+                return None
+            out.extend(sizes)
+        return out
+    return None
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, ValueError):
+        return str(exc).replace("Session.", "")
+    return f"{type(exc).__name__}: {exc}"
+
+
+# =====================================================================
+# ComparePage
+# =====================================================================
+#: Columns of the comparison table on the Compare page.
+PAGE_COLUMNS = TABLE_COLUMNS
+#: ε grid of the privacy–accuracy curve (the session's ε is added to it).
+EPS_GRID = np.logspace(-2, 1, 31)
+
+PAGE_HEADER = """\
+## Compare mechanisms
+
+The analytic **RMSE per query** (counts; lower is better) of every
+data-independent mechanism for the workload built on the *Workload* page,
+under the sidebar's noise, against the **SVD lower bound** (dashed line):
+no matrix mechanism can do better.  Data-dependent mechanisms have no
+analytic error (their error depends on the data): they are listed with a
+note.  Strategies are built once per workload and noise norm; changing ε or
+δ only rescales the errors.
+"""
+
+
+@dataclass
+class _Base:
+    """Unit-noise figures of one comparison: everything ε and δ rescale."""
+
+    W: dpx.matrix.Matrix
+    norm: int
+    frame: pd.DataFrame  # dpx.compare columns + unit_tse, registry order
+    svdb: float
+    failures: list = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        """Every analytic mechanism raised: nothing to show."""
+        finite = np.isfinite(self.frame["unit_tse"].to_numpy(dtype=float)) if len(self.frame) else []
+        return bool(self.failures) and not np.any(finite)
+
+
+@dataclass
+class _PerQuery:
+    """Per-query errors of one (workload, mechanism, norm) for unit noise variance.
+
+    Multiplying by ``sqrt(variance_per_unit)`` gives the per-query RMSE (and
+    the mean RMSE per range length) at any ε, δ of that norm.
+    """
+
+    unit_std: np.ndarray | None  # sqrt(per-query variance / variance_per_unit)
+    lengths: np.ndarray | None = None
+    note: str = ""
+    length_values: np.ndarray | None = None  # distinct range lengths
+    length_means: np.ndarray | None = None  # mean unit_std per distinct length
+
+    @property
+    def size(self) -> int:
+        return 0 if self.unit_std is None else self.unit_std.size
+
+
+class ComparePage(pn.viewable.Viewer):
+    """The Compare page: all mechanisms for ``session.workload`` under the session's noise.
+
+    Parameters
+    ----------
+    session : Session, optional
+        Shared state (a new one if omitted).
+    background : bool
+        Build strategies in a worker thread (default).  ``False`` runs
+        everything in the caller's thread (scripts).
+    """
+
+    mechanism = param.String(default="hb", doc="""
+        Registry name of the mechanism whose per-query error is plotted.""")
+    table = param.DataFrame(default=None, allow_None=True, constant=True, precedence=-1, doc="""
+        dpexplorer.compare() numbers for the current noise (attrs: svd_bound, noise, m, n,
+        workload); the last good table stays on errors.""")
+    curve = param.DataFrame(default=None, allow_None=True, constant=True, precedence=-1, doc="""
+        Privacy-accuracy curve: mechanism, label, epsilon, rmse (the SVD bound as
+        mechanism 'svd_bound'), for EPS_GRID plus the session's ε.""")
+    per_query = param.DataFrame(default=None, allow_None=True, constant=True, precedence=-1,
+                                doc="""Per-query RMSE of `mechanism`: query, rmse (and length
+        for range workloads).""")
+    busy = param.Boolean(default=False, constant=True, precedence=-1,
+                         doc="True while strategies are being built.")
+    per_query_busy = param.Boolean(default=False, constant=True, precedence=-1)
+    progress = param.Integer(default=0, constant=True, precedence=-1,
+                             doc="Mechanisms done in the running comparison.")
+    total = param.Integer(default=1, constant=True, precedence=-1,
+                          doc="Mechanisms in the running comparison.")
+    status = param.String(default="", constant=True, precedence=-1)
+    per_query_note = param.String(default="", constant=True, precedence=-1)
+    error = param.String(default="", constant=True, precedence=-1, doc="""
+        Last error of this page ('' after a success); also sent to session.report().""")
+
+    #: Largest non-Kronecker domain (cells) compared; Kronecker: per attribute.
+    max_cells = 4096
+    #: Largest workload (queries) whose per-query errors are computed.
+    max_per_query_rows = 10_000_000
+    #: Points drawn in the per-query scatter plots (evenly spaced queries beyond it).
+    max_points = 5000
+    #: Workload comparisons and per-query vectors kept (least recently used dropped).
+    keep = 8
+    #: Per-query errors kept in memory, summed over the cached vectors.
+    max_cached_queries = 20_000_000
+
+    def __init__(self, session: Session | None = None, background: bool = True, **params):
+        self.session = session if session is not None else Session()
+        self.background = background
+        self._lock = threading.RLock()
+        self._jobs = Jobs(self._lock)
+        self._bases: OrderedDict = OrderedDict()
+        self._pq: OrderedDict = OrderedDict()
+        self._token = 0
+        self._pending = None  # key of the comparison being built
+        self._pq_pending = None
+        self._shown = None  # key of the base behind `table`
+        self._panes: dict = {}
+        super().__init__(**params)
+        if self.mechanism not in self.mechanisms():
+            self.mechanism = self.mechanisms()[0]
+        self.session.param.watch(lambda *_: self.update(), ["workload", "epsilon", "delta", "noise"])
+        self.param.watch(lambda *_: self._refresh_per_query(), "mechanism")
+        self.update()
+
+    # ------------------------------------------------------------ state
+    @property
+    def cache(self) -> dpx.StrategyCache:
+        return self.session.cache
+
+    @property
+    def svd_bound(self) -> float:
+        """SVD lower bound on the RMSE of the current table (NaN if none)."""
+        return math.nan if self.table is None else float(self.table.attrs.get("svd_bound", math.nan))
+
+    def _set(self, **values) -> None:
+        with param.edit_constant(self):
+            self.param.update(**values)
+
+    def _fail(self, message: str) -> None:
+        self._set(error=message)
+        self.session.report(message)
+
+    def wait(self, timeout: float = 300.0) -> bool:
+        """Block until background builds and per-query computations are done."""
+        return self._jobs.wait(timeout)
+
+    def _submit(self, fn, *args) -> None:
+        if self.background:
+            self._jobs.submit(fn, *args)
+        else:
+            fn(lambda callback: callback(), *args)
+
+    @staticmethod
+    def mechanisms() -> list[str]:
+        """Registry names of the data-independent mechanisms (the per-query choices)."""
+        return dpx.registry.names(data_dependent=False)
+
+    # ------------------------------------------------------------ update
+    def update(self) -> bool:
+        """Bring the outputs up to date with the session; ``False`` if an input was refused.
+
+        Cheap when the strategies for the workload and noise norm are built:
+        the stored unit-noise figures are rescaled.  Otherwise starts a
+        background comparison (the current outputs stay until it is done).
+        """
+        with self._lock:
+            try:
+                W = check_workload(self.session.workload, self.max_cells)
+                noise = self.session.noise_model()
+            except ValueError as exc:
+                # the running comparison (if any) is only stored, not shown
+                self._token += 1
+                self._pending = None
+                self._set(busy=False, status="")
+                self._fail(_message(exc))
+                return False
+            key = (W, noise.norm, tuple(dpx.registry.names()))
+            base = self._bases.get(key)
+            if base is None:
+                if self._pending != key:
+                    self._start(key, W, noise)
+                return True
+            self._bases.move_to_end(key)
+            self._show(key, base, noise)
+            return True
+
+    def _start(self, key, W, noise) -> None:
+        self._token += 1
+        self._pending = key
+        names = list(key[2])
+        self._set(busy=True, progress=0, total=max(1, sum(
+            not dpx.registry.get(n).data_dependent for n in names)),
+            status=f"Building strategies for {W.name} ({W.m:,} queries × {W.n:,} cells)…")
+        self._submit(self._compare_job, self._token, key, W, noise, names)
+
+    def _compare_job(self, post, token, key, W, noise, names) -> None:
+        """Worker: build every strategy (in session.cache), keep the unit-noise figures."""
+        try:
+            cache = self.cache
+            indep = [n for n in names if not dpx.registry.get(n).data_dependent]
+            dep = [n for n in names if dpx.registry.get(n).data_dependent]
+            frames, failures = [], []
+            with build_lock(cache):
+                svdb = cache.svdb(W)
+            for i, name in enumerate(indep):
+                if token != self._token:
+                    return  # superseded: the strategies built so far stay cached
+                mech = dpx.registry.get(name)
+                post(lambda i=i, mech=mech: self._set(
+                    progress=i, status=f"Building {mech.label} ({i + 1}/{len(indep)})…"))
+                try:
+                    with build_lock(cache):
+                        df = dpx.compare(W, noise, [name], cache=cache)
+                        unit = cache.entry(W, name, noise)[1]
+                    df["unit_tse"] = unit
+                except Exception as exc:  # noqa: BLE001 - one mechanism failing is reported
+                    if not isinstance(exc, ValueError):
+                        log.exception("mechanism %s failed", name)
+                    failures.append(f"{mech.label}: {_message(exc)}")
+                    df = pd.DataFrame([{
+                        "mechanism": name, "label": mech.label, "rmse": math.nan,
+                        "kind": "analytic", "ratio": math.nan, "seconds": math.nan,
+                        "rows": math.nan, "sensitivity": math.nan, "data_dependent": False,
+                        "description": mech.description, "source": mech.source,
+                        "note": f"failed: {_message(exc)}", "unit_tse": math.nan}])
+                frames.append(df)
+            if dep:
+                try:
+                    df = dpx.compare(W, noise, dep, cache=cache)
+                    order = {n: i for i, n in enumerate(dep)}
+                    df = df.sort_values("mechanism", key=lambda s: s.map(order), kind="stable")
+                    df["unit_tse"] = math.nan
+                    frames.append(df)
+                except Exception as exc:  # noqa: BLE001
+                    failures.append(f"data-dependent mechanisms: {_message(exc)}")
+            frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+            if len(frame):  # registry order, as dpx.compare before its (stable) sort
+                order = {n: i for i, n in enumerate(names)}
+                frame = frame.sort_values("mechanism", key=lambda s: s.map(order),
+                                          kind="stable").reset_index(drop=True)
+            base = _Base(W, noise.norm, frame, svdb, failures)
+        except Exception as exc:  # noqa: BLE001 - e.g. the SVD bound failing
+            log.exception("comparison failed")
+            post(lambda: self._job_failed(token, key, _message(exc)))
+            return
+        post(lambda: self._job_done(token, key, base))
+
+    def _job_failed(self, token, key, message) -> None:
+        if self._pending == key:
+            self._pending = None
+        if token == self._token:
+            self._set(busy=False, status="")
+            self._fail(f"Comparison failed: {message}")
+
+    def _job_done(self, token, key, base: _Base) -> None:
+        if self._pending == key:
+            self._pending = None
+        self._bases[key] = base
+        while len(self._bases) > self.keep:
+            self._bases.popitem(last=False)
+        if token != self._token:
+            return
+        self._set(busy=False, progress=self.total, status="")
+        if base.failures:
+            self._fail("Every mechanism failed, showing the last result: "
+                       + "; ".join(base.failures) if base.failed else
+                       "Some mechanisms failed (showing the others): " + "; ".join(base.failures))
+        self.update()
+
+    def _show(self, key, base: _Base, noise) -> None:
+        """Outputs for ``base`` at ``noise``: pure arithmetic on stored unit figures."""
+        if base.failed:  # every mechanism raised: keep the last good results
+            return
+        table = scale_table(base, noise)
+        curve = accuracy_curve(base, noise)
+        self._shown = key
+        values = dict(table=table, curve=curve)
+        if not base.failures:
+            values["error"] = ""
+        self._set(**values)
+        self._refresh_per_query()
+
+    # --------------------------------------------------------- per query
+    def _refresh_per_query(self) -> None:
+        with self._lock:
+            if self._shown is None:
+                return
+            W, norm = self._shown[0], self._shown[1]
+            name = self.mechanism
+            if name not in self.mechanisms():
+                self._set(per_query=None, per_query_note=f"{name!r} is not a data-independent "
+                          f"mechanism; choose one of {self.mechanisms()}")
+                return
+            try:
+                noise = self.session.noise_model()
+            except ValueError:
+                return  # reported by update()
+            if noise.norm != norm:
+                return  # the comparison for this norm is being built
+            pkey = (W, name, norm)
+            pq = self._pq.get(pkey)
+            if pq is None:
+                if self._pq_pending != pkey:
+                    self._pq_pending = pkey
+                    self._set(per_query_busy=True)
+                    self._submit(self._per_query_job, pkey, noise)
+                return
+            self._pq.move_to_end(pkey)
+            if pq.unit_std is None:
+                self._set(per_query=None, per_query_note=pq.note)
+                return
+            std = noise.std_per_unit
+            data = {"query": np.arange(pq.size), "rmse": std * pq.unit_std}
+            if pq.lengths is not None:
+                data["length"] = pq.lengths
+            df = pd.DataFrame(data, copy=False)
+            df.attrs.update(mechanism=name, label=dpx.registry.get(name).label,
+                            noise=noise.label, workload=W.name, workload_id=id(W), norm=norm)
+            if pq.length_values is not None:
+                df.attrs["mean_by_length"] = pd.Series(std * pq.length_means,
+                                                       index=pq.length_values, name="rmse")
+            self._set(per_query=df, per_query_note="")
+
+    def _per_query_job(self, post, pkey, noise) -> None:
+        W, name, _ = pkey
+        try:
+            if W.m > self.max_per_query_rows:
+                pq = _PerQuery(None, None, f"{W.m:,} queries: too many to compute the error of "
+                               f"each (at most {self.max_per_query_rows:,})")
+            else:
+                with build_lock(self.cache):
+                    A, _, _, note = self.cache.entry(W, name, noise)
+                if A is None:
+                    pq = _PerQuery(None, None, f"{dpx.registry.get(name).label} does not apply "
+                                   f"to this workload: {note}")
+                else:
+                    var = dpx.error.per_query_variance(W, A, noise)
+                    pq = _PerQuery(np.sqrt(var / noise.variance_per_unit))
+                    if callable(getattr(W, "lengths", None)):
+                        same = [p for (w, _, _), p in list(self._pq.items())
+                                if w is W and p.lengths is not None]
+                        pq.lengths = same[0].lengths if same else np.asarray(W.lengths())
+                        values, inverse, counts = np.unique(pq.lengths, return_inverse=True,
+                                                            return_counts=True)
+                        pq.length_values = values
+                        pq.length_means = np.bincount(inverse, pq.unit_std) / counts
+        except Exception as exc:  # noqa: BLE001 - shown as a note, never a traceback
+            if not isinstance(exc, ValueError):
+                log.exception("per-query error failed")
+            pq = _PerQuery(None, None, f"Per-query error unavailable: {_message(exc)}")
+
+        def done():
+            if self._pq_pending == pkey:
+                self._pq_pending = None
+            self._pq[pkey] = pq
+            while len(self._pq) > 1 and (len(self._pq) > self.keep or sum(
+                    p.size for p in self._pq.values()) > self.max_cached_queries):
+                self._pq.popitem(last=False)
+            self._set(per_query_busy=False)
+            self._refresh_per_query()
+        post(done)
+
+    # ----------------------------------------------------------- charts
+    # Every chart is a function of its data alone (a DataFrame), so that the
+    # page can feed new numbers to a live plot (hv.streams.Pipe) when only ε
+    # or δ changed, instead of rebuilding the Bokeh figure.
+    def bars(self, df: pd.DataFrame | None = None) -> hv.Overlay:
+        """Bars of the analytic RMSE (log y) with the SVD bound line."""
+        df = (self.table if self.table is not None else _empty_table()) if df is None else df
+        a = df.attrs
+        title = (f"RMSE per query: {a.get('workload', '')}, {a.get('m', 0):,} queries over "
+                 f"n = {a.get('n', 0):,} cells" if a.get("m") else "No result yet")
+        if not df["rmse"].notna().any():
+            return hv.Overlay([hv.Text(0.5, 0.5, "Computing…" if self.busy else "No result yet")
+                               .opts(xaxis=None, yaxis=None, responsive=True, height=360,
+                                     shared_axes=False, toolbar=None)])
+        return rmse_chart(df, title).opts(shared_axes=False)
+
+    def curve_plot(self, df: pd.DataFrame | None = None) -> hv.Overlay:
+        """RMSE over ε (log x, log y) per mechanism, the SVD bound dashed, the session's ε marked."""
+        df = self.curve if df is None else df
+        if df is None or df.empty:
+            return hv.Overlay([hv.Curve([], "epsilon", "rmse")])
+        eps = df.attrs.get("epsilon", self.session.epsilon)
+        elems = []
+        for mech, part in df.groupby("mechanism", sort=False):
+            c = hv.Curve(part, hv.Dimension("epsilon", label="ε"),
+                         [hv.Dimension("rmse", label="RMSE (counts)")],
+                         label=part["label"].iloc[0]).opts(
+                logx=True, logy=True, tools=["hover"], line_width=2)
+            if mech == "svd_bound":
+                c = c.opts(color="#d62728", line_dash="dashed")
+            elems.append(c)
+        now = df[df["epsilon"] == eps]
+        elems.append(hv.Scatter(now, "epsilon", ["rmse", "label"], label="current ε").opts(
+            color="black", size=7, tools=["hover"]))
+        elems.append(hv.VLine(eps).opts(color="gray", line_width=1))
+        # explicit limits: with live updates the axes must follow every frame
+        return hv.Overlay(elems).opts(
+            responsive=True, height=380, legend_position="right", logx=True, logy=True,
+            shared_axes=False, ylim=_limits(df["rmse"], log=True),
+            xlim=_limits(df["epsilon"], log=True, pad=1.2),
+            title="Privacy–accuracy: RMSE over ε (the current ε is marked)")
+
+    def per_query_sample(self, df: pd.DataFrame | None = None) -> pd.DataFrame:
+        """The rows of ``per_query`` that are drawn (at most ``max_points``, evenly spaced)."""
+        df = self.per_query if df is None else df
+        if df is None:
+            return pd.DataFrame({"query": [], "rmse": [], "length": []})
+        out = df.iloc[_sample(len(df), self.max_points)]
+        out.attrs = dict(df.attrs, total=len(df))
+        return out
+
+    def per_query_plot(self, sample: pd.DataFrame | None = None) -> hv.Scatter:
+        """Per-query RMSE against the query index (hv.Scatter)."""
+        s = self.per_query_sample() if sample is None else sample
+        a = s.attrs
+        note = f" ({len(s):,} of {a['total']:,} queries drawn)" if a.get("total", 0) > len(s) else ""
+        return hv.Scatter(s, hv.Dimension("query", label="query index"),
+                          [hv.Dimension("rmse", label="RMSE (counts)")]).opts(
+            responsive=True, height=320, size=3, alpha=0.6, tools=["hover"],
+            shared_axes=False, ylim=_limits(s["rmse"]), xlim=_limits(s["query"], pad=0),
+            title=f"{a.get('label', '')}: per-query RMSE{note}")
+
+    def length_plot(self, sample: pd.DataFrame | None = None) -> hv.Overlay:
+        """Per-query RMSE against the range length, with the mean per length (range workloads)."""
+        s = self.per_query_sample() if sample is None else sample
+        a = s.attrs
+        if "length" not in s or not len(s):
+            return (hv.Scatter([], "length", "rmse") * hv.Curve([], "length", "rmse"))
+        mean = a.get("mean_by_length")
+        if mean is None:
+            mean = s.groupby("length", sort=True)["rmse"].mean()
+        note = f" ({len(s):,} of {a['total']:,} queries drawn)" if a.get("total", 0) > len(s) else ""
+        return (hv.Scatter(s, hv.Dimension("length", label="range length"),
+                           [hv.Dimension("rmse", label="RMSE (counts)"), "query"]).opts(
+                    size=3, alpha=0.4, tools=["hover"])
+                * hv.Curve((mean.index.to_numpy(), mean.to_numpy()), "length", "rmse",
+                           label="mean over ranges of this length").opts(
+                    color="black", line_width=2)).opts(
+            responsive=True, height=320, legend_position="top_left", shared_axes=False,
+            ylim=_limits(s["rmse"]), xlim=_limits(s["length"], pad=0),
+            title=f"{a.get('label', '')}: per-query RMSE by range length{note}")
+
+    # --------------------------------------------------------------- UI
+    def _summary(self) -> str:
+        df = self.table
+        if df is None:
+            return "No result yet." if not self.busy else "Computing the first comparison…"
+        best = df.dropna(subset=["rmse"])
+        text = (f"**Workload** `{df.attrs.get('workload', '')}`: {df.attrs.get('m', 0):,} "
+                f"queries over n = {df.attrs.get('n', 0):,} cells; **noise** "
+                f"{df.attrs.get('noise', '')}; **SVD bound** {self.svd_bound:.4g}")
+        if len(best):
+            text += (f"; **best** {best['label'].iloc[0]} (RMSE {best['rmse'].iloc[0]:.4g}, "
+                     f"{best['ratio'].iloc[0]:.2f}× the bound)")
+        return text
+
+    def _table_value(self) -> pd.DataFrame:
+        df = self.table if self.table is not None else _empty_table()
+        return df[PAGE_COLUMNS]
+
+    def _pq_sample_with_means(self) -> pd.DataFrame:
+        s = self.per_query_sample()
+        df = self.per_query
+        if df is not None and "length" in df and "mean_by_length" not in s.attrs:
+            s.attrs["mean_by_length"] = df.groupby("length", sort=True)["rmse"].mean()
+        return s
+
+    def panel(self) -> pn.Column:
+        """The page's layout (built once; outputs update it in place)."""
+        if "root" in self._panes:
+            return self._panes["root"]
+        progress = pn.indicators.Progress(
+            value=self.param.progress, max=self.param.total, visible=self.param.busy,
+            bar_color="primary", sizing_mode="stretch_width", height=20)
+        status = pn.pane.Markdown(self.param.status, sizing_mode="stretch_width")
+        summary = pn.pane.Markdown(self._summary(), sizing_mode="stretch_width")
+        bars = _LivePlot(self.bars, self.table if self.table is not None else _empty_table(),
+                         self._shown, height=380)
+        curve = _LivePlot(self.curve_plot, self.curve, self._shown, height=400)
+        table = pn.widgets.Tabulator(
+            self._table_value(), show_index=False, disabled=True,
+            sizing_mode="stretch_width", layout="fit_data_table",
+            titles={"label": "mechanism", "rmse": "RMSE", "ratio": "RMSE / SVD bound",
+                    "seconds": "build (s)"},
+            formatters={"rmse": NumberFormatter(format="0,0.000"),
+                        "ratio": NumberFormatter(format="0.000"),
+                        "seconds": NumberFormatter(format="0.0000"),
+                        "description": {"type": "textarea"}, "note": {"type": "textarea"}},
+            widths={"description": 360, "note": 220})
+        options = {dpx.registry.get(n).label: n for n in self.mechanisms()}
+        select = pn.widgets.Select(options=options, value=self.mechanism, width=220,
+                                   **{_LABEL: "Mechanism"})
+        select.link(self, value="mechanism", bidirectional=True)
+        pq_note = pn.pane.Alert(self.param.per_query_note, alert_type="info",
+                                visible=pn.bind(bool, self.param.per_query_note),
+                                sizing_mode="stretch_width")
+        sample = self._pq_sample_with_means()
+        pq_key = self._pq_view_key()
+        by_index = _LivePlot(self.per_query_plot, sample, pq_key, height=340)
+        by_length = _LivePlot(self.length_plot, sample, pq_key, height=340,
+                              visible="length" in sample and len(sample) > 0)
+        self._panes.update(summary=summary, bars=bars, table=table, curve=curve,
+                           select=select, by_index=by_index, by_length=by_length)
+
+        def on_results(*_):
+            options = {dpx.registry.get(n).label: n for n in self.mechanisms()}
+            if options != select.options:  # mechanisms registered since
+                select.options = options
+            summary.object = self._summary()
+            table.value = self._table_value()
+            bars.update(self.table, self._shown)
+            curve.update(self.curve, self._shown)
+
+        def on_per_query(*_):
+            s = self._pq_sample_with_means()
+            key = self._pq_view_key()
+            by_index.update(s, key)
+            by_length.update(s, key)
+            by_length.pane.visible = "length" in s and len(s) > 0
+        self.param.watch(on_results, ["table", "curve"])
+        self.param.watch(on_per_query, "per_query")
+
+        results = pn.Column(summary, bars.pane, table, loading=self.param.busy,
+                            sizing_mode="stretch_width")
+        per_query = pn.Column(
+            pn.pane.Markdown("### Per-query error\nStandard error of every workload answer "
+                             "for the chosen mechanism (it depends on the query, not on the "
+                             "data)."),
+            select, pq_note, by_index.pane, by_length.pane,
+            loading=self.param.per_query_busy, sizing_mode="stretch_width")
+        accuracy = pn.Column(
+            pn.pane.Markdown("### Privacy–accuracy\nRMSE of each mechanism as ε varies (same "
+                             "strategies: the error scales with the noise's standard "
+                             "deviation, 1/ε for Laplace)."),
+            curve.pane, loading=self.param.busy, sizing_mode="stretch_width")
+        root = pn.Column(pn.pane.Markdown(PAGE_HEADER, sizing_mode="stretch_width"),
+                         progress, status, results, per_query, accuracy,
+                         sizing_mode="stretch_width")
+        self._panes["root"] = root
+        return root
+
+    def _pq_view_key(self):
+        df = self.per_query
+        if df is None:
+            return None
+        return (df.attrs.get("workload_id"), df.attrs.get("mechanism"), df.attrs.get("norm"))
+
+    def __panel__(self):
+        return self.panel()
+
+
+class _LivePlot:
+    """A HoloViews pane drawing ``make(data)``.
+
+    While ``key`` stays the same (same workload, mechanisms and noise norm:
+    the same plot structure) new data go through an ``hv.streams.Pipe``, so
+    HoloViews updates the existing Bokeh glyphs and ranges in place; a new
+    key rebuilds the plot.
+    """
+
+    def __init__(self, make, data, key, **pane_params):
+        self.make = make
+        self.key = key
+        self.pane = pn.pane.HoloViews(self._dmap(data), sizing_mode="stretch_width",
+                                      **pane_params)
+
+    def _dmap(self, data):
+        self.pipe = hv.streams.Pipe(data=data)
+        # framewise set on the DynamicMap (on the layers of a frame it is ignored for
+        # overlays); the charts also give explicit limits, as frame-level
+        # shared_axes=False otherwise disables framewise ranges (HoloViews 1.23)
+        return hv.DynamicMap(lambda data: self.make(data), streams=[self.pipe]).opts(
+            {k: {"framewise": True} for k in _LAYERS}, backend="bokeh")
+
+    def update(self, data, key) -> None:
+        if key == self.key and key is not None:
+            self.pipe.send(data)
+        else:
+            self.key = key
+            self.pane.object = self._dmap(data)
+
+
+_LAYERS = ("Overlay", "Bars", "Curve", "Scatter", "HLine", "VLine", "Text", "Image")
+
+
+def scale_table(base: _Base, noise) -> pd.DataFrame:
+    """The :func:`dpexplorer.compare` table of ``base`` at ``noise`` (same formulas, same order).
+
+    ``rmse = sqrt(v · unit TSE / m)``, SVD bound ``sqrt(v · SVDB / m)``.
+    """
+    W, v = base.W, noise.variance_per_unit
+    bound = math.sqrt(v * base.svdb / W.m)
+    df = base.frame.copy()
+    units = df["unit_tse"].to_numpy(dtype=float)
+    analytic = np.isfinite(units)
+    df.loc[analytic, "rmse"] = [math.sqrt(v * u / W.m) for u in units[analytic]]
+    rm = df["rmse"].to_numpy(dtype=float)
+    df["ratio"] = rm / bound if bound and not math.isnan(bound) else math.nan
+    df = df.sort_values("rmse", na_position="last", kind="stable").reset_index(drop=True)
+    df.attrs.update(svd_bound=bound, noise=noise.label, m=W.m, n=W.n, workload=W.name)
+    return df
+
+
+def accuracy_curve(base: _Base, noise, grid=EPS_GRID) -> pd.DataFrame:
+    """RMSE of every analytic mechanism (and the SVD bound) over ``grid`` ∪ {noise.epsilon}.
+
+    Uses only the stored unit TSE (``StrategyCache.entry(...)[1]``):
+    ``rmse(ε) = sqrt(v(ε) · unit / m)`` with ``v`` of ``noise.with_epsilon(ε)``.
+    """
+    eps = np.unique(np.append(np.asarray(grid, dtype=float), noise.epsilon))
+    v = np.array([noise.variance_per_unit if e == noise.epsilon
+                  else noise.with_epsilon(float(e)).variance_per_unit for e in eps])
+    f = base.frame[np.isfinite(base.frame["unit_tse"].to_numpy(dtype=float))]
+    names = list(f["mechanism"]) + ["svd_bound"]
+    labels = list(f["label"]) + ["SVD bound"]
+    units = np.append(f["unit_tse"].to_numpy(dtype=float), base.svdb)
+    rmse = np.sqrt(np.outer(units, v) / base.W.m)
+    k = eps.size
+    df = pd.DataFrame({"mechanism": np.repeat(names, k), "label": np.repeat(labels, k),
+                       "epsilon": np.tile(eps, len(names)), "rmse": rmse.ravel()})
+    df = df[np.isfinite(df["rmse"])].reset_index(drop=True)
+    df.attrs.update(noise=noise.label, epsilon=noise.epsilon)
+    return df
+
+
+def _empty_table() -> pd.DataFrame:
+    empty = pd.DataFrame({c: pd.Series(dtype=float if c in ("rmse", "ratio", "seconds")
+                                       else object) for c in TABLE_COLUMNS})
+    empty.attrs.update(svd_bound=math.nan, noise="")
+    return empty
+
+
+def _limits(values, log: bool = False, pad: float = 1.5):
+    """Axis limits around the finite (positive, on a log axis) ``values``; ``(None, None)`` if none."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & (v > 0)] if log else v[np.isfinite(v)]
+    if not v.size:
+        return (None, None)
+    lo, hi = float(v.min()), float(v.max())
+    if log:
+        return (lo / pad, hi * pad)
+    if pad == 0:  # an index or a length: its own range, half a step of margin
+        return (lo - 0.5, hi + 0.5)
+    return (min(0.0, lo), hi * 1.08 if hi > 0 else 1.0)
+
+
+def _sample(size: int, limit: int) -> np.ndarray:
+    """Indices of at most ``limit`` evenly spaced rows out of ``size``."""
+    if size <= limit:
+        return np.arange(size)
+    return np.unique(np.linspace(0, size - 1, limit).round().astype(np.int64))

@@ -24,6 +24,13 @@ __all__ = ["Session", "notify"]
 
 log = logging.getLogger(__name__)
 
+# Widget captions: ``label`` since Panel 1.9 (``name`` is deprecated there), ``name`` before.
+_LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
+
+
+def _cap(text: str) -> dict:
+    return {_LABEL: text}
+
 
 def notify(message: str, level: str = "error") -> None:
     """Show ``message`` in the page's notification area when there is one.
@@ -72,6 +79,7 @@ class Session(param.Parameterized):
         The current workload W (built on the Workload page; All Range over 256 cells at start).""")
 
     error = param.String(default="", doc="Last error shown to the user (for tests).")
+    ledger_version = param.Integer(default=0, doc="Bumped whenever the ledger gains entries.")
 
     def __init__(self, **params):
         self._datasets: dict[str, Dataset] = {}
@@ -151,19 +159,21 @@ class Session(param.Parameterized):
     # ------------------------------------------------------------------- UI
     def controls(self) -> pn.Column:
         """Sidebar widgets bound to the session (invalid values are refused with a message)."""
-        eps = pn.widgets.FloatInput(name="ε (> 0)", value=self.epsilon, step=0.1, start=None)
-        delta = pn.widgets.FloatInput(name="δ (0 < δ < 1)", value=self.delta, step=1e-6,
-                                      visible=self.noise == "Gaussian")
-        noise = pn.widgets.RadioButtonGroup(name="Noise", options=["Laplace", "Gaussian"],
+        eps = pn.widgets.FloatInput(**_cap("ε (> 0)"), value=self.epsilon, step=0.1, start=None, sizing_mode="stretch_width")
+        delta = pn.widgets.FloatInput(**_cap("δ (0 < δ < 1)"), value=self.delta, step=1e-6,
+                                      visible=self.noise == "Gaussian", sizing_mode="stretch_width")
+        noise = pn.widgets.RadioButtonGroup(**_cap("Noise"), options=["Laplace", "Gaussian"],
                                             value=self.noise)
-        dataset = pn.widgets.Select(name="Dataset", options=self.param.dataset.objects,
-                                    value=self.dataset)
-        seed = pn.widgets.IntInput(name="Seed", value=self.seed, start=0)
-        folder = pn.widgets.TextInput(name="DPBench folder", value=self.dpbench_dir,
-                                      placeholder="../shared/data/dpbench")
+        dataset = pn.widgets.Select(**_cap("Dataset"), options=self.param.dataset.objects,
+                                    value=self.dataset, sizing_mode="stretch_width")
+        seed = pn.widgets.IntInput(**_cap("Seed"), value=self.seed, start=0, sizing_mode="stretch_width")
+        folder = pn.widgets.TextInput(**_cap("DPBench folder"), value=self.dpbench_dir,
+                                      placeholder="../shared/data/dpbench", sizing_mode="stretch_width")
 
         def setter(name, widget):
             def apply(event):
+                if event.new == getattr(self, name):
+                    return  # the widget was reset to the value in use: nothing to do
                 try:
                     setattr(self, name, event.new)
                     self.error = ""
@@ -206,6 +216,7 @@ class Session(param.Parameterized):
 
     def ledger_changed(self) -> None:
         """Refresh the sidebar's ledger summary (pages call this after a release)."""
+        self.ledger_version += 1
         pane = getattr(self, "_ledger_pane", None)
         if pane is not None:
             pane.object = self._ledger_text()

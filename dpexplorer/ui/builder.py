@@ -1,0 +1,1348 @@
+"""WorkloadBuilder: the "Workload builder" page.
+
+Build the workload ``W`` of the session (:attr:`Session.workload`) as a
+weighted union of *terms*; every term is a family of linear counting queries
+over the current domain:
+
+* 1D families (identity, total, identity + total, prefix, all ranges, ranges
+  of width k, DAWA's random ranges, custom ranges); over a multi-attribute
+  domain such a family is applied to *every* attribute (a Kronecker product,
+  e.g. Prefix ⊗ Prefix);
+* ``product``: one 1D block per attribute, chosen attribute by attribute
+  (HDMM's products, e.g. Prefix ⊗ Identity ⊗ Total);
+* k-way marginals and k-way range marginals (multi-attribute domains);
+* predicates: a pasted or uploaded 0/1 matrix;
+* custom ranges brushed on the data histogram (a
+  :class:`holoviews.streams.BoundsX` stream; each brush adds one interval);
+* a workload loaded from a declarative spec (:mod:`dpexplorer.spec`).
+
+The terms are combined by :func:`dpexplorer.workloads.union` with one weight
+per term.  The component is a :class:`param.Parameterized` driven without a
+browser through its methods (:meth:`WorkloadBuilder.add_term`,
+:meth:`~WorkloadBuilder.add_ranges`, :meth:`~WorkloadBuilder.add_brush`,
+:meth:`~WorkloadBuilder.set_weight`, :meth:`~WorkloadBuilder.remove_term`,
+:meth:`~WorkloadBuilder.clear_terms`, :meth:`~WorkloadBuilder.set_domain`,
+:meth:`~WorkloadBuilder.load_spec`, :meth:`~WorkloadBuilder.export_spec`)::
+
+    builder = WorkloadBuilder(session)
+    builder.clear_terms()
+    builder.add_term("prefix")
+    builder.add_term("width_range", k=8, weight=2.0)
+    session.workload          # union([prefix(256), width_range(256, 8)], [1, 2])
+
+Bad input never raises into the UI: it calls :meth:`Session.report` with a
+message saying what was wrong and what is allowed, and keeps the current
+terms, domain and workload.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import PurePath
+
+import holoviews as hv
+import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh backend for .opts)
+import numpy as np
+import pandas as pd
+import panel as pn
+import param
+
+import dpexplorer as dpx
+from dpexplorer import spec as dspec
+from dpexplorer.matrix import Matrix, MatrixTooLargeError
+
+from .session import Session
+
+__all__ = [
+    "WorkloadBuilder",
+    "Term",
+    "URL_PARAMS",
+    "FAMILIES",
+    "BLOCK_TYPES",
+    "parse_domain",
+    "parse_ranges",
+    "parse_matrix",
+]
+
+log = logging.getLogger(__name__)
+
+#: Largest 1D domain (and attribute) size: W or WᵀW of a 1D workload can always be drawn.
+MAX_N = 4096
+#: Largest number of attributes of a multi-attribute domain.
+MAX_ATTRIBUTES = 8
+#: Largest number of cells of a multi-attribute domain.
+MAX_CELLS = 2**24
+#: Largest number of random ranges in one term.
+MAX_RANDOM = 1_000_000
+#: Largest predicate matrix (entries).
+MAX_PREDICATE_ENTRIES = 4_000_000
+#: Largest spec / matrix upload (bytes).
+MAX_UPLOAD_BYTES = 20_000_000
+#: W itself is drawn up to this many entries, else WᵀW.
+HEATMAP_ENTRIES = 200_000
+#: WᵀW is drawn up to this many cells (n × n); beyond, a message is shown.
+GRAM_MAX_N = 4096
+#: A drawn WᵀW is averaged down to at most this many pixels per side.
+HEATMAP_PIXELS = 512
+
+#: Parameters of the builder synced to the URL: parameter -> query-string key.
+URL_PARAMS = {"n": "n", "attributes": "attrs"}
+
+#: Query families a term can be built from: key -> label.
+FAMILIES = {
+    "identity": "Identity (one query per cell)",
+    "total": "Total (sum of all cells)",
+    "identity_total": "Identity + total",
+    "prefix": "Prefix (CDF)",
+    "all_range": "All ranges",
+    "width_range": "Ranges of width k",
+    "random_ranges": "Random ranges (DAWA)",
+    "ranges": "Custom ranges (typed or brushed)",
+    "predicates": "Predicates (0/1 matrix)",
+    "product": "Product: one block per attribute",
+    "marginals": "k-way marginals",
+    "range_marginals": "k-way range marginals",
+}
+
+#: 1D blocks a family term or a product factor can use (named blocks of dpexplorer.workloads).
+BLOCK_TYPES = ["identity", "total", "identity_total", "prefix", "all_range", "width_range",
+               "random_ranges", "ranges"]
+
+_SHORT = {"identity": "Identity", "total": "Total", "identity_total": "Identity+Total",
+          "prefix": "Prefix", "all_range": "AllRange", "width_range": "Width",
+          "random_ranges": "Random", "ranges": "Ranges", "predicates": "Predicates",
+          "permuted": "Permuted"}
+
+_RANDOM_KINDS = ["uniform", "clustered", "large_clustered"]
+_OPTIONS = ("k", "m", "kind", "seed", "range_kind", "ranges", "matrix", "blocks")
+
+# Widget captions: ``label`` since Panel 1.9 (``name`` is deprecated there), ``name`` before.
+_LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
+# Button colours: ``color`` since Panel 1.9 (``button_type`` is deprecated there).
+_COLOR = "color" if "color" in pn.widgets.Button.param else "button_type"
+
+HEADER = """\
+## Workload builder
+
+A **workload** *W* is the batch of linear counting queries to answer (one row
+per query, one column per cell of the data vector).  Build it as a **union of
+terms**, each a family of queries with a **weight** (a weight *c* makes the
+term's squared errors count *c²* times).  Over a multi-attribute domain a
+1D family applies to every attribute (a Kronecker product); a *product* term
+picks one block per attribute.  Brush the histogram (box-select) to add custom
+ranges.  Every page of the explorer uses the workload built here.
+"""
+
+
+# ====================================================================== parsing
+def _whole(value, what: str) -> int:
+    """``value`` as an int, or ValueError naming ``what``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a whole number, got {value!r}")
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating) and math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        return int(value)
+    raise ValueError(f"{what} must be a whole number, got {value!r}")
+
+
+def _check_n(n, what: str = "the domain size n") -> int:
+    n = _whole(n, what)
+    if n < 1:
+        raise ValueError(f"{what} must be at least 1 cell, got {n}; allowed: 1 to {MAX_N:,}")
+    if n > MAX_N:
+        raise ValueError(f"{what} = {n:,} cells is too large: sizes are limited to {MAX_N:,} cells "
+                         f"so that W (or WᵀW) can be drawn and strategies built; use fewer cells")
+    return n
+
+
+def parse_domain(attributes: str = "", n=256) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The domain ``(sizes, names)`` given by the attributes text or the 1D size ``n``.
+
+    Parameters
+    ----------
+    attributes : str
+        ``"age:50, income:100, sex:2"`` (``name:size`` or ``name=size`` items
+        separated by commas, semicolons or new lines; a bare size gets the name
+        ``a<i>``).  Empty: a 1D domain of ``n`` cells without a name.
+    n : int
+        Size of the 1D domain when ``attributes`` is empty, 1 to :data:`MAX_N`.
+
+    Returns
+    -------
+    (tuple of int, tuple of str)
+        Attribute sizes and names (names empty for an unnamed 1D domain).
+
+    Raises
+    ------
+    ValueError
+        For a size that is not a whole number in ``[1, MAX_N]``, a bad item,
+        duplicate names, more than :data:`MAX_ATTRIBUTES` attributes or more
+        than :data:`MAX_CELLS` cells in all.
+    """
+    text = (attributes or "").strip()
+    if not text:
+        return (_check_n(n),), ()
+    items = [s.strip() for s in re.split(r"[,;\n]+", text) if s.strip()]
+    sizes, names = [], []
+    for i, item in enumerate(items):
+        match = re.fullmatch(r"(?:([^:=]+?)\s*[:=]\s*)?([+-]?\d+)", item)
+        if match is None:
+            raise ValueError(f"cannot read attribute {item!r}: write name:size items separated by "
+                             f"commas, e.g. age:50, income:100, sex:2")
+        name = (match.group(1) or f"a{i + 1}").strip()
+        sizes.append(_check_n(int(match.group(2)), f"the size of attribute {name!r}"))
+        names.append(name)
+    if len(set(names)) != len(names):
+        raise ValueError(f"attribute names must be distinct, got {names}")
+    if len(sizes) > MAX_ATTRIBUTES:
+        raise ValueError(f"{len(sizes)} attributes given; at most {MAX_ATTRIBUTES} are allowed")
+    cells = math.prod(sizes)
+    if cells > MAX_CELLS:
+        raise ValueError(f"the domain {' × '.join(map(str, sizes))} has {cells:,} cells; at most "
+                         f"{MAX_CELLS:,} are allowed")
+    return tuple(sizes), tuple(names)
+
+
+def _domain_text(domain: Sequence[int], names: Sequence[str]) -> str:
+    return ", ".join(f"{a}:{n}" for a, n in zip(names, domain, strict=True)) if names else ""
+
+
+def _describe_domain(domain: Sequence[int], names: Sequence[str]) -> str:
+    if names:
+        return " × ".join(f"{a} ({n})" for a, n in zip(names, domain, strict=True))
+    return " × ".join(str(n) for n in domain)
+
+
+def parse_ranges(text) -> list[tuple[int, int]]:
+    """Inclusive cell intervals from text such as ``"0-9, 20-29; 40..47 60"``.
+
+    Items are ``lo-hi``, ``lo..hi``, ``lo:hi`` or a single cell ``i``,
+    separated by commas, semicolons, spaces or new lines; a list of pairs is
+    accepted as well.
+
+    Raises
+    ------
+    ValueError
+        If an item cannot be read, ``lo > hi``, or no interval is given.
+    """
+    if isinstance(text, str):
+        tokens = [t for t in re.split(r"[,;\s]+", text.strip().strip("[]()")) if t]
+        out = []
+        for tok in tokens:
+            match = re.fullmatch(r"(\d+)(?:(?:-|\.\.|:|–)(\d+))?", tok.strip("[]()"))
+            if match is None:
+                raise ValueError(f"cannot read {tok!r} as a range: write inclusive, 0-based cell "
+                                 f"intervals lo-hi, e.g. 0-9, 20-29")
+            lo = int(match.group(1))
+            hi = int(match.group(2)) if match.group(2) is not None else lo
+            out.append((lo, hi))
+    else:
+        arr = np.asarray(text)
+        if arr.ndim == 1 and arr.size == 2:
+            arr = arr[None, :]
+        if arr.ndim != 2 or arr.shape[1] != 2:
+            raise ValueError(f"ranges must be (lo, hi) pairs, got an array of shape {arr.shape}")
+        out = [(_whole(lo, "a range bound"), _whole(hi, "a range bound")) for lo, hi in arr.tolist()]
+    if not out:
+        raise ValueError("no ranges given: write inclusive cell intervals lo-hi, e.g. 0-9, 20-29")
+    for lo, hi in out:
+        if lo > hi:
+            raise ValueError(f"range [{lo}, {hi}] is reversed: write lo-hi with lo <= hi")
+    return out
+
+
+def parse_matrix(data, filename: str | None = None) -> np.ndarray:
+    """A 2D numeric array from pasted text, an uploaded file's bytes, or an array.
+
+    Text: one row per line (or ``;``), entries separated by commas or spaces,
+    or a JSON list of lists.  Files: ``.npy`` (no pickles), else text/CSV.
+
+    Raises
+    ------
+    ValueError
+        If nothing can be read, rows have different lengths, an entry is not a
+        number, or the matrix has more than :data:`MAX_PREDICATE_ENTRIES` entries.
+    """
+    if isinstance(data, bytes | bytearray):
+        if len(data) > MAX_UPLOAD_BYTES:
+            raise ValueError(f"the file has {len(data):,} bytes; at most {MAX_UPLOAD_BYTES:,} are allowed")
+        if (filename or "").lower().endswith(".npy") or bytes(data[:6]) == b"\x93NUMPY":
+            try:
+                arr = np.load(io.BytesIO(bytes(data)), allow_pickle=False)
+            except Exception as exc:  # noqa: BLE001 - any unreadable file
+                raise ValueError(f"cannot read the .npy file: {exc}") from None
+            return _check_matrix_array(arr)
+        try:
+            data = bytes(data).decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ValueError("the file is neither a .npy array nor UTF-8 text (CSV of 0/1)") from None
+    if not isinstance(data, str):
+        return _check_matrix_array(np.asarray(data))
+    text = data.strip()
+    if not text:
+        raise ValueError("no matrix given: paste one query per line, 0/1 entries separated by "
+                         "commas or spaces, e.g. 1 1 0 0 / 0 1 1 1")
+    if text.startswith("["):
+        try:
+            return _check_matrix_array(np.asarray(json.loads(text), dtype=float))
+        except (json.JSONDecodeError, ValueError, TypeError) as exc:
+            raise ValueError(f"cannot read the matrix as a JSON list of rows: {exc}") from None
+    rows = [r.strip() for r in re.split(r"[\n;]+", text) if r.strip()]
+    parsed = []
+    for i, row in enumerate(rows):
+        entries = [e for e in re.split(r"[,\s]+", row) if e]
+        try:
+            parsed.append([float(e) for e in entries])
+        except ValueError:
+            bad = next(e for e in entries if not _is_float(e))
+            raise ValueError(f"row {i + 1}: {bad!r} is not a number; predicate entries are 0 or 1") from None
+        if len(parsed[-1]) != len(parsed[0]):
+            raise ValueError(f"row {i + 1} has {len(parsed[-1])} entries but row 1 has "
+                             f"{len(parsed[0])}; every query needs one entry per cell")
+    return _check_matrix_array(np.asarray(parsed, dtype=float))
+
+
+def _is_float(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+def _check_matrix_array(arr: np.ndarray) -> np.ndarray:
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"the matrix must hold numbers 0/1, got dtype {arr.dtype}")
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2 or arr.size == 0:
+        raise ValueError(f"the matrix must be a non-empty 2D array (queries × cells), got shape {arr.shape}")
+    if arr.size > MAX_PREDICATE_ENTRIES:
+        raise ValueError(f"the matrix has {arr.size:,} entries; at most {MAX_PREDICATE_ENTRIES:,} are allowed")
+    return np.asarray(arr, dtype=float)
+
+
+def _message(exc: BaseException) -> str:
+    """A user-facing message for an exception (ValueError text as is)."""
+    if isinstance(exc, ValueError):
+        return str(exc).replace("WorkloadBuilder.", "")
+    return f"{type(exc).__name__}: {exc}"
+
+
+# ======================================================================== terms
+@dataclass(eq=False)
+class Term:
+    """One weighted family of queries of the union.
+
+    Attributes
+    ----------
+    family : str
+        A key of :data:`FAMILIES`, or ``"spec"`` (loaded from a spec) or
+        ``"external"`` (a workload set on the session by another page).
+    params : dict
+        Parameters of the family: the block parameters (``w``; ``m``, ``kind``,
+        ``seed``; ``ranges``; ``matrix``), ``factors`` (block specs of a
+        product), ``k`` and ``kind`` (marginals), ``spec`` (a spec term).
+    weight : float
+        Positive weight of the term in the union.
+    matrix : Matrix or None
+        The term built for :attr:`domain` (set by the builder).
+    domain : tuple of int or None
+        The domain :attr:`matrix` was built for.
+    """
+
+    family: str
+    params: dict = field(default_factory=dict)
+    weight: float = 1.0
+    matrix: Matrix | None = field(default=None, repr=False, compare=False)
+    domain: tuple[int, ...] | None = None
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Term):
+            return NotImplemented
+        return (self.family == other.family and self.weight == other.weight
+                and self.domain == other.domain and _same_params(self.params, other.params))
+
+    @property
+    def label(self) -> str:
+        """Short description shown in the terms table."""
+        f, p = self.family, self.params
+        if f == "width_range":
+            return f"Ranges of width {p.get('w')}"
+        if f == "random_ranges":
+            return f"Random ranges ({p.get('kind', 'uniform')}, m={p.get('m', 2000)}, seed {p.get('seed', 0)})"
+        if f == "ranges":
+            iv = p.get("ranges", [])
+            shown = ", ".join(f"[{lo}, {hi}]" for lo, hi in iv[:4]) + (", …" if len(iv) > 4 else "")
+            return f"Custom ranges ({len(iv)}): {shown}"
+        if f == "predicates":
+            return f"Predicates ({np.shape(p.get('matrix'))[0]} queries)"
+        if f == "product":
+            return "Product: " + " ⊗ ".join(_factor_label(s) for s in p.get("factors", []))
+        if f == "marginals":
+            return f"{p.get('k')}-way marginals"
+        if f == "range_marginals":
+            return f"{p.get('k')}-way range marginals ({p.get('kind', 'all_range')})"
+        if f == "spec":
+            return f"from spec: {p.get('name', '')}"
+        if f == "external":
+            return f"from session: {p.get('name', '')}"
+        return FAMILIES.get(f, f).split(" (")[0]
+
+    def build(self, domain: Sequence[int], names: Sequence[str] = ()) -> Matrix:
+        """The term's queries over ``domain`` (reuses :attr:`matrix` when built for it).
+
+        Raises
+        ------
+        ValueError
+            If the term does not fit the domain (e.g. a width above an
+            attribute's size, a range past its end, a predicate matrix with
+            another number of columns) or a spec/session term would move to
+            another domain.
+        """
+        domain = tuple(int(n) for n in domain)
+        names = tuple(names) or tuple(f"a{i + 1}" for i in range(len(domain)))
+        if self.matrix is not None and self.domain == domain:
+            return self.matrix
+        f, p = self.family, self.params
+        d = len(domain)
+        if f in BLOCK_TYPES:
+            spec = {"type": f, **p}
+            return dpx.workloads.kron([_block(spec, n, a, d) for n, a in zip(domain, names, strict=True)])
+        if f == "product":
+            factors = p["factors"]
+            if len(factors) != d:
+                raise ValueError(f"this product has {len(factors)} factor(s) but the domain has {d} "
+                                 f"attribute(s); a product needs one block per attribute")
+            return dpx.workloads.kron([_block(s, n, a, d)
+                                       for s, n, a in zip(factors, domain, names, strict=True)])
+        if f in ("marginals", "range_marginals"):
+            if d < 2:
+                raise ValueError("k-way marginals need a multi-attribute domain (e.g. age:50, "
+                                 "income:100); over a 1D domain use Identity or Total")
+            k = _whole(p["k"], "the marginal order k")
+            if not 0 <= k <= d:
+                raise ValueError(f"the marginal order k = {k} must be in [0, {d}] for a "
+                                 f"{d}-attribute domain")
+            if f == "marginals":
+                return dpx.workloads.marginals(domain, k)
+            return dpx.workloads.range_marginals(domain, k, p.get("kind", "all_range"))
+        if f == "predicates":
+            M = np.asarray(p["matrix"], dtype=float)
+            cells = math.prod(domain)
+            if M.ndim != 2 or M.shape[1] != cells:
+                raise ValueError(f"the predicate matrix has shape {M.shape} but the domain has "
+                                 f"{cells:,} cells; it needs one column per cell ({cells:,} columns)")
+            W = dpx.workloads.predicates(M)
+            if d > 1:
+                W.domain = domain
+            return W
+        if f in ("spec", "external"):
+            raise ValueError(f"it was built over the domain {self.domain} and cannot move to "
+                             f"{domain}; remove it (or Clear all) before changing the domain")
+        raise ValueError(f"unknown query family {f!r}; known: {sorted(FAMILIES)}")
+
+
+def _same_params(a, b) -> bool:
+    """Equality of term parameters, numpy arrays compared by value."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_params(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same_params(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _factor_label(spec) -> str:
+    if isinstance(spec, str):
+        spec = {"type": spec}
+    kind = spec.get("type", "?")
+    short = _SHORT.get(kind, kind)
+    if kind == "width_range":
+        return f"Width{spec.get('w')}"
+    if kind == "random_ranges":
+        return f"Random{spec.get('m', 2000)}"
+    if kind == "ranges":
+        return f"Ranges({len(spec.get('ranges', []))})"
+    return short
+
+
+def _block(spec: dict, n: int, name: str, d: int) -> Matrix:
+    """One named 1D block of ``n`` cells; errors name the attribute when there are several."""
+    try:
+        return dpx.workloads.block(dict(spec), n)
+    except ValueError as exc:
+        if d > 1:
+            raise ValueError(f"attribute {name!r} ({n} cells): {exc}") from None
+        raise
+
+
+def _terms_from_matrix(W: Matrix) -> list[Term]:
+    """``W`` as editable terms: one per product of its spec, else one ``external`` term."""
+    try:
+        spec = dspec.to_spec(W)
+    except Exception:  # noqa: BLE001 - no spec: keep the matrix as it is
+        return [Term("external", {"name": W.name}, 1.0, W, tuple(W.domain))]
+    terms = []
+    for prod in spec["products"]:
+        factors = [{"type": s} if isinstance(s, str) else dict(s) for s in prod["factors"]]
+        first = factors[0]
+        same = all(f == first for f in factors)
+        if same and first["type"] in BLOCK_TYPES:
+            params = {k: v for k, v in first.items() if k != "type"}
+            if first["type"] == "ranges":
+                params["ranges"] = [tuple(r) for r in params["ranges"]]
+            terms.append(Term(first["type"], params, float(prod["weight"])))
+        elif len(factors) == 1 and first["type"] == "predicates":
+            terms.append(Term("predicates", {"matrix": np.asarray(first["matrix"], dtype=float)},
+                              float(prod["weight"])))
+        else:
+            terms.append(Term("product", {"factors": factors}, float(prod["weight"])))
+    return terms
+
+
+def _pool(A: np.ndarray, pixels: int) -> np.ndarray:
+    """Block means of ``A`` so that each side has at most ``pixels`` entries."""
+    r, c = A.shape
+    fr, fc = math.ceil(r / pixels), math.ceil(c / pixels)
+    if fr == 1 and fc == 1:
+        return A
+    ir, ic = np.arange(0, r, fr), np.arange(0, c, fc)
+    S = np.add.reduceat(np.add.reduceat(A, ir, axis=0), ic, axis=1)
+    counts = np.outer(np.diff(np.append(ir, r)), np.diff(np.append(ic, c)))
+    return S / counts
+
+
+# ====================================================================== builder
+class WorkloadBuilder(param.Parameterized):
+    """The "Workload builder" page: edits ``session.workload`` as a weighted union of terms.
+
+    Parameters
+    ----------
+    session : Session, optional
+        The shared session (a new one if omitted).  At start the builder uses
+        a 1D domain of the selected dataset's number of cells (256 when the
+        dataset is not 1D) and adopts ``session.workload`` as its terms when
+        it is over that domain, else starts from All Range.
+    **params
+        Initial values of the parameters below (e.g. ``n=64``).
+
+    Attributes
+    ----------
+    session : Session
+    brush : holoviews.streams.BoundsX
+        Box-select stream of the data histogram; each event adds one range.
+    terms : list of Term
+        The terms of the union (read-only; use the methods to change them).
+    domain : tuple of int
+        Attribute sizes of the current domain.
+    attribute_names : tuple of str
+        Attribute names (empty for an unnamed 1D domain).
+    stats : dict
+        ``name, m, n, domain, l1, l2`` of the built workload.
+    """
+
+    URL_PARAMS = URL_PARAMS
+
+    # -------------------------------------------------------------- domain
+    n = param.Integer(default=256, doc="""
+        Size of the 1D domain (cells, 1..8192); used when `attributes` is empty.""")
+    attributes = param.String(default="", doc="""
+        Multi-attribute domain as name:size items, e.g. "age:50, income:100, sex:2";
+        empty for a 1D domain of n cells.""")
+
+    # ----------------------------------------------------- next term to add
+    family = param.Selector(default="all_range", objects=list(FAMILIES), doc="Family of the next term.")
+    k = param.Integer(default=2, bounds=(0, MAX_N), doc="""
+        Width k of 'width_range', order k of 'marginals' and 'range_marginals'.""")
+    m = param.Integer(default=2000, bounds=(1, MAX_RANDOM), doc="Number of random ranges.")
+    random_kind = param.Selector(default="uniform", objects=_RANDOM_KINDS, doc="""
+        Random ranges: uniform over all intervals, or clustered (5 centres, std 256 / 1024).""")
+    seed = param.Integer(default=0, bounds=(0, None), doc="Seed of the random ranges.")
+    range_kind = param.Selector(default="all_range", objects=["all_range", "prefix"], doc="""
+        Ranges on the chosen attributes of range marginals: all ranges or prefixes.""")
+    blocks = param.List(default=[], item_type=str, doc="""
+        Block type per attribute for 'product' terms (one of BLOCK_TYPES each).""")
+    weight = param.Number(default=1.0, doc="Weight (> 0) of the next term.")
+    ranges_text = param.String(default="", doc="Custom ranges, e.g. '0-9, 20-29' (cells, inclusive).")
+    predicates_text = param.String(default="", doc="Pasted 0/1 predicate matrix, one query per line.")
+    spec_text = param.String(default="", doc="Pasted workload spec (JSON or YAML).")
+
+    # ------------------------------------------------------------- outputs
+    terms = param.List(default=[], constant=True, precedence=-1, doc="The terms of the union.")
+    error = param.String(default="", constant=True, precedence=-1, doc="""
+        Message of the last rejected input ('' after a successful change).""")
+    busy = param.Boolean(default=False, constant=True, precedence=-1, doc="True while building.")
+    version = param.Integer(default=0, constant=True, precedence=-1, doc="""
+        Incremented whenever the terms or the workload change (views redraw on it).""")
+    drawn = param.String(default="", constant=True, precedence=-1, doc="""
+        What the heatmap draws: 'W', 'WᵀW' or '' (too large to draw).""")
+    spec_error = param.String(default="", constant=True, precedence=-1, doc="""
+        Why the workload cannot be written as a spec ('' when it can).""")
+
+    def __init__(self, session: Session | None = None, **params):
+        self.session = session if session is not None else Session()
+        self._lock = threading.RLock()
+        self._syncing = False
+        self._domain: tuple[int, ...] = (256,)
+        self._names: tuple[str, ...] = ()
+        self._workload: Matrix | None = None
+        self.stats: dict = {}
+        self._layout = None
+        default_n = self._dataset_cells()
+        params.setdefault("n", default_n if default_n is not None else 256)
+        super().__init__(**params)
+        try:
+            domain, names = parse_domain(self.attributes, self.n)
+        except ValueError as exc:
+            self._fail(f"Domain not used: {exc}; using a 1D domain of 256 cells")
+            domain, names = (256,), ()
+        W = self.session.workload
+        if W is not None and tuple(W.domain) == domain and not names:
+            self._adopt(W)
+        else:
+            if not self._commit([Term("all_range")], domain, names, "Start"):
+                self._commit([Term("identity")], (256,), (), "Start")
+        self.session.param.watch(self._on_session_workload, "workload")
+        self._hist = hv.DynamicMap(self._histogram, streams=[
+            hv.streams.Params(parameterized=self.session, parameters=["dataset"]),
+            hv.streams.Params(parameterized=self, parameters=["version"])])
+        self.brush = hv.streams.BoundsX(source=self._hist, boundsx=None)
+        self.brush.add_subscriber(self._on_brush)
+
+    # ============================================================== state
+    @property
+    def domain(self) -> tuple[int, ...]:
+        """Attribute sizes of the current domain (``(n,)`` in 1D)."""
+        return self._domain
+
+    @property
+    def attribute_names(self) -> tuple[str, ...]:
+        """Attribute names of the current domain (empty for an unnamed 1D domain)."""
+        return self._names
+
+    @property
+    def workload(self) -> Matrix | None:
+        """The session's current workload ``W``."""
+        return self.session.workload
+
+    def _set(self, **values) -> None:
+        with param.edit_constant(self):
+            self.param.update(**values)
+
+    def _fail(self, message: str) -> bool:
+        """Report ``message`` (session notification + :attr:`error`); always ``False``."""
+        self._set(error=message)
+        self.session.report(message)
+        return False
+
+    def _dataset_cells(self) -> int | None:
+        """Number of cells of the selected dataset when it is 1D (and not too large)."""
+        try:
+            x = self.session.data().x
+        except Exception:  # noqa: BLE001 - dataset unavailable: fall back to 256
+            return None
+        if x.ndim == 1 and 1 <= x.size <= MAX_N:
+            return int(x.size)
+        return None
+
+    def _commit(self, terms: Sequence[Term], domain: tuple[int, ...], names: tuple[str, ...],
+                what: str, workload: Matrix | None = None) -> bool:
+        """Build ``terms`` over ``domain`` and make them current; on error keep everything.
+
+        ``workload``: use this matrix as the session's workload instead of the
+        union of the terms (when adopting a workload set elsewhere).
+        """
+        with self._lock:
+            self._set(busy=True)
+            try:
+                built = []
+                for i, t in enumerate(terms):
+                    try:
+                        M = t.build(domain, names)
+                    except Exception as exc:  # noqa: BLE001 - reported below with the term
+                        if not isinstance(exc, ValueError):
+                            log.exception("building a term failed")
+                        raise ValueError(f"term #{i} ({t.label}): {_message(exc)}") from None
+                    built.append(replace(t, matrix=M, domain=domain))
+                W = workload
+                if W is None and built:
+                    W = dpx.workloads.union([t.matrix for t in built], [t.weight for t in built])
+                    foreign = any(W is t.matrix for t in built if t.family == "external")
+                    if (len(domain) > 1 or names) and not foreign:
+                        W.attributes = tuple(names) or tuple(f"a{i + 1}" for i in range(len(domain)))
+                stats = self._stats(W) if W is not None else self.stats
+                spec_error = self._spec_problem(W) if W is not None else self.spec_error
+            except Exception as exc:  # noqa: BLE001 - never raise into the UI
+                if not isinstance(exc, ValueError):
+                    log.exception("building the workload failed")
+                self._set(busy=False)
+                return self._fail(f"{what}: {_message(exc)}")
+            self._domain, self._names = tuple(domain), tuple(names)
+            if len(domain) > 1 and not names:
+                self._names = tuple(f"a{i + 1}" for i in range(len(domain)))
+            self.stats = stats
+            self._sync_params()
+            if W is not None and W is not self.session.workload:
+                self._workload = W
+                self.session.workload = W
+            self._workload = self.session.workload
+            self._set(terms=built, error="", spec_error=spec_error, busy=False,
+                      version=self.version + 1)
+            return True
+
+    def _sync_params(self) -> None:
+        """Show the committed domain in ``n``/``attributes`` and size ``blocks`` to it."""
+        d = len(self._domain)
+        values = {"attributes": _domain_text(self._domain, self._names)}
+        if d == 1:
+            values["n"] = self._domain[0]
+        blocks = list(self.blocks)[:d]
+        blocks += ["identity"] * (d - len(blocks))
+        values["blocks"] = blocks
+        self._syncing = True
+        try:
+            self.param.update(**values)
+        finally:
+            self._syncing = False
+
+    @staticmethod
+    def _stats(W: Matrix) -> dict:
+        out = {"name": W.name, "m": W.m, "n": W.n, "domain": tuple(W.domain)}
+        for p in (1, 2):
+            try:
+                out[f"l{p}"] = W.sensitivity(p)
+            except Exception as exc:  # noqa: BLE001 - shown as n/a
+                out[f"l{p}"] = math.nan
+                out[f"l{p}_error"] = _message(exc)
+        return out
+
+    @staticmethod
+    def _spec_problem(W: Matrix) -> str:
+        try:
+            dspec.to_spec(W)
+        except Exception as exc:  # noqa: BLE001 - shown next to the download buttons
+            return _message(exc)
+        return ""
+
+    def _adopt(self, W: Matrix) -> bool:
+        """Make ``W`` (set on the session elsewhere) the builder's terms, keeping the object."""
+        domain = tuple(int(n) for n in W.domain)
+        attrs = getattr(W, "attributes", None)
+        names = tuple(str(a) for a in attrs) if attrs is not None and len(attrs) == len(domain) else ()
+        terms = _terms_from_matrix(W)
+        if self._commit(terms, domain, names, "Session workload not adopted", workload=W):
+            return True
+        return self._commit([Term("external", {"name": W.name}, 1.0, W, domain)], domain, names,
+                            "Session workload not adopted", workload=W)
+
+    def _on_session_workload(self, event) -> None:
+        if event.new is None or event.new is self._workload:
+            return
+        self._adopt(event.new)
+
+    # ============================================================= domain
+    def set_domain(self, n=None, attributes: str | None = None) -> bool:
+        """Change the domain and rebuild every term over it; ``True`` on success.
+
+        Parameters
+        ----------
+        n : int, optional
+            New 1D domain size (used when ``attributes`` is empty).
+        attributes : str, optional
+            New multi-attribute domain ``"name:size, ..."`` (``""`` for 1D).
+
+        A bad domain, or a term that does not fit it (e.g. a custom range past
+        the new end), is reported and the previous domain, terms and workload
+        are kept.
+        """
+        n = self.n if n is None else n
+        attributes = self.attributes if attributes is None else attributes
+        try:
+            domain, names = parse_domain(attributes, n)
+        except ValueError as exc:
+            self._sync_params()
+            return self._fail(f"Domain not changed: {exc}")
+        if domain == self._domain and names == self._names:
+            self._sync_params()
+            return True
+        ok = self._commit(self.terms, domain, names,
+                          f"Domain not changed to {_describe_domain(domain, names)}")
+        if not ok:
+            self._sync_params()
+        return ok
+
+    @param.depends("n", "attributes", watch=True)
+    def _on_domain_params(self) -> None:
+        if not self._syncing:
+            self.set_domain(self.n, self.attributes)
+
+    def use_dataset_size(self) -> bool:
+        """Set the 1D domain size to the selected dataset's number of cells."""
+        cells = self._dataset_cells()
+        if cells is None:
+            return self._fail(f"The dataset {self.session.dataset!r} is not 1D (or not available); "
+                              "its size cannot be used as a 1D domain")
+        return self.set_domain(n=cells, attributes="")
+
+    # ============================================================== terms
+    def _term_params(self, family: str, options: dict) -> dict:
+        """The parameters of a new ``family`` term from ``options`` or the builder's inputs."""
+        def get(key):
+            return options.get(key, getattr(self, {"kind": "random_kind"}.get(key, key)))
+
+        if family in ("identity", "total", "identity_total", "prefix", "all_range"):
+            return {}
+        if family == "width_range":
+            k = _whole(get("k"), "the width k")
+            if k < 1:
+                raise ValueError(f"the width k must be at least 1, got {k}; allowed: 1 to the domain size")
+            return {"w": k}
+        if family == "random_ranges":
+            m = _whole(get("m"), "the number of random ranges m")
+            if not 1 <= m <= MAX_RANDOM:
+                raise ValueError(f"the number of random ranges m must be 1 to {MAX_RANDOM:,}, got {m}")
+            kind = get("kind")
+            if kind not in _RANDOM_KINDS:
+                raise ValueError(f"the random range kind must be one of {_RANDOM_KINDS}, got {kind!r}")
+            seed = _whole(get("seed"), "the seed")
+            if seed < 0:
+                raise ValueError(f"the seed must be >= 0, got {seed}")
+            return {"m": m, "kind": kind, "seed": seed}
+        if family == "ranges":
+            return {"ranges": parse_ranges(options.get("ranges", self.ranges_text))}
+        if family == "predicates":
+            return {"matrix": parse_matrix(options.get("matrix", self.predicates_text))}
+        if family in ("marginals", "range_marginals"):
+            k = _whole(get("k"), "the marginal order k")
+            params = {"k": k}
+            if family == "range_marginals":
+                kind = options.get("range_kind", options.get("kind", self.range_kind))
+                if kind not in ("all_range", "prefix"):
+                    raise ValueError(f"range marginals use 'all_range' or 'prefix' ranges, got {kind!r}")
+                params["kind"] = kind
+            return params
+        if family == "product":
+            blocks = list(options.get("blocks", self.blocks))
+            d = len(self._domain)
+            if len(blocks) != d:
+                raise ValueError(f"{len(blocks)} block type(s) given for a domain of {d} attribute(s); "
+                                 f"choose one block per attribute")
+            factors = []
+            for b in blocks:
+                if b not in BLOCK_TYPES:
+                    raise ValueError(f"unknown block type {b!r}; allowed: {BLOCK_TYPES}")
+                factors.append({"type": b, **self._term_params(b, options)})
+            return {"factors": factors}
+        raise ValueError(f"unknown query family {family!r}; allowed: {list(FAMILIES)}")
+
+    @staticmethod
+    def _check_weight(weight) -> float:
+        if isinstance(weight, bool) or not isinstance(weight, int | float | np.number):
+            raise ValueError(f"the weight must be a positive number, got {weight!r}")
+        w = float(weight)
+        if not (math.isfinite(w) and w > 0):
+            raise ValueError(f"the weight must be a positive finite number, got {w:g}")
+        return w
+
+    def add_term(self, family: str | None = None, weight=None, **options) -> bool:
+        """Add a term to the union and rebuild ``session.workload``; ``True`` on success.
+
+        Parameters
+        ----------
+        family : str, optional
+            A key of :data:`FAMILIES` (default: the ``family`` parameter).
+        weight : float, optional
+            Positive weight of the term (default: the ``weight`` parameter).
+        **options
+            Override the builder's inputs for this term only: ``k``, ``m``,
+            ``kind`` (random ranges), ``seed``, ``range_kind``, ``ranges``
+            (text or pairs), ``matrix`` (text, bytes or array), ``blocks``
+            (one block type per attribute).
+
+        Notes
+        -----
+        ``"ranges"`` appends its intervals to the one custom-ranges term
+        (created with ``weight`` when there is none), like a brush.
+        """
+        family = self.family if family is None else family
+        unknown = sorted(set(options) - set(_OPTIONS))
+        if unknown:
+            return self._fail(f"Term not added: unknown option(s) {unknown}; allowed: {list(_OPTIONS)}")
+        if family not in FAMILIES:
+            return self._fail(f"Term not added: unknown query family {family!r}; allowed: {list(FAMILIES)}")
+        try:
+            w = self._check_weight(self.weight if weight is None else weight)
+            params = self._term_params(family, options)
+        except ValueError as exc:
+            return self._fail(f"Term not added ({FAMILIES[family]}): {_message(exc)}")
+        if family == "ranges":
+            return self.add_ranges(params["ranges"], weight=w)
+        return self._commit(list(self.terms) + [Term(family, params, w)], self._domain, self._names,
+                            f"Term not added ({FAMILIES[family]})")
+
+    def add_ranges(self, ranges, weight=None) -> bool:
+        """Append inclusive cell intervals to the custom-ranges term; ``True`` on success.
+
+        Parameters
+        ----------
+        ranges : str or sequence of (int, int)
+            ``"0-9, 20-29"`` or ``[(0, 9), (20, 29)]`` (0-based cells, inclusive).
+        weight : float, optional
+            Weight of the custom-ranges term if it is created now.
+        """
+        try:
+            intervals = parse_ranges(ranges)
+            w = self._check_weight(self.weight if weight is None else weight)
+        except ValueError as exc:
+            return self._fail(f"Ranges not added: {_message(exc)}")
+        top = min(self._domain) - 1
+        for lo, hi in intervals:
+            if lo < 0 or hi > top:
+                where = "every attribute has" if len(self._domain) > 1 else "the domain has"
+                return self._fail(f"Ranges not added: range [{lo}, {hi}] is outside the domain: ranges "
+                                  f"are inclusive cell indices with 0 <= lo <= hi <= {top} ({where} "
+                                  f"{top + 1} cells or more)")
+        terms = list(self.terms)
+        idx = next((i for i, t in enumerate(terms) if t.family == "ranges"), None)
+        if idx is None:
+            terms.append(Term("ranges", {"ranges": intervals}, w))
+        else:
+            old = terms[idx]
+            terms[idx] = Term("ranges", {"ranges": list(old.params["ranges"]) + intervals}, old.weight)
+        return self._commit(terms, self._domain, self._names, "Ranges not added")
+
+    def custom_ranges(self) -> list[tuple[int, int]]:
+        """The intervals of the custom-ranges term (empty when there is none)."""
+        for t in self.terms:
+            if t.family == "ranges":
+                return [tuple(r) for r in t.params["ranges"]]
+        return []
+
+    def set_weight(self, index: int, weight) -> bool:
+        """Set the weight of term ``index`` (0-based); ``True`` on success."""
+        try:
+            index = self._check_index(index)
+            w = self._check_weight(weight)
+        except ValueError as exc:
+            return self._fail(f"Weight not changed: {_message(exc)}")
+        terms = list(self.terms)
+        terms[index] = replace(terms[index], weight=w)
+        return self._commit(terms, self._domain, self._names, "Weight not changed")
+
+    def _check_index(self, index) -> int:
+        i = _whole(index, "the term index")
+        if not 0 <= i < len(self.terms):
+            raise ValueError(f"there is no term {i}; terms are numbered 0 to {len(self.terms) - 1}")
+        return i
+
+    def remove_term(self, index: int) -> bool:
+        """Remove term ``index`` (0-based); ``True`` on success."""
+        return self.remove_terms([index])
+
+    def remove_terms(self, indices: Sequence[int]) -> bool:
+        """Remove the terms at ``indices`` (0-based).
+
+        Removing every term leaves ``session.workload`` unchanged (the other
+        pages need a workload) until a term is added again.
+        """
+        try:
+            drop = {self._check_index(i) for i in indices}
+        except ValueError as exc:
+            return self._fail(f"Term not removed: {_message(exc)}")
+        terms = [t for i, t in enumerate(self.terms) if i not in drop]
+        if not terms:
+            return self.clear_terms()
+        return self._commit(terms, self._domain, self._names, "Term not removed")
+
+    def clear_terms(self) -> bool:
+        """Remove all terms; ``session.workload`` keeps the last built workload."""
+        self._set(terms=[], error="", version=self.version + 1)
+        return True
+
+    # ============================================================== brush
+    def _on_brush(self, boundsx=None, **_) -> None:
+        if boundsx is None:
+            return
+        try:
+            self.add_brush(*boundsx)
+        except Exception as exc:  # noqa: BLE001 - never raise into the UI
+            log.exception("brush failed")
+            self._fail(f"Brushed range not added: {_message(exc)}")
+
+    def add_brush(self, x0: float, x1: float) -> bool:
+        """Add the cells under a brushed span ``[x0, x1]`` (histogram units) as one range.
+
+        Cells whose centre lies in the span are taken (the cell under the
+        span's middle when it is narrower than a cell).  Needs a 1D dataset and
+        a 1D domain with as many cells as its histogram.
+        """
+        try:
+            ds = self.session.data()
+        except Exception as exc:  # noqa: BLE001
+            return self._fail(f"Brushed range not added: no data histogram ({_message(exc)})")
+        if ds.x.ndim != 1:
+            return self._fail(f"Brushed range not added: brushing adds 1D ranges, but the dataset "
+                              f"{ds.name!r} is {ds.x.shape}; select a 1D dataset or type the ranges")
+        cells = ds.x.size
+        if self._domain != (cells,):
+            return self._fail(f"Brushed range not added: the histogram has {cells} cells but the domain "
+                              f"is {_describe_domain(self._domain, self._names)}; set n = {cells} "
+                              f"('Use the dataset's size') to brush ranges")
+        try:
+            lo_x, hi_x = sorted((float(x0), float(x1)))
+        except (TypeError, ValueError):
+            return self._fail(f"Brushed range not added: bounds {x0!r}, {x1!r} are not numbers")
+        if not (math.isfinite(lo_x) and math.isfinite(hi_x)):
+            return self._fail("Brushed range not added: the brushed bounds are not finite")
+        edges = np.asarray(ds.edges[0], dtype=float)
+        if hi_x < edges[0] or lo_x > edges[-1]:
+            return self._fail(f"Brushed range not added: [{lo_x:.4g}, {hi_x:.4g}] is outside the "
+                              f"histogram's range [{edges[0]:.4g}, {edges[-1]:.4g}]")
+        centers = (edges[:-1] + edges[1:]) / 2
+        inside = np.flatnonzero((centers >= lo_x) & (centers <= hi_x))
+        if inside.size:
+            lo, hi = int(inside[0]), int(inside[-1])
+        else:
+            mid = min(max((lo_x + hi_x) / 2, edges[0]), edges[-1])
+            lo = hi = int(np.clip(np.searchsorted(edges, mid, side="right") - 1, 0, cells - 1))
+        return self.add_ranges([(lo, hi)])
+
+    # =============================================================== spec
+    def load_spec(self, text, filename: str | None = None) -> bool:
+        """Replace the terms by one "from spec" term built from JSON/YAML spec text.
+
+        Parameters
+        ----------
+        text : str or bytes
+            The spec (bytes from an upload are decoded as UTF-8).
+        filename : str, optional
+            ``.json`` / ``.yaml`` / ``.yml`` fixes the format; otherwise JSON
+            is tried, then YAML.
+
+        Returns
+        -------
+        bool
+            ``True`` when the spec was loaded (it sets the domain and
+            ``session.workload``); on error the current work is kept.
+        """
+        where = f" from {filename!r}" if filename else ""
+        what = f"Spec not loaded{where}"
+        if isinstance(text, bytes | bytearray):
+            if len(text) > MAX_UPLOAD_BYTES:
+                return self._fail(f"{what}: the file has {len(text):,} bytes; at most "
+                                  f"{MAX_UPLOAD_BYTES:,} are allowed")
+            try:
+                text = bytes(text).decode("utf-8-sig")
+            except UnicodeDecodeError:
+                return self._fail(f"{what}: the file is not UTF-8 text; a spec is a JSON or YAML file")
+        if not isinstance(text, str) or not text.strip():
+            return self._fail(f"{what}: the spec is empty; give JSON or YAML such as "
+                              '{"domain": [256], "products": [{"factors": ["prefix"]}]}')
+        fmt = None
+        if filename:
+            fmt = {".json": "json", ".yaml": "yaml", ".yml": "yaml"}.get(PurePath(filename).suffix.lower())
+        try:
+            W = dspec.loads(text, fmt)
+            domain = tuple(int(n) for n in W.domain)
+            if len(domain) == 1:
+                _check_n(domain[0])
+            elif math.prod(domain) > MAX_CELLS:
+                raise ValueError(f"the domain {domain} has {math.prod(domain):,} cells; at most "
+                                 f"{MAX_CELLS:,} are allowed")
+        except Exception as exc:  # noqa: BLE001 - parse errors, invalid specs
+            if not isinstance(exc, ValueError):
+                log.exception("loading a spec failed")
+            return self._fail(f"{what}: {_message(exc)}")
+        attrs = getattr(W, "attributes", None)
+        names = tuple(attrs) if attrs is not None else ()
+        term = Term("spec", {"name": W.name, "spec": dspec.to_spec(W)}, 1.0, W, domain)
+        return self._commit([term], domain, names, what)
+
+    def load_spec_file(self, data: bytes, filename: str | None = None) -> bool:
+        """:meth:`load_spec` for an uploaded file's bytes."""
+        return self.load_spec(data if data is not None else b"", filename or "uploaded file")
+
+    def export_spec(self, format: str = "json") -> str | None:
+        """The spec of ``session.workload`` as JSON or YAML text (``None`` and a report on error)."""
+        W = self.session.workload
+        if W is None:
+            self._fail("Spec not exported: there is no workload yet")
+            return None
+        try:
+            return dspec.dumps(W, format)
+        except Exception as exc:  # noqa: BLE001
+            self._fail(f"Spec not exported: {_message(exc)}")
+            return None
+
+    def _download(self, fmt: str) -> io.StringIO:
+        text = self.export_spec(fmt)
+        if text is None:
+            text = f"# the workload cannot be written as a spec: {self.error}\n"
+        return io.StringIO(text)
+
+    def load_predicates(self, data, filename: str | None = None, weight=None) -> bool:
+        """Add a predicates term from an uploaded file (``.npy`` or CSV/text of 0/1) or text."""
+        try:
+            M = parse_matrix(data, filename)
+        except ValueError as exc:
+            where = f" from {filename!r}" if filename else ""
+            return self._fail(f"Predicates not added{where}: {_message(exc)}")
+        return self.add_term("predicates", weight=weight, matrix=M)
+
+    # ============================================================ drawing
+    def heatmap_data(self) -> tuple[str, np.ndarray | None, str]:
+        """What the heatmap draws: ``(which, array, note)``.
+
+        ``which`` is ``"W"`` when ``W`` has at most :data:`HEATMAP_ENTRIES`
+        entries, ``"WᵀW"`` when its ``n ≤ GRAM_MAX_N`` (averaged down to at
+        most :data:`HEATMAP_PIXELS` per side), else ``""`` with ``array``
+        ``None`` and ``note`` saying why nothing is drawn.
+        """
+        W = self.session.workload
+        if W is None:
+            return "", None, "No workload yet: add a term."
+        m, n = W.shape
+        try:
+            if m * n <= HEATMAP_ENTRIES:
+                return "W", W.dense(), f"W itself: {m:,} queries (rows) × {n:,} cells (columns)"
+            if n <= GRAM_MAX_N:
+                G = _pool(np.asarray(W.gram().dense(), dtype=float), HEATMAP_PIXELS)
+                note = (f"WᵀW ({n:,} × {n:,} cells): W has {m:,} × {n:,} = {m * n:,} entries, more "
+                        f"than {HEATMAP_ENTRIES:,}, so its Gram matrix is drawn")
+                if G.shape[0] < n:
+                    note += f" (block means, {G.shape[0]} × {G.shape[1]} pixels)"
+                return "WᵀW", G, note
+        except (MatrixTooLargeError, MemoryError) as exc:
+            return "", None, f"Too large to draw: {_message(exc)}"
+        return "", None, (f"Too large to draw: W is {m:,} × {n:,} and WᵀW is {n:,} × {n:,} "
+                          f"(W is drawn up to {HEATMAP_ENTRIES:,} entries, WᵀW up to "
+                          f"{GRAM_MAX_N:,} cells). The workload is still valid: its size and "
+                          f"sensitivities are shown above.")
+
+    def heatmap(self):
+        """The heatmap of W or WᵀW (:class:`holoviews.Image`), or an Alert when too large.
+
+        Sets :attr:`drawn` to ``"W"``, ``"WᵀW"`` or ``""``.
+        """
+        which, A, note = self.heatmap_data()
+        self._set(drawn=which)
+        if A is None:
+            return pn.pane.Alert(note, alert_type="warning", sizing_mode="stretch_width")
+        rows, cols = self.session.workload.shape if which == "W" else (self.session.workload.n,) * 2
+        ydim = hv.Dimension("row", label="query i" if which == "W" else "cell i")
+        img = hv.Image(np.flipud(A), bounds=(0, 0, cols, rows),
+                       kdims=[hv.Dimension("col", label="cell j"), ydim],
+                       vdims=[hv.Dimension("value", label=which)])
+        return img.opts(cmap="Blues", colorbar=True, invert_yaxis=True, tools=["hover"],
+                        responsive=True, min_height=320, max_height=520, title=f"{which}: {note}",
+                        fontsize={"title": "9pt"}, default_tools=["save", "reset", "wheel_zoom", "pan"])
+
+    @param.depends("version")
+    def heatmap_view(self):
+        """:meth:`heatmap`, redrawn when the workload changes."""
+        return self.heatmap()
+
+    def _histogram(self, dataset=None, version=None, **_):
+        """The selected dataset's histogram with the custom ranges shaded."""
+        spans = []
+        try:
+            ds = self.session.data()
+            x = ds.x if ds.x.ndim == 1 else ds.x.sum(axis=tuple(range(1, ds.x.ndim)))
+            edges = np.asarray(ds.edges[0], dtype=float)
+            label = ds.attributes[0]
+            if ds.x.ndim == 1:
+                title = f"{ds.name}: {x.size} cells — box-select a span to add a range"
+                if self._domain == (x.size,):
+                    spans = [(edges[lo], edges[hi + 1]) for lo, hi in self.custom_ranges()]
+                else:
+                    title += f" (needs n = {x.size})"
+            else:
+                title = (f"{ds.name} is {ds.x.shape}: marginal of {label} shown; "
+                         "brushing adds ranges on 1D datasets only")
+        except Exception as exc:  # noqa: BLE001 - dataset unavailable
+            x, edges, label = np.zeros(1), np.array([0.0, 1.0]), "cell"
+            title = f"No data histogram: {_message(exc)}"
+        hist = hv.Histogram((edges, x), kdims=[hv.Dimension("x", label=label)],
+                            vdims=[hv.Dimension("count")]).opts(
+            tools=["xbox_select", "hover"], active_tools=["xbox_select"], responsive=True,
+            height=220, color="#6d904f", line_color=None, title=title, fontsize={"title": "9pt"})
+        shade = hv.VSpans(spans, kdims=[hv.Dimension("x", label=label), "x1"]).opts(
+            color="#ff7f0e", alpha=0.25)
+        return hist * shade
+
+    # ================================================================= UI
+    def terms_frame(self) -> pd.DataFrame:
+        """The terms as a table: ``term``, ``queries`` (rows over the domain), ``weight``."""
+        return pd.DataFrame({"term": [t.label for t in self.terms],
+                             "queries": [t.matrix.m if t.matrix is not None else 0 for t in self.terms],
+                             "weight": [t.weight for t in self.terms]},
+                            columns=["term", "queries", "weight"])
+
+    def summary(self) -> str:
+        """Markdown: domain, m, n, L1 and L2 sensitivity of the workload (and any mismatch)."""
+        s = self.stats
+        W = self.session.workload
+        lines = []
+        if not self.terms:
+            lines.append("**No terms:** add a query family. The other pages keep using the last "
+                         f"workload built{f' ({W.name!r}, {W.m:,} × {W.n:,})' if W is not None else ''}.")
+        if s:
+            def sens(p):
+                v = s.get(f"l{p}", math.nan)
+                return f"{v:.6g}" if math.isfinite(v) else f"n/a ({s.get(f'l{p}_error', '')})"
+            lines.append(f"**W** = `{s['name'][:120]}`  \n**m** = {s['m']:,} queries, **n** = "
+                         f"{s['n']:,} cells, **domain** = {_describe_domain(s['domain'], self._names)}  \n"
+                         f"**L1 sensitivity** = {sens(1)}, **L2 sensitivity** = {sens(2)}")
+        cells = self._dataset_cells()
+        if cells is not None and self._domain != (cells,):
+            lines.append(f"⚠ The dataset {self.session.dataset!r} has {cells} cells but the domain is "
+                         f"{_describe_domain(self._domain, self._names)}: releases need n = {cells}.")
+        return "\n\n".join(lines)
+
+    def _controls(self) -> pn.Column:
+        w = pn.widgets
+
+        def lab(text):
+            return {_LABEL: text}
+
+        n_in = w.IntInput.from_param(self.param.n, **lab(f"1D domain size n (1..{MAX_N})"),
+                                     disabled=pn.bind(bool, self.param.attributes))
+        attrs = w.TextInput.from_param(self.param.attributes, **lab("Attributes (name:size, …)"),
+                                       placeholder="age:50, income:100, sex:2 (empty: 1D)")
+        match = w.Button(**lab("Use the dataset's size"), **{_COLOR: "light"})
+        match.on_click(lambda e: self.use_dataset_size())
+        domain = pn.Card(n_in, attrs, match, title="Domain", sizing_mode="stretch_width")
+
+        fam = w.Select.from_param(self.param.family, **lab("Query family"),
+                                  options={v: k for k, v in FAMILIES.items()})
+
+        def shown(*families):
+            return pn.bind(lambda f: f in families, self.param.family)
+
+        k_in = w.IntInput.from_param(self.param.k, **lab("k (width / marginal order)"),
+                                     visible=shown("width_range", "marginals", "range_marginals", "product"))
+        m_in = w.IntInput.from_param(self.param.m, **lab("m (number of ranges)"),
+                                     visible=shown("random_ranges", "product"))
+        kind = w.Select.from_param(self.param.random_kind, **lab("Random ranges"),
+                                   visible=shown("random_ranges", "product"))
+        seed = w.IntInput.from_param(self.param.seed, **lab("Seed"), visible=shown("random_ranges", "product"))
+        rkind = w.RadioButtonGroup.from_param(self.param.range_kind, visible=shown("range_marginals"))
+        ranges = w.TextInput.from_param(self.param.ranges_text, **lab("Ranges (cells lo-hi)"),
+                                        placeholder="0-9, 20-29", visible=shown("ranges", "product"))
+        preds = w.TextAreaInput.from_param(self.param.predicates_text, **lab("0/1 matrix (one query per line)"),
+                                           placeholder="1 1 0 0\n0 1 1 1", height=100,
+                                           visible=shown("predicates"))
+        pred_file = w.FileInput(accept=".npy,.csv,.txt", visible=shown("predicates"))
+        pred_file.param.watch(lambda e: self.load_predicates(e.new, pred_file.filename), "value")
+        blocks = pn.Column(pn.bind(self._block_selectors, self.param.version),
+                           visible=shown("product"), sizing_mode="stretch_width")
+        weight = w.FloatInput.from_param(self.param.weight, **lab("Weight (> 0)"), step=0.5)
+        add = w.Button(**lab("Add term"), **{_COLOR: "primary"})
+        add.on_click(lambda e: self.add_term())
+        adder = pn.Card(fam, blocks, k_in, m_in, kind, seed, rkind, ranges, preds, pred_file, weight, add,
+                        title="Add a term", sizing_mode="stretch_width")
+
+        dl_json = w.FileDownload(callback=lambda: self._download("json"), filename="workload.json",
+                                 label="Download JSON", **{_COLOR: "success"},
+                                 disabled=pn.bind(bool, self.param.spec_error))
+        dl_yaml = w.FileDownload(callback=lambda: self._download("yaml"), filename="workload.yaml",
+                                 label="Download YAML", **{_COLOR: "success"},
+                                 disabled=pn.bind(bool, self.param.spec_error))
+        why = pn.pane.Markdown(pn.bind(lambda e: f"*Not expressible as a spec:* {e}" if e else "",
+                                       self.param.spec_error), sizing_mode="stretch_width")
+        upload = w.FileInput(accept=".json,.yaml,.yml")
+        upload.param.watch(lambda e: self.load_spec_file(e.new, upload.filename), "value")
+        text = w.TextAreaInput.from_param(self.param.spec_text, **lab("Paste a spec (JSON or YAML)"),
+                                          height=140, placeholder='{"domain": [256], "products": '
+                                          '[{"weight": 1, "factors": ["prefix"]}]}')
+        load = w.Button(**lab("Load pasted spec"), **{_COLOR: "primary"})
+        load.on_click(lambda e: self.load_spec(self.spec_text))
+        copy = w.Button(**lab("Copy current spec here"), **{_COLOR: "light"})
+
+        def copy_spec(_):
+            out = self.export_spec("yaml")
+            if out is not None:
+                self.spec_text = out
+        copy.on_click(copy_spec)
+        specs = pn.Card(pn.Row(dl_json, dl_yaml), why, pn.pane.Markdown("**Load a spec file**"), upload,
+                        text, pn.Row(load, copy), title="Import / export spec",
+                        sizing_mode="stretch_width", collapsed=True)
+        return pn.Column(domain, adder, specs, width=360)
+
+    def _block_selectors(self, version=None) -> pn.Column:
+        """One block-type Select per attribute (product terms)."""
+        names = self._names or tuple(f"a{i + 1}" for i in range(len(self._domain)))
+        selects = []
+        for i, (name, n) in enumerate(zip(names, self._domain, strict=True)):
+            value = self.blocks[i] if i < len(self.blocks) else "identity"
+            sel = pn.widgets.Select(**{_LABEL: f"{name} ({n})"}, options=BLOCK_TYPES, value=value)
+
+            def pick(event, i=i):
+                blocks = list(self.blocks)
+                blocks[i] = event.new
+                self.blocks = blocks
+            sel.param.watch(pick, "value")
+            selects.append(sel)
+        return pn.Column(*selects, sizing_mode="stretch_width")
+
+    def _terms_table(self) -> pn.Column:
+        from bokeh.models.widgets.tables import NumberFormatter
+
+        tab = pn.widgets.Tabulator(self.terms_frame(), show_index=True, selectable="checkbox",
+                                   sizing_mode="stretch_width", layout="fit_data_stretch",
+                                   editors={"term": None, "queries": None,
+                                            "weight": {"type": "number", "min": 0, "step": 0.5}},
+                                   formatters={"queries": NumberFormatter(format="0,0")},
+                                   titles={"weight": "weight (edit)"})
+
+        def edited(event):
+            if event.column == "weight" and not self.set_weight(event.row, event.value):
+                tab.value = self.terms_frame()
+        tab.on_edit(edited)
+        self.param.watch(lambda e: setattr(tab, "value", self.terms_frame()), "version")
+        remove = pn.widgets.Button(**{_LABEL: "Remove selected"}, **{_COLOR: "warning"})
+        remove.on_click(lambda e: self.remove_terms(list(tab.selection)) if tab.selection else
+                        self._fail("Term not removed: select the terms to remove first (checkboxes)"))
+        clear = pn.widgets.Button(**{_LABEL: "Clear all"}, **{_COLOR: "danger"})
+        clear.on_click(lambda e: self.clear_terms())
+        return pn.Column(pn.pane.Markdown("### Terms (union)"), tab, pn.Row(remove, clear),
+                         sizing_mode="stretch_width")
+
+    def error_alert(self) -> pn.pane.Alert:
+        """A danger Alert with :attr:`error`, hidden while there is none."""
+        return pn.pane.Alert(pn.bind(lambda e: f"**Input rejected, your workload is unchanged.** {e}",
+                                     self.param.error),
+                             alert_type="danger", sizing_mode="stretch_width",
+                             visible=pn.bind(bool, self.param.error))
+
+    def panel(self) -> pn.Column:
+        """The whole page (built once)."""
+        if self._layout is not None:
+            return self._layout
+        summary = pn.pane.Markdown(pn.bind(lambda v, d: self.summary(), self.param.version,
+                                           self.session.param.dataset), sizing_mode="stretch_width")
+        heat = pn.panel(self.heatmap_view, loading_indicator=True, sizing_mode="stretch_width")
+        hist = pn.pane.HoloViews(self._hist, sizing_mode="stretch_width", height=240)
+        main = pn.Column(summary, self._terms_table(), heat,
+                         pn.pane.Markdown("### Brush custom ranges on the data"), hist,
+                         sizing_mode="stretch_width", loading=self.param.busy)
+        self._layout = pn.Column(pn.pane.Markdown(HEADER, sizing_mode="stretch_width"),
+                                 self.error_alert(), pn.Row(self._controls(), main,
+                                                            sizing_mode="stretch_width"),
+                                 sizing_mode="stretch_width")
+        return self._layout
+
+    def __panel__(self):
+        return self.panel()

@@ -1,0 +1,823 @@
+"""DataView: the "Data & DAWA" page.
+
+Shows the selected dataset's histogram (1D) or grid (2D), runs DAWA on it
+(Li, Hay, Miklau, Wang, PVLDB 2014) and draws what DAWA releases: its private
+partition into buckets, the estimate ``x̂`` against the data ``x``, and the
+budget of each stage.  Beside the private partition it draws the exact
+least-cost partition (:func:`dpexplorer.partition.optimal_partition`), which is
+**not private** and only shown for comparison.  Datasets can be uploaded as a
+CSV column (binned with :func:`dpexplorer.datasets.from_csv`) or a ``.npy``
+array of counts (:func:`dpexplorer.datasets.from_npy`).
+
+The component is a :class:`param.Parameterized` driven through its methods
+and parameters, so it is tested without a browser::
+
+    view = DataView(session)
+    view.ratio = 0.5
+    view.run()                      # True on success; errors go to session.report
+    view.last.result.partition      # the DAWAResult of the last successful run
+    view.load_csv(data_bytes, "people.csv"); view.add_csv_dataset("age", bins=64)
+
+Privacy: DAWA runs on ``PrivateData(x, session.ledger)``, so both stages
+(ε₁ for the partition, ε₂ for the bucket counts) are recorded in the session's
+ledger.  Runs only happen on a click (never on a parameter change), because
+every run spends budget.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+import threading
+from dataclasses import dataclass, field
+from pathlib import PurePath
+
+import holoviews as hv
+import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh backend for .opts)
+import numpy as np
+import pandas as pd
+import panel as pn
+import param
+
+import dpexplorer as dpx
+from dpexplorer.datasets import Dataset
+from dpexplorer.dawa import DAWAResult, dawa
+from dpexplorer.matrix import Matrix
+from dpexplorer.partition import Partition, optimal_partition
+from dpexplorer.privacy import PrivateData, Spend
+
+from .session import Session
+
+__all__ = ["DataView", "DAWARun", "ALL_CANDIDATES_MAX_N", "RANDOM_WORKLOAD", "histogram_element",
+           "partition_rectangles", "bucket_grid", "bucket_image", "bucket_boundaries",
+           "steps_curve"]
+
+log = logging.getLogger(__name__)
+
+#: Largest domain for which the "all intervals" candidate set is offered (O(n²) candidates).
+ALL_CANDIDATES_MAX_N = 4096
+
+#: Workload used when the session's workload does not fit the data: DAWA Sec. 5.1's
+#: 2000 uniform random ranges (1D) or rectangles (2D), with a fixed public seed.
+RANDOM_WORKLOAD = {"m": 2000, "seed": 0}
+
+# Widget captions: ``label`` since Panel 1.9 (``name`` is deprecated there), ``name`` before.
+_LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
+# Button colours: ``color`` since Panel 1.9 (``button_type`` is deprecated there).
+_BUTTON = "color" if "color" in pn.widgets.Button.param else "button_type"
+
+#: Alternating bucket shading (1D) and the categorical palette of bucket ids (2D).
+_SHADES = ("#4c72b0", "#dd8452")
+_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+            "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896",
+            "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5"]
+
+PENALTY_HELP = (
+    "Extra cost per bucket, in units of that bucket's noise scale (default 0 = DAWA's "
+    "Algorithm 1 as published). With the published costs the least noisy-cost partition "
+    "tends to collect buckets whose noise happens to be very negative, giving many small "
+    "buckets whatever the data. A data-independent offset does not change the costs' "
+    "sensitivity, so stage 1 stays ε₁-DP; a penalty around 3 brings the private partition "
+    "closer to the exact least-cost one.")
+RATIO_HELP = ("Share of ε spent on stage 1, the private partition: ε₁ = ratio·ε, and the "
+              "bucket counts get ε₂ = (1 − ratio)·ε. The paper uses 0.25.")
+CANDIDATES_HELP = ("Candidate buckets of stage 1: intervals whose length is a power of two "
+                   "(pow2, fast) or all intervals (all, O(n²), only for n ≤ 4096).")
+
+HEADER = """\
+## Data & DAWA
+
+**DAWA** (Li, Hay, Miklau, Wang, PVLDB 2014) is *data-aware*: with a share ε₁ of the
+budget it privately groups neighbouring cells with similar counts into **buckets**
+(stage 1, a noisy least-cost partition), then with the rest ε₂ it measures the bucket
+totals with a strategy fitted to the workload (stage 2, GreedyH) and spreads each total
+uniformly over its bucket to give the estimate **x̂**.  On smooth data few buckets are
+needed and the error drops far below data-independent mechanisms.  2D grids are laid
+out along a Hilbert curve so buckets are contiguous pieces of that curve.  DAWA is
+ε-DP (Laplace noise); every run is recorded in the session's privacy ledger.
+"""
+
+
+# ======================================================================= plots
+def _cell_edges(ds: Dataset, axis: int) -> np.ndarray:
+    edges = np.asarray(ds.edges[axis], dtype=float) if len(ds.edges) > axis else None
+    size = ds.x.shape[axis]
+    if edges is None or edges.shape != (size + 1,):
+        return np.arange(size + 1, dtype=float)
+    return edges
+
+
+def _centers(edges: np.ndarray) -> np.ndarray:
+    return 0.5 * (edges[:-1] + edges[1:])
+
+
+def _attr(ds: Dataset, axis: int) -> str:
+    names = tuple(ds.attributes) if ds.attributes else ()
+    default = ("bin",) if ds.x.ndim == 1 else ("row", "col")
+    return str(names[axis]) if len(names) > axis else default[axis]
+
+
+def histogram_element(ds: Dataset, title: str | None = None):
+    """The dataset as an ``hv.Histogram`` (1D) or ``hv.Image`` (2D, eq-hist colours)."""
+    title = title or f"{ds.name}: {ds.n_records:,} records, shape {ds.x.shape}"
+    if ds.x.ndim == 1:
+        return hv.Histogram((_cell_edges(ds, 0), ds.x), kdims=[_attr(ds, 0)], vdims=["count"]).opts(
+            color="#6d904f", line_color=None, alpha=0.8, tools=["hover"], title=title,
+            responsive=True, height=300)
+    return _grid_image(ds, ds.x, "count", title)
+
+
+def _grid_image(ds: Dataset, values: np.ndarray, vdim: str, title: str, cmap: str = "viridis"):
+    xe, ye = _cell_edges(ds, 0), _cell_edges(ds, 1)
+    grid = np.asarray(values, dtype=float).reshape(ds.x.shape)
+    return hv.Image((_centers(xe), _centers(ye), grid.T), kdims=[_attr(ds, 0), _attr(ds, 1)],
+                    vdims=[vdim]).opts(cmap=cmap, cnorm="eq_hist", colorbar=True, tools=["hover"],
+                                       title=title, responsive=True, height=340)
+
+
+def partition_rectangles(partition: Partition, edges: np.ndarray, top: float,
+                         label: str = "buckets") -> hv.Rectangles:
+    """Alternating-colour rectangles, one per bucket, spanning ``[0, top]``.
+
+    Bucket ``j`` covers cells ``partition.lo[j] .. partition.hi[j]``, i.e. the
+    interval ``edges[lo_j] .. edges[hi_j + 1]`` in the attribute's units.
+    Columns: ``x0, y0, x1, y1, parity, bucket, cells``.
+    """
+    edges = np.asarray(edges, dtype=float)
+    k = partition.k
+    data = pd.DataFrame({
+        "x0": edges[partition.lo], "y0": np.zeros(k), "x1": edges[partition.hi + 1],
+        "y1": np.full(k, float(top)), "parity": np.arange(k) % 2, "bucket": np.arange(k),
+        "cells": partition.sizes})
+    return hv.Rectangles(data, vdims=["parity", "bucket", "cells"], label=label).opts(
+        color=hv.dim("parity").categorize({0: _SHADES[0], 1: _SHADES[1]}), alpha=0.3,
+        line_alpha=0.0, tools=["hover"])
+
+
+def steps_curve(edges: np.ndarray, values: np.ndarray, label: str, kdim: str = "bin",
+                vdim: str = "count") -> hv.Curve:
+    """A per-cell value as a step line over the cells' edges."""
+    edges = np.asarray(edges, dtype=float)
+    values = np.asarray(values, dtype=float)
+    return hv.Curve((edges, np.append(values, values[-1])), kdims=[kdim], vdims=[vdim],
+                    label=label).opts(interpolation="steps-post")
+
+
+def bucket_grid(partition: Partition, order: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
+    """Bucket id of every cell, in the data's shape (cells in C order)."""
+    bucket_of = partition.bucket_of
+    if order is not None:
+        cells = np.empty_like(bucket_of)
+        cells[np.asarray(order)] = bucket_of
+        bucket_of = cells
+    return bucket_of.reshape(shape)
+
+
+def bucket_boundaries(ds: Dataset, ids: np.ndarray) -> hv.Segments:
+    """Segments along every cell side shared by two cells of different buckets (2D)."""
+    xe, ye = _cell_edges(ds, 0), _cell_edges(ds, 1)
+    i, j = np.nonzero(ids[1:, :] != ids[:-1, :])  # between rows i and i+1: constant x = xe[i+1]
+    seg_a = np.column_stack([xe[i + 1], ye[j], xe[i + 1], ye[j + 1]])
+    i, j = np.nonzero(ids[:, 1:] != ids[:, :-1])  # between columns j and j+1: y = ye[j+1]
+    seg_b = np.column_stack([xe[i], ye[j + 1], xe[i + 1], ye[j + 1]])
+    segs = np.vstack([seg_a, seg_b]) if len(seg_a) + len(seg_b) else np.empty((0, 4))
+    return hv.Segments(segs, kdims=[_attr(ds, 0), _attr(ds, 1), "x1", "y1"]).opts(
+        color="white", line_width=0.8, alpha=0.9)
+
+
+def bucket_image(ds: Dataset, partition: Partition, order, title: str):
+    """2D: every cell coloured by its bucket (categorical, cyclic palette) with boundaries."""
+    ids = bucket_grid(partition, order, ds.x.shape)
+    xe, ye = _cell_edges(ds, 0), _cell_edges(ds, 1)
+    colour = ids % len(_PALETTE)
+    img = hv.Image((_centers(xe), _centers(ye), colour.T, ids.T),
+                   kdims=[_attr(ds, 0), _attr(ds, 1)], vdims=["colour", "bucket"]).opts(
+        cmap=_PALETTE, clim=(-0.5, len(_PALETTE) - 0.5), colorbar=False, tools=["hover"],
+        title=title, responsive=True, height=340)
+    return img * bucket_boundaries(ds, ids)
+
+
+# ================================================================ hidden tabs
+def _served() -> bool:
+    doc = pn.state.curdoc
+    return doc is not None and doc.session_context is not None
+
+
+class _ShownGate:
+    """Apply UI updates now, or -- for a page in a hidden dynamic tab of a served app -- once shown.
+
+    Panel 1.9 renders updates of panes inside a hidden ``pn.Tabs(dynamic=True)``
+    tab with stylesheet URLs on cdn.holoviz.org, which an offline app cannot
+    load.  Updates driven by the shared session (the sidebar, other pages) go
+    through :meth:`run`: applied at once when the page is visible (and always
+    outside a server, e.g. in tests), else kept and applied by a periodic
+    check once the page's tab is active again.
+    """
+
+    def __init__(self, layout, period: int = 1000):
+        self._layout = layout  # callable -> the page's layout (or None before it is built)
+        self._period = period
+        self._pending: dict = {}
+        self._polling = False
+        self.checks: list = []  # extra callables run on every periodic check
+
+    def run(self, key: str, fn) -> None:
+        if self.hidden():
+            self._pending[key] = fn
+        else:
+            fn()
+
+    def start(self) -> None:
+        """Start the periodic check (in a server session only; once)."""
+        if self._polling or not _served():
+            return
+        try:
+            pn.state.add_periodic_callback(self.flush, period=self._period)
+            self._polling = True
+        except Exception:  # noqa: BLE001 - no event loop: updates are applied at once instead
+            log.debug("no periodic callback", exc_info=True)
+
+    def flush(self) -> None:
+        for check in self.checks:
+            check()
+        if self._pending and not self.hidden():
+            pending, self._pending = self._pending, {}
+            for fn in pending.values():
+                fn()
+
+    def hidden(self) -> bool:
+        """Whether the page is an inactive tab of a dynamic ``pn.Tabs`` in this session."""
+        layout = self._layout()
+        if layout is None or not _served():
+            return False
+        doc = pn.state.curdoc
+        try:
+            for viewable, _, vdoc, _ in list(pn.state._views.values()):
+                if vdoc is not doc or not hasattr(viewable, "select"):
+                    continue
+                for tabs in viewable.select(pn.Tabs):
+                    for i, obj in enumerate(tabs.objects):
+                        if obj is layout:
+                            return bool(tabs.dynamic) and i != tabs.active
+        except Exception:  # noqa: BLE001 - private Panel API changed: update at once
+            log.debug("visibility check failed", exc_info=True)
+        return False
+
+
+# ======================================================================= state
+@dataclass
+class DAWARun:
+    """One DAWA run: its public result, plus the non-private things drawn beside it.
+
+    Attributes
+    ----------
+    dataset : Dataset
+        The data the run was on (kept so a later dataset switch does not change the plots).
+    workload : Matrix
+        Workload DAWA's stage 2 was fitted to.
+    workload_note : str
+        Where the workload came from (session workload or random ranges/rectangles).
+    result : DAWAResult
+        What DAWA released (private partition, bucket counts, x̂, ε₁, ε₂).
+    exact, exact_cost : Partition, float
+        The exact least-cost partition of ``x`` (in DAWA's cell order) and its
+        cost -- NOT private, for comparison only.
+    epsilon, seed : float, int
+        Total ε of the run and the seed of its Generator.
+    ratio, candidates, penalty
+        The options used.
+    noise_note : str
+        Set when the session asked for Gaussian noise (DAWA is ε-DP: Laplace was used).
+    spends : list of Spend
+        The ledger entries this run recorded.
+    workload_rmse : float
+        RMSE of ``W x̂`` against ``W x`` over the workload (counts; computed from x, not private).
+    """
+
+    dataset: Dataset
+    workload: Matrix
+    workload_note: str
+    result: DAWAResult
+    exact: Partition
+    exact_cost: float
+    epsilon: float
+    seed: int
+    ratio: float
+    candidates: str
+    penalty: float
+    noise_note: str = ""
+    spends: list[Spend] = field(default_factory=list)
+    workload_rmse: float = math.nan
+
+    @property
+    def ordered_x(self) -> np.ndarray:
+        """``x`` in the cell order the partitions refer to (Hilbert order for 2D)."""
+        x = self.dataset.x.ravel()
+        return x if self.result.order is None else x[self.result.order]
+
+    @property
+    def ordered_x_hat(self) -> np.ndarray:
+        x_hat = self.result.x_hat
+        return x_hat if self.result.order is None else x_hat[self.result.order]
+
+
+class DataView(param.Parameterized):
+    """The "Data & DAWA" page around one :class:`~dpexplorer.ui.session.Session`."""
+
+    # ------------------------------------------------------------ DAWA options
+    ratio = param.Number(default=0.25, bounds=(0, 1), inclusive_bounds=(False, False),
+                         softbounds=(0.05, 0.95), step=0.05, doc=RATIO_HELP)
+    candidates = param.Selector(default="pow2", objects=["pow2", "all"], doc=CANDIDATES_HELP)
+    penalty = param.Number(default=0.0, bounds=(0, None), softbounds=(0, 10), doc=PENALTY_HELP)
+
+    # ----------------------------------------------------------------- upload
+    csv_column = param.Selector(default=None, objects=[], allow_None=True, check_on_set=False,
+                                doc="Column of the uploaded CSV to bin (one record per row).")
+    bins = param.Integer(default=64, bounds=(1, 65536), doc="Number of equal-width bins.")
+    range_lo = param.Number(default=None, allow_None=True, doc="""
+        Lower edge of the bins (optional; default the column's minimum, which is not private).""")
+    range_hi = param.Number(default=None, allow_None=True, doc="""
+        Upper edge of the bins (optional; default the column's maximum, which is not private).""")
+
+    # ---------------------------------------------------------------- outputs
+    last = param.ClassSelector(class_=DAWARun, default=None, allow_None=True, constant=True,
+                               precedence=-1, doc="The last successful run (kept on errors).")
+    busy = param.Boolean(default=False, constant=True, precedence=-1, doc="True while DAWA runs.")
+    error = param.String(default="", constant=True, precedence=-1, doc="""
+        Message of the last failed action of this page ('' after a success).""")
+
+    def __init__(self, session: Session | None = None, **params):
+        self.session = session if session is not None else Session()
+        self._lock = threading.Lock()
+        self._csv: tuple[bytes, str, pd.DataFrame] | None = None
+        self._layout = None
+        self._gate = _ShownGate(lambda: self._layout)
+        super().__init__(**params)
+
+    # ================================================================ engine
+    def workload_for(self, ds: Dataset) -> tuple[Matrix, str]:
+        """The session workload if it is over the data's cells, else 2000 random ranges/rectangles."""
+        W = self.session.workload
+        x = ds.x
+        if W is not None and W.n == x.size and (len(W.domain) == 1 or tuple(W.domain) == x.shape):
+            return W, f"the session workload `{W.name}` ({W.m:,} queries)"
+        m, seed = RANDOM_WORKLOAD["m"], RANDOM_WORKLOAD["seed"]
+        why = ("no session workload" if W is None
+               else f"the session workload `{W.name}` is over {W.n:,} cells, not {x.size:,}")
+        if x.ndim == 1:
+            return (dpx.workloads.random_ranges(x.size, m, "uniform", seed),
+                    f"{m} uniform random ranges ({why})")
+        return (dpx.workloads.random_rectangles(x.shape, m, seed),
+                f"{m} uniform random rectangles ({why})")
+
+    def run(self) -> bool:
+        """Run DAWA on the selected dataset with the session's ε and seed.
+
+        Both stages are recorded in ``session.ledger``.  Returns ``True`` on
+        success; on failure reports the message (``session.report``), sets
+        :attr:`error` and keeps :attr:`last`.
+        """
+        if not self._lock.acquire(blocking=False):
+            self._fail(RuntimeError("DAWA is already running; wait for it to finish"))
+            return False
+        try:
+            self._set(busy=True)
+            before = len(self.session.ledger)
+            try:
+                result = self._compute()
+            except Exception as exc:  # noqa: BLE001 - reported on the page, never raised
+                self._fail(exc)
+                return False
+            finally:
+                if len(self.session.ledger) != before:
+                    self.session.ledger_changed()
+            self._set(last=result, error="")
+            return True
+        finally:
+            self._set(busy=False)
+            self._lock.release()
+
+    def rerun_with_new_seed(self) -> bool:
+        """Advance the session seed by one and run again (fresh noise)."""
+        self.session.seed = int(self.session.seed) + 1
+        return self.run()
+
+    def _compute(self) -> DAWARun:
+        ds = self.session.data()
+        x = np.asarray(ds.x, dtype=float)
+        if x.ndim not in (1, 2):
+            raise ValueError(f"DAWA needs 1D or 2D data; {ds.name!r} has shape {x.shape}")
+        if self.candidates == "all" and x.size > ALL_CANDIDATES_MAX_N:
+            raise ValueError(f"'all' candidates need O(n²) work and are offered for n ≤ "
+                             f"{ALL_CANDIDATES_MAX_N}; {ds.name!r} has n = {x.size:,} cells: "
+                             "use 'pow2'")
+        eps = float(self.session.epsilon)
+        note = ""
+        if self.session.noise != "Laplace":
+            note = (f"DAWA is ε-DP (Laplace noise only): it ran with Laplace(ε = {eps:g}); "
+                    "δ is not used.")
+        W, wnote = self.workload_for(ds)
+        seed = int(self.session.seed)
+        ledger = self.session.ledger
+        before = len(ledger)
+        res = dawa(PrivateData(x, ledger), W, eps, np.random.default_rng(seed), ratio=self.ratio,
+                   candidates=self.candidates, seed=seed, penalty=self.penalty)
+        spends = list(ledger.entries[before:])
+        # Non-private, for comparison only: the exact least-cost partition of x in DAWA's order.
+        xs = x.ravel() if res.order is None else x.ravel()[res.order]
+        exact, cost = optimal_partition(xs, res.epsilon2, self.candidates)
+        try:
+            err = W.matvec(res.x_hat) - W.matvec(x.ravel())
+            wrmse = float(np.sqrt(np.mean(err**2)))
+        except Exception:  # noqa: BLE001 - a display extra only
+            log.debug("workload RMSE unavailable", exc_info=True)
+            wrmse = math.nan
+        return DAWARun(ds, W, wnote, res, exact, float(cost), eps, seed, float(self.ratio),
+                       self.candidates, float(self.penalty), note, spends, wrmse)
+
+    # ================================================================ upload
+    def load_csv(self, data: bytes, filename: str = "upload.csv") -> bool:
+        """Parse an uploaded CSV (bytes) and offer its columns; ``True`` on success."""
+        try:
+            if not data:
+                raise ValueError("the file is empty")
+            df = pd.read_csv(io.BytesIO(data))
+            if df.shape[1] == 0 or len(df) == 0:
+                raise ValueError("no columns or no rows found")
+        except Exception as exc:  # noqa: BLE001 - any parser error
+            self._fail(ValueError(f"could not read {filename!r} as CSV: {_message(exc)}"))
+            return False
+        self._csv = (bytes(data), filename, df)
+        columns = list(df.columns)
+        numeric = [c for c in columns if pd.api.types.is_numeric_dtype(df[c])
+                   and not pd.api.types.is_bool_dtype(df[c])]
+        self.param.csv_column.objects = columns
+        self.csv_column = numeric[0] if numeric else columns[0]
+        self._set(error="")
+        return True
+
+    @property
+    def csv_columns(self) -> list:
+        """Columns of the uploaded CSV (empty before an upload)."""
+        return [] if self._csv is None else list(self._csv[2].columns)
+
+    def add_csv_dataset(self, column=None, bins: int | None = None) -> Dataset | None:
+        """Bin a column of the uploaded CSV and add it to the session (selected).
+
+        Returns the new :class:`Dataset`, or ``None`` after reporting an error
+        (no CSV, missing or non-numeric column, NaN, bad bins or range).
+        """
+        try:
+            if self._csv is None:
+                raise ValueError("upload a CSV file first")
+            data, filename, df = self._csv
+            column = self.csv_column if column is None else column
+            bins = self.bins if bins is None else bins
+            if column is None:
+                raise ValueError("pick a column of the CSV")
+            if not isinstance(bins, (int, np.integer)) or isinstance(bins, bool) or bins < 1:
+                raise ValueError(f"the number of bins must be a positive integer, got {bins!r}")
+            rng = None
+            if self.range_lo is not None or self.range_hi is not None:
+                if self.range_lo is None or self.range_hi is None:
+                    raise ValueError("give both ends of the bin range, or neither")
+                rng = (self.range_lo, self.range_hi)
+            counts, edges = dpx.datasets.from_csv(io.BytesIO(data), column, int(bins), range=rng)
+            name = self._unique_name(f"{PurePath(filename).stem}: {column}")
+            where = "the column's min..max" if rng is None else "the given range"
+            ds = Dataset(name=name, x=counts, edges=(edges,), attributes=(str(column),),
+                         description=(f"Column {column!r} of the uploaded {filename} ({len(df):,} "
+                                      f"rows) in {int(bins)} equal-width bins over [{edges[0]:g}, "
+                                      f"{edges[-1]:g}] ({where})"),
+                         n_records=int(counts.sum()), frame=df)
+            self.session.add_dataset(ds)
+        except Exception as exc:  # noqa: BLE001 - reported, state kept
+            self._fail(exc)
+            return None
+        self._set(error="")
+        return ds
+
+    def load_npy(self, data: bytes, filename: str = "upload.npy") -> Dataset | None:
+        """Add an uploaded ``.npy`` array of counts (1D or 2D) to the session (selected).
+
+        Returns the new :class:`Dataset`, or ``None`` after reporting an error
+        (not a .npy file, negative/non-integer/NaN counts, wrong shape).
+        """
+        try:
+            if not data:
+                raise ValueError("the file is empty")
+            try:
+                x = dpx.datasets.from_npy(io.BytesIO(data))
+            except ValueError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - np.load's many failure types
+                raise ValueError(f"not a readable .npy array ({_message(exc)})") from exc
+            edges = tuple(np.arange(s + 1, dtype=float) for s in x.shape)
+            attrs = ("bin",) if x.ndim == 1 else ("row", "col")
+            name = self._unique_name(PurePath(filename).stem or "upload")
+            ds = Dataset(name=name, x=x, edges=edges, attributes=attrs,
+                         description=f"Uploaded {filename}: counts of shape {x.shape}",
+                         n_records=int(x.sum()))
+            self.session.add_dataset(ds)
+        except Exception as exc:  # noqa: BLE001 - reported, state kept
+            self._fail(ValueError(f"{filename}: {_message(exc)}"))
+            return None
+        self._set(error="")
+        return ds
+
+    def _unique_name(self, base: str) -> str:
+        taken = set(self.session.param.dataset.objects)
+        name, i = base, 2
+        while name in taken:
+            name, i = f"{base} ({i})", i + 1
+        return name
+
+    # ================================================================ state
+    def _set(self, **values) -> None:
+        with param.edit_constant(self):
+            self.param.update(**values)
+
+    def _fail(self, exc: BaseException) -> None:
+        if isinstance(exc, (ValueError, KeyError, RuntimeError)):
+            msg = _message(exc)
+        else:
+            log.exception("DataView action failed")
+            msg = f"{type(exc).__name__}: {exc}"
+        self._set(error=msg)
+        self.session.report(msg)
+
+    # ================================================================ plots
+    def current_dataset(self) -> Dataset | None:
+        """The session's selected dataset, or ``None`` (reported) if it cannot be loaded."""
+        try:
+            return self.session.data()
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc)
+            return None
+
+    def data_plot(self):
+        """Histogram (1D) or image (2D) of the selected dataset."""
+        ds = self.current_dataset()
+        if ds is None:
+            return hv.Curve([]).opts(title="No data", responsive=True, height=300)
+        return histogram_element(ds)
+
+    def private_partition_plot(self, run: DAWARun | None = None):
+        """DAWA's private partition over the data (1D: shaded buckets + bucket means of x̂)."""
+        run = run or self.last
+        if run is None:
+            return None
+        res, ds = run.result, run.dataset
+        title = f"DAWA private partition: {res.partition.k} buckets (ε₁ = {res.epsilon1:.3g})"
+        if ds.x.ndim == 1:
+            edges = _cell_edges(ds, 0)
+            top = _top(ds.x, res.x_hat)
+            return (partition_rectangles(res.partition, edges, top, "private buckets")
+                    * histogram_element(ds).relabel("x (data)")
+                    * steps_curve(edges, res.x_hat, "x̂: noisy bucket means", _attr(ds, 0)).opts(
+                        color="#c44e52", line_width=2)).opts(
+                title=title, legend_position="top_right", xlabel=_attr(ds, 0), ylabel="count")
+        return bucket_image(ds, res.partition, res.order, title)
+
+    def exact_partition_plot(self, run: DAWARun | None = None):
+        """The exact least-cost partition of x (NOT private), drawn like the private one."""
+        run = run or self.last
+        if run is None:
+            return None
+        ds, p = run.dataset, run.exact
+        title = f"Exact partition, NOT PRIVATE: {p.k} buckets"
+        if ds.x.ndim == 1:
+            edges = _cell_edges(ds, 0)
+            means = p.expand(p.counts(ds.x))
+            return (partition_rectangles(p, edges, _top(ds.x, run.result.x_hat), "exact buckets")
+                    * histogram_element(ds).relabel("x (data)")
+                    * steps_curve(edges, means, "true bucket means", _attr(ds, 0)).opts(
+                        color="#55a868", line_width=2)).opts(
+                title=title, legend_position="top_right", xlabel=_attr(ds, 0), ylabel="count")
+        return bucket_image(ds, p, run.result.order, title)
+
+    def estimate_plot(self, run: DAWARun | None = None):
+        """x̂ against x: 1D overlay; 2D both grids and their overlay along the Hilbert curve."""
+        run = run or self.last
+        if run is None:
+            return None
+        ds, res = run.dataset, run.result
+        if ds.x.ndim == 1:
+            edges = _cell_edges(ds, 0)
+            return (histogram_element(ds).relabel("x (data)")
+                    * steps_curve(edges, res.x_hat, "x̂ (DAWA)", _attr(ds, 0)).opts(
+                        color="#c44e52", line_width=2)).opts(
+                title=f"x̂ against x (workload RMSE {run.workload_rmse:.4g})",
+                legend_position="top_right")
+        ids = bucket_grid(res.partition, res.order, ds.x.shape)
+        lines = bucket_boundaries(ds, ids)
+        left = (_grid_image(ds, ds.x, "count", "x (data)") * lines)
+        right = (_grid_image(ds, res.x_hat, "estimate", "x̂ (DAWA) with the private buckets") * lines)
+        return hv.Layout([left, right]).cols(2)
+
+    def hilbert_plot(self, run: DAWARun | None = None):
+        """2D only: x and x̂ along DAWA's Hilbert order, with the private buckets shaded."""
+        run = run or self.last
+        if run is None or run.result.order is None:
+            return None
+        n = run.result.partition.n
+        edges = np.arange(n + 1, dtype=float)
+        xs, xh = run.ordered_x, run.ordered_x_hat
+        return (partition_rectangles(run.result.partition, edges, _top(xs, xh), "private buckets")
+                * steps_curve(edges, xs, "x (data)", "Hilbert position").opts(color="#6d904f")
+                * steps_curve(edges, xh, "x̂ (DAWA)", "Hilbert position").opts(
+                    color="#c44e52", line_width=1.5)).opts(
+            title="Along the Hilbert curve (DAWA's cell order): buckets are contiguous here",
+            responsive=True, height=300, legend_position="top_right", xlabel="Hilbert position",
+            ylabel="count")
+
+    def summary(self, run: DAWARun | None = None) -> str:
+        """Markdown: budget of each stage, bucket counts, workload, seed, ledger entries."""
+        run = run or self.last
+        if run is None:
+            return ("No DAWA run yet. Pick the options and click **Run DAWA** "
+                    f"(it spends ε = {self.session.epsilon:g} of the session's budget).")
+        res = run.result
+        rows = [
+            "| stage | budget | output |", "|---|---|---|",
+            f"| 1. private partition (noisy least-cost, {run.candidates}) | ε₁ = {res.epsilon1:.4g} "
+            f"| {res.partition.k} buckets |",
+            f"| 2. bucket counts ({res.scaling}: {res.strategy.m} weighted queries) "
+            f"| ε₂ = {res.epsilon2:.4g} | {res.partition.k} noisy bucket totals → x̂ |",
+            f"| **total** | **ε = {res.epsilon1 + res.epsilon2:.4g}** | |",
+        ]
+        text = [
+            f"**Dataset** `{run.dataset.name}` (n = {run.dataset.x.size:,} cells), "
+            f"**workload** {run.workload_note}, **seed** {run.seed}, ratio {run.ratio:g}, "
+            f"penalty {run.penalty:g}.", "", *rows, "",
+            f"**Exact optimal partition** (not private, for comparison): {run.exact.k} buckets, "
+            f"cost {run.exact_cost:.4g}.  **Workload RMSE of x̂** (vs. the true answers): "
+            f"{run.workload_rmse:.4g}.",
+            f"Recorded in the session ledger: {len(run.spends)} entries, "
+            f"ε = {sum(s.epsilon for s in run.spends):.4g}.",
+        ]
+        if run.noise_note:
+            text += ["", f"*{run.noise_note}*"]
+        if run.dataset.name != self.session.dataset:
+            text += ["", f"*This result is for `{run.dataset.name}`; the selected dataset is now "
+                         f"`{self.session.dataset}` (click Run DAWA to update).*"]
+        return "\n".join(text)
+
+    # ================================================================ layout
+    def controls(self) -> pn.Column:
+        """Options, run buttons and the upload card."""
+        ratio = pn.widgets.FloatSlider.from_param(
+            self.param.ratio, start=0.05, end=0.95, step=0.05, **{_LABEL: "ratio (ε₁ share)"})
+        cands = pn.widgets.RadioButtonGroup.from_param(
+            self.param.candidates, **{_LABEL: "candidates"}, description=CANDIDATES_HELP)
+        penalty = pn.widgets.FloatInput.from_param(
+            self.param.penalty, start=0.0, step=0.5, **{_LABEL: "penalty"},
+            description=PENALTY_HELP)
+        run = pn.widgets.Button(**{_LABEL: "Run DAWA"}, **{_BUTTON: "primary"})
+        rerun = pn.widgets.Button(**{_LABEL: "Re-run with a new seed"}, **{_BUTTON: "default"})
+        run.on_click(lambda _: self.run())
+        rerun.on_click(lambda _: self.rerun_with_new_seed())
+        for b in (run, rerun):
+            b.disabled = self.busy
+        self.param.watch(lambda e: [setattr(b, "disabled", e.new) for b in (run, rerun)], "busy")
+        seed_note = pn.pane.Markdown(self._seed_text(), sizing_mode="stretch_width")
+        self.session.param.watch(
+            lambda e: self._gate.run("seed", lambda: setattr(seed_note, "object", self._seed_text())),
+            ["seed", "epsilon", "noise"])
+        return pn.Column(pn.pane.Markdown("### DAWA options"),
+                         pn.Row(ratio, pn.widgets.TooltipIcon(value=RATIO_HELP)), cands, penalty,
+                         run, rerun, seed_note, self.upload_card(), width=300)
+
+    def _seed_text(self) -> str:
+        s = self.session
+        text = f"Runs with ε = {s.epsilon:g} and seed {s.seed} (sidebar)."
+        if s.noise != "Laplace":
+            text += " DAWA is ε-DP: Laplace(ε) is used, δ is ignored."
+        return text
+
+    def upload_card(self) -> pn.Card:
+        """CSV (column + bins) and .npy uploads."""
+        csv_in = pn.widgets.FileInput(accept=".csv,text/csv", multiple=False)
+        npy_in = pn.widgets.FileInput(accept=".npy", multiple=False)
+        column = pn.widgets.Select(**{_LABEL: "Column"}, options=self.csv_columns,
+                                   value=self.csv_column, disabled=self._csv is None)
+        bins = pn.widgets.IntInput.from_param(self.param.bins, start=1, end=65536,
+                                              **{_LABEL: "Bins"})
+        lo = pn.widgets.FloatInput.from_param(self.param.range_lo, **{_LABEL: "Range from (optional)"})
+        hi = pn.widgets.FloatInput.from_param(self.param.range_hi, **{_LABEL: "Range to (optional)"})
+        add = pn.widgets.Button(**{_LABEL: "Add column as dataset"}, **{_BUTTON: "success"},
+                                disabled=self._csv is None)
+
+        def on_csv(event):
+            if event.new and self.load_csv(event.new, csv_in.filename or "upload.csv"):
+                column.options = self.csv_columns
+                column.value = self.csv_column
+                column.disabled = add.disabled = False
+
+        def on_npy(event):
+            if event.new:
+                self.load_npy(event.new, npy_in.filename or "upload.npy")
+
+        csv_in.param.watch(on_csv, "value")
+        npy_in.param.watch(on_npy, "value")
+        column.param.watch(lambda e: setattr(self, "csv_column", e.new), "value")
+        add.on_click(lambda _: self.add_csv_dataset())
+        return pn.Card(
+            pn.pane.Markdown("**CSV**: one record per row; pick a numeric column and a number "
+                             "of bins (fix the range for a truly private pipeline: the default "
+                             "min..max comes from the data)."),
+            csv_in, column, bins, lo, hi, add,
+            pn.pane.Markdown("**.npy**: a 1D or 2D array of non-negative whole counts."), npy_in,
+            title="Upload data", collapsed=True, sizing_mode="stretch_width")
+
+    def results(self) -> pn.Column:
+        """Data histogram, partitions, estimate and budget summary (redrawn after each run)."""
+        data_pane = pn.pane.HoloViews(self.data_plot(), sizing_mode="stretch_width", height=320)
+        data_info = pn.pane.Markdown(self._data_text(), sizing_mode="stretch_width")
+        summary = pn.pane.Markdown(self.summary(), sizing_mode="stretch_width")
+        private = pn.pane.HoloViews(self.private_partition_plot(), sizing_mode="stretch_width",
+                                    height=360, visible=self.last is not None)
+        exact = pn.pane.HoloViews(self.exact_partition_plot(), sizing_mode="stretch_width",
+                                  height=360, visible=self.last is not None)
+        estimate = pn.Row(*self._estimate_panes(self.last), sizing_mode="stretch_width",
+                          visible=self.last is not None)
+        hilbert = pn.pane.HoloViews(self.hilbert_plot(), sizing_mode="stretch_width", height=320,
+                                    visible=self.hilbert_plot() is not None)
+
+        def redraw_run(*_):
+            run = self.last
+            summary.object = self.summary()
+            for pane, fn in ((private, self.private_partition_plot),
+                             (exact, self.exact_partition_plot), (hilbert, self.hilbert_plot)):
+                obj = fn(run) if run is not None else None
+                pane.object = obj
+                pane.visible = obj is not None
+            estimate.objects = self._estimate_panes(run)
+            estimate.visible = run is not None
+
+        def redraw_data(*_):
+            data_pane.object = self.data_plot()
+            data_info.object = self._data_text()
+            summary.object = self.summary()
+
+        self.param.watch(redraw_run, "last")
+        self.session.param.watch(lambda *_: self._gate.run("data", redraw_data), ["dataset"])
+        self.session.param.watch(
+            lambda *_: self._gate.run("summary", lambda: setattr(summary, "object", self.summary())),
+            ["epsilon"])
+        captions = pn.Row(
+            pn.pane.Markdown("**Private** — what DAWA releases (stage 1, ε₁): its buckets, and x̂ "
+                             "(noisy bucket totals spread uniformly).", sizing_mode="stretch_width"),
+            pn.pane.Markdown("**Not private — for comparison only:** the exact least-cost "
+                             "partition of x for the same ε₂, computed from the raw data.",
+                             sizing_mode="stretch_width"),
+            sizing_mode="stretch_width", visible=self.last is not None)
+        self.param.watch(lambda e: setattr(captions, "visible", e.new is not None), "last")
+        return pn.Column(
+            data_info, data_pane, summary, captions,
+            pn.Row(private, exact, sizing_mode="stretch_width"),
+            estimate, hilbert, loading=self.param.busy, sizing_mode="stretch_width")
+
+    def _estimate_panes(self, run: DAWARun | None) -> list:
+        """One pane per element of :meth:`estimate_plot` (side by side for 2D grids)."""
+        if run is None:
+            return []
+        obj = self.estimate_plot(run)
+        items = list(obj) if isinstance(obj, hv.Layout) else [obj]
+        return [pn.pane.HoloViews(item, sizing_mode="stretch_width", height=360) for item in items]
+
+    def _data_text(self) -> str:
+        ds = self.current_dataset()
+        if ds is None:
+            return "**Dataset unavailable** (see the message)."
+        return f"**{ds.name}** — {ds.description}"
+
+    def error_alert(self) -> pn.pane.Alert:
+        return pn.pane.Alert(
+            pn.bind(lambda e: f"**Not done, the page keeps its last result.** {e}", self.param.error),
+            alert_type="danger", sizing_mode="stretch_width", disable_math=True,
+            visible=pn.bind(bool, self.param.error))
+
+    def panel(self) -> pn.Column:
+        """The whole page (built once per component)."""
+        if self._layout is None:
+            self._layout = pn.Column(
+                pn.pane.Markdown(HEADER, sizing_mode="stretch_width"), self.error_alert(),
+                pn.Row(self.controls(), self.results(), sizing_mode="stretch_width"),
+                sizing_mode="stretch_width")
+            self._gate.start()
+        return self._layout
+
+    def __panel__(self):
+        return self.panel()
+
+
+def _top(*arrays) -> float:
+    top = max(float(np.max(a)) for a in arrays)
+    return top * 1.05 if top > 0 else 1.0
+
+
+def _message(exc: BaseException) -> str:
+    msg = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    return msg or type(exc).__name__

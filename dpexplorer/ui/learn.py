@@ -1,0 +1,862 @@
+"""The "Learn" page: four short guided lessons with live plots.
+
+Every lesson explains one idea in a few sentences and draws it with the
+engine's own numbers, for the session's ε and δ (the sidebar) and a few
+widgets of its own:
+
+1. :class:`NoiseLesson`: Laplace vs Gaussian noise and sensitivity.
+2. :class:`StrategyLesson`: why measuring a strategy beats answering the
+   workload directly (All Range queries, RMSE vs n).
+3. :class:`BoundLesson`: what the SVD lower bound means.
+4. :class:`DataLesson`: data-independent strategies vs DAWA (data-dependent),
+   on an "easy" and a "hard" histogram (a seeded simulation).
+
+Usage, in a notebook or a served app::
+
+    from dpexplorer.ui.session import Session
+    from dpexplorer.ui.learn import LearnView
+
+    view = LearnView(Session())
+    view                      # displays the page (after pn.extension())
+    view.lesson("bound").result["table"]   # what the plot shows
+
+A lesson recomputes when one of its inputs changes, but only while it is
+the open tab (others are marked stale and recomputed when opened), so
+changing ε never waits for a hidden simulation.  The heavy, data-independent
+numbers (strategies' unit-noise errors, per-query variances, simulations) are
+cached per process: they do not depend on anything private, and ε only
+rescales analytic errors.  A failed update never raises into the page: the
+message goes to :meth:`Session.report` and the lesson's alert, and the last
+good plot stays.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import OrderedDict
+from functools import lru_cache
+
+import holoviews as hv
+import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh backend for .opts)
+import numpy as np
+import pandas as pd
+import panel as pn
+import param
+
+import dpexplorer as dpx
+from dpexplorer.privacy import PrivacyLedger, PrivateData
+
+from .session import Session
+
+__all__ = [
+    "LearnView",
+    "Lesson",
+    "NoiseLesson",
+    "StrategyLesson",
+    "BoundLesson",
+    "DataLesson",
+    "STRATEGIES",
+    "SIM_MECHANISMS",
+    "easy_histogram",
+    "hard_histogram",
+    "noise_densities",
+    "rmse_grid",
+]
+
+log = logging.getLogger(__name__)
+
+#: Registry name -> label of the strategies compared in lesson 2.
+STRATEGIES = {"workload": "Workload (A = W)", "identity": "Identity", "h2": "H2", "hb": "HB"}
+
+#: Registry name -> label of the mechanisms simulated in lesson 4.
+SIM_MECHANISMS = {"dawa": "DAWA", "identity": "Identity", "hb": "HB"}
+
+COLORS = {"laplace": "#30a2da", "gaussian": "#fc4f30", "workload": "#8b8b8b",
+          "identity": "#30a2da", "h2": "#e5ae38", "hb": "#6d904f", "dawa": "#fc4f30",
+          "bound": "#d62728", "data": "#b0b0b0"}
+
+_SIM_CACHE: OrderedDict = OrderedDict()
+_SIM_CACHE_SIZE = 32
+_CACHE_LOCK = threading.RLock()
+
+
+# ------------------------------------------------------------------ engine
+@lru_cache(maxsize=16)
+def _all_range(n: int):
+    """``dpx.workloads.all_range(n)``, one object per ``n`` (engine caches key on identity)."""
+    return dpx.workloads.all_range(n)
+
+
+@lru_cache(maxsize=256)
+def _unit_tse(n: int, mechanism: str, norm: int) -> float:
+    """``Δ_p(A)²·tr(WᵀW (AᵀA)⁺)`` for All Range over ``n`` cells (noise-free part of the TSE)."""
+    W = _all_range(n)
+    noise = dpx.Laplace(1.0) if norm == 1 else dpx.Gaussian(1.0, 0.5)
+    A = dpx.registry.get(mechanism).strategy(W, noise)
+    return dpx.error.unit_tse(W, A, norm)
+
+
+@lru_cache(maxsize=64)
+def _unit_per_query_variance(n: int, mechanism: str, norm: int) -> np.ndarray:
+    """Per-query variance of All Range over ``n`` cells for unit noise variance (read-only)."""
+    W = _all_range(n)
+    noise = dpx.Laplace(1.0) if norm == 1 else dpx.Gaussian(1.0, 0.5)
+    A = dpx.registry.get(mechanism).strategy(W, noise)
+    out = dpx.error.per_query_variance(W, A, noise) / noise.variance_per_unit
+    out.setflags(write=False)
+    return out
+
+
+def rmse_grid(ns, noise: dpx.noise.NoiseModel, mechanisms=tuple(STRATEGIES)) -> pd.DataFrame:
+    """RMSE per query of strategies on All Range queries, for every ``n`` in ``ns``.
+
+    Equal to ``dpx.rmse(all_range(n), A, noise)``: the unit-noise TSE of each
+    ``(n, strategy, norm)`` is computed once per process and multiplied by the
+    noise's variance, exactly as :func:`dpexplorer.error.rmse` does.
+
+    Parameters
+    ----------
+    ns : iterable of int
+        Domain sizes.
+    noise : NoiseModel
+        ``Laplace(ε)`` or ``Gaussian(ε, δ)``.
+    mechanisms : iterable of str
+        Registry names of data-independent mechanisms.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``n``, ``mechanism``, ``label``, ``m`` (number of queries),
+        ``rmse`` (counts per query).
+    """
+    rows = []
+    for name in mechanisms:
+        for n in ns:
+            n = int(n)
+            m = n * (n + 1) // 2
+            unit = _unit_tse(n, name, noise.norm)
+            rmse = math.sqrt(noise.variance_per_unit * unit / m)
+            rows.append({"n": n, "mechanism": name, "label": STRATEGIES.get(name, name), "m": m,
+                         "rmse": rmse})
+    return pd.DataFrame(rows, columns=["n", "mechanism", "label", "m", "rmse"])
+
+
+def noise_densities(sensitivity: float, epsilon: float, delta: float, points: int = 801,
+                    width: float = 8.0) -> tuple[pd.DataFrame, dict]:
+    """Densities of Laplace and analytic-Gaussian noise for one sensitivity.
+
+    Laplace (ε-DP): scale ``b = Δ₁/ε``, standard deviation ``√2·b``.
+    Gaussian ((ε, δ)-DP): ``σ = Δ₂·c(ε, δ)`` with the analytic calibration
+    (Balle & Wang 2018).  The same number ``Δ`` is used as Δ₁ and Δ₂.
+
+    Parameters
+    ----------
+    sensitivity : float
+        Δ > 0.
+    epsilon, delta : float
+        Privacy parameters (ε > 0, 0 < δ < 1).
+    points : int
+        Grid points per density.
+    width : float
+        Each density is tabulated on ``±width`` of its own standard deviations.
+
+    Returns
+    -------
+    frame : pandas.DataFrame
+        Columns ``z`` (noise value, counts), ``density`` and ``noise``
+        (``"laplace"`` or ``"gaussian"``).
+    stats : dict
+        ``laplace`` and ``gaussian`` noise models, ``laplace_scale`` (b),
+        ``laplace_std``, ``gaussian_sigma``, ``gaussian_std``, ``c`` (σ per
+        unit Δ₂) and ``sensitivity``.
+
+    Raises
+    ------
+    ValueError
+        If Δ, ε or δ is out of range.
+    """
+    delta_ = float(sensitivity)
+    if not (math.isfinite(delta_) and delta_ > 0):
+        raise ValueError(f"sensitivity must be a positive number, got {sensitivity!r}")
+    lap = dpx.Laplace(epsilon)
+    gau = dpx.Gaussian(epsilon, delta)
+    b = lap.scale(delta_)
+    sigma = gau.scale(delta_)
+    stats = {"laplace": lap, "gaussian": gau, "sensitivity": delta_, "laplace_scale": b,
+             "laplace_std": math.sqrt(lap.variance(delta_)), "gaussian_sigma": sigma,
+             "gaussian_std": math.sqrt(gau.variance(delta_)), "c": gau.sigma_per_unit}
+    zl = np.linspace(-width, width, points) * stats["laplace_std"]
+    zg = np.linspace(-width, width, points) * stats["gaussian_std"]
+    fl = np.exp(-np.abs(zl) / b) / (2.0 * b)
+    fg = np.exp(-0.5 * (zg / sigma) ** 2) / (sigma * math.sqrt(2.0 * math.pi))
+    frame = pd.concat([pd.DataFrame({"z": zl, "density": fl, "noise": "laplace"}),
+                       pd.DataFrame({"z": zg, "density": fg, "noise": "gaussian"})],
+                      ignore_index=True)
+    return frame, stats
+
+
+def easy_histogram(n: int = 256, seed: int = 1) -> np.ndarray:
+    """A synthetic "easy" histogram: six flat blocks, three of them empty (blocky, sparse).
+
+    Block edges are multiples of ``n/16``, levels 0, 4, 0, 12, 0, 2 records per cell.
+
+    Parameters
+    ----------
+    n : int
+        Number of cells, a multiple of 16.
+    seed : int
+        Seed of the block edges.
+
+    Returns
+    -------
+    ndarray, shape (n,)
+        Counts (float64).
+    """
+    if n < 16 or n % 16:
+        raise ValueError(f"n must be a positive multiple of 16, got {n}")
+    rng = np.random.default_rng(seed)
+    edges = np.sort(rng.choice(np.arange(1, 16), 5, replace=False)) * (n // 16)
+    levels = np.array([0.0, 4.0, 0.0, 12.0, 0.0, 2.0])
+    return np.repeat(levels, np.diff(np.r_[0, edges, n]))
+
+
+def hard_histogram(n: int = 256, seed: int = 2) -> np.ndarray:
+    """A synthetic "hard" histogram: Poisson counts around log-normal rates (spiky, noisy).
+
+    Parameters
+    ----------
+    n : int
+        Number of cells.
+    seed : int
+        Seed of the rates and counts.
+
+    Returns
+    -------
+    ndarray, shape (n,)
+        Counts (float64).
+    """
+    rng = np.random.default_rng(seed)
+    return rng.poisson(rng.lognormal(1.0, 1.2, int(n))).astype(float)
+
+
+def _dpbench_folder(session: Session):
+    """The session's DPBench folder, else the default one, else ``None``."""
+    folder = (session.dpbench_dir or "").strip()
+    if folder:
+        return folder
+    d = dpx.datasets.default_dpbench_dir()
+    return str(d) if d is not None and d.is_dir() else None
+
+
+def _dpbench_available(folder) -> bool:
+    if folder is None:
+        return False
+    try:
+        names = set(dpx.datasets.list_dpbench(folder)["paper_name"])
+    except (OSError, ValueError):
+        return False
+    return {"NETTRACE", "HEPTH"} <= names
+
+
+def _coarsen(x: np.ndarray, n: int, name: str) -> np.ndarray:
+    x = np.asarray(x, dtype=float).ravel()
+    if x.size % n:
+        raise ValueError(f"{name} has {x.size} cells, not a multiple of n = {n}")
+    return x.reshape(n, -1).sum(axis=1)
+
+
+def _simulate(x: np.ndarray, n: int, epsilon: float, trials: int, seed: int, penalty: float):
+    """MAE per query of every mechanism of :data:`SIM_MECHANISMS` on All Range queries.
+
+    Each run gets ``PrivateData(x)`` with a throwaway ledger and the Generator
+    ``default_rng(SeedSequence([seed, trial]))`` (same seeds for every mechanism).
+    """
+    W = _all_range(n)
+    truth = W.matvec(x)
+    noise = dpx.Laplace(epsilon)
+    rows, first = [], {}
+    for name in SIM_MECHANISMS:
+        params = {"penalty": penalty} if name == "dawa" else {}
+        errs = []
+        for t in range(trials):
+            rng = np.random.default_rng(np.random.SeedSequence([seed, t]))
+            est = dpx.mechanism.run(name, PrivateData(x, PrivacyLedger()), W, noise, rng, **params)
+            errs.append(float(np.mean(np.abs(W.matvec(est.x_hat) - truth))))
+            if t == 0:
+                first[name] = est
+        errs = np.asarray(errs)
+        se = float(errs.std(ddof=1) / math.sqrt(trials)) if trials > 1 else math.nan
+        rows.append({"mechanism": name, "label": SIM_MECHANISMS[name], "mae": float(errs.mean()),
+                     "se": se, "trials": trials})
+    dawa = first["dawa"]
+    return pd.DataFrame(rows), {"x_hat": dawa.x_hat, "buckets": int(dawa.info["buckets"])}
+
+
+# ----------------------------------------------------------------- lessons
+class Lesson(param.Parameterized):
+    """Base class of a lesson: text, its own widgets, a live plot.
+
+    Subclasses define :attr:`title`, :attr:`text`, :attr:`session_inputs`
+    (session parameters it depends on), their own parameters (listed in
+    :attr:`inputs`) and :meth:`compute` / :meth:`figure` / :meth:`summary`.
+
+    Parameters
+    ----------
+    session : Session
+        The shared session (ε, δ, noise, seed, workload, ``report``).
+
+    Attributes
+    ----------
+    result : dict or None
+        What the plot shows, from the last successful :meth:`refresh`.
+    error : str
+        Message of the last failed refresh ("" after a success).
+    stale : bool
+        Whether an input changed since the last refresh.
+    """
+
+    title = "Lesson"
+    text = ""
+    inputs: tuple[str, ...] = ()
+    session_inputs: tuple[str, ...] = ("epsilon", "delta", "noise")
+    plot_height = 340
+
+    def __init__(self, session: Session, **params):
+        self.session = session
+        self.result: dict | None = None
+        self.error = ""
+        self.stale = True
+        self._lock = threading.RLock()
+        self._layout = None
+        self._plot = None
+        self._summary = None
+        self._alert = None
+        super().__init__(**params)
+        if self.inputs:
+            self.param.watch(self._own_input_changed, list(self.inputs))
+
+    # ------------------------------------------------------------ compute
+    def compute(self) -> dict:  # pragma: no cover - abstract
+        """Engine numbers for the current inputs (may raise)."""
+        raise NotImplementedError
+
+    def figure(self, result: dict | None = None):  # pragma: no cover - abstract
+        """The HoloViews object drawn from ``result`` (default :attr:`result`)."""
+        raise NotImplementedError
+
+    def summary(self, result: dict | None = None) -> str:
+        """Markdown sentences with the key numbers of ``result``."""
+        return ""
+
+    def refresh(self) -> bool:
+        """Recompute and redraw; ``True`` on success.
+
+        Never raises: an error is reported through :meth:`Session.report`,
+        kept in :attr:`error` and shown in the lesson's alert, and the last
+        good plot stays.
+        """
+        with self._lock:
+            if self._layout is not None:
+                self._layout.loading = True
+            try:
+                result = self.compute()
+                fig = self.figure(result)
+                text = self.summary(result)
+            except Exception as exc:  # noqa: BLE001 - shown in the page, never a traceback
+                self._fail(exc)
+                return False
+            finally:
+                if self._layout is not None:
+                    self._layout.loading = False
+            self.result, self.error, self.stale = result, "", False
+            if self._plot is not None:
+                self._plot.object = fig
+                self._summary.object = text
+                self._alert.visible = False
+            return True
+
+    def _fail(self, exc: BaseException) -> None:
+        if isinstance(exc, ValueError | KeyError):
+            msg = str(exc)
+        else:
+            log.exception("lesson %s failed", self.title)
+            msg = f"{type(exc).__name__}: {exc}"
+        self.error = msg
+        self.stale = True
+        if self._alert is not None:
+            self._alert.object = f"**Could not update this lesson; showing the last result.** {msg}"
+            self._alert.visible = True
+        self.session.report(f"Learn, {self.title}: {msg}")
+
+    def _own_input_changed(self, *events) -> None:
+        self.refresh()
+
+    # ----------------------------------------------------------------- UI
+    def widgets(self) -> list:
+        """Widgets of the lesson's own inputs."""
+        return [pn.widgets.Select.from_param(self.param[p]) for p in self.inputs]
+
+    def placeholder(self):
+        """What the plot shows before the first refresh."""
+        return hv.Curve([]).opts(responsive=True, height=self.plot_height)
+
+    def panel(self) -> pn.Column:
+        """The lesson's layout (built once): text, widgets, alert, plot, summary."""
+        if self._layout is None:
+            self._plot = pn.pane.HoloViews(
+                self.figure() if self.result is not None else self.placeholder(),
+                sizing_mode="stretch_width", height=self.plot_height + 20)
+            self._summary = pn.pane.Markdown(self.summary() if self.result is not None else "",
+                                             sizing_mode="stretch_width")
+            self._alert = pn.pane.Alert("", alert_type="danger", visible=bool(self.error),
+                                        sizing_mode="stretch_width", disable_math=True)
+            self._layout = pn.Column(
+                pn.pane.Markdown(f"### {self.title}\n\n{self.text}", sizing_mode="stretch_width"),
+                pn.Row(*self.widgets(), sizing_mode="stretch_width"),
+                self._alert, self._plot, self._summary, sizing_mode="stretch_width")
+        return self._layout
+
+    def __panel__(self):
+        return self.panel()
+
+
+class NoiseLesson(Lesson):
+    """Lesson 1: Laplace vs Gaussian noise for a sensitivity Δ (session's ε, δ)."""
+
+    title = "1. Noise and sensitivity"
+    text = """\
+A private answer is the true answer plus random noise, scaled to the query's
+**sensitivity** Δ: how much one person's record can change the answers.
+The **Laplace** mechanism (ε-DP) uses the L1 sensitivity Δ₁: scale b = Δ₁/ε,
+standard deviation √2·b.  The **Gaussian** mechanism ((ε, δ)-DP) uses the L2
+sensitivity Δ₂: σ = Δ₂·c(ε, δ), with c from the analytic calibration (Balle &
+Wang 2018).  When one record changes k answers by 1, Δ₁ = k but Δ₂ = √k,
+which is why Gaussian noise pays off for large batches of queries.
+The curves use the sidebar's ε and δ; dashed lines mark ± one standard deviation."""
+
+    inputs = ("sensitivity",)
+    session_inputs = ("epsilon", "delta", "noise")
+
+    sensitivity = param.Number(default=1.0, bounds=(0.1, 10.0), step=0.1, label="Sensitivity Δ",
+                               doc="Δ, used as Δ₁ (Laplace) and Δ₂ (Gaussian).")
+
+    def widgets(self):
+        return [pn.widgets.FloatSlider.from_param(self.param.sensitivity, width=320)]
+
+    def compute(self) -> dict:
+        s = self.session
+        frame, stats = noise_densities(self.sensitivity, s.epsilon, s.delta)
+        return {"frame": frame, **stats, "epsilon": s.epsilon, "delta": s.delta,
+                "session_noise": s.noise}
+
+    def figure(self, result=None):
+        r = self.result if result is None else result
+        f = r["frame"]
+        elems = []
+        for key, name, std in [("laplace", "Laplace", r["laplace_std"]),
+                               ("gaussian", "Gaussian", r["gaussian_std"])]:
+            sub = f[f["noise"] == key]
+            elems.append(hv.Curve(sub, "z", "density", label=f"{name} (std {std:.3g})").opts(
+                color=COLORS[key], line_width=2.5, tools=["hover"]))
+        for key, std in [("laplace", r["laplace_std"]), ("gaussian", r["gaussian_std"])]:
+            for sign in (-1, 1):
+                elems.append(hv.VLine(sign * std).opts(color=COLORS[key], line_dash="dashed",
+                                                       line_width=1))
+        xmax = 4.0 * max(r["laplace_std"], r["gaussian_std"])
+        title = (f"Noise added to one answer, Δ = {r['sensitivity']:g}, ε = {r['epsilon']:g}, "
+                 f"δ = {r['delta']:g}")
+        return hv.Overlay(elems).opts(
+            title=title, responsive=True, height=self.plot_height, xlim=(-xmax, xmax),
+            legend_position="top_right", xlabel="noise (counts)", ylabel="density")
+
+    def summary(self, result=None) -> str:
+        r = self.result if result is None else result
+        ratio = r["gaussian_std"] / r["laplace_std"]
+        used = "Gaussian" if r["session_noise"] == "Gaussian" else "Laplace"
+        return (f"**Laplace**: b = Δ/ε = {r['laplace_scale']:.4g}, std = √2·b = "
+                f"{r['laplace_std']:.4g}.  **Gaussian**: c(ε, δ) = {r['c']:.4g}, σ = Δ·c = "
+                f"{r['gaussian_sigma']:.4g}.  For a single query the Gaussian std is "
+                f"{ratio:.2f}× the Laplace one; with k answers per record it is "
+                f"{ratio:.2f}/√k×.  The sidebar currently uses **{used}** noise.")
+
+
+class StrategyLesson(Lesson):
+    """Lesson 2: identity vs hierarchies vs the workload itself on All Range queries."""
+
+    title = "2. Why a strategy beats answering the workload"
+    text = """\
+Answering the workload W directly adds noise to each of its queries, scaled
+to W's sensitivity: a cell in the middle of the domain is in about n²/4 of
+the n(n+1)/2 ranges, so the noise explodes with n.  **Identity** measures each
+cell once (Δ = 1) and adds cells up, so long ranges sum many noisy cells.
+**Hierarchies** (H2: binary tree; HB: branching chosen for n) measure
+intervals at a few levels: a record is in only a handful of them, and every
+range is the sum of a few nodes.  These errors are exact (HDMM Prop. 4), not
+simulated; they use the sidebar's noise, ε and δ."""
+
+    inputs = ("n_max", "example_n")
+    session_inputs = ("epsilon", "delta", "noise")
+
+    n_max = param.Selector(default=1024, objects={"256": 256, "1024": 1024, "4096 (slow once)": 4096},
+                           label="Largest n", doc="""
+        Largest domain of the RMSE curve (4096 takes 10-40 s the first time, then is cached).""")
+    example_n = param.Selector(default=64, objects=[16, 64, 256], label="n of the per-query example",
+                               doc="Domain of the per-query error example.")
+
+    def widgets(self):
+        return [pn.widgets.RadioButtonGroup.from_param(self.param.n_max),
+                pn.widgets.RadioButtonGroup.from_param(self.param.example_n)]
+
+    def ns(self) -> list[int]:
+        """Domain sizes of the curve: 16, 32, ..., :attr:`n_max`."""
+        return [2**k for k in range(4, int(math.log2(self.n_max)) + 1)]
+
+    def compute(self) -> dict:
+        noise = self.session.noise_model()
+        grid = rmse_grid(self.ns(), noise)
+        n = int(self.example_n)
+        lo, hi = _all_range(n).ranges()
+        width = hi - lo + 1
+        per_query, per_width = {}, []
+        for name in STRATEGIES:
+            var = noise.variance_per_unit * _unit_per_query_variance(n, name, noise.norm)
+            per_query[name] = np.sqrt(var)
+            by_w = pd.Series(var).groupby(width).mean()
+            per_width.append(pd.DataFrame({"width": by_w.index.to_numpy(),
+                                           "rmse": np.sqrt(by_w.to_numpy()),
+                                           "mechanism": name, "label": STRATEGIES[name]}))
+        return {"grid": grid, "noise": noise, "example_n": n, "per_query": per_query,
+                "per_width": pd.concat(per_width, ignore_index=True),
+                "half_query": n // 2 - 1}  # row of [0, n/2 - 1] in All Range order
+
+    def figure(self, result=None):
+        r = self.result if result is None else result
+        g = r["grid"]
+        curves = []
+        for name, label in STRATEGIES.items():
+            sub = g[g["mechanism"] == name]
+            curves.append(hv.Curve(sub, "n", "rmse", label=label).opts(color=COLORS[name], line_width=2))
+            curves.append(hv.Scatter(sub, "n", ["rmse", "m"], label=label).opts(
+                color=COLORS[name], size=6, tools=["hover"]))
+        left = hv.Overlay(curves).opts(
+            title=f"All Range: RMSE per query, {r['noise'].label}", logx=True, logy=True,
+            responsive=True, height=self.plot_height, legend_position="top_left",
+            xlabel="domain size n", ylabel="RMSE (counts)")
+        pw = r["per_width"]
+        right = hv.Overlay([
+            hv.Curve(pw[pw["mechanism"] == name], "width", "rmse", label=label).opts(
+                color=COLORS[name], line_width=2, tools=["hover"])
+            for name, label in STRATEGIES.items()]).opts(
+            title=f"Per query, n = {r['example_n']}: RMSE by range length", logx=True,
+            logy=True, responsive=True, height=self.plot_height, legend_position="top_left",
+            xlabel="range length (cells)", ylabel="RMSE of one query (counts)")
+        return (left + right).cols(2)
+
+    def summary(self, result=None) -> str:
+        r = self.result if result is None else result
+        g = r["grid"]
+        n_big = int(g["n"].max())
+        at = g[g["n"] == n_big].set_index("mechanism")["rmse"]
+        best = at.drop("workload").idxmin()
+        q, n = r["half_query"], r["example_n"]
+        ex = ", ".join(f"{STRATEGIES[k]} ±{r['per_query'][k][q]:.3g}" for k in STRATEGIES)
+        return (f"At n = {n_big}: answering W directly has RMSE {at['workload']:.4g}, "
+                f"{STRATEGIES[best]} {at[best]:.4g} ({at['workload'] / at[best]:.0f}× smaller).  "
+                f"Example query \"how many records in the first half\" ([0, {n // 2 - 1}], "
+                f"n = {n}), standard error: {ex}.")
+
+
+class BoundLesson(Lesson):
+    """Lesson 3: RMSE of every data-independent strategy against the SVD bound."""
+
+    title = "3. The SVD lower bound"
+    text = """\
+For a workload W, Li & Miklau (2012) proved a lower bound on the error of
+*every* strategy A the matrix mechanism can measure: the **SVD bound**,
+computed from W's singular values.  No matrix-mechanism strategy, hand-made
+or optimised, can go below the dashed line; the ratio RMSE / bound says how
+much room is left for a better strategy.  Data-dependent algorithms such as
+DAWA are not bound by it, since they adapt to the data (next lesson)."""
+
+    inputs = ("workload", "n")
+    session_inputs = ("epsilon", "delta", "noise", "workload")
+
+    workload = param.Selector(default="all_range", objects={
+        "All Range": "all_range", "Prefix": "prefix", "Ranges of width 32": "width_range",
+        "Session workload (Workload page)": "session"}, label="Workload")
+    n = param.Selector(default=256, objects=[64, 256, 1024], label="Domain size n",
+                       doc="Domain size (not used for the session's workload).")
+
+    _BUILDERS = {"all_range": _all_range,
+                 "prefix": lru_cache(maxsize=8)(lambda n: dpx.workloads.prefix(n)),
+                 "width_range": lru_cache(maxsize=8)(lambda n: dpx.workloads.width_range(n, min(32, n)))}
+
+    def widgets(self):
+        return [pn.widgets.Select.from_param(self.param.workload, width=260),
+                pn.widgets.RadioButtonGroup.from_param(self.param.n)]
+
+    def workload_matrix(self):
+        """The workload of the lesson (built once per kind and n)."""
+        if self.workload == "session":
+            W = self.session.workload
+            if W is None:
+                raise ValueError("the session has no workload yet (build one on the Workload page)")
+            return W
+        return self._BUILDERS[self.workload](int(self.n))
+
+    def compute(self) -> dict:
+        noise = self.session.noise_model()
+        W = self.workload_matrix()
+        names = dpx.registry.names(data_dependent=False)
+        df = dpx.compare(W, noise, mechanisms=names, cache=self.session.cache)
+        return {"table": df, "bound": float(df.attrs["svd_bound"]), "noise": noise,
+                "workload": W.name, "m": W.m, "n": W.n}
+
+    def figure(self, result=None):
+        r = self.result if result is None else result
+        df = r["table"]
+        ok = df.dropna(subset=["rmse"])
+        bound = r["bound"]
+        title = f"{r['workload']} ({r['m']:,} queries, n = {r['n']:,}), {r['noise'].label}"
+        bars = hv.Bars(ok, kdims=[hv.Dimension("label", label="Strategy")],
+                       vdims=[hv.Dimension("rmse", label="RMSE (counts)"), "ratio"]).opts(
+            logy=True, tools=["hover"], color=COLORS["identity"], responsive=True,
+            height=self.plot_height, default_tools=["save", "reset"])
+        values = list(ok["rmse"]) + ([bound] if math.isfinite(bound) and bound > 0 else [])
+        if values:
+            bars = bars.opts(ylim=(min(values) / 2, max(values) * 2))
+        elems = [bars]
+        if math.isfinite(bound) and bound > 0:
+            elems.append(hv.HLine(bound).opts(color=COLORS["bound"], line_dash="dashed",
+                                              line_width=2))
+            elems.append(hv.Text(ok["label"].iloc[-1] if len(ok) else "", bound * 1.2,
+                                 f"SVD bound {bound:.4g}").opts(text_color=COLORS["bound"],
+                                                                text_font_size="10pt"))
+        return hv.Overlay(elems).opts(title=title)
+
+    def summary(self, result=None) -> str:
+        r = self.result if result is None else result
+        ok = r["table"].dropna(subset=["rmse"])
+        bound = r["bound"]
+        if not math.isfinite(bound):
+            return "The SVD bound cannot be computed for this workload (domain too large)."
+        rows = "; ".join(f"{row.label} {row.rmse:.4g} ({row.ratio:.2f}×)"
+                         for row in ok.itertuples())
+        best = ok.iloc[0] if len(ok) else None
+        text = f"**SVD bound {bound:.4g}**: no matrix-mechanism strategy can have a lower RMSE. "
+        if best is not None:
+            text += (f"The best strategy here, {best.label}, is {best.ratio:.2f}× the bound.  "
+                     f"RMSE (ratio to the bound): {rows}.")
+        return text
+
+
+class DataLesson(Lesson):
+    """Lesson 4: DAWA vs Identity and HB on an easy and a hard histogram (simulation)."""
+
+    title = "4. Data-independent vs data-dependent"
+    text = """\
+A data-independent strategy has the same error on every dataset.  **DAWA**
+(Li et al. 2014) spends a quarter of ε privately partitioning the domain into
+buckets of similar counts, then measures the buckets: on **blocky, sparse**
+data few buckets suffice and the error drops; on **spiky** data the buckets
+are far from uniform and DAWA can lose to HB.  This is a **simulation** on
+benchmark data treated as public (as in DPBench): mean absolute error over
+All Range queries, over seeded runs with a throwaway ledger; nothing is spent
+from the session.  DAWA is ε-DP, so every mechanism here uses Laplace noise
+at the sidebar's ε.  The bucket penalty is an engine option (0 = DAWA's
+Alg. 1 as published; larger values give fewer buckets)."""
+
+    inputs = ("pair", "n", "trials", "penalty")
+    session_inputs = ("epsilon", "seed", "dpbench_dir")
+    plot_height = 260
+
+    pair = param.Selector(default="synthetic", objects={"Synthetic: steps vs spikes": "synthetic"},
+                          label="Datasets")
+    n = param.Selector(default=256, objects=[256, 1024], label="Domain size n")
+    trials = param.Integer(default=5, bounds=(1, 20), label="Runs per mechanism")
+    penalty = param.Number(default=3.0, bounds=(0.0, 10.0), step=0.5, label="DAWA bucket penalty")
+
+    def __init__(self, session: Session, **params):
+        super().__init__(session, **params)
+        self._update_pairs()
+        session.param.watch(lambda e: self._update_pairs(), "dpbench_dir")
+
+    def _update_pairs(self) -> None:
+        objects = {"Synthetic: steps vs spikes": "synthetic"}
+        if _dpbench_available(_dpbench_folder(self.session)):
+            objects["DPBench: NETTRACE vs HEPTH"] = "dpbench"
+        self.param.pair.objects = objects
+        if self.pair not in objects.values():
+            self.pair = "synthetic"
+
+    def widgets(self):
+        return [pn.widgets.Select.from_param(self.param.pair, width=240),
+                pn.widgets.RadioButtonGroup.from_param(self.param.n),
+                pn.widgets.IntSlider.from_param(self.param.trials, width=180),
+                pn.widgets.FloatSlider.from_param(self.param.penalty, width=180)]
+
+    def datasets(self) -> list[tuple[str, str, np.ndarray]]:
+        """``[(role, name, x), ...]`` for the easy and the hard histogram at :attr:`n`.
+
+        Raises
+        ------
+        ValueError
+            If DPBench is asked for and not available.
+        """
+        n = int(self.n)
+        if self.pair == "dpbench":
+            folder = _dpbench_folder(self.session)
+            if folder is None:
+                raise ValueError("DPBench data not found; set its folder in the sidebar settings")
+            return [(role, name, _coarsen(dpx.datasets.load_dpbench(name, folder), n, name))
+                    for role, name in (("easy", "NETTRACE"), ("hard", "HEPTH"))]
+        return [("easy", "steps (synthetic)", easy_histogram(n)),
+                ("hard", "spikes (synthetic)", hard_histogram(n))]
+
+    def compute(self) -> dict:
+        s = self.session
+        eps = dpx.Laplace(s.epsilon).epsilon
+        n, trials, seed, penalty = int(self.n), int(self.trials), int(s.seed), float(self.penalty)
+        folder = _dpbench_folder(s) if self.pair == "dpbench" else None
+        frames, data = [], {}
+        for role, name, x in self.datasets():
+            key = (self.pair, folder, role, n, eps, trials, seed, penalty)
+            with _CACHE_LOCK:
+                hit = _SIM_CACHE.get(key)
+                if hit is not None:
+                    _SIM_CACHE.move_to_end(key)
+            if hit is None:
+                hit = _simulate(x, n, eps, trials, seed, penalty)
+                with _CACHE_LOCK:
+                    _SIM_CACHE[key] = hit
+                    while len(_SIM_CACHE) > _SIM_CACHE_SIZE:
+                        _SIM_CACHE.popitem(last=False)
+            df, dawa = hit
+            frames.append(df.assign(role=role, dataset=name))
+            data[role] = {"name": name, "x": x, **dawa}
+        table = pd.concat(frames, ignore_index=True)
+        return {"table": table, "data": data, "epsilon": eps, "n": n, "trials": trials,
+                "seed": seed, "penalty": penalty}
+
+    def figure(self, result=None):
+        r = self.result if result is None else result
+        hists = []
+        for role in ("easy", "hard"):
+            d = r["data"][role]
+            n = d["x"].size
+            edges = np.arange(n + 1, dtype=float)
+            hist = hv.Histogram((edges, d["x"]), kdims=["cell"], vdims=["count"],
+                                label="data").opts(color=COLORS["data"], line_color=None)
+            est = hv.Curve((np.arange(n) + 0.5, d["x_hat"]), "cell", "count",
+                           label=f"DAWA estimate ({d['buckets']} buckets)").opts(
+                color=COLORS["dawa"], line_width=1.5, interpolation="steps-mid")
+            hists.append((hist * est).opts(
+                title=f"{role}: {d['name']}, {int(d['x'].sum()):,} records",
+                responsive=True, height=self.plot_height, legend_position="top_right"))
+        table = r["table"]
+        bars = hv.Bars(table, kdims=[hv.Dimension("dataset", label="Dataset"),
+                                     hv.Dimension("label", label="Mechanism")],
+                       vdims=[hv.Dimension("mae", label="mean abs. error per query"), "se"]).opts(
+            title=(f"Simulation: mean absolute error over {r['trials']} runs, Laplace ε = "
+                   f"{r['epsilon']:g}, All Range, n = {r['n']}"),
+            responsive=True, height=self.plot_height, tools=["hover"], xrotation=0,
+            color=hv.dim("label").categorize({v: COLORS[k] for k, v in SIM_MECHANISMS.items()}))
+        return (hists[0] + hists[1] + bars).cols(2)
+
+    def summary(self, result=None) -> str:
+        r = self.result if result is None else result
+        t = r["table"]
+        parts = []
+        for role in ("easy", "hard"):
+            sub = t[t["role"] == role].set_index("mechanism")
+            best_di = sub.loc[["identity", "hb"], "mae"].min()
+            factor = sub.loc["dawa", "mae"] / best_di
+            verdict = (f"{1 / factor:.1f}× smaller than" if factor < 1 else f"{factor:.1f}× that of")
+            parts.append(f"**{r['data'][role]['name']}**: DAWA {sub.loc['dawa', 'mae']:.3g}, "
+                         f"Identity {sub.loc['identity', 'mae']:.3g}, HB {sub.loc['hb', 'mae']:.3g} "
+                         f"(DAWA's error is {verdict} the best data-independent mechanism)")
+        return (f"Simulation, runs seeded with SeedSequence([{r['seed']}, run]) for run = 0.."
+                f"{r['trials'] - 1} (the sidebar's seed): " + "; ".join(parts) + ".")
+
+
+# ------------------------------------------------------------------- page
+class LearnView(pn.viewable.Viewer):
+    """The Learn page: four lessons in tabs, driven by one :class:`Session`.
+
+    Parameters
+    ----------
+    session : Session, optional
+        The shared session (a new one if omitted).
+
+    Attributes
+    ----------
+    lessons : dict[str, Lesson]
+        ``noise``, ``strategy``, ``bound`` and ``data``, in tab order.
+    tabs : panel.Tabs
+        One tab per lesson; the open one is refreshed when the session changes.
+    """
+
+    active = param.Integer(default=0, bounds=(0, 3), doc="Index of the open lesson.")
+
+    LESSONS = {"noise": NoiseLesson, "strategy": StrategyLesson, "bound": BoundLesson,
+               "data": DataLesson}
+
+    def __init__(self, session: Session | None = None, **params):
+        super().__init__(**params)
+        self.session = session if session is not None else Session()
+        self.lessons: dict[str, Lesson] = {k: cls(self.session) for k, cls in self.LESSONS.items()}
+        self.tabs = pn.Tabs(*[(ls.title, ls.panel()) for ls in self.lessons.values()],
+                            dynamic=True, sizing_mode="stretch_width", active=self.active)
+        self.tabs.link(self, active="active", bidirectional=True)
+        watched = sorted({p for ls in self.lessons.values() for p in ls.session_inputs})
+        self.session.param.watch(self._session_changed, watched)
+        self.current.refresh()
+
+    @property
+    def current(self) -> Lesson:
+        """The open lesson."""
+        return list(self.lessons.values())[self.active]
+
+    def lesson(self, key: str | int) -> Lesson:
+        """A lesson by key (``"noise"``, ``"strategy"``, ``"bound"``, ``"data"``) or index."""
+        if isinstance(key, int):
+            return list(self.lessons.values())[key]
+        return self.lessons[key]
+
+    def show(self, key: str | int) -> Lesson:
+        """Open a lesson (refreshing it if an input changed while it was hidden)."""
+        index = key if isinstance(key, int) else list(self.lessons).index(key)
+        self.active = index
+        lesson = self.current
+        if lesson.stale:  # e.g. already the active tab but never drawn
+            lesson.refresh()
+        return lesson
+
+    def refresh_all(self) -> bool:
+        """Recompute every lesson now; ``True`` if all succeeded."""
+        return all([ls.refresh() for ls in self.lessons.values()])
+
+    @param.depends("active", watch=True)
+    def _active_changed(self) -> None:
+        lesson = self.current
+        if lesson.stale:
+            lesson.refresh()
+
+    def _session_changed(self, *events) -> None:
+        names = {e.name for e in events}
+        current = self.current
+        for lesson in self.lessons.values():
+            if names & set(lesson.session_inputs):
+                lesson.stale = True
+        if current.stale:
+            current.refresh()
+
+    def __panel__(self):
+        return pn.Column(
+            pn.pane.Markdown(
+                "## Learn\n\nFour short lessons on the ideas behind the explorer.  Every plot "
+                "uses the sidebar's ε and δ (and its noise, for the analytic errors) and updates "
+                "when they change.", sizing_mode="stretch_width"),
+            self.tabs, sizing_mode="stretch_width")

@@ -1,0 +1,684 @@
+"""ReleaseView: the "Release" page.
+
+One click makes **one real release** of the session workload's answers on the
+selected dataset: ``dpx.release(x, W, name, noise, seed=session.seed,
+ledger=session.ledger)`` for data-independent mechanisms (the matrix
+mechanism), or :func:`dpexplorer.mechanism.run` on ``PrivateData(x,
+session.ledger)`` for data-dependent ones (DAWA, MWEM, EFPA, ...), whose
+answers are ``W x̂``.  Only that release is recorded in the session's ledger.
+
+Beside it the page runs a **simulation**: repeated trials of the same
+mechanism on the same data with a throwaway ledger and seeds derived from the
+session seed, to show the spread of the answers (5–95 % bands) and the
+empirical RMSE next to the analytic one.  In a real deployment one would not
+re-run a mechanism on the private data for free -- the simulation is labelled
+as such and is not part of the release.
+
+Driven without a browser::
+
+    view = ReleaseView(session)
+    view.mechanism = "hb"; view.trials = 20
+    view.run_release()            # True on success; errors go to session.report
+    view.last.release.answers     # the Release (or DataDependentRelease)
+    view.csv_text(); view.json_text()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import io
+import json
+import logging
+import math
+import threading
+from dataclasses import dataclass, field
+
+import holoviews as hv
+import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh backend for .opts)
+import numpy as np
+import pandas as pd
+import panel as pn
+import param
+from bokeh.models.widgets.tables import NumberFormatter
+
+import dpexplorer as dpx
+from dpexplorer import mechanism as _mechanism
+from dpexplorer import registry
+from dpexplorer.matrix import Matrix
+from dpexplorer.noise import NoiseModel
+from dpexplorer.privacy import PrivacyLedger, PrivateData
+
+from .data_view import _ShownGate
+from .session import Session
+
+__all__ = ["ReleaseView", "ReleaseRecord", "Simulation", "DataDependentRelease", "MAX_SHOWN",
+           "TRIAL_SEED_TAG"]
+
+log = logging.getLogger(__name__)
+
+#: Most queries drawn in the answers chart; larger workloads show a fixed random sample.
+MAX_SHOWN = 2000
+
+#: Mixed into the session seed for the simulation's trials, so no trial re-uses the
+#: noise of the real release (``SeedSequence([seed, TRIAL_SEED_TAG]).spawn(trials)``).
+TRIAL_SEED_TAG = 0x7E1A15
+
+_LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
+# Button colours: ``color`` since Panel 1.9 (``button_type`` is deprecated there).
+_BUTTON = "color" if "color" in pn.widgets.Button.param else "button_type"
+
+HEADER = """\
+## Release
+
+Release the answers of the **current workload** (built on the Workload page) on the
+selected dataset with one mechanism.  **Run release** spends the sidebar's ε (and δ
+for Gaussian noise) once, with the sidebar's seed, and records it in the session's
+privacy ledger (below); the sidebar seed then moves on so the next release draws fresh
+noise.  The **simulation** repeats the mechanism on the same data many times *outside*
+the ledger, only to show how much the answers vary: it is a teaching aid, not a release.
+"""
+
+
+# ================================================================ releases
+@dataclass
+class DataDependentRelease:
+    """A release by a data-dependent mechanism, with the interface of :class:`dpexplorer.Release`.
+
+    ``answers = W x̂``; there is no fixed strategy, so no analytic error
+    (``analytic_rmse`` is NaN) and no per-query standard error.
+    """
+
+    mechanism: str
+    workload: Matrix
+    noise: NoiseModel
+    seed: int
+    x_hat: np.ndarray
+    answers: np.ndarray
+    epsilon: float
+    delta: float
+    info: dict = field(default_factory=dict)
+    analytic_rmse: float = math.nan
+    created: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+
+    def per_query_std(self) -> np.ndarray:
+        """NaN for every query: a data-dependent mechanism has no analytic error."""
+        return np.full(self.answers.size, np.nan)
+
+    def metadata(self) -> dict:
+        """JSON-ready description: mechanism, ε, δ, noise model, seed, workload spec, sizes."""
+        try:
+            wspec = dpx.spec.to_spec(self.workload)
+        except ValueError:
+            wspec = None
+        return {
+            "mechanism": self.mechanism,
+            "data_dependent": True,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "noise": type(self.noise).__name__,
+            "noise_label": self.noise.label,
+            "calibration": getattr(self.noise, "calibration", None),
+            "seed": self.seed,
+            "workload": self.workload.name,
+            "workload_spec": wspec,
+            "m": self.workload.m,
+            "n": self.workload.n,
+            "domain": list(self.workload.domain),
+            "analytic_rmse": None,
+            "info": self.info,
+            "created": self.created,
+        }
+
+    def to_frame(self, with_std: bool = False) -> pd.DataFrame:
+        """Answers as a table: ``query`` index and ``answer``."""
+        return pd.DataFrame({"query": np.arange(self.answers.size), "answer": self.answers})
+
+    def to_json(self) -> str:
+        """Metadata and answers as a JSON document."""
+        return json.dumps({**self.metadata(), "answers": self.answers.tolist()})
+
+
+@dataclass
+class ReleaseRecord:
+    """The last real release and what the page draws from it.
+
+    Attributes
+    ----------
+    release : Release or DataDependentRelease
+        What was released (answers, x̂, seed, ε, δ, metadata).
+    dataset : str
+        Name of the dataset it was made on.
+    true_answers : ndarray, shape (m,)
+        ``W x`` -- NOT private, shown only to compare (this is an explorer).
+    shown : ndarray of int
+        Queries drawn in the chart (all, or a fixed random sample of :data:`MAX_SHOWN`).
+    data_dependent : bool
+    """
+
+    release: object
+    dataset: str
+    true_answers: np.ndarray
+    shown: np.ndarray
+    data_dependent: bool
+
+    @property
+    def rmse(self) -> float:
+        """Empirical RMSE of this one release over all its queries (counts)."""
+        err = np.asarray(self.release.answers) - self.true_answers
+        return float(np.sqrt(np.mean(err**2)))
+
+
+@dataclass
+class Simulation:
+    """Trials of a mechanism on the same data, outside the session ledger.
+
+    Attributes
+    ----------
+    mechanism : str
+    trials : int
+    seed : int
+        Session seed the trial seeds were derived from
+        (``SeedSequence([seed, TRIAL_SEED_TAG]).spawn(trials)``).
+    shown : ndarray of int
+        Queries whose bands are kept.
+    q05, q50, q95 : ndarray, shape (len(shown),)
+        5 %, 50 % and 95 % quantiles of each shown query's answer over the trials.
+    empirical_rmse : float
+        ``sqrt(mean((W x̂_t − W x)²))`` over all queries and trials.
+    trial_rmse : ndarray, shape (trials,)
+        RMSE of every trial.
+    ledger : PrivacyLedger
+        The throwaway ledger the trials spent from.
+    dataset : str
+    workload : Matrix
+        What the trials ran on.
+    """
+
+    mechanism: str
+    trials: int
+    seed: int
+    shown: np.ndarray
+    q05: np.ndarray
+    q50: np.ndarray
+    q95: np.ndarray
+    empirical_rmse: float
+    trial_rmse: np.ndarray
+    ledger: PrivacyLedger
+    dataset: str = ""
+    workload: Matrix | None = None
+
+
+class _SeedStampingLedger:
+    """Records into the session ledger, filling in the release's seed where a mechanism left none."""
+
+    def __init__(self, ledger: PrivacyLedger, seed: int):
+        self._ledger, self._seed = ledger, int(seed)
+
+    def record(self, spend) -> None:
+        if spend.seed is None:
+            spend = dataclasses.replace(spend, seed=self._seed)
+        self._ledger.record(spend)
+
+    def __getattr__(self, name):
+        return getattr(self._ledger, name)
+
+
+def _mechanism_options() -> dict[str, str]:
+    return {f"{m.label} ({name}){' — data-dependent' if m.data_dependent else ''}": name
+            for name, m in registry.REGISTRY.items()}
+
+
+def _json_safe(value):
+    """Scalars, strings and short lists of an ``Estimate.info`` (arrays/matrices dropped)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)) and len(value) <= 64 and all(
+            isinstance(v, (int, float, str, np.integer, np.floating)) for v in value):
+        return [_json_safe(v) for v in value]
+    return dataclasses.MISSING
+
+
+# ==================================================================== view
+class ReleaseView(param.Parameterized):
+    """The "Release" page around one :class:`~dpexplorer.ui.session.Session`."""
+
+    mechanism = param.Selector(default="hb", objects=list(registry.REGISTRY), doc="""
+        Registered mechanism to release with (data-dependent ones run through mechanism.run).""")
+    trials = param.Integer(default=50, bounds=(0, 2000), doc="""
+        Trials of the simulation (0: none).  Run on the data outside the session ledger.""")
+    advance_seed = param.Boolean(default=True, doc="""
+        After a release, move the session seed on by one (the next release gets fresh noise).""")
+
+    last = param.ClassSelector(class_=ReleaseRecord, default=None, allow_None=True, constant=True,
+                               precedence=-1, doc="The last real release (kept on errors).")
+    simulation = param.ClassSelector(class_=Simulation, default=None, allow_None=True,
+                                     constant=True, precedence=-1, doc="The last simulation.")
+    busy = param.Boolean(default=False, constant=True, precedence=-1)
+    progress = param.Integer(default=0, bounds=(0, None), constant=True, precedence=-1,
+                             doc="Trials done in the running simulation.")
+    error = param.String(default="", constant=True, precedence=-1, doc="""
+        Message of the last failed action of this page ('' after a success).""")
+
+    def __init__(self, session: Session | None = None, **params):
+        self.session = session if session is not None else Session()
+        self._lock = threading.Lock()
+        self._layout = None
+        self._ledger_hooks: list = []
+        self._gate = _ShownGate(lambda: self._layout)
+        self._ledger_seen = 0
+        type(self).param.mechanism.objects = list(registry.REGISTRY)  # mechanisms registered later
+        super().__init__(**params)
+        if "ledger_version" in self.session.param:  # refresh when other pages spend too
+            self.session.param.watch(lambda *_: self._ledger_refreshed(), "ledger_version")
+
+    # ================================================================ engine
+    def _inputs(self):
+        """``(dataset, x, W, noise)`` for a run; ValueError with a clear message if they don't fit."""
+        ds = self.session.data()
+        x = np.asarray(ds.x, dtype=float)
+        W = self.session.workload
+        if W is None:
+            raise ValueError("there is no workload yet: build one on the Workload page")
+        if W.n != x.size:
+            raise ValueError(
+                f"the workload `{W.name}` is over {W.n:,} cells (domain {_shape(W.domain)}) but "
+                f"the dataset {ds.name!r} has {x.size:,} cells (shape {_shape(x.shape)}); build a workload "
+                f"over {x.size:,} cells on the Workload page or pick a dataset with {W.n:,} cells")
+        if len(W.domain) > 1 and tuple(W.domain) != x.shape:
+            raise ValueError(f"the workload's domain {tuple(W.domain)} does not match the shape "
+                             f"{x.shape} of the dataset {ds.name!r}")
+        return ds, x, W, self.session.noise_model()
+
+    def run_release(self, trials: int | None = None) -> bool:
+        """Make one real release (recorded in the session ledger), then simulate ``trials``.
+
+        Returns ``True`` if the release succeeded (a failing simulation is
+        reported but keeps the release).  On failure reports the message
+        (``session.report``), sets :attr:`error` and keeps :attr:`last`.
+        """
+        if not self._lock.acquire(blocking=False):
+            self._fail(RuntimeError("a release is already running; wait for it to finish"))
+            return False
+        try:
+            self._set(busy=True, progress=0)
+            ledger = self.session.ledger
+            before = len(ledger)
+            try:
+                record = self._release()
+            except Exception as exc:  # noqa: BLE001 - reported on the page
+                if len(ledger) != before:  # e.g. a mechanism failing after a measurement
+                    self._ledger_refreshed()
+                self._fail(exc)
+                return False
+            finally:
+                if len(ledger) != before:
+                    self.session.ledger_changed()
+            self.session.releases.append(record.release)
+            self._ledger_refreshed()
+            self._set(last=record, simulation=None, error="")
+            if self.advance_seed:
+                self.session.seed = int(record.release.seed) + 1
+            n = self.trials if trials is None else trials
+            if n:
+                try:
+                    self._set(simulation=self._simulate(n, record.release.seed, record.shown))
+                except Exception as exc:  # noqa: BLE001
+                    self._fail(RuntimeError(f"the release succeeded but the simulation failed: "
+                                            f"{_message(exc)}"))
+            return True
+        finally:
+            self._set(busy=False)
+            self._lock.release()
+
+    def run_trials(self, trials: int | None = None, seed: int | None = None) -> bool:
+        """Only the simulation (no release, nothing recorded in the session ledger)."""
+        if not self._lock.acquire(blocking=False):
+            self._fail(RuntimeError("a run is in progress; wait for it to finish"))
+            return False
+        try:
+            self._set(busy=True, progress=0)
+            seed = int(self.session.seed) if seed is None else int(seed)
+            shown = self.last.shown if self.last is not None else None
+            try:
+                sim = self._simulate(self.trials if trials is None else trials, seed, shown)
+            except Exception as exc:  # noqa: BLE001
+                self._fail(exc)
+                return False
+            self._set(simulation=sim, error="")
+            return True
+        finally:
+            self._set(busy=False)
+            self._lock.release()
+
+    def _release(self) -> ReleaseRecord:
+        ds, x, W, noise = self._inputs()
+        name = self.mechanism
+        mech = registry.get(name)
+        seed = int(self.session.seed)
+        if not mech.data_dependent:
+            rel = dpx.release(x, W, name, noise, seed=seed, ledger=self.session.ledger)
+        else:
+            ledger = self.session.ledger
+            ledger.check(noise.epsilon, noise.delta)  # refuse before touching the data
+            data = PrivateData(x, _SeedStampingLedger(ledger, seed))
+            est = _mechanism.run(name, data, W, noise, np.random.default_rng(seed))
+            info = {k: v for k, v in ((k, _json_safe(v)) for k, v in est.info.items())
+                    if v is not dataclasses.MISSING}
+            x_hat = np.asarray(est.x_hat, dtype=float)
+            rel = DataDependentRelease(name, W, noise, seed, x_hat, W.matvec(x_hat),
+                                       noise.epsilon, noise.delta, info)
+        true = W.matvec(x.ravel())
+        return ReleaseRecord(rel, ds.name, true, self.shown_queries(W.m), mech.data_dependent)
+
+    @staticmethod
+    def shown_queries(m: int, limit: int = MAX_SHOWN) -> np.ndarray:
+        """All queries if ``m <= limit``, else a fixed (public, seed 0) sample of ``limit``."""
+        if m <= limit:
+            return np.arange(m)
+        return np.sort(np.random.default_rng(0).choice(m, size=limit, replace=False))
+
+    def _simulate(self, trials: int, seed: int, shown=None) -> Simulation:
+        """Trials on ``PrivateData(x)`` with a throwaway ledger; the session ledger is untouched."""
+        if not isinstance(trials, (int, np.integer)) or trials < 1:
+            raise ValueError(f"the number of trials must be a positive integer, got {trials!r}")
+        ds, x, W, noise = self._inputs()
+        name = self.mechanism
+        true = W.matvec(x.ravel())
+        shown = self.shown_queries(W.m) if shown is None or len(shown) > W.m else np.asarray(shown)
+        scratch = PrivacyLedger()
+        data = PrivateData(x, scratch)
+        children = np.random.SeedSequence([int(seed), TRIAL_SEED_TAG]).spawn(int(trials))
+        kept = np.empty((len(shown), int(trials)))
+        rmse = np.empty(int(trials))
+        sse = 0.0
+        for t, child in enumerate(children):
+            est = _mechanism.run(name, data, W, noise, np.random.default_rng(child))
+            answers = W.matvec(np.asarray(est.x_hat, dtype=float))
+            err = answers - true
+            sse += float(err @ err)
+            rmse[t] = math.sqrt(float(err @ err) / W.m)
+            kept[:, t] = answers[shown]
+            self._set(progress=t + 1)
+        q05, q50, q95 = np.quantile(kept, [0.05, 0.5, 0.95], axis=1)
+        return Simulation(name, int(trials), int(seed), shown, q05, q50, q95,
+                          math.sqrt(sse / (W.m * trials)), rmse, scratch, ds.name, W)
+
+    # ============================================================ downloads
+    def _release_or_raise(self):
+        if self.last is None:
+            raise ValueError("no release yet: click Run release first")
+        return self.last.release
+
+    def metadata(self) -> dict:
+        """The last release's metadata plus the dataset name."""
+        rel = self._release_or_raise()
+        return {**rel.metadata(), "dataset": self.last.dataset}
+
+    def csv_text(self) -> str:
+        """Answers as CSV (``release.to_frame()``) under ``# key: value`` metadata lines.
+
+        Read back with ``pandas.read_csv(..., comment="#")``.
+        """
+        rel = self._release_or_raise()
+        lines = ["# dpexplorer release"]
+        for key, value in self.metadata().items():
+            text = value if isinstance(value, str) else json.dumps(value)
+            lines.append(f"# {key}: {text}")
+        frame = rel.to_frame()
+        return "\n".join(lines) + "\n" + frame.to_csv(index=False)
+
+    def json_text(self) -> str:
+        """``release.to_json()`` with the dataset name added."""
+        rel = self._release_or_raise()
+        doc = json.loads(rel.to_json())
+        doc["dataset"] = self.last.dataset
+        return json.dumps(doc)
+
+    def _filename(self, ext: str) -> str:
+        if self.last is None:
+            return f"release.{ext}"
+        rel = self.last.release
+        return f"release_{rel.mechanism}_eps{rel.epsilon:g}_seed{rel.seed}.{ext}"
+
+    def _download(self, text_fn):
+        try:
+            return io.BytesIO(text_fn().encode("utf-8"))
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc)
+            return io.BytesIO(b"")
+
+    # ============================================================== tables
+    def rmse_table(self) -> pd.DataFrame:
+        """Empirical vs analytic RMSE of the last release and simulation (counts)."""
+        rows = []
+        rec, sim = self.last, self.simulation
+        if rec is not None:
+            rows.append({"what": f"this release ({rec.release.mechanism}, seed {rec.release.seed})",
+                         "rmse": rec.rmse, "kind": "empirical, 1 release"})
+        if sim is not None:
+            rows.append({"what": f"simulation: {sim.trials} trials ({sim.mechanism})",
+                         "rmse": sim.empirical_rmse, "kind": "empirical, simulation"})
+        if rec is not None:
+            a = float(rec.release.analytic_rmse)
+            rows.append({"what": "analytic (expected)", "rmse": a if math.isfinite(a) else math.nan,
+                         "kind": ("n/a: data-dependent mechanism" if rec.data_dependent
+                                  else "HDMM Prop. 4")})
+        return pd.DataFrame(rows, columns=["what", "rmse", "kind"])
+
+    def ledger_frame(self) -> pd.DataFrame:
+        """``session.ledger.to_frame()``."""
+        return self.session.ledger.to_frame()
+
+    def ledger_text(self) -> str:
+        led = self.session.ledger
+        return (f"**Spent this session:** ε = {led.epsilon:.4g}, δ = {led.delta:.3g} over "
+                f"{len(led)} measurements ({len(self.session.releases)} releases; DAWA runs on the "
+                "Data page are included). Sequential composition: the ε and δ of all "
+                "measurements add up.")
+
+    # =============================================================== plots
+    def answers_plot(self):
+        """True vs released answers of the shown queries (sorted by true answer) with 5–95 % bands."""
+        rec, sim = self.last, self.simulation
+        if rec is None:
+            return hv.Curve([]).opts(title="No release yet", responsive=True, height=380)
+        shown = rec.shown
+        true = rec.true_answers[shown]
+        released = np.asarray(rec.release.answers)[shown]
+        order = np.argsort(true, kind="stable")
+        rank = np.arange(len(shown))
+        df = pd.DataFrame({"rank": rank, "query": shown[order], "true": true[order],
+                           "released": released[order]})
+        sample = "" if len(shown) == rec.true_answers.size else (
+            f" (random sample of {len(shown):,} of {rec.true_answers.size:,} queries)")
+        kd = hv.Dimension("rank", label="query, sorted by true answer")
+        layers = []
+        if self._matches(sim, rec):
+            band = pd.DataFrame({"rank": rank, "q05": sim.q05[order], "q95": sim.q95[order]})
+            layers.append(hv.Area(band, kdims=[kd], vdims=["q05", "q95"],
+                                  label=f"5–95 % over {sim.trials} simulated trials").opts(
+                color="#4c72b0", alpha=0.35, line_alpha=0))
+        layers.append(hv.Scatter(df, kdims=[kd], vdims=["released", "query", "true"],
+                                 label="released (noisy)").opts(
+            color="#d95f02", size=2.5, alpha=0.6, tools=["hover"]))
+        layers.append(hv.Curve(df, kdims=[kd], vdims=["true", "query"],
+                               label="true answer (not private)").opts(color="black", line_width=2))
+        title = (f"{rec.release.mechanism}: released vs true answers{sample}")
+        return hv.Overlay(layers).opts(
+            title=title, responsive=True, height=380, legend_position="top_left",
+            ylabel="answer (counts)")
+
+    @staticmethod
+    def _matches(sim: Simulation | None, rec: ReleaseRecord | None) -> bool:
+        """Whether the simulation is of the release's mechanism, data, workload and queries."""
+        return (sim is not None and rec is not None and sim.mechanism == rec.release.mechanism
+                and sim.dataset == rec.dataset and sim.workload is rec.release.workload
+                and np.array_equal(sim.shown, rec.shown))
+
+    def _summary(self) -> str:
+        rec = self.last
+        if rec is None:
+            s = self.session
+            return (f"No release yet. **Run release** spends ε = {s.epsilon:g}"
+                    + (f", δ = {s.delta:g}" if s.noise == "Gaussian" else "")
+                    + f" with seed {s.seed}.")
+        r = rec.release
+        text = (f"**Released** {r.answers.size:,} answers of `{r.workload.name}` on `{rec.dataset}` "
+                f"with **{r.mechanism}**, {r.noise.label}, seed {r.seed}"
+                f"{' (data-dependent: answers = W x̂)' if rec.data_dependent else ''}.")
+        if self.simulation is not None:
+            text += (f"  *Simulation: {self.simulation.trials} trials with seeds derived from "
+                     f"{self.simulation.seed}, outside the ledger.*")
+        return text
+
+    # =============================================================== layout
+    def controls(self) -> pn.Column:
+        options = _mechanism_options()
+        mech = pn.widgets.Select(**{_LABEL: "Mechanism"}, options=options, value=self.mechanism)
+        mech.param.watch(lambda e: setattr(self, "mechanism", e.new), "value")
+        self.param.watch(lambda e: setattr(mech, "value", e.new), "mechanism")
+        about = pn.pane.Markdown(self._about(), sizing_mode="stretch_width")
+        self.param.watch(lambda e: setattr(about, "object", self._about()), "mechanism")
+        trials = pn.widgets.IntInput.from_param(self.param.trials, start=0, end=2000,
+                                                **{_LABEL: "Simulation trials"},
+                                                description="Repeated runs outside the ledger "
+                                                            "(for bands and the empirical RMSE).")
+        advance = pn.widgets.Checkbox.from_param(self.param.advance_seed,
+                                                 **{_LABEL: "Advance the seed after a release"})
+        run = pn.widgets.Button(**{_LABEL: "Run release"}, **{_BUTTON: "primary"})
+        sim = pn.widgets.Button(**{_LABEL: "Simulate only (no release)"})
+        run.on_click(lambda _: self.run_release())
+        sim.on_click(lambda _: self.run_trials())
+        self.param.watch(lambda e: [setattr(b, "disabled", e.new) for b in (run, sim)], "busy")
+        progress = pn.indicators.Progress(value=0, max=max(self.trials, 1), active=False,
+                                          sizing_mode="stretch_width", visible=False)
+
+        def on_progress(*_):
+            progress.max = max(self.trials, 1)
+            progress.value = min(self.progress, progress.max)
+
+        def on_busy(e):
+            progress.visible = e.new
+            progress.active = e.new and self.progress == 0
+        self.param.watch(on_progress, "progress")
+        self.param.watch(on_busy, "busy")
+        return pn.Column(pn.pane.Markdown("### Release"), mech, about, trials, advance, run, sim,
+                         progress, width=300)
+
+    def _about(self) -> str:
+        try:
+            m = registry.get(self.mechanism)
+        except KeyError:
+            return ""
+        kind = "data-dependent, ε-DP (Laplace only)" if m.data_dependent else "matrix mechanism"
+        return f"*{m.description}* ({kind}; {m.source})"
+
+    def results(self) -> pn.Column:
+        summary = pn.pane.Markdown(self._summary(), sizing_mode="stretch_width")
+        plot = pn.pane.HoloViews(self.answers_plot(), sizing_mode="stretch_width", height=400)
+        rmse = pn.widgets.Tabulator(self.rmse_table(), show_index=False, disabled=True,
+                                    sizing_mode="stretch_width", layout="fit_data_stretch",
+                                    titles={"rmse": "RMSE (counts)"},
+                                    formatters={"rmse": NumberFormatter(format="0,0.000")})
+        csv = pn.widgets.FileDownload(callback=lambda: self._download(self.csv_text),
+                                      filename=self._filename("csv"), **{_LABEL: "Download CSV"},
+                                      **{_BUTTON: "default"}, disabled=self.last is None)
+        js = pn.widgets.FileDownload(callback=lambda: self._download(self.json_text),
+                                     filename=self._filename("json"), **{_LABEL: "Download JSON"},
+                                     **{_BUTTON: "default"}, disabled=self.last is None)
+
+        def redraw(*_):
+            summary.object = self._summary()
+            plot.object = self.answers_plot()
+            rmse.value = self.rmse_table()
+            for w, ext in ((csv, "csv"), (js, "json")):
+                w.filename = self._filename(ext)
+                w.disabled = self.last is None
+        self.param.watch(redraw, ["last", "simulation"])
+        self.session.param.watch(
+            lambda *_: self._gate.run("summary", lambda: setattr(summary, "object", self._summary())),
+            ["epsilon", "delta", "noise", "seed"])
+        return pn.Column(summary, plot, pn.pane.Markdown(
+            "**RMSE per query** (empirical: against the true answers; analytic: expected value "
+            "for data-independent mechanisms)."), rmse, pn.Row(csv, js),
+            loading=self.param.busy, sizing_mode="stretch_width")
+
+    def ledger_card(self) -> pn.Card:
+        text = pn.pane.Markdown(self.ledger_text(), sizing_mode="stretch_width")
+        table = pn.widgets.Tabulator(self.ledger_frame(), show_index=False, disabled=True,
+                                     sizing_mode="stretch_width", layout="fit_data_table",
+                                     pagination="local", page_size=10)
+        refresh = pn.widgets.Button(**{_LABEL: "Refresh"}, **{_BUTTON: "light"}, width=100)
+
+        def update(*_):
+            text.object = self.ledger_text()
+            table.value = self.ledger_frame()
+        refresh.on_click(update)
+        self._ledger_hooks.append(update)
+        self._ledger_seen = len(self.session.ledger)
+        return pn.Card(text, table, refresh, title="Privacy ledger (this session)",
+                       sizing_mode="stretch_width", collapsed=False)
+
+    def _ledger_refreshed(self) -> None:
+        self._ledger_seen = len(self.session.ledger)
+
+        def apply():
+            for hook in self._ledger_hooks:
+                hook()
+        self._gate.run("ledger", apply)
+
+    def _check_ledger(self) -> None:
+        """Periodic check: other pages (DAWA runs) spend from the same ledger."""
+        if len(self.session.ledger) != self._ledger_seen:
+            self._ledger_refreshed()
+
+    def error_alert(self) -> pn.pane.Alert:
+        return pn.pane.Alert(
+            pn.bind(lambda e: f"**Not done, the page keeps its last result.** {e}", self.param.error),
+            alert_type="danger", sizing_mode="stretch_width", disable_math=True,
+            visible=pn.bind(bool, self.param.error))
+
+    def panel(self) -> pn.Column:
+        """The whole page (built once per component)."""
+        if self._layout is None:
+            self._layout = pn.Column(
+                pn.pane.Markdown(HEADER, sizing_mode="stretch_width"), self.error_alert(),
+                pn.Row(self.controls(), self.results(), sizing_mode="stretch_width"),
+                self.ledger_card(), sizing_mode="stretch_width")
+            if "ledger_version" not in self.session.param:
+                self._gate.checks.append(self._check_ledger)
+            self._gate.start()
+        return self._layout
+
+    def __panel__(self):
+        return self.panel()
+
+    # ================================================================ state
+    def _set(self, **values) -> None:
+        with param.edit_constant(self):
+            self.param.update(**values)
+
+    def _fail(self, exc: BaseException) -> None:
+        if isinstance(exc, (ValueError, KeyError, RuntimeError)):
+            msg = _message(exc)
+        else:
+            log.exception("ReleaseView action failed")
+            msg = f"{type(exc).__name__}: {exc}"
+        self._set(error=msg)
+        self.session.report(msg)
+
+
+def _shape(shape) -> str:
+    return " × ".join(str(int(v)) for v in shape)
+
+
+def _message(exc: BaseException) -> str:
+    msg = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    return msg or type(exc).__name__

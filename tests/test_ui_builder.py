@@ -1,0 +1,432 @@
+"""Tests of the Workload builder page (dpexplorer.ui.builder), without a browser."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import dpexplorer as dpx
+
+pn = pytest.importorskip("panel")
+hv = pytest.importorskip("holoviews")
+
+from dpexplorer.ui import builder as bmod  # noqa: E402
+from dpexplorer.ui.builder import URL_PARAMS, WorkloadBuilder  # noqa: E402
+from dpexplorer.ui.session import Session  # noqa: E402
+
+wl = dpx.workloads
+
+
+def assert_same(W, V, gram=False):
+    """Same shape, domain, sensitivities and entries (or Gram matrices)."""
+    assert W.shape == V.shape
+    assert tuple(W.domain) == tuple(V.domain)
+    assert W.sensitivity(1) == pytest.approx(V.sensitivity(1), rel=1e-12)
+    assert W.sensitivity(2) == pytest.approx(V.sensitivity(2), rel=1e-12)
+    if gram:
+        np.testing.assert_allclose(W.gram().dense(), V.gram().dense(), rtol=1e-12)
+    else:
+        np.testing.assert_array_equal(W.dense(), V.dense())
+
+
+@pytest.fixture
+def session():
+    return Session()
+
+
+@pytest.fixture
+def builder(session):
+    return WorkloadBuilder(session)
+
+
+@pytest.fixture
+def small(session):
+    """A builder over 32 cells with no terms."""
+    b = WorkloadBuilder(session, n=32)
+    b.clear_terms()
+    return b
+
+
+def snapshot(b):
+    return b.session.workload, list(b.terms), b.domain, b.n, b.attributes
+
+
+# ------------------------------------------------------------------ start
+def test_default_is_1d_dataset_size_and_adopts_session_workload(session, builder):
+    assert session.data().x.size == 256
+    assert builder.n == 256 and builder.domain == (256,) and builder.attributes == ""
+    assert [t.family for t in builder.terms] == ["all_range"]
+    assert_same(session.workload, wl.all_range(256), gram=True)
+    assert builder.error == "" and session.error == ""
+    s = builder.stats
+    assert (s["m"], s["n"], s["domain"]) == (256 * 257 // 2, 256, (256,))
+    assert s["l1"] == pytest.approx(wl.all_range(256).sensitivity(1))
+    assert "L1 sensitivity" in builder.summary() and "32,896" in builder.summary()
+
+
+def test_url_params_are_builder_parameters():
+    assert URL_PARAMS and WorkloadBuilder.URL_PARAMS == URL_PARAMS
+    for name, key in URL_PARAMS.items():
+        assert name in WorkloadBuilder.param
+        assert key not in ("eps", "delta", "noise", "data", "seed", "page")
+
+
+# ------------------------------------------------------------------ terms
+@pytest.mark.parametrize("family, options, expected", [
+    ("identity", {}, lambda n: wl.identity(n)),
+    ("total", {}, lambda n: wl.total(n)),
+    ("identity_total", {}, lambda n: wl.identity_total(n)),
+    ("prefix", {}, lambda n: wl.prefix(n)),
+    ("all_range", {}, lambda n: wl.all_range(n)),
+    ("width_range", {"k": 5}, lambda n: wl.width_range(n, 5)),
+    ("random_ranges", {"m": 50, "kind": "clustered", "seed": 3},
+     lambda n: wl.random_ranges(n, 50, "clustered", 3)),
+    ("ranges", {"ranges": "0-3, 5, 10..20"}, lambda n: wl.ranges(n, [(0, 3), (5, 5), (10, 20)])),
+    ("predicates", {"matrix": "1 0 1 " + "0 " * 29 + "\n" + "1 " * 32},
+     lambda n: wl.predicates(np.vstack([np.r_[1, 0, 1, np.zeros(29)], np.ones(32)]))),
+    ("product", {"blocks": ["prefix"]}, lambda n: wl.prefix(n)),
+])
+def test_each_family_matches_engine(small, family, options, expected):
+    assert small.add_term(family, **options), small.error
+    assert_same(small.session.workload, expected(32))
+    assert len(small.terms) == 1 and small.terms[0].label
+
+
+def test_union_with_weights_matches_engine(small):
+    assert small.add_term("identity")
+    assert small.add_term("width_range", k=8, weight=2.0)
+    small.weight = 0.5
+    small.family = "prefix"
+    assert small.add_term()  # from the parameters
+    expected = wl.union([wl.identity(32), wl.width_range(32, 8), wl.prefix(32)], [1.0, 2.0, 0.5])
+    assert_same(small.session.workload, expected)
+    assert list(small.terms_frame()["weight"]) == [1.0, 2.0, 0.5]
+    # change a weight, then remove a term
+    assert small.set_weight(0, 3.0)
+    assert_same(small.session.workload,
+                wl.union([wl.identity(32), wl.width_range(32, 8), wl.prefix(32)], [3.0, 2.0, 0.5]))
+    assert small.remove_term(1)
+    assert_same(small.session.workload, wl.union([wl.identity(32), wl.prefix(32)], [3.0, 0.5]))
+    assert [t.family for t in small.terms] == ["identity", "prefix"]
+
+
+def test_clear_all_keeps_last_workload(small):
+    small.add_term("prefix")
+    W = small.session.workload
+    assert small.clear_terms()
+    assert small.terms == [] and small.session.workload is W
+    assert "No terms" in small.summary()
+    small.add_term("identity")
+    assert_same(small.session.workload, wl.identity(32))
+
+
+def test_domain_change_rebuilds_terms(small):
+    small.add_term("prefix")
+    small.add_term("width_range", k=4, weight=2)
+    small.n = 16
+    assert small.domain == (16,)
+    assert_same(small.session.workload, wl.union([wl.prefix(16), wl.width_range(16, 4)], [1, 2]))
+
+
+# ------------------------------------------------------- multi-attribute
+def test_multi_attribute_marginals_products_and_spec_roundtrip(small):
+    small.attributes = "age:4, income:5, sex:2"
+    assert small.error == ""
+    assert small.domain == (4, 5, 2) and small.attribute_names == ("age", "income", "sex")
+    assert small.blocks == ["identity"] * 3
+    assert small.add_term("marginals", k=2)
+    assert small.add_term("range_marginals", k=1, range_kind="prefix", weight=2.0)
+    small.blocks = ["prefix", "width_range", "total"]
+    assert small.add_term("product", k=3, weight=0.5)
+    assert small.add_term("all_range")  # a 1D family applies to every attribute
+    dom = (4, 5, 2)
+    expected = wl.union(
+        [wl.marginals(dom, 2), wl.range_marginals(dom, 1, "prefix"),
+         wl.kron([wl.prefix(4), wl.width_range(5, 3), wl.total(2)]),
+         wl.kron([wl.all_range(4), wl.all_range(5), wl.all_range(2)])],
+        [1.0, 2.0, 0.5, 1.0])
+    W = small.session.workload
+    assert_same(W, expected)
+    assert small.stats["domain"] == dom and small.stats["n"] == 40
+    # export and load back: one "from spec" term, same workload
+    text = small.export_spec("json")
+    spec = json.loads(text)
+    assert spec["domain"] == [4, 5, 2] and spec["attributes"] == ["age", "income", "sex"]
+    other = WorkloadBuilder(Session())
+    assert other.load_spec(text)
+    assert [t.family for t in other.terms] == ["spec"]
+    assert other.domain == dom and other.attributes == "age:4, income:5, sex:2"
+    assert_same(other.session.workload, W)
+    yaml_text = small.export_spec("yaml")
+    assert other.load_spec(yaml_text.encode(), "w.yaml")
+    assert_same(other.session.workload, W)
+
+
+def test_predicates_over_a_multi_attribute_domain(small):
+    small.attributes = "a:2, b:3"
+    M = np.eye(6)[:4]
+    text = "\n".join(" ".join(str(int(v)) for v in row) for row in M)
+    assert small.load_predicates(text)
+    W = small.session.workload
+    assert W.domain == (2, 3)
+    np.testing.assert_array_equal(W.dense(), M)
+    assert small.spec_error  # a full-domain predicate matrix has no spec: export reports it
+    assert small.export_spec("json") is None and "spec" in small.session.error
+
+
+# ------------------------------------------------------------------ brush
+def test_brush_adds_custom_ranges(builder, session):
+    ds = session.data()
+    edges = ds.edges[0]
+    builder.clear_terms()
+    builder.brush.event(boundsx=(edges[10] + 1, edges[20] + 1))  # centres of cells 10..19
+    builder.brush.event(boundsx=(edges[50] - 0.5, edges[40] + 2))  # reversed span
+    narrow = (edges[100] + edges[101]) / 2
+    builder.brush.event(boundsx=(narrow, narrow + 0.1))  # narrower than a cell
+    assert builder.error == "", builder.error
+    assert builder.custom_ranges() == [(10, 19), (40, 49), (100, 100)]
+    assert len(builder.terms) == 1 and builder.terms[0].family == "ranges"
+    assert_same(session.workload, wl.ranges(256, [(10, 19), (40, 49), (100, 100)]))
+    # typed ranges go to the same term
+    assert builder.add_term("ranges", ranges="0-1")
+    assert builder.custom_ranges()[-1] == (0, 1) and len(builder.terms) == 1
+    # brushes are drawn on the histogram
+    hist = builder._histogram()
+    spans = [e for e in hist if isinstance(e, hv.VSpans)][0]
+    assert len(spans) == 4
+
+
+def test_brush_outside_or_mismatched_domain_is_reported(builder, session):
+    W, terms = session.workload, list(builder.terms)
+    builder.brush.event(boundsx=(1e6, 2e6))
+    assert "outside" in session.error and session.workload is W and builder.terms == terms
+    builder.n = 64
+    W, terms = session.workload, list(builder.terms)
+    builder.brush.event(boundsx=(0, 500))
+    assert "256 cells" in session.error and session.workload is W and builder.terms == terms
+    assert builder.use_dataset_size() and builder.domain == (256,)
+
+
+# ----------------------------------------------------------- bad inputs
+@pytest.mark.parametrize("action", [
+    lambda b: setattr(b, "n", 0),
+    lambda b: setattr(b, "n", -3),
+    lambda b: setattr(b, "n", 10**6),
+    lambda b: b.set_domain(n="many"),
+    lambda b: setattr(b, "attributes", "age:50, age:3"),
+    lambda b: setattr(b, "attributes", "age 50"),
+    lambda b: setattr(b, "attributes", "a:5000, b:5"),
+    lambda b: setattr(b, "attributes", "a:4096, b:4096, c:2"),
+    lambda b: setattr(b, "n", 4097),
+    lambda b: b.add_term("width_range", k=33),
+    lambda b: b.add_term("width_range", k=0),
+    lambda b: b.add_term("ranges", ranges="5-40"),
+    lambda b: b.add_term("ranges", ranges="9-3"),
+    lambda b: b.add_term("ranges", ranges="a-b"),
+    lambda b: b.add_term("ranges", ranges=""),
+    lambda b: b.add_term("random_ranges", m=0),
+    lambda b: b.add_term("marginals", k=1),
+    lambda b: b.add_term("predicates", matrix="1 0 2"),
+    lambda b: b.add_term("predicates", matrix="1 0 1"),
+    lambda b: b.add_term("predicates", matrix="1 0\n1"),
+    lambda b: b.load_predicates(b"1 0 x", "m.csv"),
+    lambda b: b.load_predicates(b"\x00\xff\xfe", "m.csv"),
+    lambda b: b.add_term("product", blocks=["prefix", "identity"]),
+    lambda b: b.add_term("nonsense"),
+    lambda b: b.add_term("prefix", weight=0),
+    lambda b: b.add_term("prefix", weight=float("nan")),
+    lambda b: b.add_term("prefix", bogus=1),
+    lambda b: b.set_weight(0, -1),
+    lambda b: b.set_weight(7, 1),
+    lambda b: b.remove_term(7),
+    lambda b: b.load_spec("{not json: ["),
+    lambda b: b.load_spec(""),
+    lambda b: b.load_spec('{"domain": [16], "products": [{"factors": ["nope"]}]}'),
+    lambda b: b.load_spec('{"domain": [0], "products": [{"factors": ["prefix"]}]}'),
+    lambda b: b.load_spec('{"domain": [100000], "products": [{"factors": ["prefix"]}]}'),
+    lambda b: b.load_spec_file(b"\xff\xfe\x00garbage", "w.json"),
+    lambda b: b.load_spec_file(b"domain: [4]\nproducts: 3\n", "w.yaml"),
+])
+def test_invalid_input_keeps_workload_and_reports(small, action):
+    small.add_term("prefix")
+    small.add_term("identity", weight=2)
+    before = snapshot(small)
+    small.session.error = ""
+    action(small)
+    assert small.session.error, "no message reported"
+    assert small.error == small.session.error
+    W, terms, domain, n, attrs = snapshot(small)
+    assert W is before[0] and terms == before[1] and domain == before[2]
+    assert (n, attrs) == (before[3], before[4])  # widgets show the domain still in use
+    assert "Traceback" not in small.session.error
+    # the next valid input works again and clears the builder's error
+    assert small.add_term("total")
+    assert small.error == ""
+    assert_same(small.session.workload, wl.union([wl.prefix(32), wl.identity(32), wl.total(32)],
+                                                 [1, 2, 1]))
+
+
+def test_domain_change_that_breaks_a_term_is_refused(small):
+    small.add_term("ranges", ranges="20-30")
+    before = snapshot(small)
+    small.n = 16
+    assert "[20, 30]" in small.session.error or "20" in small.session.error
+    assert snapshot(small)[0] is before[0] and small.n == 32 and small.domain == (32,)
+
+
+def test_messages_say_what_is_allowed(small):
+    small.n = 0
+    assert "at least 1" in small.session.error and "4,096" in small.session.error
+    small.add_term("width_range", k=40)
+    assert "40" in small.session.error and "32" in small.session.error
+    small.add_term("ranges", ranges="5-40")
+    assert "0 <= lo <= hi <= 31" in small.session.error
+    small.load_spec("{not json: [")
+    assert "Spec not loaded" in small.session.error and "parse" in small.session.error
+
+
+# ------------------------------------------------------------------ spec
+def test_spec_load_replaces_terms_and_export_download(builder, session):
+    spec = {"domain": [64], "name": "mine",
+            "products": [{"weight": 1, "factors": ["prefix"]},
+                         {"weight": 3, "factors": [{"type": "width_range", "w": 4}]}]}
+    builder.spec_text = json.dumps(spec)
+    assert builder.load_spec(builder.spec_text)
+    assert [t.family for t in builder.terms] == ["spec"] and builder.n == 64
+    expected = dpx.spec.from_spec(spec)
+    assert_same(session.workload, expected)
+    # downloads (the FileDownload callbacks) give the canonical spec
+    layout = builder.panel()
+    downloads = layout.select(pn.widgets.FileDownload)
+    assert {d.filename for d in downloads} == {"workload.json", "workload.yaml"}
+    for d in downloads:
+        text = d.callback().read()
+        W = dpx.spec.loads(text, "yaml" if d.filename.endswith("yaml") else "json")
+        assert_same(W, expected)
+    # a term added after a spec is unioned with it
+    assert builder.add_term("total", weight=2)
+    assert_same(session.workload, wl.union([expected, wl.total(64)], [1, 2]))
+    # the domain of a spec term cannot change: refused and kept
+    W = session.workload
+    builder.n = 32
+    assert session.workload is W and builder.n == 64 and "spec" in session.error
+
+
+def test_spec_file_input_widget_loads(builder, session):
+    layout = builder.panel()
+    spec_input = [w for w in layout.select(pn.widgets.FileInput) if ".json" in (w.accept or "")][0]
+    text = dpx.spec.dumps(wl.union([wl.identity(16), wl.prefix(16)], [1, 2]), "yaml")
+    spec_input.filename = "w.yaml"
+    spec_input.value = text.encode()
+    assert builder.error == ""
+    assert_same(session.workload, wl.union([wl.identity(16), wl.prefix(16)], [1, 2]))
+
+
+def test_external_workload_is_adopted(builder, session):
+    session.workload = wl.union([wl.prefix(40), wl.identity(40)], [1, 4])
+    assert builder.domain == (40,) and builder.n == 40
+    assert [(t.family, t.weight) for t in builder.terms] == [("prefix", 1.0), ("identity", 4.0)]
+    assert builder.add_term("total")
+    assert_same(session.workload, wl.union([wl.prefix(40), wl.identity(40), wl.total(40)], [1, 4, 1]))
+    dense = dpx.matrix.Dense(np.ones((2, 40)))  # no spec: kept as one term
+    session.workload = dense
+    assert [t.family for t in builder.terms] == ["external"] and session.workload is dense
+    assert builder.spec_error
+
+
+# --------------------------------------------------------------- heatmap
+def test_heatmap_switches_to_gram_for_large_w(small):
+    small.add_term("prefix")
+    img = small.heatmap()
+    assert small.drawn == "W" and isinstance(img, hv.Image)
+    # y = query index (drawn downwards), x = cell index
+    np.testing.assert_array_equal(img.dimension_values(2, flat=False), np.tril(np.ones((32, 32))))
+    assert img[5.5, 0.5] == 0 and img[0.5, 5.5] == 1
+    small.set_domain(n=1024)  # all ranges... here prefix: 1024² > 200 000 entries
+    img = small.heatmap()
+    assert small.drawn == "WᵀW" and isinstance(img, hv.Image)
+    assert "WᵀW" in small.heatmap_data()[2]
+    assert img.dimension_values(2, flat=False).shape == (512, 512)  # block means
+
+
+def test_heatmap_message_when_gram_too_large(small):
+    small.add_term("identity")
+    assert small.set_domain(attributes="a:100, b:100")
+    out = small.heatmap()
+    assert small.drawn == "" and isinstance(out, pn.pane.Alert)
+    assert "Too large to draw" in out.object
+    assert small.stats["n"] == 10_000 and small.stats["l1"] == 1.0
+
+
+def test_heatmap_gram_values(small):
+    small.add_term("all_range")
+    small.n = 700  # 245 350 rows × 700 > 200 000 entries, 700 ≤ 4096: WᵀW, pooled to 350×350
+    which, A, _ = small.heatmap_data()
+    assert which == "WᵀW" and A.shape == (350, 350)
+    G = wl.all_range(700).gram().dense()
+    np.testing.assert_allclose(A[0, 0], G[:2, :2].mean())
+
+
+# -------------------------------------------------------------------- UI
+def test_page_renders_and_widgets_drive_the_builder(builder, session):
+    layout = pn.panel(builder)
+    assert layout.get_root() is not None
+    n_widget = [w for w in layout.select(pn.widgets.IntInput) if w.value == 256][0]
+    n_widget.value = 128
+    assert builder.domain == (128,)
+    n_widget.value = -1
+    assert builder.domain == (128,) and n_widget.value == 128 and session.error
+    tab = layout.select(pn.widgets.Tabulator)[0]
+    assert list(tab.value["term"]) == [t.label for t in builder.terms]
+    builder.add_term("prefix")
+    assert len(tab.value) == 2
+
+
+def test_table_edits_and_buttons(small):
+    from panel.models.tabulator import TableEditEvent
+
+    layout = small.panel()
+    root = layout.get_root()
+    tab = layout.select(pn.widgets.Tabulator)[0]
+    buttons = {b.label: b for b in layout.select(pn.widgets.Button)}
+    family = [w for w in layout.select(pn.widgets.Select) if w.label == "Query family"][0]
+    family.value = "prefix"
+    buttons["Add term"].clicks += 1
+    family.value = "identity"
+    buttons["Add term"].clicks += 1
+    assert [t.family for t in small.terms] == ["prefix", "identity"]
+    model = tab._models[root.ref["id"]][0]
+
+    def edit(row, value):  # what the browser sends: the new cell value, then the event
+        tab.patch({"weight": [(row, value)]})
+        tab._process_event(TableEditEvent(model=model, column="weight", row=row, pre=False))
+    edit(1, 3.0)
+    assert_same(small.session.workload, wl.union([wl.prefix(32), wl.identity(32)], [1, 3]))
+    W = small.session.workload
+    edit(0, -2.0)
+    assert small.session.workload is W and "weight" in small.session.error
+    assert list(tab.value["weight"]) == [1.0, 3.0]  # the table shows the weights in use
+    tab.selection = [0]
+    buttons["Remove selected"].clicks += 1
+    assert_same(small.session.workload, wl.union([wl.identity(32)], [3]))
+    buttons["Clear all"].clicks += 1
+    assert small.terms == [] and len(tab.value) == 0
+
+
+def test_terms_compare_by_value():
+    a = bmod.Term("predicates", {"matrix": np.eye(2)})
+    assert a == bmod.Term("predicates", {"matrix": np.eye(2)})
+    assert a != bmod.Term("predicates", {"matrix": np.ones((2, 2))})
+
+
+def test_parsers():
+    assert bmod.parse_domain("age:50, income=100; 2", 1) == ((50, 100, 2), ("age", "income", "a3"))
+    assert bmod.parse_domain("", 64) == ((64,), ())
+    assert bmod.parse_ranges("0-9 20..29;4") == [(0, 9), (20, 29), (4, 4)]
+    assert bmod.parse_ranges([[1, 2], [3, 4]]) == [(1, 2), (3, 4)]
+    np.testing.assert_array_equal(bmod.parse_matrix("[[1, 0], [0, 1]]"), np.eye(2))
+    buf = __import__("io").BytesIO()
+    np.save(buf, np.eye(3))
+    np.testing.assert_array_equal(bmod.parse_matrix(buf.getvalue(), "m.npy"), np.eye(3))

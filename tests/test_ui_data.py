@@ -1,0 +1,298 @@
+"""Tests of the "Data & DAWA" page (DataView), driven without a browser."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+import dpexplorer as dpx
+
+pn = pytest.importorskip("panel")
+hv = pytest.importorskip("holoviews")
+
+from dpexplorer.dawa import dawa  # noqa: E402
+from dpexplorer.partition import optimal_partition  # noqa: E402
+from dpexplorer.ui import data_view  # noqa: E402
+from dpexplorer.ui.data_view import DataView  # noqa: E402
+from dpexplorer.ui.session import Session  # noqa: E402
+
+
+@pytest.fixture
+def session():
+    return Session()
+
+
+@pytest.fixture
+def view(session):
+    return DataView(session)
+
+
+def _npy(arr) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+def _rects(overlay) -> hv.Rectangles:
+    found = [e for e in overlay if isinstance(e, hv.Rectangles)]
+    assert len(found) == 1
+    return found[0]
+
+
+# ------------------------------------------------------------------ DAWA run
+def test_run_records_both_stages_in_session_ledger(session, view):
+    session.epsilon, session.seed = 0.8, 5
+    view.ratio = 0.4
+    assert view.run() is True
+    assert session.error == "" and view.error == ""
+    run = view.last
+    res = run.result
+    assert res.epsilon1 == pytest.approx(0.4 * 0.8) and res.epsilon2 == pytest.approx(0.6 * 0.8)
+    entries = session.ledger.entries
+    assert len(entries) == 2
+    assert [e.epsilon for e in entries] == pytest.approx([res.epsilon1, res.epsilon2])
+    assert session.ledger.epsilon == pytest.approx(0.8) == res.epsilon1 + res.epsilon2
+    assert session.ledger.delta == 0.0
+    assert all(e.seed == 5 for e in entries) and run.spends == entries
+    assert "stage 1" in entries[0].label and "stage 2" in entries[1].label
+
+
+def test_run_uses_session_workload_and_matches_engine(session, view):
+    ds = session.data()
+    assert ds.x.shape == (256,) and session.workload.n == 256
+    session.seed = 3
+    assert view.run()
+    run = view.last
+    assert run.workload is session.workload and "session workload" in run.workload_note
+    # the same seed gives the same partition and estimate directly from the engine
+    ref = dawa(dpx.PrivateData(ds.x), session.workload, session.epsilon,
+               np.random.default_rng(3), ratio=0.25, candidates="pow2")
+    np.testing.assert_array_equal(run.result.partition.edges, ref.partition.edges)
+    np.testing.assert_allclose(run.result.x_hat, ref.x_hat)
+
+
+def test_drawn_partition_matches_result_edges(session, view):
+    assert view.run()
+    run, ds = view.last, session.data()
+    edges = ds.edges[0]
+    rects = _rects(view.private_partition_plot())
+    p = run.result.partition
+    np.testing.assert_allclose(rects.dimension_values("x0"), edges[p.edges[:-1]])
+    np.testing.assert_allclose(rects.dimension_values("x1"), edges[p.edges[1:]])
+    assert len(rects) == p.k
+    np.testing.assert_array_equal(rects.dimension_values("cells"), p.sizes)
+    # the step line is x̂ (noisy bucket means)
+    curve = [e for e in view.private_partition_plot() if isinstance(e, hv.Curve)][0]
+    np.testing.assert_allclose(curve.dimension_values(1)[:-1], run.result.x_hat)
+
+
+def test_exact_partition_is_optimal_partition(session, view):
+    view.candidates = "all"
+    assert view.run()
+    run, x = view.last, session.data().x
+    exact, cost = optimal_partition(x, run.result.epsilon2, "all")
+    np.testing.assert_array_equal(run.exact.edges, exact.edges)
+    assert run.exact_cost == pytest.approx(cost)
+    rects = _rects(view.exact_partition_plot())
+    np.testing.assert_allclose(rects.dimension_values("x0"), session.data().edges[0][exact.edges[:-1]])
+    assert "NOT PRIVATE" in view.exact_partition_plot().opts.get().kwargs["title"]
+    assert "not private" in view.summary().lower()
+
+
+def test_2d_run_uses_random_rectangles_and_hilbert_order(session, view):
+    session.dataset = dpx.datasets.DEFAULT_2D
+    assert view.run(), session.error
+    run = view.last
+    x = session.data().x
+    assert x.ndim == 2 and run.result.order is not None
+    assert run.workload.m == data_view.RANDOM_WORKLOAD["m"] and "rectangles" in run.workload_note
+    # bucket image: every cell carries the id of the bucket bucket_edges_cells puts it in
+    ids = data_view.bucket_grid(run.result.partition, run.result.order, x.shape)
+    for b, cells in enumerate(run.result.bucket_edges_cells()[:50]):
+        assert np.all(ids.ravel()[cells] == b)
+    img = [e for e in view.private_partition_plot() if isinstance(e, hv.Image)][0]
+    np.testing.assert_array_equal(img.dimension_values("bucket", flat=False), ids.T)
+    # exact partition along the same Hilbert order
+    exact, _ = optimal_partition(x.ravel()[run.result.order], run.result.epsilon2, "pow2")
+    np.testing.assert_array_equal(run.exact.edges, exact.edges)
+    assert isinstance(view.estimate_plot(), hv.Layout) and view.hilbert_plot() is not None
+
+
+def test_gaussian_session_runs_laplace(session, view):
+    session.noise = "Gaussian"
+    assert view.run()
+    assert session.ledger.delta == 0.0 and session.ledger.epsilon == pytest.approx(session.epsilon)
+    assert "ε-DP" in view.last.noise_note and "Laplace" in view.summary()
+
+
+def test_rerun_with_new_seed_advances_seed(session, view):
+    session.seed = 10
+    assert view.run()
+    first = view.last
+    assert session.seed == 10  # a plain run keeps the seed (reproducible)
+    assert view.rerun_with_new_seed()
+    assert session.seed == 11 and view.last.seed == 11 and view.last is not first
+    assert [e.seed for e in session.ledger.entries] == [10, 10, 11, 11]
+
+
+def test_failed_run_keeps_last_result(session, view):
+    assert view.run()
+    good, spent = view.last, len(session.ledger)
+    big = np.zeros(5000)
+    big[::7] = 3
+    assert view.load_npy(_npy(big), "big.npy") is not None
+    view.candidates = "all"  # not offered above 4096 cells
+    assert view.run() is False
+    assert "4096" in session.error and view.error == session.error
+    assert view.last is good and len(session.ledger) == spent
+
+
+def test_penalty_option_is_passed(session, view):
+    view.penalty = 3.0
+    assert view.run()
+    assert view.last.penalty == 3.0
+    ref = dawa(dpx.PrivateData(session.data().x), session.workload, 1.0,
+               np.random.default_rng(0), penalty=3.0)
+    np.testing.assert_array_equal(view.last.result.partition.edges, ref.partition.edges)
+
+
+# ------------------------------------------------------------------ uploads
+CSV = b"age,city,score\n23,Lyon,1.5\n35,Paris,2.0\n41,Nice,\n29,Lyon,3.5\n60,Paris,1.0\n"
+
+
+def test_csv_upload_adds_dataset_with_right_counts(session, view):
+    assert view.load_csv(CSV, "people.csv")
+    assert view.csv_columns == ["age", "city", "score"] and view.csv_column == "age"
+    ds = view.add_csv_dataset("age", bins=4)
+    assert ds is not None and session.error == ""
+    assert session.dataset == ds.name and session.data() is ds
+    counts, edges = np.histogram([23, 35, 41, 29, 60], bins=4)
+    np.testing.assert_array_equal(ds.x, counts)
+    np.testing.assert_allclose(ds.edges[0], edges)
+    assert ds.n_records == 5 and ds.attributes == ("age",)
+    # the page runs DAWA on it (random ranges: the session workload is over 256 cells)
+    assert view.run(), session.error
+    assert view.last.dataset is ds and "random ranges" in view.last.workload_note
+
+
+def test_csv_upload_with_fixed_range(session, view):
+    assert view.load_csv(CSV, "people.csv")
+    view.range_lo, view.range_hi = 0.0, 100.0
+    ds = view.add_csv_dataset("age", bins=10)
+    np.testing.assert_allclose(ds.edges[0], np.linspace(0, 100, 11))
+    assert ds.x.sum() == 5
+
+
+@pytest.mark.parametrize("column, words", [("city", "numeric"), ("score", "missing"),
+                                           ("nope", "not found")])
+def test_bad_csv_column_reports_and_keeps_state(session, view, column, words):
+    assert view.run()
+    good, name = view.last, session.dataset
+    options = list(session.param.dataset.objects)
+    assert view.load_csv(CSV, "people.csv")
+    assert view.add_csv_dataset(column, bins=4) is None
+    assert words in session.error and view.error == session.error
+    assert session.dataset == name and list(session.param.dataset.objects) == options
+    assert view.last is good
+    # still usable: a good column works afterwards and clears the error
+    assert view.add_csv_dataset("age", bins=4) is not None and view.error == ""
+
+
+@pytest.mark.parametrize("data", [b"", b"\xff\xfe\x00garbage\x00\x01", b"a,b\n"])
+def test_unreadable_csv_reports(session, view, data):
+    name = session.dataset
+    assert view.load_csv(data, "bad.csv") is False
+    assert "bad.csv" in session.error
+    assert session.dataset == name
+    assert view.add_csv_dataset("a", bins=4) is None  # nothing uploaded
+    assert "upload a CSV" in session.error
+
+
+def test_csv_bad_bins_reported(session, view):
+    assert view.load_csv(CSV, "people.csv")
+    assert view.add_csv_dataset("age", bins=0) is None
+    assert "bins" in session.error
+
+
+def test_npy_upload_adds_dataset(session, view):
+    grid = np.arange(12).reshape(3, 4)
+    ds = view.load_npy(_npy(grid), "grid.npy")
+    assert ds is not None and session.dataset == "grid" and ds.x.shape == (3, 4)
+    np.testing.assert_array_equal(session.data().x, grid)
+    assert ds.n_records == grid.sum()
+    # same file name again: a distinct dataset name
+    assert view.load_npy(_npy(grid), "grid.npy").name == "grid (2)"
+
+
+@pytest.mark.parametrize("arr, words", [
+    (np.array([1.0, -2.0, 3.0]), "negative"),
+    (np.array([1.0, np.nan, 3.0]), "NaN"),
+    (np.ones((2, 2, 2)), "shape"),
+    (np.array([0.5, 1.0]), "non-integer"),
+    (np.array([], dtype=float), "empty"),
+])
+def test_bad_npy_reports_and_keeps_state(session, view, arr, words):
+    assert view.run()
+    good, name = view.last, session.dataset
+    options = list(session.param.dataset.objects)
+    assert view.load_npy(_npy(arr), "bad.npy") is None
+    assert words in session.error and "bad.npy" in session.error
+    assert session.dataset == name and list(session.param.dataset.objects) == options
+    assert view.last is good
+
+
+def test_garbage_npy_reports(session, view):
+    assert view.load_npy(b"this is not numpy", "junk.npy") is None
+    assert "junk.npy" in session.error
+    assert view.load_npy(b"", "empty.npy") is None and "empty" in session.error
+
+
+# ------------------------------------------------------------------ layout
+def test_layout_renders_and_redraws(session, view):
+    layout = view.panel()
+    assert layout.get_root() is not None
+    buttons = {getattr(b, data_view._LABEL): b for b in layout.select(pn.widgets.Button)}
+    assert {"Run DAWA", "Re-run with a new seed"} <= set(buttons)
+    buttons["Run DAWA"].clicks += 1  # the button drives run()
+    assert view.last is not None and len(session.ledger) == 2
+    panes = [p for p in layout.select(pn.pane.HoloViews) if p.visible and p.object is not None]
+    assert len(panes) >= 4
+    session.dataset = dpx.datasets.DEFAULT_2D  # the data pane follows the session
+    assert any(isinstance(p.object, hv.Image) for p in layout.select(pn.pane.HoloViews))
+    assert "us_cities_lonlat" in view.summary()  # the result is for the old dataset
+    assert view.run()
+    assert layout.get_root() is not None
+    tips = [w for w in layout.select(pn.widgets.FloatInput) if getattr(w, data_view._LABEL) == "penalty"]
+    assert tips and "sensitivity" in tips[0].description
+
+
+def test_upload_widgets_drive_the_component(session, view):
+    card = view.upload_card()
+    inputs = card.select(pn.widgets.FileInput)
+    csv_in, npy_in = inputs[0], inputs[1]
+    csv_in.param.update(filename="people.csv", value=CSV)
+    assert view.csv_column == "age"
+    column = card.select(pn.widgets.Select)[0]
+    assert list(column.options) == ["age", "city", "score"]
+    add = [b for b in card.select(pn.widgets.Button) if not b.disabled][0]
+    add.clicks += 1
+    assert session.dataset == "people: age"
+    npy_in.param.update(filename="v.npy", value=_npy(np.array([1, 2, 3])))
+    assert session.dataset == "v"
+
+
+def test_session_updates_wait_while_the_page_is_hidden(session, view, monkeypatch):
+    """Sidebar-driven redraws are deferred while the page is a hidden dynamic tab (served app)."""
+    layout = view.panel()
+    hidden = {"value": True}
+    monkeypatch.setattr(data_view._ShownGate, "hidden", lambda self: hidden["value"])
+    info = [p for p in layout.select(pn.pane.Markdown) if "Elevation" in str(p.object)][0]
+    session.dataset = dpx.datasets.DEFAULT_2D
+    assert "Elevation" in info.object  # not redrawn while hidden
+    view._gate.flush()
+    assert "Elevation" in info.object
+    hidden["value"] = False
+    view._gate.flush()  # shown again: the pending redraw is applied
+    assert "cities" in info.object
