@@ -146,3 +146,79 @@ def test_epsilon_change_updates_compare_table(page):
     assert float(_rmse_cells(page)[0].replace(",", "")) == pytest.approx(halved, rel=1e-6)
     assert page.locator("text=must be greater than 0").count() >= 1
     assert not [p for p in page.problems if "favicon" not in p], page.problems
+
+
+def _queries(pg) -> int:
+    """The builder's "m = … queries" figure."""
+    import re
+
+    text = pg.locator("text=/m = [0-9,]+ queries/").first.inner_text()
+    return int(re.search(r"m = ([0-9,]+) queries", text).group(1).replace(",", ""))
+
+
+def _wait_queries(pg, old: int, timeout: float = 30.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = _queries(pg)
+        if m != old:
+            return m
+        pg.wait_for_timeout(100)
+    return old
+
+
+def _brush(pg, frac0: float, frac1: float) -> None:
+    """Box-select drag across the lowest plot of the page (the data histogram)."""
+    canvases = pg.locator(".bk-Canvas:visible")
+    canvas = max((canvases.nth(i) for i in range(canvases.count())),
+                 key=lambda c: c.bounding_box()["y"])
+    canvas.scroll_into_view_if_needed()
+    box = canvas.bounding_box()
+    y = box["y"] + box["height"] * 0.5
+    pg.mouse.move(box["x"] + box["width"] * frac0, y)
+    pg.mouse.down()
+    pg.mouse.move(box["x"] + box["width"] * frac1, y, steps=8)
+    pg.mouse.up()
+
+
+def test_build_workload(page):
+    _tab(page, "Workload")
+    m0 = _queries(page)
+    family = page.locator("select:visible").nth(1)  # the sidebar's dataset select comes first
+    options = family.locator("option").all_inner_texts()
+    family.select_option(label=next(o for o in options if "prefix" in o.lower()))
+    page.wait_for_timeout(500)
+    page.get_by_role("button", name="Add term").click()
+    m1 = _wait_queries(page, m0)
+    assert m1 == m0 + 256  # Prefix over the 256 cells of the bundled histogram
+    _shot(page, "workload-added-prefix")
+    assert not [p for p in page.problems if "favicon" not in p], page.problems
+
+
+@pytest.mark.xfail(strict=True, reason="open defect (issue 4): the box-select geometry of the "
+                   "builder's DynamicMap histogram does not reach the server's BoundsX stream in "
+                   "the browser; brushing works through the stream API (tests/test_ui_builder.py)")
+def test_brush_a_range(page):
+    _tab(page, "Workload")
+    m0 = _queries(page)
+    _brush(page, 0.35, 0.55)
+    m1 = _wait_queries(page, m0, timeout=15)
+    _shot(page, "workload-brushed")
+    assert m1 == m0 + 1  # one custom range added
+
+
+def test_release_and_download(page):
+    _tab(page, "Release")
+    page.get_by_role("button", name="Run release").click()
+    page.wait_for_selector("text=Spent this session: ε = 1", timeout=60_000)
+    with page.expect_download(timeout=30_000) as info:
+        page.get_by_role("button", name="Download CSV").click()
+    path = info.value.path()
+    text = Path(path).read_text()
+    assert "mechanism" in text and "seed" in text and "answer" in text
+    with page.expect_download(timeout=30_000) as info:
+        page.get_by_role("button", name="Download JSON").click()
+    import json
+    doc = json.loads(Path(info.value.path()).read_text())
+    assert doc["epsilon"] == 1.0 and "answers" in doc and "workload_spec" in doc
+    _shot(page, "release")
+    assert not [p for p in page.problems if "favicon" not in p], page.problems
