@@ -194,9 +194,6 @@ def test_build_workload(page):
     assert not [p for p in page.problems if "favicon" not in p], page.problems
 
 
-@pytest.mark.xfail(strict=True, reason="open defect (issue 4): the box-select geometry of the "
-                   "builder's DynamicMap histogram does not reach the server's BoundsX stream in "
-                   "the browser; brushing works through the stream API (tests/test_ui_builder.py)")
 def test_brush_a_range(page):
     _tab(page, "Workload")
     m0 = _queries(page)

@@ -615,11 +615,12 @@ class WorkloadBuilder(param.Parameterized):
             if not self._commit([Term("all_range")], domain, names, "Start"):
                 self._commit([Term("identity")], (256,), (), "Start")
         self.session.param.watch(self._on_session_workload, "workload")
-        self._hist = hv.DynamicMap(self._histogram, streams=[
-            hv.streams.Params(parameterized=self.session, parameters=["dataset"]),
-            hv.streams.Params(parameterized=self, parameters=["version"])])
-        self.brush = hv.streams.BoundsX(source=self._hist, boundsx=None)
-        self.brush.add_subscriber(self._on_brush)
+        # A plain element, redrawn with a fresh stream on every change: a BoundsX stream on a
+        # DynamicMap never received the browser's box-select geometry (Panel 1.9/HoloViews 1.23)
+        self._hist_pane = pn.pane.HoloViews(sizing_mode="stretch_width", height=240)
+        self._redraw_histogram()
+        self.session.param.watch(self._redraw_histogram, "dataset")
+        self.param.watch(self._redraw_histogram, "version")
 
     # ============================================================== state
     @property
@@ -1154,6 +1155,16 @@ class WorkloadBuilder(param.Parameterized):
         """:meth:`heatmap`, redrawn when the workload changes."""
         return self.heatmap()
 
+    def _redraw_histogram(self, *_) -> None:
+        """Draw the data histogram and attach a new box-select stream to it."""
+        element = self._histogram()
+        old = getattr(self, "brush", None)
+        if old is not None:
+            old.clear()
+        self.brush = hv.streams.BoundsX(source=element, boundsx=None)
+        self.brush.add_subscriber(self._on_brush)
+        self._hist_pane.object = element
+
     def _histogram(self, dataset=None, version=None, **_):
         """The selected dataset's histogram with the custom ranges shaded."""
         spans = []
@@ -1334,7 +1345,7 @@ class WorkloadBuilder(param.Parameterized):
         summary = pn.pane.Markdown(pn.bind(lambda v, d: self.summary(), self.param.version,
                                            self.session.param.dataset), sizing_mode="stretch_width")
         heat = pn.panel(self.heatmap_view, loading_indicator=True, sizing_mode="stretch_width")
-        hist = pn.pane.HoloViews(self._hist, sizing_mode="stretch_width", height=240)
+        hist = self._hist_pane
         main = pn.Column(summary, self._terms_table(), heat,
                          pn.pane.Markdown("### Brush custom ranges on the data"), hist,
                          sizing_mode="stretch_width", loading=self.param.busy)
