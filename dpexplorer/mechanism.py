@@ -11,6 +11,7 @@ sees ``x``; reconstruction and answers are post-processing of ``y``.
 from __future__ import annotations
 
 import datetime as _dt
+import inspect
 import json
 import math
 import secrets
@@ -152,8 +153,34 @@ def _plan(mech: registry.Mechanism, W: Matrix, noise: NoiseModel, params: dict):
     return _PLANS[key]
 
 
+def _json_safe(value):
+    """``value`` with numpy arrays/scalars and dataclasses made JSON-serialisable."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if hasattr(value, "edges") and isinstance(getattr(value, "edges"), np.ndarray):
+        return {"edges": value.edges.tolist()}  # a Partition
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return repr(value)
+
+
+def _takes_seed(fn) -> bool:
+    """Whether a runner accepts ``seed=`` (explicitly or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "seed" or p.kind is p.VAR_KEYWORD for p in params)
+
+
 def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng: np.random.Generator,
-        **params) -> registry.Estimate:
+        seed: int | None = None, **params) -> registry.Estimate:
     """Run any registered mechanism on private data: the uniform entry point.
 
     Data-independent mechanisms build their strategy ``A``, MEASURE it
@@ -172,6 +199,8 @@ def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng: np.random.
         Privacy parameters (ε, and δ for Gaussian noise) of the whole run.
     rng : numpy.random.Generator
         Seeded source of randomness.
+    seed : int, optional
+        The seed of ``rng``, recorded with every ledger entry of the run.
     **params
         Overrides of the mechanism's default parameters.
 
@@ -194,9 +223,12 @@ def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng: np.random.
         raise ValueError(f"unknown parameter(s) {unknown} for {mechanism!r}; "
                          f"its parameters are {sorted(mech.params)}")
     if mech.runner is not None:
-        return mech.runner(data, W, noise, rng, **{**mech.params, **params})
+        kwargs = {**mech.params, **params}
+        if _takes_seed(mech.runner):
+            kwargs["seed"] = seed
+        return mech.runner(data, W, noise, rng, **kwargs)
     A, recon = _plan(mech, W, noise, params)  # public work, cached across trials
-    y = data.measure(A, noise, rng, label=f"{mechanism}: measure {A.m} strategy queries")
+    y = data.measure(A, noise, rng, label=f"{mechanism}: measure {A.m} strategy queries", seed=seed)
     return registry.Estimate(recon(y), {"strategy": A})
 
 
@@ -208,13 +240,15 @@ class Release:
     ----------
     mechanism : str
         Registry name (or the strategy's name).
-    workload, strategy : Matrix
-        ``W: (m, n)`` and ``A: (p, n)``.
+    workload : Matrix
+        ``W: (m, n)``.
+    strategy : Matrix or None
+        ``A: (p, n)``; ``None`` for data-dependent mechanisms.
     noise : NoiseModel
     seed : int
         Seed of the ``numpy.random.Generator`` that drew the noise.
-    y : ndarray, shape (p,)
-        Noisy strategy answers.
+    y : ndarray, shape (p,), or None
+        Noisy strategy answers (``None`` for data-dependent mechanisms).
     x_hat : ndarray, shape (n,)
         Least-squares estimate of the data vector.
     answers : ndarray, shape (m,)
@@ -222,24 +256,40 @@ class Release:
     epsilon, delta : float
         What this release spent.
     analytic_rmse : float
-        Expected RMSE of the answers (HDMM Prop. 4).
+        Expected RMSE of the answers (HDMM Prop. 4); NaN for data-dependent mechanisms.
+    info : dict
+        Public by-products of a data-dependent mechanism (e.g. DAWA's partition).
     """
 
     mechanism: str
     workload: Matrix
-    strategy: Matrix
+    strategy: Matrix | None
     noise: NoiseModel
     seed: int
-    y: np.ndarray
+    y: np.ndarray | None
     x_hat: np.ndarray
     answers: np.ndarray
     epsilon: float
     delta: float
     analytic_rmse: float
+    info: dict = field(default_factory=dict)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
 
+    @property
+    def data_dependent(self) -> bool:
+        """Whether a data-dependent mechanism made the release (no analytic error)."""
+        return self.strategy is None
+
     def per_query_std(self) -> np.ndarray:
-        """Analytic standard error of every answer, shape ``(m,)`` (counts)."""
+        """Analytic standard error of every answer, shape ``(m,)`` (counts).
+
+        Raises
+        ------
+        ValueError
+            For a data-dependent release, whose error depends on the data.
+        """
+        if self.strategy is None:
+            raise ValueError(f"{self.mechanism!r} is data-dependent: its answers have no analytic error")
         return error.per_query_rmse(self.workload, self.strategy, self.noise)
 
     def metadata(self) -> dict:
@@ -263,16 +313,19 @@ class Release:
             "m": self.workload.m,
             "n": self.workload.n,
             "domain": list(self.workload.domain),
-            "strategy_rows": self.strategy.m,
-            "strategy_sensitivity": self.strategy.sensitivity(self.noise.norm),
-            "analytic_rmse": self.analytic_rmse,
+            "data_dependent": self.data_dependent,
+            "strategy_rows": None if self.strategy is None else self.strategy.m,
+            "strategy_sensitivity": (None if self.strategy is None
+                                     else self.strategy.sensitivity(self.noise.norm)),
+            "analytic_rmse": None if math.isnan(self.analytic_rmse) else self.analytic_rmse,
+            "info": _json_safe(self.info),
             "created": self.created,
         }
 
     def to_frame(self, with_std: bool = True) -> pd.DataFrame:
         """Answers as a table: ``query`` index, ``answer`` and (optionally) analytic ``std``."""
         df = pd.DataFrame({"query": np.arange(self.answers.size), "answer": self.answers})
-        if with_std:
+        if with_std and self.strategy is not None:
             df["std"] = self.per_query_std()
         return df
 
@@ -293,7 +346,8 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None, seed: i
         Workload.
     mechanism : str or Matrix
         A registry name (``identity``, ``h2``, ``hb``, ``wavelet``,
-        ``greedy_h``, ...) or a strategy matrix ``A: (p, n)``.
+        ``greedy_h``, ...; data-dependent ones such as ``dawa`` run through
+        :func:`run`) or a strategy matrix ``A: (p, n)``.
     noise : NoiseModel
         ``Laplace(ε)`` or ``Gaussian(ε, δ)``.
     seed : int, optional
@@ -322,19 +376,24 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None, seed: i
     data = PrivateData(x, ledger)
     if data.n != W.n:
         raise ValueError(f"the data has {data.n} cells but the workload is over {W.n} cells")
+    if seed is None:
+        seed = secrets.randbits(63)
+    if isinstance(mechanism, str) and registry.get(mechanism).data_dependent:
+        if ledger is not None:
+            ledger.check(noise.epsilon, noise.delta)  # refuse before any stage measures
+        est = run(mechanism, data, W, noise, np.random.default_rng(seed), seed=seed, **(params or {}))
+        x_hat = np.asarray(est.x_hat, dtype=float)
+        return Release(
+            mechanism=mechanism, workload=W, strategy=None, noise=noise, seed=int(seed), y=None,
+            x_hat=x_hat, answers=W.matvec(x_hat), epsilon=noise.epsilon, delta=noise.delta,
+            analytic_rmse=math.nan, info={k: v for k, v in est.info.items() if k != "strategy"})
     if isinstance(mechanism, str):
         name = mechanism
-        mech = registry.get(name)
-        if mech.data_dependent:
-            raise ValueError(f"{name!r} is data-dependent: run it with dpexplorer.mechanism.run "
-                             f"(or its own module); release() covers the matrix mechanism")
-        A = mech.strategy(W, noise, **(params or {}))
+        A = registry.get(name).strategy(W, noise, **(params or {}))
     else:
         A = as_matrix(mechanism)
         name = A.name
     tse = error.expected_tse(W, A, noise)  # raises if A does not support W
-    if seed is None:
-        seed = secrets.randbits(63)
     rng = np.random.default_rng(seed)
     y = data.measure(A, noise, rng, label=f"{name}: measure {A.m} strategy queries", seed=seed)
     x_hat = reconstruct(A, y)

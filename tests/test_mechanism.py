@@ -173,3 +173,23 @@ def test_lsmr_matches_exact_least_squares_on_noisy_answers(which):
     rng = np.random.default_rng(4)
     y = A @ rng.integers(0, 100, size=n).astype(float) + rng.laplace(0, 5, size=A.m)
     np.testing.assert_allclose(reconstruct(A, y, method="lsmr"), reconstruct(A, y, method="dense"), atol=1e-6)
+
+
+def test_data_dependent_release_records_seed_and_metadata():
+    x = np.random.default_rng(0).integers(0, 50, size=128)
+    W = workloads.random_ranges(128, 100, seed=0)
+    ledger = PrivacyLedger(epsilon_budget=1.5)
+    r = dpx.release(x, W, "dawa", dpx.Laplace(1.0), seed=11, ledger=ledger)
+    assert r.data_dependent and r.strategy is None and math.isnan(r.analytic_rmse)
+    assert [e.seed for e in ledger.entries] == [11, 11]  # both DAWA stages carry the seed
+    assert ledger.epsilon == pytest.approx(1.0)
+    meta = json.loads(r.to_json())
+    assert meta["mechanism"] == "dawa" and meta["data_dependent"] and meta["analytic_rmse"] is None
+    assert "partition" in meta["info"]
+    np.testing.assert_allclose(r.answers, W @ r.x_hat)
+    with pytest.raises(ValueError, match="no analytic error"):
+        r.per_query_std()
+    # the whole release is refused before any stage measures when the budget is short
+    with pytest.raises(dpx.BudgetExceededError):
+        dpx.release(x, W, "dawa", dpx.Laplace(1.0), seed=12, ledger=ledger)
+    assert len(ledger) == 2

@@ -25,14 +25,12 @@ Driven without a browser::
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as _dt
 import io
 import json
 import logging
 import math
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import holoviews as hv
 import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh backend for .opts)
@@ -46,7 +44,6 @@ import dpexplorer as dpx
 from dpexplorer import mechanism as _mechanism
 from dpexplorer import registry
 from dpexplorer.matrix import Matrix
-from dpexplorer.noise import NoiseModel
 from dpexplorer.privacy import PrivacyLedger, PrivateData
 
 from .data_view import _ShownGate
@@ -81,62 +78,9 @@ the ledger, only to show how much the answers vary: it is a teaching aid, not a 
 
 
 # ================================================================ releases
-@dataclass
-class DataDependentRelease:
-    """A release by a data-dependent mechanism, with the interface of :class:`dpexplorer.Release`.
-
-    ``answers = W x̂``; there is no fixed strategy, so no analytic error
-    (``analytic_rmse`` is NaN) and no per-query standard error.
-    """
-
-    mechanism: str
-    workload: Matrix
-    noise: NoiseModel
-    seed: int
-    x_hat: np.ndarray
-    answers: np.ndarray
-    epsilon: float
-    delta: float
-    info: dict = field(default_factory=dict)
-    analytic_rmse: float = math.nan
-    created: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
-
-    def per_query_std(self) -> np.ndarray:
-        """NaN for every query: a data-dependent mechanism has no analytic error."""
-        return np.full(self.answers.size, np.nan)
-
-    def metadata(self) -> dict:
-        """JSON-ready description: mechanism, ε, δ, noise model, seed, workload spec, sizes."""
-        try:
-            wspec = dpx.spec.to_spec(self.workload)
-        except ValueError:
-            wspec = None
-        return {
-            "mechanism": self.mechanism,
-            "data_dependent": True,
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "noise": type(self.noise).__name__,
-            "noise_label": self.noise.label,
-            "calibration": getattr(self.noise, "calibration", None),
-            "seed": self.seed,
-            "workload": self.workload.name,
-            "workload_spec": wspec,
-            "m": self.workload.m,
-            "n": self.workload.n,
-            "domain": list(self.workload.domain),
-            "analytic_rmse": None,
-            "info": self.info,
-            "created": self.created,
-        }
-
-    def to_frame(self, with_std: bool = False) -> pd.DataFrame:
-        """Answers as a table: ``query`` index and ``answer``."""
-        return pd.DataFrame({"query": np.arange(self.answers.size), "answer": self.answers})
-
-    def to_json(self) -> str:
-        """Metadata and answers as a JSON document."""
-        return json.dumps({**self.metadata(), "answers": self.answers.tolist()})
+#: Data-dependent mechanisms release through :func:`dpexplorer.release` too (``strategy`` is
+#: ``None`` and ``analytic_rmse`` NaN); the name is kept for callers of this module.
+DataDependentRelease = dpx.Release
 
 
 @dataclass
@@ -209,40 +153,9 @@ class Simulation:
     workload: Matrix | None = None
 
 
-class _SeedStampingLedger:
-    """Records into the session ledger, filling in the release's seed where a mechanism left none."""
-
-    def __init__(self, ledger: PrivacyLedger, seed: int):
-        self._ledger, self._seed = ledger, int(seed)
-
-    def record(self, spend) -> None:
-        if spend.seed is None:
-            spend = dataclasses.replace(spend, seed=self._seed)
-        self._ledger.record(spend)
-
-    def __getattr__(self, name):
-        return getattr(self._ledger, name)
-
-
 def _mechanism_options() -> dict[str, str]:
     return {f"{m.label} ({name}){' — data-dependent' if m.data_dependent else ''}": name
             for name, m in registry.REGISTRY.items()}
-
-
-def _json_safe(value):
-    """Scalars, strings and short lists of an ``Estimate.info`` (arrays/matrices dropped)."""
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (list, tuple)) and len(value) <= 64 and all(
-            isinstance(v, (int, float, str, np.integer, np.floating)) for v in value):
-        return [_json_safe(v) for v in value]
-    return dataclasses.MISSING
 
 
 # ==================================================================== view
@@ -362,18 +275,10 @@ class ReleaseView(param.Parameterized):
         name = self.mechanism
         mech = registry.get(name)
         seed = int(self.session.seed)
-        if not mech.data_dependent:
-            rel = dpx.release(x, W, name, noise, seed=seed, ledger=self.session.ledger)
-        else:
-            ledger = self.session.ledger
-            ledger.check(noise.epsilon, noise.delta)  # refuse before touching the data
-            data = PrivateData(x, _SeedStampingLedger(ledger, seed))
-            est = _mechanism.run(name, data, W, noise, np.random.default_rng(seed))
-            info = {k: v for k, v in ((k, _json_safe(v)) for k, v in est.info.items())
-                    if v is not dataclasses.MISSING}
-            x_hat = np.asarray(est.x_hat, dtype=float)
-            rel = DataDependentRelease(name, W, noise, seed, x_hat, W.matvec(x_hat),
-                                       noise.epsilon, noise.delta, info)
+        # one call for every mechanism: dpx.release runs data-dependent ones through
+        # mechanism.run, records the seed with every ledger entry, and refuses an
+        # over-budget release before anything is measured
+        rel = dpx.release(x, W, name, noise, seed=seed, ledger=self.session.ledger)
         true = W.matvec(x.ravel())
         return ReleaseRecord(rel, ds.name, true, self.shown_queries(W.m), mech.data_dependent)
 
