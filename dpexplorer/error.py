@@ -42,6 +42,7 @@ from .noise import NoiseModel
 
 __all__ = [
     "UnsupportedWorkloadError",
+    "kron_terms",
     "GramInverse",
     "supports",
     "unit_tse",
@@ -118,17 +119,21 @@ class GramInverse:
         return float(np.einsum("ij,ij->", G, self.pinv))
 
 
-def _kron_terms(W: Matrix):
-    """``W`` as a list of ``(weight, [factors])`` if it is a (union of) Kronecker products."""
+def kron_terms(W: Matrix):
+    """``W`` as a list of ``(weight, [factors])`` if it is a (union of) Kronecker products, else ``None``.
+
+    A plain Kronecker product is one term of weight 1; ``Weighted`` multiplies
+    the weights; ``VStack`` concatenates the terms of its blocks.
+    """
     if isinstance(W, Weighted):
-        inner = _kron_terms(W.base)
+        inner = kron_terms(W.base)
         return None if inner is None else [(W.weight * c, f) for c, f in inner]
     if isinstance(W, Kronecker):
         return [(1.0, W.factors)]
     if isinstance(W, VStack):
         out = []
         for b in W.blocks:
-            t = _kron_terms(b)
+            t = kron_terms(b)
             if t is None:
                 return None
             out.extend(t)
@@ -140,7 +145,7 @@ def _aligned(W: Matrix, A: Matrix):
     """Kronecker terms of ``W`` aligned factor by factor with ``A``, or ``None``."""
     if not isinstance(A, Kronecker):
         return None
-    terms = _kron_terms(W)
+    terms = kron_terms(W)
     if terms is None:
         return None
     sizes = [f.n for f in A.factors]
@@ -271,7 +276,7 @@ def per_query_variance(W, A, noise: NoiseModel) -> np.ndarray:
     W, A = as_matrix(W), as_matrix(A)
     scale = noise.variance_per_unit * A.sensitivity(noise.norm) ** 2
     if isinstance(A, Identity):
-        terms = _kron_terms(W)
+        terms = kron_terms(W)
         if terms is not None:
             eye = Kronecker([Dense(np.eye(f.n)) for f in terms[0][1]])
             return scale * W.rows_quadratic(eye)

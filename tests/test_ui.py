@@ -574,3 +574,23 @@ def test_served_app_is_offline(tmp_path):
             proc.kill()
             proc.wait(timeout=15)
         log.close()
+
+
+def test_failing_svd_bound_is_reported_and_page_not_busy(monkeypatch, reported):
+    # the worker's whole-comparison failure path (e.g. the SVD bound) reaches the user
+    session, page = _page(dpx.workloads.prefix(32))
+    good = page.table
+
+    def broken(self, W):
+        raise RuntimeError("bound exploded")
+    monkeypatch.setattr(dpx.StrategyCache, "svdb", broken)
+    # post UI updates later, as a server session does (next tick), not inside the job
+    deferred = []
+    monkeypatch.setattr(type(page._jobs), "_poster", lambda self, doc: deferred.append)
+    session.workload = dpx.workloads.prefix(24)
+    page.wait(60)
+    for callback in deferred:
+        callback()
+    assert page.table is good
+    assert "Comparison failed" in session.error and "bound exploded" in session.error
+    assert not page.busy

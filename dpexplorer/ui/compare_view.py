@@ -117,6 +117,21 @@ def _bundled(name: str):
     return dpx.datasets.load_bundled(name)
 
 
+
+def comparison_table(frame: pd.DataFrame, description_width: int = 380,
+                     note_width: int = 220) -> pn.widgets.Tabulator:
+    """Read-only Tabulator of a :func:`dpexplorer.compare` table (RMSE, ratio, build time, ...)."""
+    return pn.widgets.Tabulator(
+        frame, show_index=False, disabled=True, sizing_mode="stretch_width",
+        layout="fit_data_table",
+        titles={"label": "mechanism", "rmse": "RMSE", "ratio": "RMSE / SVD bound",
+                "seconds": "build (s)"},
+        formatters={"rmse": NumberFormatter(format="0,0.000"),
+                    "ratio": NumberFormatter(format="0.000"),
+                    "seconds": NumberFormatter(format="0.0000"),
+                    "description": {"type": "textarea"}, "note": {"type": "textarea"}},
+        widths={"description": description_width, "note": note_width})
+
 class CompareInputs(param.Parameterized):
     """The inputs of :class:`CompareView` (also used to validate values before they are set)."""
 
@@ -303,16 +318,7 @@ class CompareView(CompareInputs):
     def results(self) -> pn.Column:
         """Chart + table, redrawn from :attr:`table` (kept on errors)."""
         plot = pn.pane.HoloViews(self.chart(), sizing_mode="stretch_width", height=380)
-        tab = pn.widgets.Tabulator(
-            self.current_table()[TABLE_COLUMNS], show_index=False, disabled=True,
-            sizing_mode="stretch_width", layout="fit_data_table",
-            titles={"label": "mechanism", "rmse": "RMSE", "ratio": "RMSE / SVD bound",
-                    "seconds": "build (s)"},
-            formatters={"rmse": NumberFormatter(format="0,0.000"),
-                        "ratio": NumberFormatter(format="0.000"),
-                        "seconds": NumberFormatter(format="0.0000"),
-                        "description": {"type": "textarea"}, "note": {"type": "textarea"}},
-            widths={"description": 380, "note": 200})
+        tab = comparison_table(self.current_table()[TABLE_COLUMNS], note_width=200)
         summary = pn.pane.Markdown(self._summary(), sizing_mode="stretch_width")
 
         def redraw(*_):
@@ -527,7 +533,8 @@ def check_workload(W, max_cells: int = 4096) -> dpx.matrix.Matrix:
         raise ValueError("no workload yet: build one on the Workload page")
     if not isinstance(W, dpx.matrix.Matrix):
         raise ValueError(f"the workload must be a dpexplorer Matrix, got {type(W).__name__}")
-    sizes = _kron_sizes(W)
+    terms = dpx.error.kron_terms(W)
+    sizes = None if terms is None else [f.n for _, factors in terms for f in factors]
     if sizes is None:
         if W.n > max_cells:
             raise ValueError(
@@ -539,24 +546,6 @@ def check_workload(W, max_cells: int = 4096) -> dpx.matrix.Matrix:
             f"workload {W.name!r} has an attribute of {max(sizes):,} cells, too large to "
             f"compare here (at most {max_cells:,} cells per attribute)")
     return W
-
-
-def _kron_sizes(W) -> list[int] | None:
-    """Factor sizes of a (weighted union of) Kronecker product(s), else None."""
-    M = dpx.matrix
-    if isinstance(W, M.Weighted):
-        return _kron_sizes(W.base)
-    if isinstance(W, M.Kronecker):
-        return [f.n for f in W.factors]
-    if isinstance(W, M.VStack):
-        out = []
-        for b in W.blocks:
-            sizes = _kron_sizes(b)
-            if sizes is None:
-                return None
-            out.extend(sizes)
-        return out
-    return None
 
 
 def _message(exc: BaseException) -> str:
@@ -806,7 +795,8 @@ class ComparePage(pn.viewable.Viewer):
             base = _Base(W, noise.norm, frame, svdb, failures)
         except Exception as exc:  # noqa: BLE001 - e.g. the SVD bound failing
             log.exception("comparison failed")
-            post(lambda: self._job_failed(token, key, _message(exc)))
+            message = _message(exc)  # `exc` is unbound once the except block ends
+            post(lambda: self._job_failed(token, key, message))
             return
         post(lambda: self._job_done(token, key, base))
 
@@ -1044,16 +1034,7 @@ class ComparePage(pn.viewable.Viewer):
         bars = _LivePlot(self.bars, self.table if self.table is not None else _empty_table(),
                          self._shown, height=380)
         curve = _LivePlot(self.curve_plot, self.curve, self._shown, height=400)
-        table = pn.widgets.Tabulator(
-            self._table_value(), show_index=False, disabled=True,
-            sizing_mode="stretch_width", layout="fit_data_table",
-            titles={"label": "mechanism", "rmse": "RMSE", "ratio": "RMSE / SVD bound",
-                    "seconds": "build (s)"},
-            formatters={"rmse": NumberFormatter(format="0,0.000"),
-                        "ratio": NumberFormatter(format="0.000"),
-                        "seconds": NumberFormatter(format="0.0000"),
-                        "description": {"type": "textarea"}, "note": {"type": "textarea"}},
-            widths={"description": 360, "note": 220})
+        table = comparison_table(self._table_value(), description_width=360)
         options = {dpx.registry.get(n).label: n for n in self.mechanisms()}
         select = pn.widgets.Select(options=options, value=self.mechanism, width=220,
                                    **{_LABEL: "Mechanism"})
