@@ -28,6 +28,8 @@ evaluate    empirical evaluation over datasets, workloads, ε and trials
 
 from . import datasets, error, matrix, mechanism, noise, privacy, registry, spec, strategies, workloads
 from . import dawa, efpa, hilbert, mwem, partition, uniform  # noqa: F401  (register mechanisms)
+from . import optimization, templates, marginals, hdmm, eigen_design, fourier  # noqa: F401
+from . import sums  # noqa: F401
 from .compare import StrategyCache, compare
 from .error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound
 from .matrix import MatrixTooLargeError

@@ -16,6 +16,11 @@ SVD bound (Li & Miklau 2012 Thm 2; HDMM Def. 11, Prop. 5): for every ``A``
 supporting ``W``, ``TSE ≥ v · (Σ σ_i(W))² / n``; for a Kronecker product the
 bound is the product of the factors' bounds.
 
+Implicit strategies plug in through two optional methods: ``A.workload_trace(W)``
+(``tr(WᵀW (AᵀA)⁺)``, raising :class:`UnsupportedWorkloadError`, or
+``NotImplemented`` to fall back) and ``A.workload_row_variances(W)``
+(``diag(W (AᵀA)⁺ Wᵀ)``); implicit SVD bounds through :func:`register_svdb_rule`.
+
 Kronecker structure is used wherever both sides have it:
 ``tr((⊗G_i)(⊗X_i)⁺) = Π tr(G_i X_i⁺)`` and a union of weighted products
 sums ``w_j²`` times those products (MATH.md "Kronecker identities").
@@ -52,6 +57,7 @@ __all__ = [
     "per_query_rmse",
     "svdb",
     "svd_bound",
+    "register_svdb_rule",
 ]
 
 
@@ -171,6 +177,11 @@ def _trace_and_support(W: Matrix, A: Matrix) -> float:
         raise ValueError(
             f"workload has {W.n} cells but strategy has {A.n}: they must share the domain"
         )
+    hook = getattr(A, "workload_trace", None)
+    if hook is not None:  # implicit strategies (marginals, stacked Kronecker products)
+        value = hook(W)
+        if value is not NotImplemented:
+            return float(value)
     if isinstance(A, Identity):
         return W.frobenius_squared()
     terms = _aligned(W, A)
@@ -275,6 +286,11 @@ def per_query_variance(W, A, noise: NoiseModel) -> np.ndarray:
     """
     W, A = as_matrix(W), as_matrix(A)
     scale = noise.variance_per_unit * A.sensitivity(noise.norm) ** 2
+    hook = getattr(A, "workload_row_variances", None)
+    if hook is not None:  # implicit strategies: diag(W (AᵀA)⁺ Wᵀ) without n × n matrices
+        value = hook(W)
+        if value is not NotImplemented:
+            return scale * np.asarray(value, dtype=float)
     if isinstance(A, Identity):
         terms = kron_terms(W)
         if terms is not None:
@@ -300,6 +316,17 @@ def per_query_rmse(W, A, noise: NoiseModel) -> np.ndarray:
     return np.sqrt(per_query_variance(W, A, noise))
 
 
+#: Functions ``rule(W) -> float | None`` tried in order by :func:`svdb` before
+#: the Kronecker and dense paths; ``None`` means "not my kind of workload".
+_SVDB_RULES: list = []
+
+
+def register_svdb_rule(rule) -> None:
+    """Add an implicit SVD-bound rule ``rule(W) -> float | None`` (tried first by :func:`svdb`)."""
+    if rule not in _SVDB_RULES:
+        _SVDB_RULES.append(rule)
+
+
 def svdb(W) -> float:
     """The SVD bound on unit-noise TSE: ``(Σ_i σ_i(W))² / n`` (Li & Miklau 2012, Thm 2).
 
@@ -313,6 +340,10 @@ def svdb(W) -> float:
         For a non-Kronecker workload whose domain is too large for a dense Gram.
     """
     W = as_matrix(W)
+    for rule in _SVDB_RULES:  # implicit forms (e.g. marginal workloads, dpexplorer.marginals)
+        value = rule(W)
+        if value is not None:
+            return float(value)
     if isinstance(W, Weighted):
         return W.weight**2 * svdb(W.base)
     if isinstance(W, Kronecker):

@@ -46,7 +46,9 @@ class Reconstructor:
         ``kron``: ``(⊗A_i)⁺ = ⊗A_i⁺`` applied factor by factor (HDMM Thm 14);
         ``dense``: ``(AᵀA)⁺ Aᵀ y``; ``lsmr``: scipy.sparse.linalg.lsmr from 0,
         which converges to the minimum-norm least-squares solution.
-        ``auto`` picks kron for Kronecker strategies, lsmr for sparse ones
+        ``custom``: the strategy's own ``A.reconstructor()`` (implicit
+        marginal or stacked strategies).
+        ``auto`` picks custom when the strategy has one, kron for Kronecker strategies, lsmr for sparse ones
         (tree strategies: a few ms even when badly conditioned) and above
         :data:`DENSE_RECONSTRUCT_LIMIT` cells, dense otherwise.
     atol, btol : float
@@ -60,8 +62,10 @@ class Reconstructor:
 
     def __init__(self, A, method: str = "auto", atol: float = 1e-10, btol: float = 1e-10):
         A = as_matrix(A)
-        if method not in ("auto", "kron", "dense", "lsmr"):
+        if method not in ("auto", "kron", "dense", "lsmr", "custom"):
             raise ValueError(f"method must be 'auto', 'kron', 'dense' or 'lsmr', got {method!r}")
+        if method == "auto" and hasattr(A, "reconstructor"):
+            method = "custom"  # implicit strategies bring their own least squares
         if method == "auto":
             if isinstance(A, Identity):
                 method = "identity"
@@ -74,7 +78,9 @@ class Reconstructor:
         if method == "kron" and not isinstance(A, Kronecker):
             raise ValueError("method='kron' needs a Kronecker strategy")
         self.A, self.method, self.atol, self.btol = A, method, atol, btol
-        if method == "kron":
+        if method == "custom":
+            self._op = A.reconstructor()
+        elif method == "kron":
             self._op = Kronecker([_factor_pinv(f) for f in A.factors])
         elif method == "dense":
             self._op = GramInverse(A.gram().dense()).pinv
@@ -93,6 +99,8 @@ class Reconstructor:
             raise ValueError(f"y must have shape ({A.m},) to match the strategy, got {y.shape}")
         if self.method == "identity":
             return y.copy()
+        if self.method == "custom":
+            return np.asarray(self._op(y), dtype=float)
         if self.method == "kron":
             return self._op.matvec(y)
         if self.method == "dense":
