@@ -7,7 +7,10 @@ A data vector is a 1D histogram (shape ``(n,)``) or a 2D grid (shape
   (Li et al. 2014, Sec. 5.1): :func:`list_dpbench`, :func:`load_dpbench`;
 * user data: :func:`histogram`, :func:`histogram2d`, :func:`from_dataframe`,
   :func:`from_csv`, :func:`from_npy`;
-* real tables bundled with ``bokeh-sampledata``: :func:`load_bundled`.
+* real tables bundled with ``bokeh-sampledata``: :func:`load_bundled`;
+* numerical attributes with bucket values for sum queries (Superstore Sales
+  and Profit, DPBench INCOME, a CSV column): :class:`NumericalAttribute`,
+  :func:`load_numerical`, :func:`numerical_attribute`, :func:`bucket_values`.
 
 Validation is loud: bad input raises ``ValueError`` saying what is wrong and
 what is allowed; nothing is clipped, dropped or coerced silently.
@@ -15,6 +18,7 @@ what is allowed; nothing is clipped, dropped or coerced silently.
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
 from collections.abc import Callable
@@ -473,3 +477,375 @@ def load_bundled(name: str) -> Dataset:
     except ModuleNotFoundError as exc:
         raise ImportError(f"bundled dataset {name!r} needs bokeh-sampledata "
                           "(pip install bokeh-sampledata)") from exc
+
+
+# ================================================================ numerical attributes
+# Sum queries (Wu, Pujol, Kotsogiannis, Machanavajjhala 2019, Sec. 2 "Data
+# Representation"; MATH.md "Sum queries") need, besides the counts x of the
+# vector form, the *value* v_j of every bucket: the answer of a sum query is
+# W·diag(v)·x.  A NumericalAttribute is that pair (x, edges) plus provenance.
+
+#: How a bucket's value is read off its edges ``[lo_j, hi_j)``: ``"upper"`` (default, MATH.md
+#: "Sum queries": every record is counted at its bucket's upper edge, so vector-form sums
+#: bound the raw sums from above and a prefix query "value ≤ t" at a bucket edge t contains
+#: exactly the buckets whose value is ≤ t), ``"midpoint"`` or ``"lower"``.
+BUCKET_VALUE_KINDS = ("upper", "midpoint", "lower")
+
+#: Bucketing methods of :func:`bucket_edges`.
+BUCKETINGS = ("equal_width", "quantile")
+
+#: Superstore's fixed, data-independent domains (USD): every Sales value lies in
+#: [0, 23040] (max 22638.48), every Profit value in [-6600, 8400] (min -6599.98, max 8399.98).
+SUPERSTORE_SALES_RANGE = (0.0, 23040.0)
+SUPERSTORE_PROFIT_RANGE = (-6600.0, 8400.0)
+
+
+def bucket_values(edges, kind: str = "upper") -> np.ndarray:
+    """The value ``v_j`` of every bucket ``[edges[j], edges[j+1])``, shape ``(n,)``.
+
+    Parameters
+    ----------
+    edges : array_like, shape (n + 1,)
+        Strictly increasing finite bucket edges (attribute units).
+    kind : {"upper", "midpoint", "lower"}
+        ``"upper"`` (default; MATH.md "Sum queries"): ``v_j = edges[j+1]``, so
+        a record's vector-form value is never below its raw value and sums in
+        the vector form are upper bounds of the raw sums; ``"midpoint"``:
+        ``(edges[j] + edges[j+1]) / 2``; ``"lower"``: ``edges[j]``.  All three
+        are public (functions of the public edges); the bucket *mean* of the
+        data is not, so it is not offered.
+
+    Returns
+    -------
+    ndarray, float64, shape (n,)
+        Bucket values, in the attribute's units.
+
+    Raises
+    ------
+    ValueError
+        If ``kind`` is unknown or the edges are not >= 2 strictly increasing finite numbers.
+    """
+    if kind not in BUCKET_VALUE_KINDS:
+        raise ValueError(f"bucket value kind must be one of {BUCKET_VALUE_KINDS}, got {kind!r}")
+    e = _check_edges(edges)
+    if kind == "upper":
+        return e[1:].copy()
+    if kind == "lower":
+        return e[:-1].copy()
+    return 0.5 * (e[:-1] + e[1:])
+
+
+def _check_edges(edges, name: str = "bucket edges") -> np.ndarray:
+    try:
+        e = np.asarray(edges, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be numbers, got {edges!r}") from None
+    if e.ndim != 1 or e.size < 2:
+        raise ValueError(f"{name} must be a 1D sequence of at least 2 numbers, got shape {e.shape}")
+    if not np.isfinite(e).all():
+        raise ValueError(f"{name} must be finite (found NaN or inf)")
+    steps = np.diff(e)
+    if (steps <= 0).any():
+        i = int(np.argmax(steps <= 0))
+        raise ValueError(f"{name} must be strictly increasing (no empty, zero-width buckets): "
+                         f"edges[{i}] = {e[i]:g} >= edges[{i + 1}] = {e[i + 1]:g}")
+    return e
+
+
+def bucket_edges(values, bins, method: str = "equal_width", range=None) -> np.ndarray:
+    """Bucket edges for a numerical attribute: equal-width, quantile or user-given.
+
+    Parameters
+    ----------
+    values : array_like, shape (N,)
+        One finite value per record (attribute units).
+    bins : int or sequence of float
+        Number of buckets ``n``, or the edges themselves (shape ``(n + 1,)``,
+        strictly increasing), in which case ``method`` is ignored.
+    method : {"equal_width", "quantile"}
+        ``"equal_width"``: ``n`` buckets of equal width over ``range`` (default
+        the data's min..max, which is *not* private: pass a public range for a
+        private pipeline).  ``"quantile"``: edges at the ``k/n`` quantiles of
+        the data, so buckets hold about equally many records -- the edges
+        depend on the data and are **not differentially private**; use on
+        public data or for exploration only.
+    range : (float, float), optional
+        Lower and upper edge for ``"equal_width"``.
+
+    Returns
+    -------
+    ndarray, float64, shape (n + 1,)
+        Strictly increasing edges covering every value.
+
+    Raises
+    ------
+    ValueError
+        NaN/inf or empty values, ``bins < 1``, an unknown method, values
+        outside the range/edges, or quantile edges that coincide (some buckets
+        would be empty, of zero width: ask for fewer buckets).
+    """
+    a = _values(values, "values")
+    if method not in BUCKETINGS:
+        raise ValueError(f"bucketing method must be one of {BUCKETINGS} (or pass edges), got {method!r}")
+    if method == "quantile" and _counted(bins):
+        if range is not None:
+            raise ValueError("range applies to equal-width buckets only, not to quantile buckets")
+        if bins < 1:
+            raise ValueError(f"bins must be >= 1, got {bins}")
+        e = np.quantile(a, np.linspace(0.0, 1.0, int(bins) + 1))
+        dup = int((np.diff(e) <= 0).sum())
+        if dup:
+            raise ValueError(f"{dup} of {int(bins)} quantile buckets would be empty (zero width: the data "
+                             f"has repeated values); ask for fewer buckets or use equal-width buckets")
+        return e
+    return _edges(a, bins, range, "values")
+
+
+@dataclass(eq=False)
+class NumericalAttribute:
+    """A numerical attribute in vector form: records per bucket and the bucket edges.
+
+    Attributes
+    ----------
+    name : str
+    x : ndarray, float64, shape (n,)
+        Records per bucket (counts) -- the private data vector of the sum
+        mechanisms (:mod:`dpexplorer.sums`).
+    edges : ndarray, float64, shape (n + 1,)
+        Bucket edges (attribute units); bucket ``j`` is ``[edges[j], edges[j+1])``
+        (the last one closed).
+    unit : str
+        Unit of the values (e.g. ``"USD"``, ``"bin"``).
+    description : str
+        Provenance and bucketing.
+    n_records : int
+        ``x.sum()``.
+    records : ndarray or None, shape (N,)
+        Raw values, kept for public sample data only (to measure the
+        discretisation of the vector form); ``None`` for histograms.
+    shift : float
+        Constant added to every raw value before bucketing (0 unless the
+        attribute had negative values and a shift was asked for explicitly).
+    private_edges : bool
+        Whether the edges were computed from the data (quantile buckets or the
+        data's min..max): such edges are not covered by any DP guarantee.
+    """
+
+    name: str
+    x: np.ndarray
+    edges: np.ndarray
+    unit: str
+    description: str
+    n_records: int
+    records: np.ndarray | None = None
+    shift: float = 0.0
+    private_edges: bool = False
+
+    @property
+    def n(self) -> int:
+        """Number of buckets."""
+        return int(self.x.size)
+
+    def bucket_values(self, kind: str = "upper") -> np.ndarray:
+        """``v_j`` of every bucket, shape ``(n,)``; see :func:`bucket_values`."""
+        return bucket_values(self.edges, kind)
+
+    @property
+    def has_negative_values(self) -> bool:
+        """Whether some bucket lies (partly) below 0 (sum mechanisms refuse such attributes)."""
+        return bool(self.edges[0] < 0)
+
+    def raw_sum(self, upto: float | None = None) -> float:
+        """Sum of the raw (shifted) values ``≤ upto`` (all if ``None``); NaN without records."""
+        if self.records is None:
+            return math.nan
+        r = self.records if upto is None else self.records[self.records <= upto]
+        return float(r.sum())
+
+
+def numerical_attribute(values, bins, method: str = "equal_width", range=None, *, name: str = "values",
+                        unit: str = "", description: str = "", shift: float = 0.0,
+                        keep_records: bool = True) -> NumericalAttribute:
+    """Bucket one numerical value per record into a :class:`NumericalAttribute`.
+
+    Parameters
+    ----------
+    values : array_like, shape (N,)
+        Finite numbers (one per record); NaN/inf raise (nothing is dropped silently).
+    bins, method, range
+        See :func:`bucket_edges`.  With a ``shift``, ``range`` and explicit
+        edges are given in the *shifted* units.
+    name, unit, description : str
+        Provenance shown in the app.
+    shift : float
+        Added to every value before bucketing, e.g. ``-min`` of a public
+        lower bound so that an attribute with negative values (Superstore
+        Profit) becomes non-negative; sums of shifted values are
+        ``sum + shift·count``.  Stated in the description.
+    keep_records : bool
+        Keep the raw (shifted) values in ``records`` (public data only).
+
+    Returns
+    -------
+    NumericalAttribute
+
+    Raises
+    ------
+    ValueError
+        As :func:`bucket_edges`, or for a non-finite shift.
+    """
+    a = _values(values, "values")
+    if not math.isfinite(float(shift)):
+        raise ValueError(f"shift must be a finite number, got {shift!r}")
+    a = a + float(shift)
+    edges = bucket_edges(a, bins, method, range)
+    explicit = not _counted(bins)
+    private_edges = (not explicit) and (method == "quantile" or range is None)
+    x = np.histogram(a, edges)[0].astype(np.float64)
+    how = ("user edges" if explicit else
+           f"{len(edges) - 1} {method.replace('_', '-')} buckets over [{edges[0]:g}, {edges[-1]:g}]")
+    text = description or f"{a.size:,} records of {name}"
+    if shift:
+        text += f"; every value shifted by {float(shift):+g}"
+    text += f"; {how}"
+    if private_edges:
+        text += " (edges computed from the data: NOT private)"
+    return NumericalAttribute(name=name, x=x, edges=edges, unit=unit, description=text,
+                              n_records=int(a.size), records=a if keep_records else None,
+                              shift=float(shift), private_edges=private_edges)
+
+
+def superstore_sales(bins=2304, method: str = "equal_width", range=SUPERSTORE_SALES_RANGE) -> NumericalAttribute:
+    """Sales (USD) of the 9994 Tableau Sample Superstore orders (bokeh-sampledata).
+
+    Default: 2304 buckets of 10 USD over the fixed, public domain [0, 23040]
+    (every sale lies in it; the largest is 22638.48).  Values are
+    non-negative.
+
+    Raises
+    ------
+    ImportError
+        If ``bokeh-sampledata`` is not installed.
+    ValueError
+        As :func:`numerical_attribute`.
+    """
+    frame = _superstore_frame()
+    return numerical_attribute(frame["Sales"].to_numpy(dtype=np.float64), bins, method,
+                               range if _counted(bins) and method != "quantile" else None,
+                               name="Superstore Sales",
+                               unit="USD", description="9994 Tableau Sample Superstore orders "
+                               "(bokeh-sampledata sample_superstore), Sales per order")
+
+
+def superstore_profit(bins=1500, method: str = "equal_width", range=SUPERSTORE_PROFIT_RANGE,
+                      shift: float = 0.0) -> NumericalAttribute:
+    """Profit (USD) of the 9994 Superstore orders; 1871 orders have a *negative* profit.
+
+    Sum mechanisms assume non-negative values (truncation from above; the
+    sensitivity of a sum is its largest value), so :mod:`dpexplorer.sums`
+    refuses this attribute as is.  Pass ``shift=6600`` (the public lower
+    bound of the domain) to sum ``profit + 6600`` instead; ``range`` is then
+    shifted too.  Default: 1500 buckets of 10 USD over [-6600, 8400].
+
+    Raises
+    ------
+    ImportError
+        If ``bokeh-sampledata`` is not installed.
+    ValueError
+        As :func:`numerical_attribute`.
+    """
+    frame = _superstore_frame()
+    rng = (None if range is None or method == "quantile" or not _counted(bins)
+           else (range[0] + shift, range[1] + shift))
+    return numerical_attribute(frame["Profit"].to_numpy(dtype=np.float64), bins, method, rng,
+                               name="Superstore Profit", unit="USD", shift=shift,
+                               description="9994 Tableau Sample Superstore orders "
+                               "(bokeh-sampledata sample_superstore), Profit per order")
+
+
+def _counted(bins) -> bool:
+    """Whether ``bins`` is a number of buckets (the range applies) rather than edges."""
+    return isinstance(bins, (int, np.integer)) and not isinstance(bins, (bool, np.bool_))
+
+
+def _superstore_frame() -> pd.DataFrame:
+    try:
+        from bokeh.sampledata.sample_superstore import data
+    except ModuleNotFoundError as exc:
+        raise ImportError("the Superstore attributes need bokeh-sampledata "
+                          "(pip install bokeh-sampledata)") from exc
+    return data
+
+
+def dpbench_income(directory=None, bin_width: float = 1.0, lower: float = 0.0) -> NumericalAttribute:
+    """The DPBench INCOME histogram (IPUMS ACS 2001-2011 personal income, 4096 buckets).
+
+    The files hold counts only; the income range of a DPBench bucket is not
+    recorded, so by default bucket ``j`` is ``[j, j + 1)`` in *bucket units*
+    (``unit = "bin"``) and its upper-edge value is ``j + 1``.  Give
+    ``bin_width`` (and ``lower``) if the bucket width in currency is known.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the DPBench folder does not exist.
+    ValueError
+        For a non-positive or non-finite ``bin_width`` or ``lower``.
+    """
+    if not (math.isfinite(float(bin_width)) and bin_width > 0):
+        raise ValueError(f"bin_width must be a positive finite number, got {bin_width!r}")
+    if not math.isfinite(float(lower)):
+        raise ValueError(f"lower must be finite, got {lower!r}")
+    x = load_dpbench("INCOME", directory)
+    edges = float(lower) + float(bin_width) * np.arange(x.size + 1, dtype=np.float64)
+    unit = "bin" if bin_width == 1.0 and lower == 0.0 else "currency"
+    return NumericalAttribute(
+        name="DPBench INCOME", x=x, edges=edges, unit=unit, n_records=int(x.sum()),
+        description=(f"DPBench INCOME (IPUMS ACS 2001-2011 personal income, Hay et al. SIGMOD 2016): "
+                     f"{int(x.sum()):,} people in {x.size} buckets of width {bin_width:g} from {lower:g}"))
+
+
+def numerical_from_csv(path_or_buffer, column: str, bins, method: str = "equal_width", range=None,
+                       shift: float = 0.0, name: str | None = None) -> NumericalAttribute:
+    """One numeric column of a CSV file (one record per row) as a :class:`NumericalAttribute`.
+
+    Raises
+    ------
+    ValueError
+        Missing or non-numeric column, missing values (with how many), or as
+        :func:`numerical_attribute`.
+    """
+    df = pd.read_csv(path_or_buffer)
+    if column not in df.columns:
+        raise ValueError(f"column {column!r} not found; available columns: {list(df.columns)}")
+    s = df[column]
+    if not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
+        raise ValueError(f"column {column!r} must be numeric, got dtype {s.dtype}")
+    missing = int(s.isna().sum())
+    if missing:
+        raise ValueError(f"column {column!r} has {missing} missing (NaN) value(s) out of {len(s)} "
+                         "rows; drop or impute them explicitly before bucketing")
+    return numerical_attribute(s.to_numpy(dtype=np.float64), bins, method, range,
+                               name=name or str(column), shift=shift,
+                               description=f"column {column!r} ({len(s):,} rows)")
+
+
+#: Numerical attributes offered for sum queries: name -> loader(**options).
+NUMERICAL: dict[str, Callable[..., NumericalAttribute]] = {
+    "superstore_sales": superstore_sales,
+    "superstore_profit": superstore_profit,
+    "dpbench_income": dpbench_income,
+}
+
+
+def load_numerical(name: str, **options) -> NumericalAttribute:
+    """Load a numerical attribute by name (see :data:`NUMERICAL`).
+
+    Raises
+    ------
+    UnknownDatasetError
+        For an unknown name, listing the available ones.
+    """
+    if name not in NUMERICAL:
+        raise UnknownDatasetError(f"unknown numerical attribute {name!r}; available: {sorted(NUMERICAL)}")
+    return NUMERICAL[name](**options)

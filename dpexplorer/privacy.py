@@ -285,6 +285,61 @@ class PrivateData:
             f"Laplace(scale ≤ {scale.max():g}) on {costs.size} costs, argmin released"))
         return select_fn(costs + rng.laplace(0.0, scale, size=costs.shape))
 
+    def above_threshold(self, queries_fn, threshold: float, sensitivity: float, epsilon: float,
+                        rng: np.random.Generator, label: str, seed: int | None = None) -> int | None:
+        """Sparse vector technique, AboveThreshold: the first query whose noisy answer reaches a noisy threshold.
+
+        With ``q = queries_fn(x)`` (every entry changing by at most
+        ``sensitivity`` = Δ between neighbouring data vectors), draws
+        ``T̂ = threshold + Lap(2Δ/ε)`` and ``ν_i ~ Lap(4Δ/ε)`` and returns the
+        first ``i`` with ``q_i + ν_i ≥ T̂`` (``None`` if there is none).  Only
+        that index leaves the boundary; it is ε-DP however many queries there
+        are (Dwork & Roth 2014, Alg. 1 "AboveThreshold", Thm 3.23).  The
+        threshold must be public (data-independent).  Records ε.
+
+        Parameters
+        ----------
+        queries_fn : callable
+            ``x -> q``, a 1D array of query answers in the order they are asked.
+        threshold : float
+            Public threshold ``T``.
+        sensitivity : float
+            Δ > 0: bound on ``|q_i(x) − q_i(x')|`` for neighbours ``x, x'``.
+        epsilon : float
+            ε spent.
+        rng : numpy.random.Generator
+        label, seed
+            Recorded in the ledger.
+
+        Returns
+        -------
+        int or None
+            Index of the first query above the threshold, or ``None``.
+
+        Raises
+        ------
+        ValueError
+            If ``sensitivity`` is not positive, ``threshold`` is not finite, or
+            the queries are empty or not finite.
+        BudgetExceededError
+            If the ledger's budget would be exceeded.
+        """
+        if not sensitivity > 0:
+            raise ValueError(f"sensitivity must be positive, got {sensitivity}")
+        if not math.isfinite(float(threshold)):
+            raise ValueError(f"the threshold must be a finite number, got {threshold!r}")
+        noise = Laplace(epsilon)  # validates ε
+        q = np.asarray(queries_fn(self._x.copy()), dtype=float).ravel()
+        if q.size == 0 or not np.all(np.isfinite(q)):
+            raise ValueError("AboveThreshold needs a non-empty vector of finite query answers")
+        self.ledger.record(self._spend(
+            label + " (sparse vector, AboveThreshold)", noise, 1, sensitivity, seed,
+            f"AboveThreshold over {q.size} queries: Laplace({2 * sensitivity / noise.epsilon:g}) "
+            f"on the threshold, Laplace({4 * sensitivity / noise.epsilon:g}) per query"))
+        t_hat = float(threshold) + rng.laplace(0.0, 2.0 * sensitivity / noise.epsilon)
+        above = np.flatnonzero(q + rng.laplace(0.0, 4.0 * sensitivity / noise.epsilon, size=q.size) >= t_hat)
+        return int(above[0]) if above.size else None
+
     @staticmethod
     def _spend(label, noise: NoiseModel, queries: int, sensitivity: float, seed,
                description: str | None = None) -> Spend:

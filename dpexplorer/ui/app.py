@@ -26,6 +26,7 @@ PAGES = [
     ("Strategy", "dpexplorer.ui.strategy_view", "StrategyView"),
     ("Data & DAWA", "dpexplorer.ui.data_view", "DataView"),
     ("Release", "dpexplorer.ui.release_view", "ReleaseView"),
+    ("Sum queries", "dpexplorer.ui.sums_view", "SumsView"),
     ("Learn", "dpexplorer.ui.learn", "LearnView"),
 ]
 

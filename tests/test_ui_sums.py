@@ -1,0 +1,212 @@
+"""Tests of the "Sum queries" page (SumsView), driven without a browser."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pn = pytest.importorskip("panel")
+hv = pytest.importorskip("holoviews")
+
+from dpexplorer import datasets, sums  # noqa: E402
+from dpexplorer.thresholds import SVTParams  # noqa: E402
+from dpexplorer.ui import app, session as session_module  # noqa: E402
+from dpexplorer.ui.session import Session  # noqa: E402
+from dpexplorer.ui.sums_view import SumsView  # noqa: E402
+
+
+@pytest.fixture
+def session():
+    return Session()
+
+
+@pytest.fixture
+def view(session):
+    """A small, fast configuration: 128 buckets, 20 prefix queries, 4 trials."""
+    return SumsView(session, bins=128, queries=20, trials=4)
+
+
+def _run(view):
+    assert view.run() is True, view.session.error
+    assert view.wait(120)
+    assert not view.busy
+
+
+def test_page_is_registered_before_learn():
+    titles = [t for t, _, _ in app.PAGES]
+    assert titles.index("Sum queries") == titles.index("Learn") - 1
+    assert ("Sum queries", "dpexplorer.ui.sums_view", "SumsView") in app.PAGES
+
+
+def test_defaults_and_attributes(session):
+    v = SumsView(session)
+    assert v.attribute == "Superstore Sales" and v.tau_mode == "svt" and v.strategy == "greedy_h"
+    assert {"Superstore Sales", "Superstore Profit"} <= set(v.param.attribute.objects)
+    assert v.alpha == SVTParams().alpha and v.rho == SVTParams().rho and v.r == SVTParams().r
+    assert v.result is None and "No simulation yet" in v.summary_text()
+
+
+def test_dpbench_income_is_offered_when_the_folder_exists(dpbench_dir):
+    v = SumsView(Session(dpbench_dir=str(dpbench_dir)))
+    assert "DPBench INCOME" in v.param.attribute.objects
+    v.attribute = "DPBench INCOME"
+    attr = v.load_attribute()
+    assert attr.n == 4096 and attr.unit == "bin"
+
+
+def test_run_matches_the_engine_and_spends_nothing_from_the_session(session, view):
+    session.seed, session.epsilon = 5, 0.5
+    _run(view)
+    res = view.result
+    assert session.error == "" and view.error == ""
+    assert len(session.ledger) == 0  # a simulation, not a release
+    attr = datasets.superstore_sales(bins=128)
+    S = sums.prefix_sums(attr.bucket_values(), m=20)
+    ref = sums.evaluate(attr.x, S, 0.5, trials=4, seed=5, svt=SVTParams())
+    pd.testing.assert_frame_equal(res.evaluation, ref)
+    pd.testing.assert_frame_equal(res.summary, sums.summarize(ref))
+    curve = sums.tau_curve(S, attr.x, 0.5 * (1 - SVTParams().alpha), taus=sums.tau_grid(S.values, 30))
+    pd.testing.assert_frame_equal(res.curve, curve)
+    assert res.epsilon_answers == pytest.approx(0.45)
+    assert res.taus.shape == (4,) and np.all(res.taus > 0)
+    assert view.progress == view.progress_total
+    text = view.summary_text()
+    assert "Simulation on public data" in text and "τ chosen by SVT" in text
+    for fn in (view.answers_plot, lambda: view.relative_error_plot(False),
+               lambda: view.relative_error_plot(True), view.curve_plot):
+        hv.render(fn())  # draws without error
+    t = view.sizes_table()
+    assert len(t) == 5 * 2 and list(t.columns) == SumsView.SIZE_COLUMNS
+    ref_sizes = sums.compare_sizes(ref)
+    tamm = ref_sizes[(ref_sizes.mechanism == "tamm") & ~ref_sizes.isotonic].set_index("size")
+    row = t[(t.mechanism == "TaMM") & ~t.isotonic].iloc[0]
+    assert row["small median"] == tamm.loc["small", "median"]
+    assert row["large 95%"] == tamm.loc["large", "q95"]
+
+
+def test_user_threshold_and_no_truncation(session, view):
+    view.tau_mode = "user"
+    view.tau = 500.0
+    _run(view)
+    assert np.all(view.result.taus == 500.0)
+    assert np.all(view.result.evaluation["tau"] == 500.0)
+    assert "given, data-independent" in view.summary_text()
+    view.tau_mode = "none"
+    _run(view)
+    assert view.result.evaluation["bias"].abs().max() == 0
+    assert view.result.epsilon_answers == session.epsilon
+
+
+def test_bad_input_notifies_and_keeps_the_last_result(session, view, monkeypatch):
+    shown = []
+    monkeypatch.setattr(session_module, "notify", lambda msg, level="error": shown.append(msg))
+    _run(view)
+    good = view.result
+    view.attribute = "Superstore Profit"  # negative values without the shift
+    assert view.run() is False
+    assert "negative" in session.error and "shift" in session.error.lower()
+    assert view.error == session.error and shown and shown[-1] == session.error
+    assert view.result is good and not view.busy
+    view.attribute = "Superstore Sales"
+    view.tau_mode, view.tau = "user", -3.0
+    assert view.run() is False and "τ" in session.error and view.result is good
+    view.tau_mode = "svt"
+    view.rho = 1.5
+    assert view.run() is False and "rho" in session.error and view.result is good
+    view.rho = 0.99
+    view.bucketing, view.edges_text = "edges", "0, 100, 50, 23040"
+    assert view.run() is False and "increasing" in session.error
+    view.edges_text = "0, abc"
+    assert view.run() is False and "numbers" in session.error
+    view.bucketing = "quantile"
+    view.bins = 4000  # Superstore has repeated sales values: some quantile buckets would be empty
+    assert view.run() is False and "empty" in session.error
+    view.bucketing, view.bins = "equal_width", 128
+    view.gamma = 0.0
+    assert view.run() is False and "γ" in session.error
+    assert view.result is good
+
+
+def test_engine_error_in_the_worker_is_reported(session, view, monkeypatch):
+    _run(view)
+    good = view.result
+
+    def boom(*args, **kwargs):
+        raise ValueError("the strategy does not apply to this workload")
+    monkeypatch.setattr(sums, "evaluate", boom)
+    # post UI updates later, as a server session does (next tick), not inside the job
+    deferred = []
+    monkeypatch.setattr(type(view._jobs), "_poster", lambda self, doc: deferred.append)
+    assert view.run() is True  # inputs are fine: the failure happens in the worker
+    assert view.wait(60) and view.busy
+    for callback in deferred:
+        callback()
+    assert not view.busy
+    assert "does not apply" in session.error and view.error == session.error
+    assert view.result is good
+
+
+def test_shifted_profit(session, view):
+    view.attribute = "Superstore Profit"
+    view.shift_negative = True
+    _run(view)
+    attr = view.result.attribute
+    assert attr.shift == 6600 and not attr.has_negative_values
+    assert "shifted" in view.summary_text()
+
+
+def test_csv_column_upload(session, view):
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"salary": rng.gamma(2.0, 2e4, size=500).round(2), "name": ["a"] * 500})
+    cols = view.load_csv(frame.to_csv(index=False).encode(), "people.csv")
+    assert cols == ["salary"]
+    assert view.add_csv_column("salary")
+    assert view.attribute == "CSV people: salary"
+    _run(view)
+    assert view.result.attribute.n_records == 500
+    assert "not covered by any privacy guarantee" in view.summary_text()
+    assert view.add_csv_column("name") is False and "numeric" in session.error
+    assert view.load_csv(b"", "empty.csv") == [] and "empty" in session.error
+    bad = pd.DataFrame({"v": [1.0, None, 3.0]}).to_csv(index=False).encode()
+    assert view.load_csv(bad, "bad.csv") == ["v"]
+    assert view.add_csv_column("v") is False and "missing" in session.error
+
+
+def test_ranges_workload_has_no_isotonic_variant(session, view):
+    view.workload_kind = "ranges"
+    _run(view)
+    assert set(view.result.evaluation["isotonic"]) == {False}
+    assert not view.result.workload.is_prefix
+    hv.render(view.relative_error_plot(True))
+
+
+def test_results_posted_later_as_in_a_server(session, view, monkeypatch):
+    deferred = []
+    monkeypatch.setattr(type(view._jobs), "_poster", lambda self, doc: deferred.append)
+    assert view.run() is True
+    assert view.wait(120) and view.busy and view.result is None
+    for callback in deferred:
+        callback()
+    assert not view.busy and view.result is not None and view.progress == view.progress_total
+    assert view.run() is True  # a second run may start once the first is shown
+    view.wait(120)
+    for callback in deferred:
+        callback()
+
+
+def test_gaussian_session_uses_laplace_with_a_note(session, view):
+    session.noise = "Gaussian"
+    view.trials = 2
+    _run(view)
+    assert "Laplace" in view.summary_text()
+
+
+def test_panel_builds_and_redraws(session, view):
+    layout = view.panel()
+    assert isinstance(layout, pn.Column)
+    _run(view)
+    view.curve_mechanism = "identity"
+    view.show_isotonic = True
+    hv.render(view.answers_plot())
+    assert view.panel() is layout
