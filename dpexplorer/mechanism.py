@@ -215,7 +215,9 @@ def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng: np.random.
     Returns
     -------
     Estimate
-        ``x_hat`` (shape ``(n,)``) and public ``info``.
+        ``x_hat`` (shape ``(n,)``) and public ``info``; ``answers`` (shape
+        ``(m,)``) when the strategy answers the workload itself (OPT+'s local
+        least squares, ``A.answer(W, y)``), else ``None`` (the answers are ``W x̂``).
 
     Raises
     ------
@@ -237,7 +239,24 @@ def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng: np.random.
         return mech.runner(data, W, noise, rng, **kwargs)
     A, recon = _plan(mech, W, noise, params)  # public work, cached across trials
     y = data.measure(A, noise, rng, label=f"{mechanism}: measure {A.m} strategy queries", seed=seed)
-    return registry.Estimate(recon(y), {"strategy": A})
+    return registry.Estimate(recon(y), {"strategy": A}, answers=_strategy_answers(A, W, y))
+
+
+def _strategy_answers(A: Matrix, W: Matrix, y: np.ndarray) -> np.ndarray | None:
+    """The strategy's own workload answers (``A.answer(W, y)``), or ``None`` for ``W x̂``.
+
+    Stacked OPT+ strategies answer every workload term from its own block
+    (local least squares, HDMM Sec. 10 item 3): unbiased, with the analytic
+    error of :func:`dpexplorer.error.expected_tse`, which ``W x̂`` would not have.
+    """
+    hook = getattr(A, "answer", None)
+    if hook is None:
+        return None
+    answers = np.asarray(hook(W, y), dtype=float)
+    if answers.shape != (W.m,):
+        raise ValueError(f"strategy {A.name!r} returned answers of shape {answers.shape}, "
+                         f"expected ({W.m},)")
+    return answers
 
 
 @dataclass
@@ -258,9 +277,13 @@ class Release:
     y : ndarray, shape (p,), or None
         Noisy strategy answers (``None`` for data-dependent mechanisms).
     x_hat : ndarray, shape (n,)
-        Least-squares estimate of the data vector.
+        Least-squares estimate of the data vector (for a stacked OPT+
+        strategy: the global least-squares estimate ``A⁺y`` of the whole stack).
     answers : ndarray, shape (m,)
-        ``W x̂``: the noisy workload answers, in counts.
+        The noisy workload answers, in counts: ``W x̂``, or the strategy's own
+        ``A.answer(W, y)`` when it has one (OPT+ answers every workload term
+        from its own block by local least squares, HDMM Sec. 10 item 3, so
+        ``answers`` then differs from ``W x̂`` and has the analytic error).
     epsilon, delta : float
         What this release spent.
     analytic_rmse : float
@@ -391,9 +414,10 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None, seed: i
             ledger.check(noise.epsilon, noise.delta)  # refuse before any stage measures
         est = run(mechanism, data, W, noise, np.random.default_rng(seed), seed=seed, **(params or {}))
         x_hat = np.asarray(est.x_hat, dtype=float)
+        answers = W.matvec(x_hat) if est.answers is None else np.asarray(est.answers, dtype=float)
         return Release(
             mechanism=mechanism, workload=W, strategy=None, noise=noise, seed=int(seed), y=None,
-            x_hat=x_hat, answers=W.matvec(x_hat), epsilon=noise.epsilon, delta=noise.delta,
+            x_hat=x_hat, answers=answers, epsilon=noise.epsilon, delta=noise.delta,
             analytic_rmse=math.nan, info={k: v for k, v in est.info.items() if k != "strategy"})
     if isinstance(mechanism, str):
         name = mechanism
@@ -405,8 +429,10 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None, seed: i
     rng = np.random.default_rng(seed)
     y = data.measure(A, noise, rng, label=f"{name}: measure {A.m} strategy queries", seed=seed)
     x_hat = reconstruct(A, y)
+    answers = _strategy_answers(A, W, y)
     return Release(
         mechanism=name, workload=W, strategy=A, noise=noise, seed=int(seed), y=y, x_hat=x_hat,
-        answers=W.matvec(x_hat), epsilon=noise.epsilon, delta=noise.delta,
+        answers=W.matvec(x_hat) if answers is None else answers,
+        epsilon=noise.epsilon, delta=noise.delta,
         analytic_rmse=math.sqrt(tse / W.m),
     )

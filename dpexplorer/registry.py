@@ -96,10 +96,15 @@ class Estimate:
     info : dict
         Public, mechanism-specific outputs (e.g. DAWA's partition, per-stage
         budgets, the strategy used).
+    answers : ndarray, shape (m,), or None
+        The workload answers when the mechanism does not answer ``W x̂``
+        (strategies with an ``answer(W, y)`` method, e.g. OPT+'s local least
+        squares, HDMM Sec. 10 item 3); ``None`` means ``W x̂``.
     """
 
     x_hat: np.ndarray
     info: dict = field(default_factory=dict)
+    answers: np.ndarray | None = None
 
 
 REGISTRY: dict[str, Mechanism] = {}
