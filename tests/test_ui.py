@@ -19,7 +19,7 @@ import dpexplorer as dpx
 pn = pytest.importorskip("panel")
 hv = pytest.importorskip("holoviews")
 
-from dpexplorer.ui import CompareView, compare_view  # noqa: E402
+from dpexplorer.ui import CompareView, compare_view, optimize_view  # noqa: E402
 from dpexplorer.ui.compare_view import ComparePage  # noqa: E402
 from dpexplorer.ui.session import Session  # noqa: E402
 
@@ -594,3 +594,213 @@ def test_failing_svd_bound_is_reported_and_page_not_busy(monkeypatch, reported):
     assert page.table is good
     assert "Comparison failed" in session.error and "bound exploded" in session.error
     assert not page.busy
+
+
+# ------------------------------------------------------- optimisers (issue 5)
+def _row(page, name):
+    return page.table.set_index("mechanism").loc[name]
+
+
+def test_optimizer_row_equals_engine_and_progress_moves(monkeypatch):
+    from ui_fakes import FakeOptimizer, registered
+
+    monkeypatch.setattr(optimize_view, "PROGRESS_INTERVAL", 0.0)  # post every report
+    fake = FakeOptimizer(iters=4, restarts=3)
+    with registered(monkeypatch, fake):
+        session = Session()
+        session.workload = dpx.workloads.prefix(32)
+        page = ComparePage(session)
+        page.panel()
+        seen = []
+        page.optimization.param.watch(
+            lambda e: seen.append((page.optimization.stage, page.optimization.done,
+                                   page.optimization.total)), "done")
+        assert page.wait(120)
+        W, noise = session.workload, dpx.Laplace(1.0)
+        # the row is the engine's: same analytic RMSE, ratio to the SVD bound
+        _same_as_engine(page.table, W, noise, cache=session.cache)
+        row = _row(page, "fake_opt")
+        A = session.cache.entry(W, "fake_opt", noise)[0]
+        assert row["rmse"] == pytest.approx(dpx.rmse(W, A, noise), rel=1e-12)
+        assert row["ratio"] == pytest.approx(row["rmse"] / dpx.svd_bound(W, noise), rel=1e-12)
+        # the progress widget followed the optimiser's reports, in order, then hid
+        assert [s for s in seen if s[0].startswith("fake")] == [
+            (f"fake restart {r + 1}/3", r * 4 + i + 1, 12) for r in range(3) for i in range(4)]
+        assert not page.optimization.active and not page.optimizing and page.pending == []
+        # the chart has its bar, the SVD bound line stays
+        chart = page.bars()
+        bars = [e for e in chart if isinstance(e, hv.Bars)][0]
+        assert "Fake OPT" in list(bars.dimension_values("label"))
+        assert [e for e in chart if isinstance(e, hv.HLine)][0].data == pytest.approx(page.svd_bound)
+
+
+def test_cps_all_marginals_rows_match_hdmm_table_6():
+    from dpexplorer.ui.builder import WorkloadBuilder
+
+    session = Session()
+    WorkloadBuilder(session).load_preset("cps_all_marginals")
+    page = ComparePage(session)
+    assert page.wait(300)
+    _same_as_engine(page.table, session.workload, dpx.Laplace(1.0), cache=session.cache)
+    rmse = page.table.set_index("mechanism")["rmse"]
+    # HDMM Table 6 (ε = 1, Laplace), CPS All Marginals
+    for name, want in [("identity", 5.38), ("datacube", 18.49), ("opt_m", 4.84), ("hdmm", 4.84)]:
+        if name in rmse.index:
+            assert round(rmse[name], 2) == want, name
+    assert round(page.svd_bound, 2) == 2.63
+    # per-query errors of a strategy that needs a dense n × n Gram: said, not failed
+    page.mechanism = "workload"
+    page.wait(60)
+    assert page.per_query is None and "280,000" in page.per_query_note
+    page.panel().get_root()
+    assert not page._panes["index_box"].visible
+
+
+def test_optimizers_can_be_opt_in_then_run(monkeypatch):
+    from ui_fakes import FakeOptimizer, registered
+
+    fake = FakeOptimizer(iters=2, restarts=1)
+    with registered(monkeypatch, fake):
+        session = Session()
+        session.workload = dpx.workloads.prefix(32)
+        page = ComparePage(session, auto_optimize=False)
+        page.panel()
+        assert page.wait(120)
+        assert fake.builds == 0 and "fake_opt" in page.pending
+        row = _row(page, "fake_opt")
+        assert np.isnan(row["rmse"]) and "not run yet" in row["note"]
+        assert "Optimisers not run yet" in page._summary() and "Fake OPT" in page._summary()
+        assert page._panes["run"].visible
+        page.mechanism = "fake_opt"  # its per-query errors wait for it too
+        assert page.per_query is None and "run the optimisers first" in page.per_query_note
+        assert page.run_optimizers()
+        assert page.wait(120)
+        assert fake.builds == 1 and page.pending == [] and not page._panes["run"].visible
+        _same_as_engine(page.table, session.workload, dpx.Laplace(1.0), cache=session.cache)
+        page.wait(60)
+        assert page.per_query is not None and page.per_query.attrs["mechanism"] == "fake_opt"
+        # ticking "automatically" on a new workload builds them with the others
+        page.auto_optimize = True
+        session.workload = dpx.workloads.prefix(16)
+        assert page.wait(120)
+        assert fake.builds == 2 and not np.isnan(_row(page, "fake_opt")["rmse"])
+
+
+def test_table_shows_before_a_slow_optimizer_which_can_be_cancelled(monkeypatch):
+    import threading
+
+    from ui_fakes import FakeOptimizer, registered, wait_for
+
+    fake = FakeOptimizer(iters=3, restarts=2, gate=threading.Event())
+    with registered(monkeypatch, fake):
+        session = Session()
+        session.workload = dpx.workloads.prefix(32)
+        page = ComparePage(session)
+        page.panel()
+        assert wait_for(lambda: fake.started.is_set() and page.optimization.active, 60)
+        # the other mechanisms are shown while the optimiser runs; the page is not busy
+        assert page.table is not None and not page.busy and page.optimizing
+        assert "optimising" in _row(page, "fake_opt")["note"]
+        assert np.isfinite(_row(page, "hb")["rmse"])
+        assert page._panes["optimizing"].visible
+        session.epsilon = 0.5  # still responsive: rescaled at once
+        assert page.table.attrs["noise"] == "Laplace(ε=0.5)"
+        n = len(fake.reports)
+        page.cancel()
+        assert page.wait(60)
+        assert len(fake.reports) <= n + 2  # the optimiser stopped at its next report
+        row = _row(page, "fake_opt")
+        assert np.isnan(row["rmse"]) and "cancelled" in row["note"]
+        assert page.pending == ["fake_opt"] and not page.auto_optimize and not page.optimizing
+        assert not page.optimization.active and page.error == ""
+        assert len(session.cache) and ("fake_opt" not in {k[1] for k in session.cache._entries})
+        # run it again, now quick
+        fake.gate.set()
+        assert page.run_optimizers() and page.wait(60)
+        _same_as_engine(page.table, session.workload, dpx.Laplace(0.5), cache=session.cache)
+
+
+def test_workload_change_stops_a_running_optimizer(monkeypatch):
+    import threading
+
+    from ui_fakes import FakeOptimizer, registered, wait_for
+
+    fake = FakeOptimizer(iters=2, restarts=1, gate=threading.Event())
+    with registered(monkeypatch, fake):
+        session = Session()
+        first = dpx.workloads.prefix(32)
+        session.workload = first
+        page = ComparePage(session)
+        assert wait_for(lambda: fake.started.is_set(), 60)
+        session.workload = dpx.workloads.prefix(16)
+        assert wait_for(lambda: fake.builds == 2, 60)  # the new workload's build started
+        fake.gate.set()  # only the new build can finish: the first one was stopped
+        assert page.wait(60)
+        assert page.table.attrs["workload"] == "prefix" and page.table.attrs["n"] == 16
+        assert not np.isnan(_row(page, "fake_opt")["rmse"]) and page.pending == []
+        # the first workload's optimiser was stopped, not finished: back to it, it runs again
+        builds = fake.builds
+        session.workload = first
+        assert page.wait(60)
+        assert fake.builds == builds + 1 and not np.isnan(_row(page, "fake_opt")["rmse"])
+        _same_as_engine(page.table, first, dpx.Laplace(1.0), cache=session.cache)
+
+
+def test_optimizer_updates_posted_like_a_server(monkeypatch):
+    # posts run later, in order, on the "event loop" (here: the test), as in a server session
+    from ui_fakes import FakeOptimizer, registered
+
+    fake = FakeOptimizer(iters=3, restarts=1)
+    with registered(monkeypatch, fake):
+        session = Session()
+        session.workload = dpx.workloads.prefix(24)
+        deferred = []
+        monkeypatch.setattr(compare_view.Jobs, "_poster", lambda self, doc: deferred.append)
+        monkeypatch.setattr(optimize_view, "PROGRESS_INTERVAL", 0.0)
+        page = ComparePage(session)
+        page.panel()
+        assert page.wait(60)
+        assert page.table is None and page.busy  # nothing shown before the loop runs
+        actives = []
+        page.optimization.param.watch(lambda e: actives.append(e.new), "active")
+        for callback in deferred:
+            callback()
+        assert actives and actives[-1] is False and not page.optimizing and not page.busy
+        _same_as_engine(page.table, session.workload, dpx.Laplace(1.0), cache=session.cache)
+
+
+def test_no_svd_bound_is_said(monkeypatch):
+    wl = dpx.workloads
+    W = wl.union([wl.kron([wl.prefix(100), wl.prefix(100)]),
+                  wl.kron([wl.all_range(100), wl.identity(100)])])
+    session = Session()
+    session.workload = W
+    page = ComparePage(session, auto_optimize=False)
+    assert page.wait(120)
+    assert np.isnan(page.svd_bound) and page.table["ratio"].isna().all()
+    assert "SVD bound** not computable" in page._summary()
+    assert "Identity" in page._summary()  # best mechanism still named
+    page.panel().get_root()
+    assert not [e for e in page.bars() if isinstance(e, hv.HLine)]
+
+
+def test_failing_optimizer_is_reported_others_shown(monkeypatch, reported):
+    from ui_fakes import FakeOptimizer, registered
+
+    class Diverging(FakeOptimizer):
+        def __call__(self, W, noise):
+            self.report("fake restart 1/1", 1, 10, 1.0)
+            raise RuntimeError("optimiser diverged")
+
+    fake = Diverging()
+    with registered(monkeypatch, fake):
+        session, page = _page(dpx.workloads.prefix(32))
+        row = _row(page, "fake_opt")
+        assert np.isnan(row["rmse"]) and "optimiser diverged" in row["note"]
+        assert "Fake OPT" in session.error and "optimiser diverged" in session.error
+        assert reported and "optimiser diverged" in reported[-1]
+        assert not page.optimizing and not page.optimization.active and page.pending == []
+        others = page.table[page.table["mechanism"] != "fake_opt"]
+        want = dpx.compare(session.workload, dpx.Laplace(1.0), cache=session.cache,
+                           mechanisms=[n for n in dpx.registry.names() if n != "fake_opt"])
+        np.testing.assert_allclose(others["rmse"], want["rmse"], rtol=1e-12, equal_nan=True)

@@ -218,7 +218,8 @@ def test_brush_outside_or_mismatched_domain_is_reported(builder, session):
     lambda b: setattr(b, "attributes", "age:50, age:3"),
     lambda b: setattr(b, "attributes", "age 50"),
     lambda b: setattr(b, "attributes", "a:5000, b:5"),
-    lambda b: setattr(b, "attributes", "a:4096, b:4096, c:2"),
+    lambda b: setattr(b, "attributes", "a:4096, b:4096, c:4096, d:4096, e:4096"),  # > 10**18 cells
+    lambda b: setattr(b, "attributes", ", ".join(f"a{i}:2" for i in range(17))),  # 17 attributes
     lambda b: setattr(b, "n", 4097),
     lambda b: b.add_term("width_range", k=33),
     lambda b: b.add_term("width_range", k=0),
@@ -355,9 +356,14 @@ def test_heatmap_message_when_gram_too_large(small):
     small.add_term("identity")
     assert small.set_domain(attributes="a:100, b:100")
     out = small.heatmap()
-    assert small.drawn == "" and isinstance(out, pn.pane.Alert)
-    assert "Too large to draw" in out.object
+    assert small.drawn == "" and isinstance(out, pn.Column)
+    alert = out.select(pn.pane.Alert)[0]
+    assert "Too large to draw" in alert.object
     assert small.stats["n"] == 10_000 and small.stats["l1"] == 1.0
+    # the structure is shown instead: one product, Identity on both attributes
+    table = out.select(pn.widgets.Tabulator)[0].value
+    assert list(table["product"]) == ["a: Identity ⊗ b: Identity"]
+    assert list(table["queries"]) == [10_000] and list(table["weight"]) == [1.0]
 
 
 def test_heatmap_gram_values(small):
@@ -430,3 +436,157 @@ def test_parsers():
     buf = __import__("io").BytesIO()
     np.save(buf, np.eye(3))
     np.testing.assert_array_equal(bmod.parse_matrix(buf.getvalue(), "m.npy"), np.eye(3))
+
+
+# ------------------------------------------------- multi-attribute (issue 5)
+CPS_NAMES = ("income", "age", "marital", "race", "sex")
+
+
+@pytest.mark.parametrize("key, domain, identity_rmse, svd_bound, l1, l2", [
+    # HDMM Table 6 (Laplace, ε = 1): Identity column and SVDB column
+    ("cps_all_marginals", (50, 100, 7, 4, 2), 5.38, 2.63, 32.0, 32 ** 0.5),
+    ("cps_all_prefix_marginals", (50, 100, 7, 4, 2), 98.06, 9.32, 40000.0, 200.0),
+    ("adult_marginals", (100, 100, 100, 99, 85, 42, 16, 15, 9, 7, 6, 5, 2, 2), 5352117.26,
+     None, 470.0, 470 ** 0.5),
+])
+def test_presets_reproduce_the_hdmm_workloads(session, key, domain, identity_rmse, svd_bound,
+                                              l1, l2):
+    b = WorkloadBuilder(session)
+    assert b.load_preset(key), b.error
+    W = session.workload
+    assert b.domain == domain and tuple(W.domain) == domain and len(b.attribute_names) == len(domain)
+    if key.startswith("cps"):
+        assert b.attribute_names == CPS_NAMES
+    noise = dpx.Laplace(1.0)
+    I = dpx.strategies.identity(domain)
+    assert round(dpx.rmse(W, I, noise), 2) == identity_rmse
+    if svd_bound is not None:
+        assert round(dpx.svd_bound(W, noise), 2) == svd_bound
+    # sensitivities from the Kronecker factors (no vector of n entries; Adult has 6.4e17 cells)
+    s = b.stats
+    assert s["l1"] == pytest.approx(l1, rel=1e-12) and s["l1_exact"]
+    assert s["l2"] == pytest.approx(l2, rel=1e-12) and s["l2_exact"]
+    assert b.error == "" and session.error == ""
+    # no n × n preview: said why, the structure is listed instead
+    which, array, note = b.heatmap_data()
+    assert which == "" and array is None and "Too large to draw" in note
+    frame = b.structure_frame()
+    assert frame.attrs["products"] == len(dpx.error.kron_terms(W))
+    if key == "adult_marginals":
+        assert frame.attrs["products"] == 470 and len(frame) == bmod.MAX_PRODUCTS_SHOWN
+        assert frame["product"].iloc[0] == "Total (all cells)"
+        assert frame["product"].iloc[1] == "capital_gain: Identity"
+        assert [t.label for t in b.terms] == ["0–3-way marginals"]
+    if key == "cps_all_prefix_marginals":
+        assert frame["product"].iloc[0].startswith("income: Prefix ⊗ age: Prefix ⊗ marital:")
+        assert W.m == 50 * 100 * 8 * 5 * 3
+
+
+def test_preset_workloads_equal_the_engines(session):
+    wl_ = dpx.workloads
+    dom = (50, 100, 7, 4, 2)
+    b = WorkloadBuilder(session)
+    b.load_preset("cps_all_marginals")
+    want = wl_.kron([wl_.identity_total(n) for n in dom])
+    W = session.workload
+    assert W.shape == want.shape
+    assert [f.name for f in dpx.error.kron_terms(W)[0][1]] == [f.name for f in want.factors]
+    b.load_preset("cps_all_prefix_marginals")
+    assert dpx.spec.to_spec(session.workload)["products"] == [
+        {"weight": 1.0, "factors": [{"type": "prefix"}, {"type": "prefix"},
+                                    {"type": "identity_total"}, {"type": "identity_total"},
+                                    {"type": "identity_total"}]}]
+    assert dpx.spec.to_spec(session.workload)["attributes"] == list(CPS_NAMES)
+
+
+def test_marginal_orders(small):
+    small.attributes = "a:3, b:4, c:2"
+    dom = (3, 4, 2)
+    assert small.add_term("marginals", orders="0-2")
+    assert_same(small.session.workload, wl.marginals(dom, [0, 1, 2]))
+    assert small.terms[-1].label == "0–2-way marginals"
+    small.clear_terms()
+    small.orders = "1, 3"  # from the builder's input
+    assert small.add_term("marginals")
+    assert_same(small.session.workload, wl.marginals(dom, [1, 3]))
+    assert small.terms[-1].label == "1, 3-way marginals"
+    assert small.add_term("range_marginals", orders=[1], range_kind="prefix", weight=2.0)
+    assert_same(small.session.workload, wl.union([wl.marginals(dom, [1, 3]),
+                                                  wl.range_marginals(dom, 1, "prefix")], [1, 2]))
+    small.orders = ""
+    assert small.add_term("marginals", k=3)  # k when no orders are given
+    assert small.terms[-1].params == {"k": 3}
+    assert bmod.parse_orders("0..2") == [0, 1, 2] and bmod.parse_orders([2, 0, 2]) == [0, 2]
+
+
+@pytest.mark.parametrize("orders, message", [
+    ("0-4", "must be in [0, 3]"), ("2-1", "reversed"), ("x", "cannot read"), ("", "k"),
+    ([], "no marginal order"), ("5", "k = 5")])
+def test_bad_marginal_orders_keep_the_workload(small, orders, message):
+    small.attributes = "a:3, b:4, c:2"
+    small.add_term("identity")
+    before = snapshot(small)
+    if orders == "":
+        small.k = 2
+        small.orders = ""
+        assert small.add_term("marginals", k=9) is False
+        message = "k = 9"
+    else:
+        assert small.add_term("marginals", orders=orders) is False
+    assert message in small.session.error, small.session.error
+    assert snapshot(small)[0] is before[0] and small.terms == before[1]
+
+
+def test_presets_from_the_widgets_and_unknown_preset(builder, session):
+    layout = builder.panel()
+    assert layout.get_root() is not None
+    select = [w for w in layout.select(pn.widgets.Select)
+              if getattr(w, bmod._LABEL) == "Schema and workload"][0]
+    assert set(select.options.values()) == set(bmod.PRESETS)
+    select.value = "cps_all_prefix_marginals"
+    assert builder.preset == "cps_all_prefix_marginals"
+    button = [w for w in layout.select(pn.widgets.Button)
+              if getattr(w, bmod._LABEL).startswith("Load preset")][0]
+    button.clicks += 1
+    assert builder.domain == (50, 100, 7, 4, 2) and builder.terms[0].family == "product"
+    assert "HDMM" in bmod.PRESETS["cps_all_prefix_marginals"].source
+    W, terms = session.workload, list(builder.terms)
+    assert builder.load_preset("census_sf1") is False
+    assert "unknown preset" in session.error and "cps_all_marginals" in session.error
+    assert session.workload is W and builder.terms == terms
+    builder.heatmap_view()  # the preview of a large workload renders (an Alert and a table)
+
+
+def test_workload_sensitivity_from_kronecker_factors(monkeypatch):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    blocks = ["identity", "total", "identity_total", "prefix", "all_range"]
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from(blocks), st.sampled_from(blocks),
+                              st.floats(0.1, 5.0)), min_size=1, max_size=4),
+           st.tuples(st.integers(1, 6), st.integers(1, 5)))
+    def check(products, domain):
+        W = wl.union([wl.kron([wl.block(a, domain[0]), wl.block(b, domain[1])])
+                      for a, b, _ in products], [w for _, _, w in products])
+        for p in (1, 2):
+            with monkeypatch.context() as m:
+                m.setattr(bmod, "SENSITIVITY_CELLS", 0)  # force the factor path
+                value, exact = bmod.workload_sensitivity(W, p)
+            true = W.sensitivity(p)
+            if exact:
+                assert value == pytest.approx(true, rel=1e-9)
+            else:  # the sum of the products' maxima: an upper bound
+                assert value >= true * (1 - 1e-12)
+            assert bmod.workload_sensitivity(W, p) == (pytest.approx(true), True)
+
+    check()
+    # not exact: prefix is largest at the first cell, "ranges [2, 3]" at the last ones
+    W = wl.union([wl.kron([wl.prefix(4), wl.identity(2)]),
+                  wl.kron([wl.ranges(4, [(2, 3)]), wl.identity(2)])])
+    monkeypatch.setattr(bmod, "SENSITIVITY_CELLS", 0)
+    value, exact = bmod.workload_sensitivity(W, 1)
+    assert not exact and value == 5.0 and W.sensitivity(1) == 4.0
+    with pytest.raises(ValueError, match="not a union of Kronecker products"):
+        bmod.workload_sensitivity(wl.prefix(8), 1)

@@ -202,7 +202,7 @@ def test_layout_and_selectors():
     view.wait(60)
     assert view.right_info.name == "wavelet"
     pane = view._panes["right_plot"]
-    assert isinstance(pane.object, hv.Layout) and pane.visible
+    assert isinstance(pane.object, hv.Layout) and view._panes["right_plot_box"].visible
     assert math.isfinite(view.right_info.unit_tse)
 
 
@@ -264,3 +264,136 @@ def test_pages_served_together(tmp_path):
             proc.kill()
             proc.wait(timeout=15)
         log.close()
+
+
+# ------------------------------------------------------- optimisers (issue 5)
+def test_convergence_plot_of_an_optimised_strategy(monkeypatch):
+    from ui_fakes import FakeOptimizer, registered
+
+    from dpexplorer.ui import optimize_view
+
+    monkeypatch.setattr(optimize_view, "PROGRESS_INTERVAL", 0.0)
+    fake = FakeOptimizer(iters=6, restarts=3)
+    with registered(monkeypatch, fake):
+        session = Session()
+        session.workload = dpx.workloads.prefix(32)
+        view = StrategyView(session, left="fake_opt", right="hb")
+        assert view.wait(60)
+        info = view.left_info
+        A = session.cache.entry(session.workload, "fake_opt", dpx.Laplace(1.0))[0]
+        assert info.A is A and info.optimization is A.optimization
+        trace, restarts = view.convergence_data("left")
+        np.testing.assert_array_equal(trace["objective"], A.optimization.trace)
+        np.testing.assert_array_equal(restarts["objective"], A.optimization.restarts)
+        # the SVD bound drawn is the engine's, in the objective's units (unit-noise TSE)
+        assert info.svdb == pytest.approx(dpx.error.svdb(session.workload), rel=1e-12)
+        bound = [e for e in view.convergence("left") if isinstance(e, hv.Curve)][1]
+        np.testing.assert_allclose(bound.dimension_values(1), info.svdb, rtol=1e-12)
+        view.panel()
+        text = view.stats("left")
+        assert "fake_opt, 3 restart(s)" in text and f"{A.optimization.objective:.6g}" in text
+        # drawn first, above the heatmaps, in the side's one Layout
+        left, right = list(view.plot("left")), list(view.plot("right"))
+        assert isinstance(left[0], hv.Overlay) and "objective" in left[0].opts.get().kwargs["title"]
+        assert not [e for e in right if isinstance(e, hv.Overlay)]  # HB is not optimised
+        # every report reached the side's progress widget (posts are not throttled here)
+        assert view.progress["left"].reports == len(fake.reports) == 18
+        assert not view.progress["left"].active and view.progress["left"].done == 18
+        view.panel().get_root()
+
+
+def test_marginal_weights_of_opt_m_with_attribute_names():
+    from dpexplorer.ui.builder import WorkloadBuilder
+
+    session = Session()
+    builder = WorkloadBuilder(session)
+    builder.clear_terms()
+    assert builder.set_domain(attributes="sex:2, age:6, race:3")
+    assert builder.add_term("marginals", orders="1-2")
+    view = StrategyView(session, left="opt_m", right="identity")
+    assert view.wait(120)
+    info, W = view.left_info, session.workload
+    A = session.cache.entry(W, "opt_m", dpx.Laplace(1.0))[0]
+    frame = info.marginal_weights
+    theta = np.asarray(A.theta)
+    assert frame.attrs["count"] == int(np.count_nonzero(theta))
+    assert frame["weight"].is_monotonic_decreasing
+    names = ("sex", "age", "race")
+    for row in frame.itertuples():
+        assert row.weight == theta[row.mask]
+        assert row.marginal == ("×".join(a for i, a in enumerate(names) if row.mask >> i & 1)
+                                or "total (0-way)")
+    assert frame["weight"].sum() == pytest.approx(A.sensitivity(1))  # Δ₁ = Σ θ (HDMM Prop. 7)
+    bars = view.marginals_plot("left")
+    assert list(bars.dimension_values("marginal")) == list(frame["marginal"])
+    view.panel().get_root()
+    assert [e for e in view.plot("left") if isinstance(e, hv.Bars)]
+    assert not [e for e in view.plot("right") if isinstance(e, hv.Bars)]
+    assert "marginals measured" in view.stats("left")
+
+
+def test_stacked_blocks_of_opt_plus():
+    wl = dpx.workloads
+    W = wl.union([wl.kron([wl.prefix(8), wl.identity(4)]), wl.kron([wl.identity(8), wl.total(4)])],
+                 [1.0, 2.0])
+    session, view = _view(W, left="opt_plus", right="opt_kron")
+    info = view.left_info
+    A = info.A
+    assert info.blocks is not None and len(info.blocks) == len(A.blocks)
+    np.testing.assert_allclose(info.blocks["weight"], A.weights)
+    assert list(info.blocks["rows"]) == [B.m for B in A.blocks]
+    # the factors of the blocks are drawn (the block weight folded into the first factor)
+    parts = [h for h in info.heatmaps if h.part is not None]
+    assert parts and {h.part for h in parts} == set(range(min(len(A.blocks), 3)))
+    for h in parts:
+        F = strategy_view._factors(A.blocks[h.part])[h.factor]
+        np.testing.assert_allclose(h.array, F.dense(), rtol=1e-12)
+    assert "blocks (stacked sub-strategies)" in view.stats("left")
+    # OPT⊗ (one Kronecker product): factor views, no blocks
+    assert view.right_info.blocks is None and {h.factor for h in view.right_info.heatmaps} == {0, 1}
+    view.panel().get_root()
+    assert view._panes["left_blocks"].visible and not view._panes["right_blocks"].visible
+
+
+def test_progress_and_cancel_on_the_strategy_page(monkeypatch, reported):
+    import threading
+
+    from ui_fakes import FakeOptimizer, registered, wait_for
+
+    fake = FakeOptimizer(iters=2, restarts=1, gate=threading.Event())
+    with registered(monkeypatch, fake):
+        session = Session()
+        session.workload = dpx.workloads.prefix(32)
+        view = StrategyView(session, left="hb", right="fake_opt")
+        view.panel()
+        assert wait_for(lambda: view.progress["right"].active, 60)
+        assert view.right_busy and "Fake OPT" in view.progress["right"].text()
+        assert view._panes["right_progress"].visible
+        view.cancel("right")
+        assert view.wait(60)
+        info = view.right_info
+        assert info.A is None and "cancelled" in info.error and not view.right_busy
+        assert not view.progress["right"].active and view._panes["right_rebuild"].visible
+        assert view.left_info.A is not None  # the other side is unaffected
+        fake.gate.set()
+        view._panes["right_rebuild"].clicks += 1  # "Build again"
+        assert view.wait(60)
+        assert view.right_info.A is not None and view.right_info.error == ""
+        assert not view._panes["right_rebuild"].visible
+
+
+def test_waits_for_a_build_running_on_another_page(monkeypatch):
+    from ui_fakes import wait_for
+
+    from dpexplorer.ui.compare_view import build_lock
+
+    session = Session()
+    W = dpx.workloads.prefix(16)
+    session.workload = W
+    lock = build_lock(session.cache, (W, "wavelet", 1))
+    with lock:  # "another page" builds Privelet for this workload
+        view = StrategyView(session, left="hb", right="wavelet")
+        assert wait_for(lambda: "Waiting for Privelet" in view.right_status, 30)
+        assert wait_for(lambda: view.left_info is not None, 30)  # other strategies still build
+    assert view.wait(60)
+    assert view.right_status == "" and view.right_info.A is not None

@@ -10,11 +10,23 @@ over the current domain:
   e.g. Prefix ⊗ Prefix);
 * ``product``: one 1D block per attribute, chosen attribute by attribute
   (HDMM's products, e.g. Prefix ⊗ Identity ⊗ Total);
-* k-way marginals and k-way range marginals (multi-attribute domains);
+* marginals and range marginals by order (multi-attribute domains): one
+  order ``k`` or several, e.g. ``orders="0-3"`` for all 0- to 3-way
+  marginals (HDMM Sec. 11.2), and prefix-marginals (``range_kind="prefix"``);
 * predicates: a pasted or uploaded 0/1 matrix;
 * custom ranges brushed on the data histogram (a
   :class:`holoviews.streams.BoundsX` stream; each brush adds one interval);
-* a workload loaded from a declarative spec (:mod:`dpexplorer.spec`).
+* a workload loaded from a declarative spec (:mod:`dpexplorer.spec`);
+* presets of the papers' schemas (:data:`PRESETS`, :meth:`WorkloadBuilder.load_preset`):
+  CPS (income 50, age 100, marital 7, race 4, sex 2) with All Marginals
+  ``⊗ [I; 1ᵀ]`` and All Prefix-Marginals ``[P50, P100, M7, M4, M2]``, and
+  Adult (14 attributes, 6.4·10¹⁷ cells) with all 0–3-way marginals.
+
+Domains have up to :data:`MAX_ATTRIBUTES` attributes and :data:`MAX_CELLS`
+cells: workloads over them stay implicit (Kronecker products), their
+sensitivities come from the factors (:func:`workload_sensitivity`), and no
+``n × n`` preview is drawn beyond :data:`GRAM_MAX_N` cells -- the page says
+why and lists the workload's products instead.
 
 The terms are combined by :func:`dpexplorer.workloads.union` with one weight
 per term.  The component is a :class:`param.Parameterized` driven without a
@@ -22,7 +34,8 @@ browser through its methods (:meth:`WorkloadBuilder.add_term`,
 :meth:`~WorkloadBuilder.add_ranges`, :meth:`~WorkloadBuilder.add_brush`,
 :meth:`~WorkloadBuilder.set_weight`, :meth:`~WorkloadBuilder.remove_term`,
 :meth:`~WorkloadBuilder.clear_terms`, :meth:`~WorkloadBuilder.set_domain`,
-:meth:`~WorkloadBuilder.load_spec`, :meth:`~WorkloadBuilder.export_spec`)::
+:meth:`~WorkloadBuilder.load_spec`, :meth:`~WorkloadBuilder.export_spec`,
+:meth:`~WorkloadBuilder.load_preset`)::
 
     builder = WorkloadBuilder(session)
     builder.clear_terms()
@@ -69,16 +82,27 @@ __all__ = [
     "parse_domain",
     "parse_ranges",
     "parse_matrix",
+    "parse_orders",
+    "workload_sensitivity",
+    "Preset",
+    "PRESETS",
 ]
 
 log = logging.getLogger(__name__)
 
 #: Largest 1D domain (and attribute) size: W or WᵀW of a 1D workload can always be drawn.
 MAX_N = 4096
-#: Largest number of attributes of a multi-attribute domain.
-MAX_ATTRIBUTES = 8
-#: Largest number of cells of a multi-attribute domain.
-MAX_CELLS = 2**24
+#: Largest number of attributes of a multi-attribute domain (Adult, HDMM Sec. 11.2, has 14).
+MAX_ATTRIBUTES = 16
+#: Largest number of cells of a multi-attribute domain (Adult has 6.4·10¹⁷; the cell count must
+#: fit a signed 64-bit integer).  Workloads over such domains stay implicit (Kronecker products):
+#: nothing of size n is ever materialised by the builder.
+MAX_CELLS = 10**18
+#: Up to this many cells the sensitivity is the largest column norm computed cell by cell;
+#: above, it is computed from the Kronecker factors (see :func:`workload_sensitivity`).
+SENSITIVITY_CELLS = 2**22
+#: Largest number of products listed in the structure table of a large workload.
+MAX_PRODUCTS_SHOWN = 40
 #: Largest number of random ranges in one term.
 MAX_RANDOM = 1_000_000
 #: Largest predicate matrix (entries).
@@ -121,7 +145,7 @@ _SHORT = {"identity": "Identity", "total": "Total", "identity_total": "Identity+
           "permuted": "Permuted"}
 
 _RANDOM_KINDS = ["uniform", "clustered", "large_clustered"]
-_OPTIONS = ("k", "m", "kind", "seed", "range_kind", "ranges", "matrix", "blocks")
+_OPTIONS = ("k", "orders", "m", "kind", "seed", "range_kind", "ranges", "matrix", "blocks")
 
 # Widget captions: ``label`` since Panel 1.9 (``name`` is deprecated there), ``name`` before.
 _LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
@@ -320,6 +344,189 @@ def _is_float(s: str) -> bool:
         return False
 
 
+def parse_orders(value, d: int | None = None) -> list[int]:
+    """Marginal orders from ``2``, ``"0-3"``, ``"1, 3"`` or ``[0, 1, 2]``, sorted and distinct.
+
+    ``"0-3"`` (also ``0..3``, ``0–3``) means every order from 0 to 3: "all
+    0–3-way marginals" (HDMM Sec. 11.2 uses the 0- to 3-way marginals of Adult).
+
+    Parameters
+    ----------
+    value : int, str or sequence of int
+        The orders.
+    d : int, optional
+        Number of attributes; when given, every order must be in ``[0, d]``.
+
+    Raises
+    ------
+    ValueError
+        If the text cannot be read, no order is given, or an order is
+        negative or above ``d``.
+    """
+    if isinstance(value, str):
+        orders = []
+        items = [t for t in re.split(r"[,;\s]+", value.strip()) if t]
+        if not items:
+            raise ValueError("no marginal order given: write k, a list such as 1, 2 or a span such as 0-3")
+        for tok in items:
+            match = re.fullmatch(r"(\d+)(?:(?:-|\.\.|–)(\d+))?", tok)
+            if match is None:
+                raise ValueError(f"cannot read {tok!r} as a marginal order: write k, a list such as "
+                                 f"1, 2 or a span such as 0-3")
+            lo = int(match.group(1))
+            hi = int(match.group(2)) if match.group(2) is not None else lo
+            if lo > hi:
+                raise ValueError(f"the span of orders {tok!r} is reversed: write lo-hi with lo <= hi")
+            orders.extend(range(lo, hi + 1))
+    elif isinstance(value, int | np.integer | float | np.floating) and not isinstance(value, bool):
+        orders = [_whole(value, "the marginal order k")]
+    elif isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
+        orders = [_whole(v, "a marginal order") for v in value]
+        if not orders:
+            raise ValueError("no marginal order given: give at least one order k")
+    else:
+        raise ValueError(f"marginal orders are a whole number, a list or a text such as 0-3, got {value!r}")
+    orders = sorted(set(orders))
+    if d is not None:
+        bad = [o for o in orders if not 0 <= o <= d]
+        if bad:
+            what = f"the marginal order k = {bad[0]}" if len(orders) == 1 else f"the marginal orders {bad}"
+            raise ValueError(f"{what} must be in [0, {d}] for a {d}-attribute domain")
+    elif orders[0] < 0:
+        raise ValueError(f"marginal orders must be >= 0, got {orders[0]}")
+    return orders
+
+
+def _orders_label(value) -> str:
+    """``"2"``, ``"0–3"`` or ``"1, 3"`` for the orders of a marginals term."""
+    try:
+        orders = parse_orders(value)
+    except ValueError:
+        return str(value)
+    if len(orders) > 2 and orders == list(range(orders[0], orders[-1] + 1)):
+        return f"{orders[0]}–{orders[-1]}"
+    return ", ".join(map(str, orders))
+
+
+def workload_sensitivity(W: Matrix, p: int = 1) -> tuple[float, bool]:
+    """The L1 (``p=1``) or L2 (``p=2``) sensitivity of ``W`` and whether it is exact.
+
+    The sensitivity is the largest column norm (MATH.md "Noise and
+    sensitivity").  Up to :data:`SENSITIVITY_CELLS` cells (or when ``W`` is
+    not a union of Kronecker products) it is ``W.sensitivity(p)``.  Above, for
+    ``W = ∪_j w_j (W_j1 ⊗ … ⊗ W_jd)``, the column of cell ``(c_1, …, c_d)``
+    has norm ``Σ_j |w_j| Π_i ‖W_ji[:, c_i]‖₁`` (L1) or
+    ``(Σ_j w_j² Π_i ‖W_ji[:, c_i]‖₂²)^½`` (L2): column norms of a Kronecker
+    product multiply (MATH.md "Kronecker identities") and a union stacks rows.
+    When, for every attribute, one cell maximises the factor norms of every
+    product at once (marginals, prefix-marginals, products of ranges), the
+    maximum is at that cell and the value is exact, computed without any
+    vector of ``n`` entries (Adult has 6.4·10¹⁷ cells).  Otherwise the sum of
+    the products' maxima is returned, an upper bound, with ``False``.
+
+    Parameters
+    ----------
+    W : Matrix, shape (m, n)
+    p : {1, 2}
+
+    Returns
+    -------
+    (float, bool)
+        The sensitivity (counts per record) and whether it is exact.
+
+    Raises
+    ------
+    ValueError
+        If ``p`` is not 1 or 2, or ``W`` has more than
+        :data:`SENSITIVITY_CELLS` cells and is not a union of Kronecker
+        products.
+    """
+    if p not in (1, 2):
+        raise ValueError(f"p must be 1 (L1) or 2 (L2), got {p!r}")
+    if W.n <= SENSITIVITY_CELLS:
+        return float(W.sensitivity(p)), True
+    terms = dpx.error.kron_terms(W)
+    if terms is None or any(len(f) != len(terms[0][1]) for _, f in terms):
+        raise ValueError(f"{W.n:,} cells are too many to compute the column norms cell by cell, "
+                         f"and the workload is not a union of Kronecker products")
+    cache: dict[int, np.ndarray] = {}
+
+    def norms(f):
+        if id(f) not in cache:
+            cache[id(f)] = np.asarray(f.column_norms(p), dtype=float)
+        return cache[id(f)]
+
+    d = len(terms[0][1])
+    cell, exact = [], True
+    for i in range(d):
+        common = None
+        for _, factors in terms:
+            v = norms(factors[i])
+            top = np.isclose(v, v.max(), rtol=1e-12, atol=0.0)
+            common = top if common is None else common & top
+        if not common.any():
+            exact = False
+            break
+        cell.append(int(np.flatnonzero(common)[0]))
+    total = 0.0
+    for w, factors in terms:
+        vals = [norms(f)[c] for f, c in zip(factors, cell, strict=True)] if exact else \
+               [norms(f).max() for f in factors]
+        total += abs(w) * math.prod(vals) if p == 1 else w * w * math.prod(v * v for v in vals)
+    return (total if p == 1 else math.sqrt(total)), exact
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A workload of the papers over a named multi-attribute schema.
+
+    Attributes
+    ----------
+    label : str
+        Shown in the presets selector.
+    attributes : str
+        The domain as ``name:size`` items (:func:`parse_domain`).
+    terms : tuple of (family, params, weight)
+        The builder terms of the workload.
+    source : str
+        Where the schema and the workload come from.
+    """
+
+    label: str
+    attributes: str
+    terms: tuple
+    source: str
+
+
+#: CPS schema of HDMM Sec. 11.2 (sizes 50, 100, 7, 4, 2; income and age are numeric).
+CPS = "income:50, age:100, marital:7, race:4, sex:2"
+#: Adult schema of HDMM Sec. 11.2 (sizes only in the paper: the 5 numeric attributes first,
+#: then the 9 categorical ones; the names are ours, from the UCI Adult columns of those sizes).
+ADULT = ("capital_gain:100, capital_loss:100, fnlwgt:100, hours_per_week:99, age:85, "
+         "native_country:42, education:16, occupation:15, workclass:9, marital_status:7, "
+         "relationship:6, race:5, sex:2, income:2")
+
+#: Presets of the papers' multi-attribute workloads: key -> :class:`Preset`.
+PRESETS = {
+    "cps_all_marginals": Preset(
+        "CPS: All Marginals (⊗ [I; 1ᵀ])", CPS, (("identity_total", {}, 1.0),),
+        "HDMM Sec. 11.2 and Tables 6–7: ⊗ᵢ [I; 1ᵀ] holds all 2⁵ = 32 marginals "
+        "(MATH.md, Marginals: Identity RMSE 5.38, SVD bound 2.63 for Laplace ε = 1)"),
+    "cps_all_prefix_marginals": Preset(
+        "CPS: All Prefix-Marginals ([P50, P100, M7, M4, M2])", CPS,
+        (("product", {"factors": [{"type": "prefix"}, {"type": "prefix"},
+                                  {"type": "identity_total"}, {"type": "identity_total"},
+                                  {"type": "identity_total"}]}, 1.0),),
+        "HDMM Example 7, Sec. 11.2 and Tables 6–7: Prefix on the numeric attributes (its last "
+        "query is the total), M = [I; 1ᵀ] on the others (Identity RMSE 98.06, SVD bound 9.32 "
+        "for Laplace ε = 1)"),
+    "adult_marginals": Preset(
+        "Adult: all 0–3-way marginals", ADULT, (("marginals", {"k": [0, 1, 2, 3]}, 1.0),),
+        "HDMM Sec. 11.2 and Tables 6–7 ('3D Marginals': the 470 marginals on at most 3 of the "
+        "14 attributes; Identity RMSE 5,352,117.26 for Laplace ε = 1)"),
+}
+
+
 def _check_matrix_array(arr: np.ndarray) -> np.ndarray:
     if arr.dtype.kind not in "biuf":
         raise ValueError(f"the matrix must hold numbers 0/1, got dtype {arr.dtype}")
@@ -390,9 +597,9 @@ class Term:
         if f == "product":
             return "Product: " + " ⊗ ".join(_factor_label(s) for s in p.get("factors", []))
         if f == "marginals":
-            return f"{p.get('k')}-way marginals"
+            return f"{_orders_label(p.get('k'))}-way marginals"
         if f == "range_marginals":
-            return f"{p.get('k')}-way range marginals ({p.get('kind', 'all_range')})"
+            return f"{_orders_label(p.get('k'))}-way range marginals ({p.get('kind', 'all_range')})"
         if f == "spec":
             return f"from spec: {p.get('name', '')}"
         if f == "external":
@@ -430,10 +637,8 @@ class Term:
             if d < 2:
                 raise ValueError("k-way marginals need a multi-attribute domain (e.g. age:50, "
                                  "income:100); over a 1D domain use Identity or Total")
-            k = _whole(p["k"], "the marginal order k")
-            if not 0 <= k <= d:
-                raise ValueError(f"the marginal order k = {k} must be in [0, {d}] for a "
-                                 f"{d}-attribute domain")
+            orders = parse_orders(p["k"], d)
+            k = orders[0] if len(orders) == 1 else orders
             if f == "marginals":
                 return dpx.workloads.marginals(domain, k)
             return dpx.workloads.range_marginals(domain, k, p.get("kind", "all_range"))
@@ -570,6 +775,11 @@ class WorkloadBuilder(param.Parameterized):
     random_kind = param.Selector(default="uniform", objects=_RANDOM_KINDS, doc="""
         Random ranges: uniform over all intervals, or clustered (5 centres, std 256 / 1024).""")
     seed = param.Integer(default=0, bounds=(0, None), doc="Seed of the random ranges.")
+    orders = param.String(default="", doc="""
+        Orders of 'marginals' and 'range_marginals' terms as text, e.g. "0-3" (all 0- to
+        3-way marginals) or "1, 2"; empty: the single order k.""")
+    preset = param.Selector(default="cps_all_marginals", objects=list(PRESETS), doc="""
+        Preset (a workload of the papers over a named schema) loaded by load_preset().""")
     range_kind = param.Selector(default="all_range", objects=["all_range", "prefix"], doc="""
         Ranges on the chosen attributes of range marginals: all ranges or prefixes.""")
     blocks = param.List(default=[], item_type=str, doc="""
@@ -720,10 +930,11 @@ class WorkloadBuilder(param.Parameterized):
 
     @staticmethod
     def _stats(W: Matrix) -> dict:
+        """``name, m, n, domain, l1, l2`` (and ``l1_exact``/``l2_exact``, or ``l1_error``...)."""
         out = {"name": W.name, "m": W.m, "n": W.n, "domain": tuple(W.domain)}
         for p in (1, 2):
             try:
-                out[f"l{p}"] = W.sensitivity(p)
+                out[f"l{p}"], out[f"l{p}_exact"] = workload_sensitivity(W, p)
             except Exception as exc:  # noqa: BLE001 - shown as n/a
                 out[f"l{p}"] = math.nan
                 out[f"l{p}_error"] = _message(exc)
@@ -826,8 +1037,12 @@ class WorkloadBuilder(param.Parameterized):
         if family == "predicates":
             return {"matrix": parse_matrix(options.get("matrix", self.predicates_text))}
         if family in ("marginals", "range_marginals"):
-            k = _whole(get("k"), "the marginal order k")
-            params = {"k": k}
+            text = options.get("orders", None if "k" in options else self.orders)
+            if text is not None and (not isinstance(text, str) or text.strip()):
+                orders = parse_orders(text)
+                params = {"k": orders[0] if len(orders) == 1 else orders}
+            else:
+                params = {"k": _whole(get("k"), "the marginal order k")}
             if family == "range_marginals":
                 kind = options.get("range_kind", options.get("kind", self.range_kind))
                 if kind not in ("all_range", "prefix"):
@@ -867,7 +1082,8 @@ class WorkloadBuilder(param.Parameterized):
         weight : float, optional
             Positive weight of the term (default: the ``weight`` parameter).
         **options
-            Override the builder's inputs for this term only: ``k``, ``m``,
+            Override the builder's inputs for this term only: ``k``,
+            ``orders`` (marginal orders, e.g. ``"0-3"`` or ``[1, 2]``), ``m``,
             ``kind`` (random ranges), ``seed``, ``range_kind``, ``ranges``
             (text or pairs), ``matrix`` (text, bytes or array), ``blocks``
             (one block type per attribute).
@@ -923,6 +1139,29 @@ class WorkloadBuilder(param.Parameterized):
             old = terms[idx]
             terms[idx] = Term("ranges", {"ranges": list(old.params["ranges"]) + intervals}, old.weight)
         return self._commit(terms, self._domain, self._names, "Ranges not added")
+
+    def load_preset(self, name: str | None = None) -> bool:
+        """Replace the domain and the terms by a workload of the papers; ``True`` on success.
+
+        Parameters
+        ----------
+        name : str, optional
+            A key of :data:`PRESETS` (default: the ``preset`` parameter):
+            ``"cps_all_marginals"``, ``"cps_all_prefix_marginals"``,
+            ``"adult_marginals"``.
+
+        On error (an unknown name) nothing changes and the reason is reported.
+        """
+        name = self.preset if name is None else name
+        if name not in PRESETS:
+            return self._fail(f"Preset not loaded: unknown preset {name!r}; allowed: {list(PRESETS)}")
+        preset = PRESETS[name]
+        try:
+            domain, names = parse_domain(preset.attributes)
+        except ValueError as exc:  # pragma: no cover - the presets are valid
+            return self._fail(f"Preset not loaded: {exc}")
+        terms = [Term(f, json.loads(json.dumps(params)), w) for f, params, w in preset.terms]
+        return self._commit(terms, domain, names, f"Preset {preset.label!r} not loaded")
 
     def custom_ranges(self) -> list[tuple[int, int]]:
         """The intervals of the custom-ranges term (empty when there is none)."""
@@ -1140,7 +1379,20 @@ class WorkloadBuilder(param.Parameterized):
         which, A, note = self.heatmap_data()
         self._set(drawn=which)
         if A is None:
-            return pn.pane.Alert(note, alert_type="warning", sizing_mode="stretch_width")
+            alert = pn.pane.Alert(note, alert_type="warning", sizing_mode="stretch_width")
+            frame = self.structure_frame()
+            if frame is None:
+                return alert
+            total = frame.attrs["products"]
+            shown = (f"the first {len(frame)} of {total:,} products" if total > len(frame)
+                     else f"its {total:,} product{'s' if total > 1 else ''}")
+            return pn.Column(alert, pn.pane.Markdown(
+                f"**Structure instead:** the workload is a union of weighted Kronecker products "
+                f"(one 1D block per attribute; attributes with Total are omitted); {shown}:",
+                sizing_mode="stretch_width"),
+                pn.widgets.Tabulator(frame, show_index=False, disabled=True, height=min(
+                    400, 80 + 36 * len(frame)), sizing_mode="stretch_width",
+                    layout="fit_data_stretch"), sizing_mode="stretch_width")
         rows, cols = self.session.workload.shape if which == "W" else (self.session.workload.n,) * 2
         ydim = hv.Dimension("row", label="query i" if which == "W" else "cell i")
         img = hv.Image(np.flipud(A), bounds=(0, 0, cols, rows),
@@ -1149,6 +1401,29 @@ class WorkloadBuilder(param.Parameterized):
         return img.opts(cmap="Blues", colorbar=True, invert_yaxis=True, tools=["hover"],
                         responsive=True, min_height=320, max_height=520, title=f"{which}: {note}",
                         fontsize={"title": "9pt"}, default_tools=["save", "reset", "wheel_zoom", "pan"])
+
+    def structure_frame(self, limit: int | None = None) -> pd.DataFrame | None:
+        """The products of a (union of) Kronecker workload(s): ``weight, product, queries``.
+
+        At most ``limit`` rows (default :data:`MAX_PRODUCTS_SHOWN`);
+        ``attrs["products"]`` holds the total number.  ``None`` when the
+        workload is not built from Kronecker products of 1D blocks.
+        """
+        W = self.session.workload
+        terms = dpx.error.kron_terms(W) if W is not None else None
+        if not terms:
+            return None
+        limit = MAX_PRODUCTS_SHOWN if limit is None else limit
+        names = self._names or tuple(f"a{i + 1}" for i in range(len(W.domain)))
+        rows = []
+        for w, factors in terms[:limit]:
+            parts = [f"{a}: {_SHORT.get(f.name, f.name)}" for a, f in zip(names, factors, strict=False)
+                     if not (f.m == 1 and np.allclose(f.column_norms(1), 1.0))]
+            rows.append({"weight": w, "product": " ⊗ ".join(parts) or "Total (all cells)",
+                         "queries": math.prod(f.m for f in factors)})
+        frame = pd.DataFrame(rows, columns=["weight", "product", "queries"])
+        frame.attrs["products"] = len(terms)
+        return frame
 
     @param.depends("version")
     def heatmap_view(self):
@@ -1212,7 +1487,9 @@ class WorkloadBuilder(param.Parameterized):
         if s:
             def sens(p):
                 v = s.get(f"l{p}", math.nan)
-                return f"{v:.6g}" if math.isfinite(v) else f"n/a ({s.get(f'l{p}_error', '')})"
+                if not math.isfinite(v):
+                    return f"n/a ({s.get(f'l{p}_error', '')})"
+                return f"{v:.6g}" if s.get(f"l{p}_exact", True) else f"≤ {v:.6g} (upper bound)"
             lines.append(f"**W** = `{s['name'][:120]}`  \n**m** = {s['m']:,} queries, **n** = "
                          f"{s['n']:,} cells, **domain** = {_describe_domain(s['domain'], self._names)}  \n"
                          f"**L1 sensitivity** = {sens(1)}, **L2 sensitivity** = {sens(2)}")
@@ -1236,6 +1513,15 @@ class WorkloadBuilder(param.Parameterized):
         match.on_click(lambda e: self.use_dataset_size())
         domain = pn.Card(n_in, attrs, match, title="Domain", sizing_mode="stretch_width")
 
+        preset = w.Select.from_param(self.param.preset, **lab("Schema and workload"),
+                                     options={p.label: k for k, p in PRESETS.items()})
+        source = pn.pane.Markdown(pn.bind(lambda k: f"*{PRESETS[k].source}*", self.param.preset),
+                                  sizing_mode="stretch_width", styles={"font-size": "85%"})
+        load_preset = w.Button(**lab("Load preset (replaces the terms)"), **{_COLOR: "primary"})
+        load_preset.on_click(lambda e: self.load_preset())
+        presets = pn.Card(preset, source, load_preset, title="Presets (papers' schemas)",
+                          sizing_mode="stretch_width", collapsed=True)
+
         fam = w.Select.from_param(self.param.family, **lab("Query family"),
                                   options={v: k for k, v in FAMILIES.items()})
 
@@ -1244,6 +1530,8 @@ class WorkloadBuilder(param.Parameterized):
 
         k_in = w.IntInput.from_param(self.param.k, **lab("k (width / marginal order)"),
                                      visible=shown("width_range", "marginals", "range_marginals", "product"))
+        orders = w.TextInput.from_param(self.param.orders, **lab("Orders (e.g. 0-3 or 1, 2; empty: k)"),
+                                        placeholder="0-3", visible=shown("marginals", "range_marginals"))
         m_in = w.IntInput.from_param(self.param.m, **lab("m (number of ranges)"),
                                      visible=shown("random_ranges", "product"))
         kind = w.Select.from_param(self.param.random_kind, **lab("Random ranges"),
@@ -1262,7 +1550,8 @@ class WorkloadBuilder(param.Parameterized):
         weight = w.FloatInput.from_param(self.param.weight, **lab("Weight (> 0)"), step=0.5)
         add = w.Button(**lab("Add term"), **{_COLOR: "primary"})
         add.on_click(lambda e: self.add_term())
-        adder = pn.Card(fam, blocks, k_in, m_in, kind, seed, rkind, ranges, preds, pred_file, weight, add,
+        adder = pn.Card(fam, blocks, k_in, orders, m_in, kind, seed, rkind, ranges, preds, pred_file,
+                        weight, add,
                         title="Add a term", sizing_mode="stretch_width")
 
         dl_json = w.FileDownload(callback=lambda: self._download("json"), filename="workload.json",
@@ -1290,7 +1579,7 @@ class WorkloadBuilder(param.Parameterized):
         specs = pn.Card(pn.Row(dl_json, dl_yaml), why, pn.pane.Markdown("**Load a spec file**"), upload,
                         text, pn.Row(load, copy), title="Import / export spec",
                         sizing_mode="stretch_width", collapsed=True)
-        return pn.Column(domain, adder, specs, width=360)
+        return pn.Column(domain, presets, adder, specs, width=360)
 
     def _block_selectors(self, version=None) -> pn.Column:
         """One block-type Select per attribute (product terms)."""

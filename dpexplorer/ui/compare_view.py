@@ -17,6 +17,20 @@ parameters: ``table`` (same numbers as :func:`dpexplorer.compare`),
 ``curve``, ``per_query``, ``busy``, ``error``; :meth:`ComparePage.wait`
 blocks until background work is done (tests, scripts).
 
+Strategy optimisers (:data:`OPTIMIZERS`: HDMM's OPT0, OPT⊗, OPT+, OPT_M and
+HDMM, Eigen-Design) come last: the table of the other mechanisms is shown
+first, then every optimiser's row (RMSE, ratio to the SVD bound) fills in as
+soon as it is built, while a second progress bar follows the optimiser's
+:func:`dpexplorer.optimization.report` calls (stage, iterations or
+restarts, current objective) and a Cancel button stops it
+(:meth:`ComparePage.cancel`).  Unticking ``auto_optimize`` leaves them out
+("not run yet") until :meth:`ComparePage.run_optimizers`.  A new workload or
+noise norm stops a running optimiser (its progress callback raises
+:class:`~dpexplorer.ui.optimize_view.Cancelled`); coming back to it starts it
+again.  Different strategies build side by side (one lock per cache entry,
+:func:`build_lock`), so a long optimisation on this page never holds the
+Strategy page.
+
 CompareView (the first, self-contained page)
 --------------------------------------------
 The component is a :class:`param.Parameterized`; its inputs are parameters
@@ -46,8 +60,10 @@ per workload and noise norm: L1 for Laplace, L2 for Gaussian).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
+import time
 import threading
 import weakref
 from collections import OrderedDict
@@ -67,10 +83,11 @@ from panel.io.state import set_curdoc
 
 import dpexplorer as dpx
 
+from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRelay
 from .session import Session
 
 __all__ = ["ComparePage", "CompareView", "CompareInputs", "WORKLOADS", "RANDOM_RANGES",
-           "Jobs", "build_lock", "check_workload", "rmse_chart"]
+           "Jobs", "build_lock", "check_workload", "rmse_chart", "OPTIMIZERS", "cached_entry"]
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +111,8 @@ _INPUTS = ("workload", "n", "width", "epsilon", "delta", "noise")
 
 # Widget captions: ``label`` since Panel 1.9 (``name`` is deprecated there), ``name`` before.
 _LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
+# Button colours: ``color`` since Panel 1.9 (``button_type`` is deprecated there).
+_COLOR = "color" if "color" in pn.widgets.Button.param else "button_type"
 
 HEADER = """\
 ## Compare mechanisms
@@ -392,19 +411,21 @@ def _param_message(exc: BaseException) -> str:
     return msg
 
 
-def rmse_chart(df: pd.DataFrame, title: str = "") -> hv.Overlay:
+def rmse_chart(df: pd.DataFrame, title: str = "", slots=()) -> hv.Overlay:
     """hv.Bars of the finite ``rmse`` per mechanism (log y), the SVD bound as an hv.HLine.
 
     ``df`` is a :func:`dpexplorer.compare` table (``attrs['svd_bound']``).
+    ``slots``: labels kept on the axis without a bar yet (optimisers still
+    running), so that their bars can fill in without rebuilding the plot.
     """
-    ok = df.dropna(subset=["rmse"])
+    ok = df[df["rmse"].notna() | df["label"].isin(list(slots))]
     bound = float(df.attrs.get("svd_bound", math.nan))
     bars = hv.Bars(
         ok, kdims=[hv.Dimension("label", label="Mechanism")],
         vdims=[hv.Dimension("rmse", label="RMSE (counts)"), "ratio"],
     ).opts(logy=True, tools=["hover"], color="#30a2da", responsive=True, height=360,
            title=title, xrotation=0, default_tools=["save", "reset"])
-    values = list(ok["rmse"])
+    values = list(ok["rmse"].dropna())
     if math.isfinite(bound) and bound > 0:
         values.append(bound)
     if values:
@@ -428,16 +449,23 @@ _BUILD_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _BUILD_LOCKS_GUARD = threading.Lock()
 
 
-def build_lock(cache: dpx.StrategyCache) -> threading.RLock:
-    """The lock serialising strategy builds in ``cache`` (one build at a time per session).
+def build_lock(cache: dpx.StrategyCache, key=None) -> threading.RLock:
+    """The lock serialising the builds of one entry of ``cache`` (per session).
 
-    Held only while :meth:`StrategyCache.entry` / ``svdb`` may build; reading
-    figures already stored by a page never takes it.
+    ``key`` names the entry: ``(W, name, norm)`` for a strategy, ``("svdb", W)``
+    for an SVD bound; the pages take it around :meth:`StrategyCache.entry` /
+    ``svdb`` so that two pages never build the same strategy twice, while
+    different strategies (a long optimisation on one page, a quick strategy
+    on another) build side by side.  ``key=None`` gives one lock for the whole
+    cache.  Reading figures already stored by a page never takes a lock.
     """
     with _BUILD_LOCKS_GUARD:
-        lock = _BUILD_LOCKS.get(cache)
+        locks = _BUILD_LOCKS.get(cache)
+        if locks is None:
+            locks = _BUILD_LOCKS[cache] = {}
+        lock = locks.get(key)
         if lock is None:
-            lock = _BUILD_LOCKS[cache] = threading.RLock()
+            lock = locks[key] = threading.RLock()
         return lock
 
 
@@ -465,7 +493,11 @@ class Jobs:
             with ctx:
                 fn(post, *args)
 
-        future = EXECUTOR.submit(run)
+        try:
+            future = EXECUTOR.submit(run)
+        except RuntimeError:  # the interpreter is shutting down: nothing more runs
+            log.debug("job not started: the executor is shut down", exc_info=True)
+            return
         with self._guard:
             self._futures.add(future)
         future.add_done_callback(self._done)
@@ -575,6 +607,25 @@ note.  Strategies are built once per workload and noise norm; changing ε or
 """
 
 
+#: Registry names of the strategy optimisers (HDMM's OPT0, OPT⊗, OPT+, OPT_M, HDMM;
+#: Eigen-Design): they report progress and may take seconds to minutes, so the Compare
+#: page can leave them out of the automatic comparison (``ComparePage.auto_optimize``).
+OPTIMIZERS = ("opt0", "opt_kron", "opt_plus", "opt_m", "hdmm", "eigen_design")
+
+NOT_RUN = ("optimiser not run yet: press 'Run optimisers' (or tick 'Run optimisers "
+           "automatically'); it may take a while")
+OPTIMIZING = "optimising… (its row fills in when it is built; see the progress bar)"
+CANCELLED = "cancelled: press 'Run optimisers' to build it"
+
+
+def cached_entry(cache: dpx.StrategyCache, W, name: str, noise):
+    """``cache.entry(W, name, noise)`` if it is already built, else None (never builds)."""
+    entries = getattr(cache, "_entries", None)
+    if entries is None:  # pragma: no cover - another cache implementation
+        return None
+    return entries.get((W, name, noise.norm, ()))
+
+
 @dataclass
 class _Base:
     """Unit-noise figures of one comparison: everything ε and δ rescale."""
@@ -584,6 +635,7 @@ class _Base:
     frame: pd.DataFrame  # dpx.compare columns + unit_tse, registry order
     svdb: float
     failures: list = field(default_factory=list)
+    pending: list = field(default_factory=list)  # optimisers not run (deferred or cancelled)
 
     @property
     def failed(self) -> bool:
@@ -621,6 +673,11 @@ class ComparePage(pn.viewable.Viewer):
     background : bool
         Build strategies in a worker thread (default).  ``False`` runs
         everything in the caller's thread (scripts).
+
+    Attributes
+    ----------
+    optimization : OptimizationProgress
+        Progress of the optimiser being built (stage, done/total, objective).
     """
 
     mechanism = param.String(default="hb", doc="""
@@ -642,6 +699,13 @@ class ComparePage(pn.viewable.Viewer):
     total = param.Integer(default=1, constant=True, precedence=-1,
                           doc="Mechanisms in the running comparison.")
     status = param.String(default="", constant=True, precedence=-1)
+    auto_optimize = param.Boolean(default=True, doc="""
+        Build the strategy optimisers (OPTIMIZERS) in every comparison; when False they
+        are listed as 'not run yet' until run_optimizers() (the 'Run optimisers' button).""")
+    pending = param.List(default=[], constant=True, precedence=-1, doc="""
+        Optimisers of the shown comparison that have not been run (deferred or cancelled).""")
+    optimizing = param.Boolean(default=False, constant=True, precedence=-1, doc="""
+        True while run_optimizers() builds the pending optimisers.""")
     per_query_note = param.String(default="", constant=True, precedence=-1)
     error = param.String(default="", constant=True, precedence=-1, doc="""
         Last error of this page ('' after a success); also sent to session.report().""")
@@ -656,6 +720,14 @@ class ComparePage(pn.viewable.Viewer):
     keep = 8
     #: Per-query errors kept in memory, summed over the cached vectors.
     max_cached_queries = 20_000_000
+    #: Least seconds between two partial updates while optimisers run (rows built meanwhile
+    #: are shown together; every update redraws the table and charts in the browser).
+    merge_interval = 1.5
+    #: Most seconds the first optimisers wait for the browser to draw the page, and seconds
+    #: they wait after it says it is loaded (it is still laying the page out): their updates
+    #: would otherwise slow down the first render (measured: ~4 s → 5-10 s page load).
+    load_wait = 30.0
+    load_grace = 1.5
 
     def __init__(self, session: Session | None = None, background: bool = True, **params):
         self.session = session if session is not None else Session()
@@ -668,8 +740,28 @@ class ComparePage(pn.viewable.Viewer):
         self._pending = None  # key of the comparison being built
         self._pq_pending = None
         self._shown = None  # key of the base behind `table`
+        self._opt_pending = None  # key whose optimisers run_optimizers() is building
+        self._pq_view = None  # (key, noise, data) of the per-query errors shown
+        self._cancel = False  # set by cancel(): the running optimisation stops
+        self._serials = itertools.count(1)  # build numbers (next() is atomic in CPython)
         self._panes: dict = {}
+        #: Progress of the optimiser being built (fed by dpexplorer.optimization.report).
+        self.optimization = OptimizationProgress()
+        # in a server session the optimisers wait until the browser has drawn the page: their
+        # work and updates would otherwise compete with the page's first render
+        self._loaded = threading.Event()
+        self._grace = 0.0
+        doc = pn.state.curdoc
+        if doc is not None and doc.session_context is not None:
+            try:
+                pn.state.onload(self._loaded.set)
+                self._grace = self.load_grace
+            except Exception:  # noqa: BLE001 - no onload support: do not wait
+                self._loaded.set()
+        else:
+            self._loaded.set()
         super().__init__(**params)
+        self.param.watch(lambda e: e.new and self.run_optimizers(), "auto_optimize")
         if self.mechanism not in self.mechanisms():
             self.mechanism = self.mechanisms()[0]
         self.session.param.watch(lambda *_: self.update(), ["workload", "epsilon", "delta", "noise"])
@@ -736,48 +828,107 @@ class ComparePage(pn.viewable.Viewer):
                 return True
             self._bases.move_to_end(key)
             self._show(key, base, noise)
+            if (base.pending and self.auto_optimize and self._opt_pending != key
+                    and not SHUTDOWN.is_set()):
+                self.run_optimizers()  # e.g. back to a comparison whose optimisers were stopped
             return True
 
     def _start(self, key, W, noise) -> None:
         self._token += 1
         self._pending = key
-        names = list(key[2])
-        self._set(busy=True, progress=0, total=max(1, sum(
-            not dpx.registry.get(n).data_dependent for n in names)),
-            status=f"Building strategies for {W.name} ({W.m:,} queries × {W.n:,} cells)…")
-        self._submit(self._compare_job, self._token, key, W, noise, names)
+        self._cancel = False
+        indep = [n for n in key[2] if not dpx.registry.get(n).data_dependent]
+        later = [n for n in indep if n in OPTIMIZERS
+                 and cached_entry(self.cache, W, n, noise) is None]
+        self._set(busy=True, progress=0, total=max(1, len(indep) - len(later)),
+                  status=f"Building strategies for {W.name} ({W.m:,} queries × {W.n:,} cells)…")
+        self._submit(self._compare_job, self._token, key, W, noise, list(key[2]),
+                     self.auto_optimize)
 
-    def _compare_job(self, post, token, key, W, noise, names) -> None:
-        """Worker: build every strategy (in session.cache), keep the unit-noise figures."""
+    def _stopped(self, token) -> bool:
+        """Whether the build under ``token`` must stop: superseded, or cancelled by the user."""
+        return token != self._token or self._cancel
+
+    def _post_status(self, post, token, key=None, **values) -> None:
+        """Post ``values`` (status, progress) unless a newer comparison started meanwhile or
+        the work it describes is over (posted callbacks are not always run in order): the
+        comparison of ``key`` (``busy``) or, without ``key``, the optimisers (``optimizing``)."""
+        def apply():
+            if token != self._token:
+                return
+            if key is not None and self._pending != key:
+                return  # the comparison is already shown
+            if key is None and not self.optimizing:
+                return  # the optimisers are done
+            self._set(**values)
+        post(apply)
+
+    def _build_row(self, post, token, W, noise, name,
+                   cancellable: bool = True) -> tuple[pd.DataFrame, str | None]:
+        """Worker: the :func:`dpexplorer.compare` row of ``name`` (built in session.cache).
+
+        Optimisers report progress to :attr:`optimization`; a superseded build
+        (or, when ``cancellable``, one the user cancelled) raises
+        :class:`Cancelled` out of here.  Returns the row (``unit_tse`` added)
+        and the failure message (None on success).
+        """
+        cache, mech = self.cache, dpx.registry.get(name)
+        serial = next(self._serials)
+        progress = self.optimization
+        stop = (lambda: self._stopped(token)) if cancellable else (lambda: token != self._token)
+        post(lambda: progress.begin(serial, mech.label))
+        relay = ProgressRelay(post, lambda *a: progress.update(serial, *a), stop=stop)
+        try:
+            with dpx.optimization.progress(relay), build_lock(cache, (W, name, noise.norm)):
+                if stop():  # stopped while waiting for the lock
+                    raise Cancelled(name)
+                df = dpx.compare(W, noise, [name], cache=cache)
+                df["unit_tse"] = cache.entry(W, name, noise)[1]
+            return df, None
+        except Exception as exc:  # noqa: BLE001 - one mechanism failing is reported
+            if not isinstance(exc, ValueError):
+                log.exception("mechanism %s failed", name)
+            return _row(mech, math.nan, f"failed: {_message(exc)}"), f"{mech.label}: {_message(exc)}"
+        finally:
+            post(lambda: progress.end(serial))
+
+    def _compare_job(self, post, token, key, W, noise, names, auto=True) -> None:
+        """Worker: build every strategy (in session.cache), keep the unit-noise figures.
+
+        The optimisers (:data:`OPTIMIZERS`) not built yet come last: the
+        comparison of the others is shown first, then -- when ``auto`` -- each
+        optimiser's row is added as soon as it is built (:meth:`_optimize_job`),
+        so a slow optimiser never holds the page.
+        """
         try:
             cache = self.cache
             indep = [n for n in names if not dpx.registry.get(n).data_dependent]
             dep = [n for n in names if dpx.registry.get(n).data_dependent]
-            frames, failures = [], []
-            with build_lock(cache):
+            later = [n for n in indep if n in OPTIMIZERS and cached_entry(cache, W, n, noise) is None]
+            now = [n for n in indep if n not in later]
+            rows, failures = {}, []
+            with build_lock(cache, ("svdb", W)):
                 svdb = cache.svdb(W)
-            for i, name in enumerate(indep):
+            for i, name in enumerate(now):
                 if token != self._token:
                     return  # superseded: the strategies built so far stay cached
                 mech = dpx.registry.get(name)
-                post(lambda i=i, mech=mech: self._set(
-                    progress=i, status=f"Building {mech.label} ({i + 1}/{len(indep)})…"))
+                self._post_status(post, token, key, progress=i,
+                                  status=f"Building {mech.label} ({i + 1}/{len(now)})…")
                 try:
-                    with build_lock(cache):
-                        df = dpx.compare(W, noise, [name], cache=cache)
-                        unit = cache.entry(W, name, noise)[1]
-                    df["unit_tse"] = unit
-                except Exception as exc:  # noqa: BLE001 - one mechanism failing is reported
-                    if not isinstance(exc, ValueError):
-                        log.exception("mechanism %s failed", name)
-                    failures.append(f"{mech.label}: {_message(exc)}")
-                    df = pd.DataFrame([{
-                        "mechanism": name, "label": mech.label, "rmse": math.nan,
-                        "kind": "analytic", "ratio": math.nan, "seconds": math.nan,
-                        "rows": math.nan, "sensitivity": math.nan, "data_dependent": False,
-                        "description": mech.description, "source": mech.source,
-                        "note": f"failed: {_message(exc)}", "unit_tse": math.nan}])
-                frames.append(df)
+                    rows[name], failure = self._build_row(post, token, W, noise, name,
+                                                          cancellable=False)
+                except Cancelled:
+                    if token != self._token:
+                        return  # superseded (new workload or noise norm)
+                    rows[name] = _row(mech, math.nan, CANCELLED)
+                    later.append(name)
+                    continue
+                if failure:
+                    failures.append(failure)
+            for name in later:
+                rows[name] = _row(dpx.registry.get(name), math.nan, OPTIMIZING if auto else NOT_RUN)
+            frames = [rows[n] for n in names if n in rows]
             if dep:
                 try:
                     df = dpx.compare(W, noise, dep, cache=cache)
@@ -792,13 +943,20 @@ class ComparePage(pn.viewable.Viewer):
                 order = {n: i for i, n in enumerate(names)}
                 frame = frame.sort_values("mechanism", key=lambda s: s.map(order),
                                           kind="stable").reset_index(drop=True)
-            base = _Base(W, noise.norm, frame, svdb, failures)
+            base = _Base(W, noise.norm, frame, svdb, failures, later)
         except Exception as exc:  # noqa: BLE001 - e.g. the SVD bound failing
             log.exception("comparison failed")
             message = _message(exc)  # `exc` is unbound once the except block ends
             post(lambda: self._job_failed(token, key, message))
             return
-        post(lambda: self._job_done(token, key, base))
+        run = (auto and bool(later) and token == self._token and not self._cancel
+               and not base.failed)
+        post(lambda: self._job_done(token, key, base, running=run))
+        if run:  # go on with the optimisers in this worker, the table already shown
+            if not self._loaded.is_set():  # the page's first load: let the browser draw it
+                self._loaded.wait(timeout=self.load_wait)
+                time.sleep(self._grace)
+            self._optimize_job(post, token, key, base, noise, list(later))
 
     def _job_failed(self, token, key, message) -> None:
         if self._pending == key:
@@ -807,15 +965,18 @@ class ComparePage(pn.viewable.Viewer):
             self._set(busy=False, status="")
             self._fail(f"Comparison failed: {message}")
 
-    def _job_done(self, token, key, base: _Base) -> None:
+    def _job_done(self, token, key, base: _Base, running: bool = False) -> None:
         if self._pending == key:
             self._pending = None
         self._bases[key] = base
         while len(self._bases) > self.keep:
             self._bases.popitem(last=False)
+        if running:
+            self._opt_pending = key
         if token != self._token:
             return
-        self._set(busy=False, progress=self.total, status="")
+        self._set(busy=False, progress=self.total, status="",
+                  **({"optimizing": True} if running else {}))
         if base.failures:
             self._fail("Every mechanism failed, showing the last result: "
                        + "; ".join(base.failures) if base.failed else
@@ -829,11 +990,123 @@ class ComparePage(pn.viewable.Viewer):
         table = scale_table(base, noise)
         curve = accuracy_curve(base, noise)
         self._shown = key
-        values = dict(table=table, curve=curve)
+        running = self._opt_pending == key
+        values = dict(table=table, curve=curve, pending=[] if running else list(base.pending))
         if not base.failures:
             values["error"] = ""
         self._set(**values)
         self._refresh_per_query()
+
+    # -------------------------------------------------------- optimisers
+    def run_optimizers(self) -> bool:
+        """Build the optimisers left out of the shown comparison (:attr:`pending`).
+
+        Runs in the background with progress in :attr:`optimization`; the
+        table keeps showing the other mechanisms, and each optimiser's row
+        appears when it is built.  ``False`` (and a message) when there is no
+        comparison to complete.
+        """
+        with self._lock:
+            key = self._shown
+            base = self._bases.get(key) if key is not None else None
+            if base is None:
+                if self._pending is not None:
+                    return True  # the comparison being built runs them (auto_optimize)
+                self._fail("Optimisers not run: there is no comparison yet")
+                return False
+            if not base.pending or self._opt_pending == key or self._pending is not None:
+                return True  # nothing to run, already running, or a comparison is starting
+            try:
+                noise = self.session.noise_model()
+            except ValueError as exc:
+                self._fail(_message(exc))
+                return False
+            if noise.norm != base.norm:
+                return True  # the comparison for the other norm is being built
+            self._cancel = False
+            self._opt_pending = key
+            frame = base.frame.copy()
+            frame.loc[frame["mechanism"].isin(base.pending), "note"] = OPTIMIZING
+            base = self._bases[key] = _Base(base.W, base.norm, frame, base.svdb,
+                                            list(base.failures), list(base.pending))
+            self._set(optimizing=True, pending=[],
+                      status=f"Running {len(base.pending)} optimiser(s)…")
+            self._show(key, base, noise)
+            self._submit(self._optimize_job, self._token, key, base, noise, list(base.pending))
+            return True
+
+    def cancel(self) -> None:
+        """Stop the optimisation that is running; the optimisers not built stay pending.
+
+        Also unticks :attr:`auto_optimize`, so that they are not started again
+        by the next change; 'Run optimisers' (:meth:`run_optimizers`) builds them.
+        """
+        self._cancel = True
+        if self.auto_optimize:
+            self.auto_optimize = False
+
+    def _optimize_job(self, post, token, key, base: _Base, noise, names) -> None:
+        """Worker: build the pending optimisers of ``base``, adding each row when it is built."""
+        done, failures, final_failure = {}, list(base.failures), None
+        last, unreported = time.monotonic(), []
+
+        def merged(pending):
+            old = base.frame
+            frame = pd.concat([done[m].reindex(columns=old.columns) if m in done
+                               else old.iloc[[i]] for i, m in enumerate(old["mechanism"])],
+                              ignore_index=True)
+            return _Base(base.W, base.norm, frame, base.svdb, list(failures), pending)
+
+        try:
+            for i, name in enumerate(names):
+                if self._stopped(token):
+                    break
+                mech = dpx.registry.get(name)
+                self._post_status(post, token, status=(
+                    f"Optimising {mech.label} ({i + 1}/{len(names)}); the table shows the "
+                    f"other mechanisms meanwhile"))
+                try:
+                    done[name], failure = self._build_row(post, token, base.W, noise, name)
+                except Cancelled:
+                    break
+                if failure:
+                    failures.append(failure)
+                    unreported.append(failure)
+                if i + 1 < len(names):  # show the rows built so far, the others still running
+                    if time.monotonic() - last >= self.merge_interval:
+                        step, message = merged([n for n in names if n not in done]), \
+                            "; ".join(unreported) or None
+                        post(lambda step=step, message=message: self._merge(
+                            token, key, step, message, final=False))
+                        last, unreported = time.monotonic(), []
+                else:
+                    final_failure = "; ".join(unreported) or None  # with the final merge
+            rest = [n for n in names if n not in done]
+            if rest:
+                final_failure = "; ".join(unreported) or None
+            for name in rest:
+                done[name] = _row(dpx.registry.get(name), math.nan,
+                                  CANCELLED if token == self._token else NOT_RUN)
+            final = merged(rest)
+        except Exception as exc:  # noqa: BLE001 - never a traceback in the page
+            log.exception("running the optimisers failed")
+            final, final_failure = None, f"Optimisers failed: {_message(exc)}"
+        post(lambda: self._merge(token, key, final, final_failure, final=True))
+
+    def _merge(self, token, key, base: _Base | None, failure: str | None, final: bool) -> None:
+        """Store (and show) a comparison with more optimisers built."""
+        if final and self._opt_pending == key:
+            self._opt_pending = None
+        if base is not None and key in self._bases:
+            self._bases[key] = base
+        if final and self._opt_pending is None:  # (another comparison's optimisers may run)
+            self._set(optimizing=False, **({} if self.busy else {"status": ""}))
+        if token != self._token:
+            return
+        if failure:
+            self._fail(failure if base is None else
+                       f"Some mechanisms failed (showing the others): {failure}")
+        self.update()
 
     # --------------------------------------------------------- per query
     def _refresh_per_query(self) -> None:
@@ -852,6 +1125,14 @@ class ComparePage(pn.viewable.Viewer):
                 return  # reported by update()
             if noise.norm != norm:
                 return  # the comparison for this norm is being built
+            base = self._bases.get(self._shown)
+            if base is not None and name in base.pending:
+                label = dpx.registry.get(name).label
+                self._set(per_query=None, per_query_note=(
+                    f"{label} is being optimised: its per-query errors follow when it is built"
+                    if self._opt_pending == self._shown else
+                    f"{label} has not been built for this workload yet: run the optimisers first"))
+                return
             pkey = (W, name, norm)
             pq = self._pq.get(pkey)
             if pq is None:
@@ -864,6 +1145,10 @@ class ComparePage(pn.viewable.Viewer):
             if pq.unit_std is None:
                 self._set(per_query=None, per_query_note=pq.note)
                 return
+            view = (pkey, noise.label, id(pq))
+            if view == self._pq_view and self.per_query is not None:
+                return  # already shown (e.g. an optimiser's row came in): nothing to redraw
+            self._pq_view = view
             std = noise.std_per_unit
             data = {"query": np.arange(pq.size), "rmse": std * pq.unit_std}
             if pq.lengths is not None:
@@ -883,7 +1168,7 @@ class ComparePage(pn.viewable.Viewer):
                 pq = _PerQuery(None, None, f"{W.m:,} queries: too many to compute the error of "
                                f"each (at most {self.max_per_query_rows:,})")
             else:
-                with build_lock(self.cache):
+                with build_lock(self.cache, (W, name, noise.norm)):
                     A, _, _, note = self.cache.entry(W, name, noise)
                 if A is None:
                     pq = _PerQuery(None, None, f"{dpx.registry.get(name).label} does not apply "
@@ -929,7 +1214,8 @@ class ComparePage(pn.viewable.Viewer):
             return hv.Overlay([hv.Text(0.5, 0.5, "Computing…" if self.busy else "No result yet")
                                .opts(xaxis=None, yaxis=None, responsive=True, height=360,
                                      shared_axes=False, toolbar=None)])
-        return rmse_chart(df, title).opts(shared_axes=False)
+        running = df.loc[df["note"] == OPTIMIZING, "label"] if "note" in df else []
+        return rmse_chart(df, title, slots=list(running)).opts(shared_axes=False)
 
     def curve_plot(self, df: pd.DataFrame | None = None) -> hv.Overlay:
         """RMSE over ε (log x, log y) per mechanism, the SVD bound dashed, the session's ε marked."""
@@ -1003,12 +1289,31 @@ class ComparePage(pn.viewable.Viewer):
         if df is None:
             return "No result yet." if not self.busy else "Computing the first comparison…"
         best = df.dropna(subset=["rmse"])
+        bound = self.svd_bound
         text = (f"**Workload** `{df.attrs.get('workload', '')}`: {df.attrs.get('m', 0):,} "
                 f"queries over n = {df.attrs.get('n', 0):,} cells; **noise** "
-                f"{df.attrs.get('noise', '')}; **SVD bound** {self.svd_bound:.4g}")
+                f"{df.attrs.get('noise', '')}; **SVD bound** " +
+                (f"{bound:.4g}" if math.isfinite(bound) else
+                 "not computable for this workload (it needs a dense n × n Gram matrix; "
+                 "single Kronecker products and marginal workloads have closed forms)"))
         if len(best):
-            text += (f"; **best** {best['label'].iloc[0]} (RMSE {best['rmse'].iloc[0]:.4g}, "
-                     f"{best['ratio'].iloc[0]:.2f}× the bound)")
+            ratio = best["ratio"].iloc[0]
+            text += (f"; **best** {best['label'].iloc[0]} (RMSE {best['rmse'].iloc[0]:.4g}"
+                     + (f", {ratio:.2f}× the bound)" if math.isfinite(ratio) else ")"))
+        analytic = df[~df["data_dependent"].astype(bool)] if "data_dependent" in df else df
+        skipped = analytic[analytic["rmse"].isna() & ~analytic["mechanism"].isin(self.pending)
+                           & (analytic["note"] != OPTIMIZING)]
+        if len(skipped):
+            text += "\n\n**No analytic error:** " + "; ".join(
+                f"{r.label} — {r.note}" for r in skipped.itertuples())
+        running = analytic[analytic["note"] == OPTIMIZING]
+        if len(running):
+            text += ("\n\n**Optimising** (rows fill in when built): "
+                     + ", ".join(running["label"]) + ".")
+        if self.pending:
+            labels = ", ".join(dpx.registry.get(n).label for n in self.pending
+                               if n in dpx.registry.REGISTRY)
+            text += f"\n\n**Optimisers not run yet:** {labels}."
         return text
 
     def _table_value(self) -> pd.DataFrame:
@@ -1030,10 +1335,19 @@ class ComparePage(pn.viewable.Viewer):
             value=self.param.progress, max=self.param.total, visible=self.param.busy,
             bar_color="primary", sizing_mode="stretch_width", height=20)
         status = pn.pane.Markdown(self.param.status, sizing_mode="stretch_width")
+        optimizing = self.optimization.panel(cancel=self.cancel)
+        auto = pn.widgets.Checkbox.from_param(
+            self.param.auto_optimize, **{_LABEL: "Run optimisers automatically (HDMM, "
+                                         "Eigen-Design, …: slower)"})
+        run = pn.widgets.Button(
+            **{_LABEL: "Run optimisers"}, **{_COLOR: "primary"}, width=200,
+            visible=pn.bind(bool, self.param.pending),
+            disabled=pn.bind(lambda b, o: b or o, self.param.busy, self.param.optimizing))
+        run.on_click(lambda e: self.run_optimizers())
         summary = pn.pane.Markdown(self._summary(), sizing_mode="stretch_width")
         bars = _LivePlot(self.bars, self.table if self.table is not None else _empty_table(),
-                         self._shown, height=380)
-        curve = _LivePlot(self.curve_plot, self.curve, self._shown, height=400)
+                         self._plot_key(), height=380)
+        curve = _LivePlot(self.curve_plot, self.curve, self._plot_key(), height=400)
         table = comparison_table(self._table_value(), description_width=360)
         options = {dpx.registry.get(n).label: n for n in self.mechanisms()}
         select = pn.widgets.Select(options=options, value=self.mechanism, width=220,
@@ -1045,10 +1359,17 @@ class ComparePage(pn.viewable.Viewer):
         sample = self._pq_sample_with_means()
         pq_key = self._pq_view_key()
         by_index = _LivePlot(self.per_query_plot, sample, pq_key, height=340)
-        by_length = _LivePlot(self.length_plot, sample, pq_key, height=340,
-                              visible="length" in sample and len(sample) > 0)
+        by_length = _LivePlot(self.length_plot, sample, pq_key, height=340)
+        # visibility toggles on wrapping Columns: toggling a rendered HoloViews pane's own
+        # `visible` raises in Panel 1.9 (its Bokeh stylesheets are re-validated as strings)
+        index_box = pn.Column(by_index.pane, visible=len(sample) > 0,
+                              sizing_mode="stretch_width")
+        length_box = pn.Column(by_length.pane, visible="length" in sample and len(sample) > 0,
+                               sizing_mode="stretch_width")
         self._panes.update(summary=summary, bars=bars, table=table, curve=curve,
-                           select=select, by_index=by_index, by_length=by_length)
+                           select=select, by_index=by_index, by_length=by_length,
+                           index_box=index_box, length_box=length_box,
+                           optimizing=optimizing, auto=auto, run=run)
 
         def on_results(*_):
             options = {dpx.registry.get(n).label: n for n in self.mechanisms()}
@@ -1056,15 +1377,16 @@ class ComparePage(pn.viewable.Viewer):
                 select.options = options
             summary.object = self._summary()
             table.value = self._table_value()
-            bars.update(self.table, self._shown)
-            curve.update(self.curve, self._shown)
+            bars.update(self.table, self._plot_key())
+            curve.update(self.curve, self._plot_key())
 
         def on_per_query(*_):
             s = self._pq_sample_with_means()
             key = self._pq_view_key()
             by_index.update(s, key)
             by_length.update(s, key)
-            by_length.pane.visible = "length" in s and len(s) > 0
+            index_box.visible = len(s) > 0
+            length_box.visible = "length" in s and len(s) > 0
         self.param.watch(on_results, ["table", "curve"])
         self.param.watch(on_per_query, "per_query")
 
@@ -1074,7 +1396,7 @@ class ComparePage(pn.viewable.Viewer):
             pn.pane.Markdown("### Per-query error\nStandard error of every workload answer "
                              "for the chosen mechanism (it depends on the query, not on the "
                              "data)."),
-            select, pq_note, by_index.pane, by_length.pane,
+            select, pq_note, index_box, length_box,
             loading=self.param.per_query_busy, sizing_mode="stretch_width")
         accuracy = pn.Column(
             pn.pane.Markdown("### Privacy–accuracy\nRMSE of each mechanism as ε varies (same "
@@ -1082,10 +1404,23 @@ class ComparePage(pn.viewable.Viewer):
                              "deviation, 1/ε for Laplace)."),
             curve.pane, loading=self.param.busy, sizing_mode="stretch_width")
         root = pn.Column(pn.pane.Markdown(PAGE_HEADER, sizing_mode="stretch_width"),
-                         progress, status, results, per_query, accuracy,
+                         pn.Row(auto, run, sizing_mode="stretch_width"),
+                         progress, status, optimizing, results, per_query, accuracy,
                          sizing_mode="stretch_width")
         self._panes["root"] = root
         return root
+
+    def _plot_key(self):
+        """What fixes the structure of the bars and curve plots: the comparison and its bars.
+
+        Optimisers still running keep a slot (a label without a bar, a curve
+        without points), so their results update the plots in place.
+        """
+        if self._shown is None or self.table is None:
+            return None
+        t = self.table
+        drawn = t["mechanism"][t["rmse"].notna() | (t["note"] == OPTIMIZING)]
+        return (self._shown, tuple(sorted(drawn)))
 
     def _pq_view_key(self):
         df = self.per_query
@@ -1154,11 +1489,13 @@ def accuracy_curve(base: _Base, noise, grid=EPS_GRID) -> pd.DataFrame:
 
     Uses only the stored unit TSE (``StrategyCache.entry(...)[1]``):
     ``rmse(ε) = sqrt(v(ε) · unit / m)`` with ``v`` of ``noise.with_epsilon(ε)``.
+    Optimisers still running are listed with NaN (a curve to fill in).
     """
     eps = np.unique(np.append(np.asarray(grid, dtype=float), noise.epsilon))
     v = np.array([noise.variance_per_unit if e == noise.epsilon
                   else noise.with_epsilon(float(e)).variance_per_unit for e in eps])
-    f = base.frame[np.isfinite(base.frame["unit_tse"].to_numpy(dtype=float))]
+    running = (base.frame["note"] == OPTIMIZING).to_numpy()
+    f = base.frame[np.isfinite(base.frame["unit_tse"].to_numpy(dtype=float)) | running]
     names = list(f["mechanism"]) + ["svd_bound"]
     labels = list(f["label"]) + ["SVD bound"]
     units = np.append(f["unit_tse"].to_numpy(dtype=float), base.svdb)
@@ -1166,9 +1503,19 @@ def accuracy_curve(base: _Base, noise, grid=EPS_GRID) -> pd.DataFrame:
     k = eps.size
     df = pd.DataFrame({"mechanism": np.repeat(names, k), "label": np.repeat(labels, k),
                        "epsilon": np.tile(eps, len(names)), "rmse": rmse.ravel()})
-    df = df[np.isfinite(df["rmse"])].reset_index(drop=True)
+    slots = df["mechanism"].isin(list(base.frame.loc[running, "mechanism"]))
+    df = df[np.isfinite(df["rmse"]) | slots].reset_index(drop=True)
     df.attrs.update(noise=noise.label, epsilon=noise.epsilon)
     return df
+
+
+def _row(mech, unit_tse: float, note: str) -> pd.DataFrame:
+    """A :func:`dpexplorer.compare` row without an analytic error (failed, not run, ...)."""
+    return pd.DataFrame([{
+        "mechanism": mech.name, "label": mech.label, "rmse": math.nan, "kind": "analytic",
+        "ratio": math.nan, "seconds": math.nan, "rows": math.nan, "sensitivity": math.nan,
+        "data_dependent": False, "description": mech.description, "source": mech.source,
+        "note": note, "unit_tse": unit_tse}])
 
 
 def _empty_table() -> pd.DataFrame:

@@ -10,7 +10,14 @@ so the Compare page and this page build every strategy once) and shows
   Gram matrix ``AᵀA`` (what the error depends on: ``TSE = v·Δ²·tr(WᵀW (AᵀA)⁺)``);
   for a Kronecker strategy ``A₁ ⊗ … ⊗ A_d`` one pair per factor;
 * its number of rows, its L1 and L2 sensitivity and its analytic RMSE under
-  the session's noise (rescaled when ε or δ change, nothing rebuilt).
+  the session's noise (rescaled when ε or δ change, nothing rebuilt);
+* for a marginal strategy (OPT_M, DataCube: ``theta`` indexed by bitmask),
+  the weight of every marginal, labelled by attribute names (top-k);
+* for a stacked strategy (OPT+: a ``blocks`` attribute), the weight and shape
+  of every block and the Kronecker factors of the first blocks;
+* for an optimised strategy (``A.optimization``), the convergence of its
+  optimiser: objective per iteration, each restart's final value and the SVD
+  bound, with a progress bar (and Cancel) while it is being optimised here.
 
 Matrices larger than ``max_pixels × max_pixels`` are drawn block-averaged
 (the title says so); a matrix too large to materialise at all (e.g. the
@@ -33,6 +40,7 @@ from dataclasses import dataclass, field
 import holoviews as hv
 import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh backend for .opts)
 import numpy as np
+import pandas as pd
 import panel as pn
 import param
 import scipy.sparse
@@ -41,10 +49,21 @@ import dpexplorer as dpx
 from dpexplorer.matrix import Dense, Identity, Kronecker, Matrix, Sparse, VStack, Weighted
 
 from .compare_view import _LABEL, Jobs, _message, build_lock, check_workload
+from .optimize_view import (
+    Cancelled,
+    OptimizationProgress,
+    ProgressRelay,
+    blocks_frame,
+    convergence_frame,
+    convergence_plot,
+    marginal_weights_frame,
+    marginal_weights_plot,
+    optimization_of,
+)
 from .session import Session
 
 __all__ = ["StrategyView", "StrategyInfo", "Heatmap", "drawable", "block_mean",
-           "DRAW_DENSE_LIMIT"]
+           "DRAW_DENSE_LIMIT", "MAX_BLOCKS_DRAWN"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +71,8 @@ log = logging.getLogger(__name__)
 DRAW_DENSE_LIMIT = 2**24
 #: Largest number of nonzeros of a range-query matrix turned sparse to draw it.
 DRAW_SPARSE_LIMIT = 50_000_000
+#: Blocks of a stacked strategy (OPT+) whose Kronecker factors are drawn.
+MAX_BLOCKS_DRAWN = 3
 
 SIDES = ("left", "right")
 
@@ -82,6 +103,8 @@ class Heatmap:
     kind : {"A", "gram"}
     factor : int or None
         Kronecker factor index (0-based), None for the whole strategy.
+    part : int or None
+        Block of a stacked strategy (OPT+) the factor belongs to, None otherwise.
     shape : tuple of int
         Shape of the matrix itself.
     array : ndarray or None
@@ -99,6 +122,7 @@ class Heatmap:
     array: np.ndarray | None
     block: tuple = (1, 1)
     message: str = ""
+    part: int | None = None  # block of a stacked strategy (0-based), None for the whole
 
     @property
     def downsampled(self) -> bool:
@@ -122,6 +146,10 @@ class StrategyInfo:
     sensitivity_l1: float = math.nan
     sensitivity_l2: float = math.nan
     heatmaps: list = field(default_factory=list)
+    optimization: object = None
+    svdb: float = math.nan
+    marginal_weights: object = None  # DataFrame of marginal_weights_frame, or None
+    blocks: object = None  # DataFrame of blocks_frame, or None
 
     def rmse(self, noise) -> float:
         """Analytic RMSE per query under ``noise`` (same norm): ``sqrt(v·unit TSE / m)``."""
@@ -200,8 +228,35 @@ def _factors(A: Matrix) -> list[Matrix] | None:
     return None
 
 
+def _block_heatmaps(A: Matrix, max_pixels: int) -> list[Heatmap]:
+    """The factors ``A_j`` of the first :data:`MAX_BLOCKS_DRAWN` Kronecker blocks of a stacked strategy."""
+    out = []
+    blocks = getattr(A, "blocks", None) or []
+    for j, B in enumerate(blocks[:MAX_BLOCKS_DRAWN]):
+        factors = _factors(B)
+        if factors is None:
+            continue
+        for i, F in enumerate(factors):
+            what = f"block {j + 1} of {len(blocks)}, factor {i + 1} of {len(factors)} ({F.name})"
+            try:
+                arr, blk = drawable(F, max_pixels)
+            except (TooLargeToDraw, dpx.MatrixTooLargeError) as exc:
+                out.append(Heatmap(f"{what}: {F.m:,} × {F.n:,}", "A", i, F.shape, None,
+                                   message=f"{what} is not drawn: {exc}", part=j))
+                continue
+            title = f"{what}: {F.m:,} × {F.n:,}"
+            if blk != (1, 1):
+                title += f", block-averaged {blk[0]}×{blk[1]}"
+            out.append(Heatmap(title, "A", i, F.shape, arr, blk, part=j))
+    return out
+
+
 def heatmaps(A: Matrix, max_pixels: int = 512) -> list[Heatmap]:
-    """The heatmaps of ``A`` and ``AᵀA`` (one pair per factor for a Kronecker strategy)."""
+    """The heatmaps of ``A`` and ``AᵀA`` (one pair per factor for a Kronecker strategy).
+
+    A stacked strategy (a ``blocks`` attribute, e.g. OPT+) also gets the
+    factors of its first :data:`MAX_BLOCKS_DRAWN` Kronecker blocks.
+    """
     factors = _factors(A)
     parts = [(None, A)] if factors is None else list(enumerate(factors))
     out = []
@@ -223,6 +278,8 @@ def heatmaps(A: Matrix, max_pixels: int = 512) -> list[Heatmap]:
                 title += (f", block-averaged {block[0]}×{block[1]} → "
                           f"{arr.shape[0]:,} × {arr.shape[1]:,}")
             out.append(Heatmap(title, kind, i, shape, arr, block))
+    if factors is None and getattr(A, "blocks", None) is not None:
+        out.extend(_block_heatmaps(A, max_pixels))
     return out
 
 
@@ -265,6 +322,10 @@ class StrategyView(pn.viewable.Viewer):
                                      constant=True, precedence=-1)
     left_busy = param.Boolean(default=False, constant=True, precedence=-1)
     right_busy = param.Boolean(default=False, constant=True, precedence=-1)
+    left_status = param.String(default="", constant=True, precedence=-1,
+                               doc="What the left side waits for ('' when idle).")
+    right_status = param.String(default="", constant=True, precedence=-1,
+                                doc="What the right side waits for ('' when idle).")
     error = param.String(default="", constant=True, precedence=-1,
                          doc="Last error of this page (also sent to session.report()).")
 
@@ -277,7 +338,10 @@ class StrategyView(pn.viewable.Viewer):
         self._lock = threading.RLock()
         self._jobs = Jobs(self._lock)
         self._tokens = {s: 0 for s in SIDES}
+        self._cancel = {s: False for s in SIDES}
         self._panes: dict = {}
+        #: Progress of the optimiser building each side (fed by dpexplorer.optimization.report).
+        self.progress = {s: OptimizationProgress() for s in SIDES}
         super().__init__(**params)
         names = self.mechanisms()
         for side, fallback in zip(SIDES, (names[:1], names[1:2] or names[:1]), strict=True):
@@ -293,6 +357,10 @@ class StrategyView(pn.viewable.Viewer):
     def mechanisms() -> list[str]:
         """Registry names of the data-independent mechanisms."""
         return dpx.registry.names(data_dependent=False)
+
+    def cancel(self, side: str) -> None:
+        """Stop the optimisation building ``side`` (its strategy is not shown; rebuild by choosing it)."""
+        self._cancel[side] = True
 
     def info(self, side: str) -> StrategyInfo | None:
         """The :class:`StrategyInfo` shown on ``side`` ("left" or "right")."""
@@ -321,7 +389,7 @@ class StrategyView(pn.viewable.Viewer):
             except ValueError as exc:
                 for s in SIDES:  # builds under way are dropped; the last strategies stay
                     self._tokens[s] += 1
-                self._set(left_busy=False, right_busy=False)
+                self._set(left_busy=False, right_busy=False, left_status="", right_status="")
                 self._fail(_message(exc))
                 return False
             for s in SIDES if side is None else (side,):
@@ -332,7 +400,8 @@ class StrategyView(pn.viewable.Viewer):
                         and self._pixels == self.max_pixels and side is None):
                     continue
                 self._tokens[s] += 1
-                self._set(**{f"{s}_busy": True})
+                self._cancel[s] = False
+                self._set(**{f"{s}_busy": True, f"{s}_status": ""})
                 self._submit(self._build_job, s, self._tokens[s], W, noise, name, self.max_pixels)
             self._pixels = self.max_pixels
             return True
@@ -355,28 +424,67 @@ class StrategyView(pn.viewable.Viewer):
             return
         info = StrategyInfo(name, mech.label, W, noise.norm)
         error = ""
+        cache = self.session.cache
+        progress = self.progress[side]
+        post(lambda: progress.begin(token, mech.label))
+        relay = ProgressRelay(post, lambda *a: progress.update(token, *a),
+                              stop=lambda: token != self._tokens[side] or self._cancel[side])
         try:
             if mech.data_dependent:
                 raise ValueError(f"{mech.label} is data-dependent: it has no fixed strategy")
-            with build_lock(self.session.cache):
-                A, unit, seconds, note = self.session.cache.entry(W, name, noise)
+            lock = build_lock(cache, (W, name, noise.norm))
+            if not lock.acquire(blocking=False):  # another page is building it
+                self._status(post, side, token, f"Waiting for {mech.label}: it is being built "
+                             f"for this workload on another page (its progress shows there)")
+                lock.acquire()
+            try:
+                with dpx.optimization.progress(relay):
+                    A, unit, seconds, note = cache.entry(W, name, noise)
+            finally:
+                lock.release()
             info.A, info.unit_tse, info.seconds, info.note = A, unit, seconds, note
             if A is not None:
+                self._status(post, side, token, f"Drawing {mech.label}…")
                 info.rows = A.m
                 info.sensitivity_l1 = A.sensitivity(1)
                 info.sensitivity_l2 = A.sensitivity(2)
                 info.heatmaps = heatmaps(A, max_pixels)
+                info.optimization = optimization_of(A)
+                if info.optimization is not None:
+                    with build_lock(cache, ("svdb", W)):
+                        info.svdb = cache.svdb(W)
+                if getattr(A, "theta", None) is not None:
+                    names = getattr(W, "attributes", None)
+                    info.marginal_weights = marginal_weights_frame(A, names)
+                if getattr(A, "blocks", None) is not None and _factors(A) is None:
+                    info.blocks = blocks_frame(A)
+        except Cancelled:
+            if token != self._tokens[side]:
+                post(lambda: progress.end(token))
+                return  # superseded: a newer build of this side runs
+            error = (f"{mech.label}: optimisation cancelled; choose it again (or change the "
+                     f"workload) to rebuild it")
+            info.error = error
         except Exception as exc:  # noqa: BLE001 - shown in the page, never a traceback
             if not isinstance(exc, ValueError):
                 log.exception("strategy %s failed", name)
             error = f"{mech.label}: {_message(exc)}"
             info.error = error
+        post(lambda: progress.end(token))
         post(lambda: self._done(side, token, info, error))
+
+    def _status(self, post, side, token, text) -> None:
+        """Post the status line of ``side``: dropped if a newer build of the side started or
+        this one is already shown (posted callbacks are not always run in order)."""
+        def show():
+            if token == self._tokens[side] and getattr(self, f"{side}_busy"):
+                self._set(**{f"{side}_status": text})
+        post(show)
 
     def _done(self, side, token, info, error) -> None:
         if token != self._tokens[side]:
             return  # superseded by a newer choice
-        values = {f"{side}_busy": False}
+        values = {f"{side}_busy": False, f"{side}_status": ""}
         if info is not None:
             values[f"{side}_info"] = info
         self._set(**values)
@@ -407,7 +515,7 @@ class StrategyView(pn.viewable.Viewer):
         W, A = info.W, info.A
         kron = _factors(A)
         shape = (" ⊗ ".join(f"{f.m:,}×{f.n:,}" for f in kron) if kron else "")
-        return (f"{head}\n\n"
+        text = (f"{head}\n\n"
                 f"| figure | value |\n|---|---|\n"
                 f"| rows (queries measured) | {info.rows:,}{' = ' + shape if shape else ''} |\n"
                 f"| cells | {A.n:,} |\n"
@@ -415,17 +523,60 @@ class StrategyView(pn.viewable.Viewer):
                 f"| analytic RMSE per query | {rmse} |\n"
                 f"| workload | {W.name}: {W.m:,} queries |\n"
                 f"| build time | {info.seconds:.3g} s |")
+        opt = info.optimization
+        if opt is not None:
+            ratio = (f" = {opt.objective / info.svdb:.3g} × the SVD bound {info.svdb:.4g} "
+                     f"(RMSE {math.sqrt(opt.objective / info.svdb):.3g}×)"
+                     if math.isfinite(info.svdb) and info.svdb > 0 and opt.objective >= 0 else "")
+            text += (f"\n| optimiser | {opt.method or info.label}, "
+                     f"{len(np.atleast_1d(opt.restarts))} restart(s), seed {opt.seed}, "
+                     f"{opt.seconds:.3g} s |\n"
+                     f"| objective (unit-noise TSE) | {opt.objective:.6g}{ratio} |")
+        if info.marginal_weights is not None:
+            mw = info.marginal_weights
+            text += f"\n| marginals measured | {mw.attrs.get('count', len(mw)):,} |"
+        if info.blocks is not None:
+            text += f"\n| blocks (stacked sub-strategies) | {len(info.blocks):,} |"
+        return text
 
     def plot(self, side: str):
-        """hv.Layout of the heatmaps on ``side`` (A and AᵀA, per factor), or None."""
+        """hv.Layout of what is drawn on ``side``, or None.
+
+        The convergence plot (optimised strategies) and the marginal weights
+        (marginal strategies) first, then the heatmaps (A and AᵀA, per factor,
+        per block).  One Layout: separate HoloViews panes added next to the
+        heatmaps upset the Bokeh layout of the column (Panel 1.9).
+        """
         info = self.info(side)
-        if info is None or not info.heatmaps:
+        if info is None:
             return None
-        images = [heatmap_element(h, size=320) for h in info.heatmaps if h.array is not None]
-        if not images:
+        parts = [p for p in (self.convergence(side), self.marginals_plot(side)) if p is not None]
+        parts += [heatmap_element(h, size=320) for h in info.heatmaps if h.array is not None]
+        if not parts:
             return None
         # one column: two sides of two heatmaps with colorbars do not fit a page's width
-        return hv.Layout(images).cols(1).opts(shared_axes=False)
+        return hv.Layout(parts).cols(1).opts(shared_axes=False)
+
+    def convergence(self, side: str):
+        """The convergence plot of the optimiser behind ``side`` (hv.Overlay), or None."""
+        info = self.info(side)
+        if info is None or info.optimization is None or info.A is None:
+            return None
+        return convergence_plot(info.optimization, info.svdb)
+
+    def convergence_data(self, side: str):
+        """``(trace, restarts)`` frames drawn by :meth:`convergence`, or None."""
+        info = self.info(side)
+        if info is None or info.optimization is None or info.A is None:
+            return None
+        return convergence_frame(info.optimization)
+
+    def marginals_plot(self, side: str):
+        """Bars of the marginal weights θ of ``side`` (marginal strategies), or None."""
+        info = self.info(side)
+        if info is None or info.marginal_weights is None or not len(info.marginal_weights):
+            return None
+        return marginal_weights_plot(info.marginal_weights)
 
     def messages(self, side: str) -> str:
         info = self.info(side)
@@ -444,23 +595,48 @@ class StrategyView(pn.viewable.Viewer):
         select = pn.widgets.Select(options=options, value=getattr(self, side), width=240,
                                    **{_LABEL: f"{side.capitalize()} strategy"})
         select.link(self, value=side, bidirectional=True)
+        rebuild = pn.widgets.Button(**{_LABEL: "Build again"}, width=120,
+                                    visible=bool(self.info(side) and self.info(side).error))
+        rebuild.on_click(lambda e: self.update(side))
+        progress = self.progress[side].panel(cancel=lambda: self.cancel(side))
+        status = pn.pane.Markdown(self.param[f"{side}_status"], sizing_mode="stretch_width")
         stats = pn.pane.Markdown(self.stats(side), sizing_mode="stretch_width")
         note = pn.pane.Alert(self.messages(side), alert_type="info",
                              visible=bool(self.messages(side)), sizing_mode="stretch_width")
+        blocks = self.info(side).blocks if self.info(side) is not None else None
+        btable = pn.widgets.Tabulator(blocks if blocks is not None else pd.DataFrame(),
+                                      disabled=True, show_index=False,
+                                      visible=blocks is not None, sizing_mode="stretch_width",
+                                      layout="fit_data_table", height=200)
+        # visibility toggles on a wrapping Column: toggling a rendered HoloViews pane's own
+        # `visible` raises in Panel 1.9 (its Bokeh stylesheets are re-validated as strings)
         plot = self.plot(side)
-        pane = pn.pane.HoloViews(plot, visible=plot is not None, linked_axes=False)
+        pane = pn.pane.HoloViews(plot, linked_axes=False)
+        box = pn.Column(pane, visible=plot is not None)
 
         def redraw(*_):
+            info = self.info(side)
             stats.object = self.stats(side)
             msg = self.messages(side)
             note.object, note.visible = msg, bool(msg)
+            b = info.blocks if info is not None else None
+            if b is not None:
+                btable.value = b
+            btable.visible = b is not None
+            rebuild.visible = bool(info is not None and info.error)
             p = self.plot(side)
-            pane.object, pane.visible = p, p is not None
+            pane.object, box.visible = p, p is not None
         self.param.watch(redraw, [f"{side}_info"])
         self.param.watch(lambda *_: setattr(stats, "object", self.stats(side)), f"{side}_busy")
         self._panes.update({f"{side}_stats": stats, f"{side}_plot": pane,
-                            f"{side}_select": select, f"{side}_note": note})
-        return pn.Column(select, stats, note, pane, loading=self.param[f"{side}_busy"],
+                            f"{side}_select": select, f"{side}_note": note,
+                            f"{side}_plot_box": box,
+                            f"{side}_blocks": btable, f"{side}_progress": progress,
+                            f"{side}_rebuild": rebuild})
+        body = pn.Column(stats, note, btable, box,
+                         loading=self.param[f"{side}_busy"], sizing_mode="stretch_width")
+        # the progress stays outside the loading overlay so that it can be seen (and cancelled)
+        return pn.Column(pn.Row(select, rebuild), progress, status, body,
                          sizing_mode="stretch_width")
 
     def panel(self) -> pn.Column:

@@ -1,0 +1,393 @@
+"""Optimised strategies in the explorer: live progress, convergence, marginal weights, blocks.
+
+The strategy optimisers (HDMM's OPT0, OPT⊗, OPT+, OPT_M and HDMM itself;
+Eigen-Design) report their progress through
+:func:`dpexplorer.optimization.report` and attach an
+:class:`~dpexplorer.optimization.OptimizationResult` to the strategy they
+return (``A.optimization``).  This module holds what the Compare and Strategy
+pages show of them:
+
+* :class:`OptimizationProgress` -- a progress bar and a status line fed by a
+  :class:`ProgressRelay`, the per-thread callback installed with
+  :func:`dpexplorer.optimization.progress` around a build in a worker thread.
+  The relay throttles updates (the optimisers may report thousands of
+  iterations a second) and posts them to the page's event loop; it raises
+  :class:`Cancelled` -- which stops the optimiser -- when the page asks it to
+  (a Cancel button, or the workload changed meanwhile);
+* :func:`convergence_frame` / :func:`convergence_plot` -- the objective (the
+  unit-noise TSE ``Δ_p(A)² · tr(WᵀW (AᵀA)⁺)``, HDMM Prop. 4) after every
+  iteration of the best restart, the final objective of every restart, and
+  the SVD bound ``SVDB(W)`` (same units: unit-noise TSE; HDMM Def. 11,
+  Prop. 5) as a horizontal line no strategy can go below;
+* :func:`marginal_weights_frame` / :func:`marginal_weights_plot` -- the weight
+  ``θ_a`` of every marginal of a marginal strategy (HDMM Sec. 8, OPT_M),
+  labelled by attribute names (``"sex×age"``), largest first (top-k);
+* :func:`blocks_frame` -- the weighted blocks of a stacked strategy (OPT+,
+  HDMM Def. 19: one Kronecker sub-strategy per group of products, each with a
+  weight).
+
+Everything here works on public things (workloads, strategies), never on data.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures.thread  # noqa: F401  (registers its exit hook before ours, see below)
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import holoviews as hv
+import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh backend for .opts)
+import numpy as np
+import pandas as pd
+import panel as pn
+import param
+
+from dpexplorer.matrix import Kronecker, Matrix, Weighted
+
+__all__ = ["Cancelled", "SHUTDOWN", "ProgressRelay", "OptimizationProgress", "convergence_frame",
+           "convergence_plot", "marginal_weights_frame", "marginal_weights_plot",
+           "blocks_frame", "optimization_of", "marginal_label", "TOP_MARGINALS"]
+
+#: Marginals drawn in the weights chart (largest weights first); the rest are counted.
+TOP_MARGINALS = 30
+#: Seconds between two progress updates posted to the page (the last one is always posted).
+PROGRESS_INTERVAL = 0.15
+
+
+#: Set when the interpreter shuts down: every running optimisation is cancelled, so that a
+#: server stopping does not wait minutes for the worker threads joined at exit.
+SHUTDOWN = threading.Event()
+_register_atexit = getattr(threading, "_register_atexit", None)
+if _register_atexit is not None:  # run before ThreadPoolExecutor joins its workers
+    _register_atexit(SHUTDOWN.set)
+
+
+class Cancelled(BaseException):
+    """Raised by a :class:`ProgressRelay` to stop the optimisation it reports for.
+
+    A :class:`BaseException` (like :class:`asyncio.CancelledError`) so that an
+    optimiser's own ``except Exception`` (e.g. around one restart) does not
+    swallow it; the pages catch it explicitly.
+    """
+
+
+# ======================================================================= progress
+class ProgressRelay:
+    """The progress callback of one build: throttles, posts, and cancels on request.
+
+    Install it for the worker thread with
+    ``with dpexplorer.optimization.progress(relay): ...``.
+
+    Parameters
+    ----------
+    post : callable
+        ``post(callback)`` runs ``callback()`` on the page's event loop (or at
+        once outside a server), see :class:`~dpexplorer.ui.compare_view.Jobs`.
+    sink : callable
+        ``sink(stage, done, total, objective, seconds)`` updates the widgets;
+        run through ``post``.
+    stop : callable, optional
+        ``stop() -> bool``; when it returns true the relay raises
+        :class:`Cancelled` inside the optimiser (at its next report).
+    interval : float, optional
+        Least number of seconds between two posted updates (0: post all;
+        default :data:`PROGRESS_INTERVAL`).
+    """
+
+    def __init__(self, post: Callable, sink: Callable, stop: Callable[[], bool] | None = None,
+                 interval: float | None = None):
+        self.post = post
+        self.sink = sink
+        self.stop = stop or (lambda: False)
+        self.interval = PROGRESS_INTERVAL if interval is None else interval
+        self.start = time.monotonic()
+        self.reports = 0
+        self._last = -math.inf
+        self._lock = threading.Lock()
+
+    def __call__(self, stage: str, done: int, total: int, objective: float = math.nan) -> None:
+        if self.stop() or SHUTDOWN.is_set():
+            raise Cancelled(f"optimisation stopped at {stage!r} ({done}/{total})")
+        now = time.monotonic()
+        with self._lock:
+            self.reports += 1
+            final = total > 0 and done >= total
+            if not final and now - self._last < self.interval:
+                return
+            self._last = now
+        seconds = now - self.start
+        self.post(lambda: self.sink(str(stage), int(done), int(total), float(objective), seconds))
+
+
+class OptimizationProgress(param.Parameterized):
+    """Progress of the optimisation running for a page (or one side of a page).
+
+    Parameters are what the widgets show: ``active``, ``label`` (mechanism),
+    ``stage`` (the optimiser's text, e.g. "opt0 restart 2/5"), ``done`` /
+    ``total`` (iterations or restarts; ``total == 0`` when unknown),
+    ``objective`` (current unit TSE, NaN if none yet) and ``seconds``.
+    """
+
+    active = param.Boolean(default=False, doc="An optimisation is running.")
+    label = param.String(default="", doc="Mechanism being optimised.")
+    stage = param.String(default="", doc="The optimiser's description of its current step.")
+    done = param.Integer(default=0, bounds=(0, None), doc="Units of work done.")
+    total = param.Integer(default=0, bounds=(0, None), doc="Units of work in all (0: unknown).")
+    objective = param.Number(default=math.nan, allow_None=True, doc="Current unit-noise TSE.")
+    seconds = param.Number(default=0.0, doc="Seconds since the optimisation started.")
+    reports = param.Integer(default=0, doc="Progress updates received (for tests).")
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        self._serial = None
+        self._label = ""
+        self._ended: set = set()  # builds whose end was seen (callbacks may come out of order)
+
+    def begin(self, serial: int, label: str) -> None:
+        """A build of ``label`` starts; it shows once its optimiser reports (``update``)."""
+        if serial not in self._ended:
+            self._serial, self._label = serial, label
+
+    def update(self, serial: int, stage: str, done: int, total: int, objective: float,
+               seconds: float) -> None:
+        """One report of the optimiser of build ``serial`` (the :class:`ProgressRelay` sink).
+
+        Reports of a build that has ended (delivered late) are ignored.
+        """
+        if serial != self._serial:
+            return
+        self.param.update(active=True, label=self._label, stage=stage, done=max(0, done),
+                          total=max(0, total), objective=objective, seconds=seconds,
+                          reports=self.reports + 1)
+
+    def end(self, serial: int) -> None:
+        """Build ``serial`` ended (built, failed or cancelled): hide the progress."""
+        self._ended.add(serial)
+        if len(self._ended) > 1000:  # keep the most recent ones (serials increase)
+            self._ended = set(sorted(self._ended)[-500:])
+        if serial == self._serial or self._serial is None:
+            self._serial = None
+            self.param.update(active=False)
+
+    def text(self) -> str:
+        """Markdown status line: mechanism, stage, count, objective, elapsed time."""
+        if not self.active:
+            return ""
+        count = f"{self.done:,}/{self.total:,}" if self.total else f"{self.done:,}"
+        obj = self.objective
+        objective = (f", objective (unit TSE) {obj:.6g}" if obj is not None and math.isfinite(obj)
+                     else "")
+        return (f"**Optimising {self.label}:** {self.stage} — {count}{objective} "
+                f"({self.seconds:.1f} s)")
+
+    def value(self) -> int:
+        """Progress bar value in percent; -1 (indeterminate) while the total is unknown."""
+        if not self.total:
+            return -1
+        return int(round(100 * min(self.done, self.total) / self.total))
+
+    def panel(self, cancel: Callable[[], None] | None = None) -> pn.Column:
+        """Progress bar and status line, visible while :attr:`active` (and a Cancel button)."""
+        bar = pn.indicators.Progress(value=pn.bind(lambda *_: self.value(), self.param.done,
+                                                   self.param.total, self.param.active),
+                                     max=100, bar_color="info", height=16,
+                                     sizing_mode="stretch_width")
+        line = pn.pane.Markdown(pn.bind(lambda *_: self.text(), self.param.stage, self.param.done,
+                                        self.param.objective, self.param.active),
+                                sizing_mode="stretch_width", margin=(0, 10))
+        parts = [bar, line]
+        if cancel is not None:
+            label = "label" if "label" in pn.widgets.Button.param else "name"
+            color = "color" if "color" in pn.widgets.Button.param else "button_type"
+            button = pn.widgets.Button(**{label: "Cancel optimisation", color: "warning"},
+                                       width=180)
+            button.on_click(lambda e: cancel())
+            parts.append(button)
+        return pn.Column(*parts, visible=self.param.active, sizing_mode="stretch_width")
+
+
+# ==================================================================== convergence
+def optimization_of(A: Matrix | None):
+    """The :class:`~dpexplorer.optimization.OptimizationResult` attached to ``A``, or None."""
+    if A is None:
+        return None
+    result = getattr(A, "optimization", None)
+    if result is None and isinstance(A, Weighted):
+        result = getattr(A.base, "optimization", None)
+    return result
+
+
+def convergence_frame(result) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(trace, restarts)``: the objective per iteration and the final objective per restart.
+
+    ``trace`` has columns ``iteration`` (0-based) and ``objective`` (unit-noise
+    TSE ``Δ_p(A)² · tr(WᵀW (AᵀA)⁺)``, HDMM Prop. 4); ``restarts`` has
+    ``restart`` (1-based, in the order they ran), ``objective``, ``iteration``
+    (where it is drawn: the last iteration of the trace) and ``best``.
+    Non-finite values are dropped.
+    """
+    trace = np.asarray(getattr(result, "trace", np.zeros(0)), dtype=float).ravel()
+    restarts = np.asarray(getattr(result, "restarts", np.zeros(0)), dtype=float).ravel()
+    t = pd.DataFrame({"iteration": np.arange(trace.size), "objective": trace})
+    t = t[np.isfinite(t["objective"])].reset_index(drop=True)
+    end = int(t["iteration"].iloc[-1]) if len(t) else 0
+    r = pd.DataFrame({"restart": np.arange(1, restarts.size + 1), "objective": restarts,
+                      "iteration": end})
+    r = r[np.isfinite(r["objective"])].reset_index(drop=True)
+    r["best"] = r["objective"] == r["objective"].min() if len(r) else []
+    return t, r
+
+
+def convergence_plot(result, svdb: float = math.nan, title: str = "",
+                     width: int = 560, height: int = 300) -> hv.Overlay:
+    """Objective vs iteration (log y), restarts' final values marked, the SVD bound dashed.
+
+    Parameters
+    ----------
+    result : OptimizationResult
+    svdb : float
+        ``SVDB(W)``, the unit-noise TSE lower bound (Li & Miklau 2012 Thm 2;
+        HDMM Def. 11, Prop. 5): same units as the objective.  Not drawn when NaN.
+    """
+    trace, restarts = convergence_frame(result)
+    values = np.concatenate([trace["objective"].to_numpy(), restarts["objective"].to_numpy(),
+                             [svdb] if math.isfinite(svdb) else []])
+    logy = bool(values.size) and bool(np.all(values > 0))
+    it = hv.Dimension("iteration", label="iteration (best restart)")
+    obj = hv.Dimension("objective", label="objective: unit-noise TSE")
+    elems = [hv.Curve(trace, it, obj, label="objective").opts(color="#30a2da", line_width=2,
+                                                               tools=["hover"])]
+    if len(restarts):
+        elems.append(hv.Scatter(restarts, it, [obj, "restart"],
+                                label=f"final value of each restart ({len(restarts)})").opts(
+            color="#e5ae38", size=8, marker="circle", tools=["hover"]))
+    if math.isfinite(svdb):  # a curve over the iterations (an HLine has no legend entry)
+        end = max(1, int(trace["iteration"].max()) if len(trace) else 1)
+        elems.append(hv.Curve(([0, end], [svdb, svdb]), it, obj,
+                              label=f"SVD bound {svdb:.4g} (no strategy goes below)").opts(
+            color="#d62728", line_dash="dashed", line_width=2))
+    ylim = (None, None)
+    if values.size:
+        lo, hi = float(values.min()), float(values.max())
+        ylim = (lo / 1.3, hi * 1.3) if logy else (min(0.0, lo), hi * 1.1 if hi > 0 else 1.0)
+    best = getattr(result, "objective", math.nan)
+    ratio = (f" (TSE {best / svdb:.3g}×, RMSE {math.sqrt(best / svdb):.3g}× the SVD bound)"
+             if math.isfinite(svdb) and svdb > 0 and best >= 0 else "")
+    method = getattr(result, "method", "") or "optimiser"
+    seconds = getattr(result, "seconds", math.nan)
+    title = title or (f"{method}: objective {best:.5g}{ratio}; {len(restarts)} restart(s), "
+                      f"{seconds:.2g} s")
+    return hv.Overlay(elems).opts(
+        logy=logy, ylim=ylim, width=width, height=height, legend_position="top_right",
+        title=title, fontsize={"title": "9pt"}, shared_axes=False)
+
+
+# ====================================================================== marginals
+def marginal_label(mask: int, names: Sequence[str]) -> str:
+    """``"sex×age"`` for the marginal on the attributes of bitmask ``mask`` (bit i ↔ attribute i).
+
+    The empty marginal (``mask == 0``) is the total.
+    """
+    attrs = [str(a) for i, a in enumerate(names) if mask >> i & 1]
+    return "×".join(attrs) if attrs else "total (0-way)"
+
+
+def _marginals(A) -> list[tuple[int, float]]:
+    pairs = getattr(A, "marginals", None)
+    if pairs is not None:
+        return [(int(m), float(w)) for m, w in pairs]
+    theta = np.asarray(A.theta, dtype=float).ravel()
+    return [(int(m), float(theta[m])) for m in np.flatnonzero(theta)]
+
+
+def marginal_weights_frame(A, names: Sequence[str] | None = None,
+                           top: int | None = TOP_MARGINALS) -> pd.DataFrame:
+    """The weights ``θ_a`` of a marginal strategy, largest first: ``marginal, mask, order, weight``.
+
+    ``A`` has ``theta`` (length ``2**d``, indexed by bitmask: attribute ``i`` ↔
+    bit ``1 << i``) and optionally ``marginals`` (``(bitmask, weight)`` pairs);
+    only non-zero weights are listed (HDMM Sec. 8: the strategy measures the
+    marginal ``a`` with weight ``θ_a``; its L1 sensitivity is ``Σ θ_a``).
+    ``attrs`` holds ``count`` (non-zero marginals), ``shown``, ``l1`` (``Σ θ_a``)
+    and ``l2`` (``(Σ θ_a²)^½``).
+
+    Raises
+    ------
+    ValueError
+        If ``A`` has no ``theta`` or its length is not ``2**d``.
+    """
+    theta = getattr(A, "theta", None)
+    if theta is None:
+        raise ValueError(f"{type(A).__name__} is not a marginal strategy (it has no theta)")
+    d = len(A.domain)
+    theta = np.asarray(theta, dtype=float).ravel()
+    if theta.size != 2**d:
+        raise ValueError(f"theta has {theta.size} entries but a {d}-attribute domain has "
+                         f"2**{d} = {2**d} marginals")
+    names = list(names) if names is not None and len(names) == d else [f"a{i + 1}" for i in range(d)]
+    pairs = [(m, w) for m, w in _marginals(A) if w != 0]
+    frame = pd.DataFrame({"marginal": [marginal_label(m, names) for m, _ in pairs],
+                          "mask": [m for m, _ in pairs],
+                          "order": [bin(m).count("1") for m, _ in pairs],
+                          "weight": [w for _, w in pairs]},
+                         columns=["marginal", "mask", "order", "weight"])
+    frame = frame.sort_values(["weight", "mask"], ascending=[False, True],
+                              kind="stable").reset_index(drop=True)
+    count = len(frame)
+    if top is not None:
+        frame = frame.head(top)
+    frame.attrs.update(count=count, shown=len(frame), l1=float(np.abs(theta).sum()),
+                       l2=float(np.sqrt((theta ** 2).sum())))
+    return frame
+
+
+def marginal_weights_plot(frame: pd.DataFrame, height: int = 320) -> hv.Bars:
+    """Bars of ``θ_a`` per marginal (largest first), from :func:`marginal_weights_frame`."""
+    count, shown = frame.attrs.get("count", len(frame)), frame.attrs.get("shown", len(frame))
+    note = f" (top {shown} of {count})" if count > shown else f" ({count})"
+    return hv.Bars(frame, hv.Dimension("marginal", label="marginal"),
+                   [hv.Dimension("weight", label="weight θ"), "order"]).opts(
+        xrotation=45, responsive=True, height=height, tools=["hover"], color="#6d904f",
+        title=f"Marginal weights θ{note}: each marginal is measured with weight θ",
+        fontsize={"title": "9pt"}, shared_axes=False, default_tools=["save", "reset"])
+
+
+# ======================================================================== blocks
+def _unweighted(B: Matrix) -> tuple[float, Matrix]:
+    w = 1.0
+    while isinstance(B, Weighted):
+        w *= B.weight
+        B = B.base
+    return w, B
+
+
+def blocks_frame(A: Matrix) -> pd.DataFrame:
+    """The blocks of a stacked strategy: ``block, weight, rows, structure, name``.
+
+    ``weight`` is ``A.weights[j]`` when ``A`` has ``weights``, else the block's
+    own scalar weight (a ``Weighted`` block; 1 otherwise).  ``structure``
+    gives the Kronecker factor shapes (``"50×50 ⊗ 101×100"``).
+
+    Raises
+    ------
+    ValueError
+        If ``A`` has no ``blocks``.
+    """
+    blocks = getattr(A, "blocks", None)
+    if blocks is None:
+        raise ValueError(f"{type(A).__name__} has no blocks")
+    weights = getattr(A, "weights", None)
+    rows = []
+    for j, B in enumerate(blocks):
+        w, inner = _unweighted(B)
+        if weights is not None and len(weights) == len(blocks):
+            w = float(weights[j])
+        if isinstance(inner, Kronecker):
+            structure = " ⊗ ".join(f"{f.m:,}×{f.n:,}" for f in inner.factors)
+        else:
+            structure = f"{inner.m:,}×{inner.n:,}"
+        rows.append({"block": j + 1, "weight": w, "rows": B.m, "structure": structure,
+                     "name": B.name})
+    return pd.DataFrame(rows, columns=["block", "weight", "rows", "structure", "name"])

@@ -1,0 +1,99 @@
+"""Small fake strategy optimisers for the UI tests (registered for one test, then removed).
+
+They follow the engine's contract (dpexplorer.optimization): report progress
+with ``optimization.report`` and attach an ``OptimizationResult``.  The
+strategy is the Identity (or a stack of weighted Kronecker blocks), so the
+error shown by the pages can be checked against the engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import numpy as np
+
+import dpexplorer as dpx
+from dpexplorer import optimization
+from dpexplorer.matrix import Identity, Kronecker, Total, VStack, Weighted
+
+
+class FakeOptimizer:
+    """``build(W, noise)``: ``iters`` reports per restart; optionally blocks on ``gate``.
+
+    Attributes
+    ----------
+    reports : list of (stage, done, total)
+        Every report made (also those after which the caller cancelled).
+    gate : threading.Event or None
+        While set to an unset Event the optimiser keeps reporting (every
+        ``pause`` seconds) without finishing: a long optimisation.
+    """
+
+    def __init__(self, iters: int = 5, restarts: int = 2, gate: threading.Event | None = None,
+                 pause: float = 0.01, stacked: bool = False):
+        self.iters, self.restarts, self.gate, self.pause = iters, restarts, gate, pause
+        self.stacked = stacked
+        self.reports: list = []
+        self.started = threading.Event()
+        self.builds = 0
+
+    def strategy(self, W):
+        if not self.stacked:
+            return dpx.strategies.identity(W.domain)
+        dom = W.domain
+        blocks = [Weighted(Kronecker([Identity(n) for n in dom]), 0.8),
+                  Weighted(Kronecker([Total(n) for n in dom]), 0.2)]
+        return VStack(blocks, name="fake_stack")
+
+    def report(self, stage, done, total, objective):
+        self.reports.append((stage, done, total))
+        optimization.report(stage, done, total, objective)
+
+    def __call__(self, W, noise):
+        self.builds += 1
+        A = self.strategy(W)
+        final = dpx.error.unit_tse(W, A, noise.norm)
+        trace = final * (1 + 1.0 / np.arange(1, self.iters + 1))
+        ends = []
+        total = self.iters * self.restarts
+        for r in range(self.restarts):
+            for it in range(self.iters):
+                self.started.set()
+                self.report(f"fake restart {r + 1}/{self.restarts}", r * self.iters + it + 1,
+                            total, trace[it] * (1 + r))
+                while self.gate is not None and not self.gate.is_set():
+                    time.sleep(self.pause)
+                    self.report(f"fake restart {r + 1}/{self.restarts} (waiting)",
+                                r * self.iters + it + 1, total, trace[it] * (1 + r))
+            ends.append(final * (1 + r))
+        result = optimization.OptimizationResult(
+            A, final, trace, np.asarray(ends), 0.01, 3, "fake_opt", {"iters": self.iters})
+        return optimization.attach(result)
+
+
+@contextlib.contextmanager
+def registered(monkeypatch, fake, name: str = "fake_opt", label: str = "Fake OPT"):
+    """Register ``fake`` as an optimiser called ``name`` for the duration of the block."""
+    from dpexplorer.ui import compare_view
+
+    mech = dpx.registry.Mechanism(name, label, fake, "fake optimiser for tests", "tests")
+    dpx.registry.register(mech, replace=True)
+    monkeypatch.setattr(compare_view, "OPTIMIZERS", compare_view.OPTIMIZERS + (name,))
+    try:
+        yield mech
+    finally:
+        if fake.gate is not None:
+            fake.gate.set()
+        dpx.registry.REGISTRY.pop(name, None)
+
+
+def wait_for(predicate, timeout: float = 30.0, step: float = 0.01) -> bool:
+    """Poll ``predicate()`` until true; False on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return bool(predicate())
