@@ -24,6 +24,12 @@ partition   bucket costs, least-cost partitions, uniform expansion (DAWA Sec. 3)
 dawa        DAWA and its Partition+X variants (data-dependent)
 mwem, efpa, uniform   data-dependent competitors
 evaluate    empirical evaluation over datasets, workloads, ε and trials
+optimization  OptimizationResult and progress reporting of the strategy optimisers
+templates   HDMM OPT0, OPT⊗, OPT+ (kron_stack: the stacked OPT+ strategy)
+marginals   implicit marginal algebra, MarginalStrategy, SVD bound of marginals, OPT_M, DataCube
+hdmm        the HDMM meta-optimiser
+eigen_design, fourier   Eigen-Design (Li & Miklau 2012) and the Fourier strategy
+sums, thresholds        sum queries: truncation, SVT thresholds, SQM/Identity/Workload/TiMM/TaMM
 """
 
 from . import datasets, error, matrix, mechanism, noise, privacy, registry, spec, strategies, workloads

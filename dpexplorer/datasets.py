@@ -241,6 +241,19 @@ def from_dataframe(df: pd.DataFrame, column: str, bins, range=None) -> tuple[np.
     """
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"expected a pandas DataFrame, got {type(df).__name__}")
+    return histogram(numeric_column(df, column), bins, range)
+
+
+def numeric_column(df: pd.DataFrame, column: str) -> np.ndarray:
+    """The values of a numeric column without missing values, shape ``(rows,)``, float64.
+
+    Raises
+    ------
+    ValueError
+        If the column is absent (the available ones are listed), not numeric
+        (booleans are refused), or has missing values (with how many):
+        nothing is dropped or imputed silently.
+    """
     if column not in df.columns:
         raise ValueError(f"column {column!r} not found; available columns: {list(df.columns)}")
     s = df[column]
@@ -249,8 +262,8 @@ def from_dataframe(df: pd.DataFrame, column: str, bins, range=None) -> tuple[np.
     missing = int(s.isna().sum())
     if missing:
         raise ValueError(f"column {column!r} has {missing} missing (NaN) value(s) out of {len(s)} "
-                         "rows; drop or impute them explicitly before binning")
-    return histogram(s.to_numpy(dtype=np.float64), bins, range)
+                         "rows; drop or impute them explicitly first")
+    return s.to_numpy(dtype=np.float64)
 
 
 def from_csv(path_or_buffer, column: str, bins, range=None) -> tuple[np.ndarray, np.ndarray]:
@@ -816,18 +829,9 @@ def numerical_from_csv(path_or_buffer, column: str, bins, method: str = "equal_w
         :func:`numerical_attribute`.
     """
     df = pd.read_csv(path_or_buffer)
-    if column not in df.columns:
-        raise ValueError(f"column {column!r} not found; available columns: {list(df.columns)}")
-    s = df[column]
-    if not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
-        raise ValueError(f"column {column!r} must be numeric, got dtype {s.dtype}")
-    missing = int(s.isna().sum())
-    if missing:
-        raise ValueError(f"column {column!r} has {missing} missing (NaN) value(s) out of {len(s)} "
-                         "rows; drop or impute them explicitly before bucketing")
-    return numerical_attribute(s.to_numpy(dtype=np.float64), bins, method, range,
-                               name=name or str(column), shift=shift,
-                               description=f"column {column!r} ({len(s):,} rows)")
+    values = numeric_column(df, column)
+    return numerical_attribute(values, bins, method, range, name=name or str(column), shift=shift,
+                               description=f"column {column!r} ({values.size:,} rows)")
 
 
 #: Numerical attributes offered for sum queries: name -> loader(**options).

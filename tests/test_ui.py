@@ -804,3 +804,23 @@ def test_failing_optimizer_is_reported_others_shown(monkeypatch, reported):
         want = dpx.compare(session.workload, dpx.Laplace(1.0), cache=session.cache,
                            mechanisms=[n for n in dpx.registry.names() if n != "fake_opt"])
         np.testing.assert_allclose(others["rmse"], want["rmse"], rtol=1e-12, equal_nan=True)
+
+
+def test_a_closed_session_stops_its_optimizers(monkeypatch):
+    import threading
+
+    from ui_fakes import FakeOptimizer, registered, wait_for
+
+    fake = FakeOptimizer(iters=2, restarts=1, gate=threading.Event())
+    with registered(monkeypatch, fake):
+        session = Session()
+        session.workload = dpx.workloads.prefix(32)
+        page = ComparePage(session)
+        assert wait_for(lambda: fake.started.is_set(), 60)
+        page.stop()  # what the server calls when the browser tab is closed
+        assert page.wait(30)  # the optimiser stopped at its next report
+        n = len(fake.reports)
+        import time as _time
+        _time.sleep(0.1)
+        assert len(fake.reports) == n and fake.builds == 1
+        assert "fake_opt" not in {k[1] for k in session.cache._entries}

@@ -758,6 +758,8 @@ class ComparePage(pn.viewable.Viewer):
                 self._grace = self.load_grace
             except Exception:  # noqa: BLE001 - no onload support: do not wait
                 self._loaded.set()
+            # a closed browser tab stops its optimisers (they could run for minutes)
+            doc.on_session_destroyed(lambda ctx: self.stop())
         else:
             self._loaded.set()
         super().__init__(**params)
@@ -1034,6 +1036,12 @@ class ComparePage(pn.viewable.Viewer):
             self._show(key, base, noise)
             self._submit(self._optimize_job, self._token, key, base, noise, list(base.pending))
             return True
+
+    def stop(self) -> None:
+        """Stop all background work of the page (its session ended): nothing more is shown."""
+        self._token += 1
+        self._cancel = True
+        self._loaded.set()
 
     def cancel(self) -> None:
         """Stop the optimisation that is running; the optimisers not built stay pending.

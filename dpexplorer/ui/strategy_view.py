@@ -343,6 +343,10 @@ class StrategyView(pn.viewable.Viewer):
         #: Progress of the optimiser building each side (fed by dpexplorer.optimization.report).
         self.progress = {s: OptimizationProgress() for s in SIDES}
         super().__init__(**params)
+        doc = pn.state.curdoc
+        if doc is not None and doc.session_context is not None:
+            # a closed browser tab stops its optimisers (they could run for minutes)
+            doc.on_session_destroyed(lambda ctx: [self.cancel(s) for s in SIDES])
         names = self.mechanisms()
         for side, fallback in zip(SIDES, (names[:1], names[1:2] or names[:1]), strict=True):
             if getattr(self, side) not in names and fallback:
@@ -359,7 +363,7 @@ class StrategyView(pn.viewable.Viewer):
         return dpx.registry.names(data_dependent=False)
 
     def cancel(self, side: str) -> None:
-        """Stop the optimisation building ``side`` (its strategy is not shown; rebuild by choosing it)."""
+        """Stop the optimisation building ``side`` ('Build again', :meth:`update`, restarts it)."""
         self._cancel[side] = True
 
     def info(self, side: str) -> StrategyInfo | None:
@@ -462,8 +466,7 @@ class StrategyView(pn.viewable.Viewer):
             if token != self._tokens[side]:
                 post(lambda: progress.end(token))
                 return  # superseded: a newer build of this side runs
-            error = (f"{mech.label}: optimisation cancelled; choose it again (or change the "
-                     f"workload) to rebuild it")
+            error = f"{mech.label}: optimisation cancelled; press 'Build again' to rebuild it"
             info.error = error
         except Exception as exc:  # noqa: BLE001 - shown in the page, never a traceback
             if not isinstance(exc, ValueError):

@@ -428,16 +428,7 @@ class SumsView(pn.viewable.Viewer):
             if self._csv is None:
                 raise ValueError("upload a CSV file first")
             filename, df = self._csv
-            if column not in df.columns:
-                raise ValueError(f"column {column!r} not found; available: {list(df.columns)}")
-            s = df[column]
-            if not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
-                raise ValueError(f"column {column!r} must be numeric, got dtype {s.dtype}")
-            missing = int(s.isna().sum())
-            if missing:
-                raise ValueError(f"column {column!r} has {missing} missing value(s) out of {len(s)}; "
-                                 "drop or impute them before uploading")
-            values = s.to_numpy(dtype=float)
+            values = dpx.datasets.numeric_column(df, column)
             if not np.isfinite(values).all():
                 raise ValueError(f"column {column!r} has infinite values")
             name = f"CSV {PurePath(filename).stem}: {column}"
