@@ -283,16 +283,13 @@ def test_upload_widgets_drive_the_component(session, view):
     assert session.dataset == "v"
 
 
-def test_session_updates_wait_while_the_page_is_hidden(session, view, monkeypatch):
-    """Sidebar-driven redraws are deferred while the page is a hidden dynamic tab (served app)."""
+def test_session_updates_wait_while_the_page_is_hidden(session, view):
+    """Sidebar-driven redraws are deferred while the page's tab is hidden (ExplorerApp tells it)."""
     layout = view.panel()
-    hidden = {"value": True}
-    monkeypatch.setattr(data_view._ShownGate, "hidden", lambda self: hidden["value"])
+    view.gate.show(False)
     info = [p for p in layout.select(pn.pane.Markdown) if "Elevation" in str(p.object)][0]
     session.dataset = dpx.datasets.DEFAULT_2D
     assert "Elevation" in info.object  # not redrawn while hidden
-    view._gate.flush()
-    assert "Elevation" in info.object
-    hidden["value"] = False
-    view._gate.flush()  # shown again: the pending redraw is applied
-    assert "cities" in info.object
+    assert "data" in view.gate.pending
+    view.gate.show(True)  # shown again: the pending redraw is applied
+    assert "cities" in info.object and not view.gate.pending

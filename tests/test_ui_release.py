@@ -238,5 +238,4 @@ def test_ledger_table_follows_other_pages(session, view):
     table = [t for t in layout.select(pn.widgets.Tabulator) if "label" in t.value.columns][0]
     assert len(table.value) == 0
     assert DataView(session).run()  # the Data page spends from the same ledger
-    view._gate.flush()  # the periodic check of a served page
     assert len(table.value) == 2 and "ε = 1" in view.ledger_text()

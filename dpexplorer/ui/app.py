@@ -49,6 +49,17 @@ class ExplorerApp(pn.viewable.Viewer):
         self.tabs = pn.Tabs(*[(t, p) for t, p in self.pages.items()], dynamic=False,
                             sizing_mode="stretch_width")
         self.tabs.link(self, active="page", bidirectional=True)
+        # pages in hidden tabs keep their redraws until shown (dpexplorer.ui.shown)
+        self.tabs.param.watch(lambda e: self._show_active(), "active")
+        self._show_active()
+
+    def _show_active(self) -> None:
+        """Tell every page with a :class:`~dpexplorer.ui.shown.ShownGate` whether it is shown."""
+        active = self.tabs.active
+        for i, page in enumerate(self.pages.values()):
+            gate = getattr(page, "gate", None)
+            if gate is not None:
+                gate.show(i == active)
 
     def sync_url(self) -> None:
         """Keep ε, δ, noise, dataset, seed and the open page in the URL's query string."""

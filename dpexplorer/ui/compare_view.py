@@ -85,6 +85,7 @@ import dpexplorer as dpx
 
 from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRelay
 from .session import Session
+from .shown import ShownGate
 
 __all__ = ["ComparePage", "CompareView", "CompareInputs", "WORKLOADS", "RANDOM_RANGES",
            "Jobs", "build_lock", "check_workload", "rmse_chart", "OPTIMIZERS", "cached_entry"]
@@ -734,6 +735,8 @@ class ComparePage(pn.viewable.Viewer):
         self.background = background
         self._lock = threading.RLock()
         self._jobs = Jobs(self._lock)
+        #: Redraws wait while the page's tab is hidden (told by ExplorerApp).
+        self.gate = ShownGate(self._lock)
         self._bases: OrderedDict = OrderedDict()
         self._pq: OrderedDict = OrderedDict()
         self._token = 0
@@ -1339,18 +1342,21 @@ class ComparePage(pn.viewable.Viewer):
         """The page's layout (built once; outputs update it in place)."""
         if "root" in self._panes:
             return self._panes["root"]
+        # widgets follow the page's state through the gate: nothing changes while hidden
+        shown = self.gate.mirror(self, ["progress", "total", "busy", "status", "pending",
+                                        "optimizing", "per_query_note", "per_query_busy"])
         progress = pn.indicators.Progress(
-            value=self.param.progress, max=self.param.total, visible=self.param.busy,
+            value=shown.param.progress, max=shown.param.total, visible=shown.param.busy,
             bar_color="primary", sizing_mode="stretch_width", height=20)
-        status = pn.pane.Markdown(self.param.status, sizing_mode="stretch_width")
-        optimizing = self.optimization.panel(cancel=self.cancel)
+        status = pn.pane.Markdown(shown.param.status, sizing_mode="stretch_width")
+        optimizing = self.optimization.panel(cancel=self.cancel, gate=self.gate)
         auto = pn.widgets.Checkbox.from_param(
             self.param.auto_optimize, **{_LABEL: "Run optimisers automatically (HDMM, "
                                          "Eigen-Design, …: slower)"})
         run = pn.widgets.Button(
             **{_LABEL: "Run optimisers"}, **{_COLOR: "primary"}, width=200,
-            visible=pn.bind(bool, self.param.pending),
-            disabled=pn.bind(lambda b, o: b or o, self.param.busy, self.param.optimizing))
+            visible=pn.bind(bool, shown.param.pending),
+            disabled=pn.bind(lambda b, o: b or o, shown.param.busy, shown.param.optimizing))
         run.on_click(lambda e: self.run_optimizers())
         summary = pn.pane.Markdown(self._summary(), sizing_mode="stretch_width")
         bars = _LivePlot(self.bars, self.table if self.table is not None else _empty_table(),
@@ -1361,8 +1367,8 @@ class ComparePage(pn.viewable.Viewer):
         select = pn.widgets.Select(options=options, value=self.mechanism, width=220,
                                    **{_LABEL: "Mechanism"})
         select.link(self, value="mechanism", bidirectional=True)
-        pq_note = pn.pane.Alert(self.param.per_query_note, alert_type="info",
-                                visible=pn.bind(bool, self.param.per_query_note),
+        pq_note = pn.pane.Alert(shown.param.per_query_note, alert_type="info",
+                                visible=pn.bind(bool, shown.param.per_query_note),
                                 sizing_mode="stretch_width")
         sample = self._pq_sample_with_means()
         pq_key = self._pq_view_key()
@@ -1395,22 +1401,23 @@ class ComparePage(pn.viewable.Viewer):
             by_length.update(s, key)
             index_box.visible = len(s) > 0
             length_box.visible = "length" in s and len(s) > 0
-        self.param.watch(on_results, ["table", "curve"])
-        self.param.watch(on_per_query, "per_query")
+        # a hidden page keeps its redraws until shown (dpexplorer.ui.shown)
+        self.param.watch(lambda *_: self.gate.run("results", on_results), ["table", "curve"])
+        self.param.watch(lambda *_: self.gate.run("per_query", on_per_query), "per_query")
 
-        results = pn.Column(summary, bars.pane, table, loading=self.param.busy,
+        results = pn.Column(summary, bars.pane, table, loading=shown.param.busy,
                             sizing_mode="stretch_width")
         per_query = pn.Column(
             pn.pane.Markdown("### Per-query error\nStandard error of every workload answer "
                              "for the chosen mechanism (it depends on the query, not on the "
                              "data)."),
             select, pq_note, index_box, length_box,
-            loading=self.param.per_query_busy, sizing_mode="stretch_width")
+            loading=shown.param.per_query_busy, sizing_mode="stretch_width")
         accuracy = pn.Column(
             pn.pane.Markdown("### Privacy–accuracy\nRMSE of each mechanism as ε varies (same "
                              "strategies: the error scales with the noise's standard "
                              "deviation, 1/ε for Laplace)."),
-            curve.pane, loading=self.param.busy, sizing_mode="stretch_width")
+            curve.pane, loading=shown.param.busy, sizing_mode="stretch_width")
         root = pn.Column(pn.pane.Markdown(PAGE_HEADER, sizing_mode="stretch_width"),
                          pn.Row(auto, run, sizing_mode="stretch_width"),
                          progress, status, optimizing, results, per_query, accuracy,

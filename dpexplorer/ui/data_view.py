@@ -48,6 +48,7 @@ from dpexplorer.partition import Partition, optimal_partition
 from dpexplorer.privacy import PrivateData, Spend
 
 from .session import Session
+from .shown import ShownGate
 
 __all__ = ["DataView", "DAWARun", "ALL_CANDIDATES_MAX_N", "RANDOM_WORKLOAD", "histogram_element",
            "partition_rectangles", "bucket_grid", "bucket_image", "bucket_boundaries",
@@ -198,73 +199,6 @@ def bucket_image(ds: Dataset, partition: Partition, order, title: str):
     return img * bucket_boundaries(ds, ids)
 
 
-# ================================================================ hidden tabs
-def _served() -> bool:
-    doc = pn.state.curdoc
-    return doc is not None and doc.session_context is not None
-
-
-class _ShownGate:
-    """Apply UI updates now, or -- for a page in a hidden dynamic tab of a served app -- once shown.
-
-    Panel 1.9 renders updates of panes inside a hidden ``pn.Tabs(dynamic=True)``
-    tab with stylesheet URLs on cdn.holoviz.org, which an offline app cannot
-    load.  Updates driven by the shared session (the sidebar, other pages) go
-    through :meth:`run`: applied at once when the page is visible (and always
-    outside a server, e.g. in tests), else kept and applied by a periodic
-    check once the page's tab is active again.
-    """
-
-    def __init__(self, layout, period: int = 1000):
-        self._layout = layout  # callable -> the page's layout (or None before it is built)
-        self._period = period
-        self._pending: dict = {}
-        self._polling = False
-        self.checks: list = []  # extra callables run on every periodic check
-
-    def run(self, key: str, fn) -> None:
-        if self.hidden():
-            self._pending[key] = fn
-        else:
-            fn()
-
-    def start(self) -> None:
-        """Start the periodic check (in a server session only; once)."""
-        if self._polling or not _served():
-            return
-        try:
-            pn.state.add_periodic_callback(self.flush, period=self._period)
-            self._polling = True
-        except Exception:  # noqa: BLE001 - no event loop: updates are applied at once instead
-            log.debug("no periodic callback", exc_info=True)
-
-    def flush(self) -> None:
-        for check in self.checks:
-            check()
-        if self._pending and not self.hidden():
-            pending, self._pending = self._pending, {}
-            for fn in pending.values():
-                fn()
-
-    def hidden(self) -> bool:
-        """Whether the page is an inactive tab of a dynamic ``pn.Tabs`` in this session."""
-        layout = self._layout()
-        if layout is None or not _served():
-            return False
-        doc = pn.state.curdoc
-        try:
-            for viewable, _, vdoc, _ in list(pn.state._views.values()):
-                if vdoc is not doc or not hasattr(viewable, "select"):
-                    continue
-                for tabs in viewable.select(pn.Tabs):
-                    for i, obj in enumerate(tabs.objects):
-                        if obj is layout:
-                            return bool(tabs.dynamic) and i != tabs.active
-        except Exception:  # noqa: BLE001 - private Panel API changed: update at once
-            log.debug("visibility check failed", exc_info=True)
-        return False
-
-
 # ======================================================================= state
 @dataclass
 class DAWARun:
@@ -352,7 +286,7 @@ class DataView(param.Parameterized):
         self._lock = threading.Lock()
         self._csv: tuple[bytes, str, pd.DataFrame] | None = None
         self._layout = None
-        self._gate = _ShownGate(lambda: self._layout)
+        self.gate = ShownGate()  # redraws wait while the page's tab is hidden (ExplorerApp)
         super().__init__(**params)
 
     # ================================================================ engine
@@ -683,7 +617,7 @@ class DataView(param.Parameterized):
         self.param.watch(lambda e: [setattr(b, "disabled", e.new) for b in (run, rerun)], "busy")
         seed_note = pn.pane.Markdown(self._seed_text(), sizing_mode="stretch_width")
         self.session.param.watch(
-            lambda e: self._gate.run("seed", lambda: setattr(seed_note, "object", self._seed_text())),
+            lambda e: self.gate.run("seed", lambda: setattr(seed_note, "object", self._seed_text())),
             ["seed", "epsilon", "noise"])
         return pn.Column(pn.pane.Markdown("### DAWA options"),
                          pn.Row(ratio, pn.widgets.TooltipIcon(value=RATIO_HELP)), cands, penalty,
@@ -762,9 +696,9 @@ class DataView(param.Parameterized):
             summary.object = self.summary()
 
         self.param.watch(redraw_run, "last")
-        self.session.param.watch(lambda *_: self._gate.run("data", redraw_data), ["dataset"])
+        self.session.param.watch(lambda *_: self.gate.run("data", redraw_data), ["dataset"])
         self.session.param.watch(
-            lambda *_: self._gate.run("summary", lambda: setattr(summary, "object", self.summary())),
+            lambda *_: self.gate.run("summary", lambda: setattr(summary, "object", self.summary())),
             ["epsilon"])
         captions = pn.Row(
             pn.pane.Markdown("**Private** — what DAWA releases (stage 1, ε₁): its buckets, and x̂ "
@@ -806,7 +740,6 @@ class DataView(param.Parameterized):
                 pn.pane.Markdown(HEADER, sizing_mode="stretch_width"), self.error_alert(),
                 pn.Row(self.controls(), self.results(), sizing_mode="stretch_width"),
                 sizing_mode="stretch_width")
-            self._gate.start()
         return self._layout
 
     def __panel__(self):

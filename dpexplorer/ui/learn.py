@@ -49,6 +49,7 @@ import dpexplorer as dpx
 from dpexplorer.privacy import PrivacyLedger, PrivateData
 
 from .session import Session
+from .shown import ShownGate
 
 __all__ = [
     "LearnView",
@@ -806,6 +807,8 @@ class LearnView(pn.viewable.Viewer):
     def __init__(self, session: Session | None = None, **params):
         super().__init__(**params)
         self.session = session if session is not None else Session()
+        #: The open lesson's refresh waits while the page's tab is hidden (told by ExplorerApp).
+        self.gate = ShownGate()
         self.lessons: dict[str, Lesson] = {k: cls(self.session) for k, cls in self.LESSONS.items()}
         self.tabs = pn.Tabs(*[(ls.title, ls.panel()) for ls in self.lessons.values()],
                             dynamic=True, sizing_mode="stretch_width", active=self.active)
@@ -846,12 +849,14 @@ class LearnView(pn.viewable.Viewer):
 
     def _session_changed(self, *events) -> None:
         names = {e.name for e in events}
-        current = self.current
         for lesson in self.lessons.values():
             if names & set(lesson.session_inputs):
                 lesson.stale = True
-        if current.stale:
-            current.refresh()
+        self.gate.run("refresh", self._refresh_current)
+
+    def _refresh_current(self) -> None:
+        if self.current.stale:
+            self.current.refresh()
 
     def __panel__(self):
         return pn.Column(

@@ -188,14 +188,20 @@ class OptimizationProgress(param.Parameterized):
             return -1
         return int(round(100 * min(self.done, self.total) / self.total))
 
-    def panel(self, cancel: Callable[[], None] | None = None) -> pn.Column:
-        """Progress bar and status line, visible while :attr:`active` (and a Cancel button)."""
-        bar = pn.indicators.Progress(value=pn.bind(lambda *_: self.value(), self.param.done,
-                                                   self.param.total, self.param.active),
+    def panel(self, cancel: Callable[[], None] | None = None, gate=None) -> pn.Column:
+        """Progress bar and status line, visible while :attr:`active` (and a Cancel button).
+
+        ``gate``: the page's :class:`~dpexplorer.ui.shown.ShownGate`; the
+        widgets then change only while the page is shown.
+        """
+        src = self if gate is None else gate.mirror(
+            self, ["active", "stage", "done", "total", "objective"])
+        bar = pn.indicators.Progress(value=pn.bind(lambda *_: self.value(), src.param.done,
+                                                   src.param.total, src.param.active),
                                      max=100, bar_color="info", height=16,
                                      sizing_mode="stretch_width")
-        line = pn.pane.Markdown(pn.bind(lambda *_: self.text(), self.param.stage, self.param.done,
-                                        self.param.objective, self.param.active),
+        line = pn.pane.Markdown(pn.bind(lambda *_: self.text(), src.param.stage, src.param.done,
+                                        src.param.objective, src.param.active),
                                 sizing_mode="stretch_width", margin=(0, 10))
         parts = [bar, line]
         if cancel is not None:
@@ -205,7 +211,7 @@ class OptimizationProgress(param.Parameterized):
                                        width=180)
             button.on_click(lambda e: cancel())
             parts.append(button)
-        return pn.Column(*parts, visible=self.param.active, sizing_mode="stretch_width")
+        return pn.Column(*parts, visible=src.param.active, sizing_mode="stretch_width")
 
 
 # ==================================================================== convergence

@@ -46,8 +46,8 @@ from dpexplorer import registry
 from dpexplorer.matrix import Matrix
 from dpexplorer.privacy import PrivacyLedger, PrivateData
 
-from .data_view import _ShownGate
 from .session import Session
+from .shown import ShownGate
 
 __all__ = ["ReleaseView", "ReleaseRecord", "Simulation", "DataDependentRelease", "MAX_SHOWN",
            "TRIAL_SEED_TAG"]
@@ -184,12 +184,11 @@ class ReleaseView(param.Parameterized):
         self._lock = threading.Lock()
         self._layout = None
         self._ledger_hooks: list = []
-        self._gate = _ShownGate(lambda: self._layout)
-        self._ledger_seen = 0
+        self.gate = ShownGate()  # redraws wait while the page's tab is hidden (ExplorerApp)
         type(self).param.mechanism.objects = list(registry.REGISTRY)  # mechanisms registered later
         super().__init__(**params)
-        if "ledger_version" in self.session.param:  # refresh when other pages spend too
-            self.session.param.watch(lambda *_: self._ledger_refreshed(), "ledger_version")
+        # refresh when other pages spend too
+        self.session.param.watch(lambda *_: self._ledger_refreshed(), "ledger_version")
 
     # ================================================================ engine
     def _inputs(self):
@@ -509,7 +508,7 @@ class ReleaseView(param.Parameterized):
                 w.disabled = self.last is None
         self.param.watch(redraw, ["last", "simulation"])
         self.session.param.watch(
-            lambda *_: self._gate.run("summary", lambda: setattr(summary, "object", self._summary())),
+            lambda *_: self.gate.run("summary", lambda: setattr(summary, "object", self._summary())),
             ["epsilon", "delta", "noise", "seed"])
         return pn.Column(summary, plot, pn.pane.Markdown(
             "**RMSE per query** (empirical: against the true answers; analytic: expected value "
@@ -528,22 +527,15 @@ class ReleaseView(param.Parameterized):
             table.value = self.ledger_frame()
         refresh.on_click(update)
         self._ledger_hooks.append(update)
-        self._ledger_seen = len(self.session.ledger)
         return pn.Card(text, table, refresh, title="Privacy ledger (this session)",
                        sizing_mode="stretch_width", collapsed=False)
 
     def _ledger_refreshed(self) -> None:
-        self._ledger_seen = len(self.session.ledger)
 
         def apply():
             for hook in self._ledger_hooks:
                 hook()
-        self._gate.run("ledger", apply)
-
-    def _check_ledger(self) -> None:
-        """Periodic check: other pages (DAWA runs) spend from the same ledger."""
-        if len(self.session.ledger) != self._ledger_seen:
-            self._ledger_refreshed()
+        self.gate.run("ledger", apply)
 
     def error_alert(self) -> pn.pane.Alert:
         return pn.pane.Alert(
@@ -558,9 +550,6 @@ class ReleaseView(param.Parameterized):
                 pn.pane.Markdown(HEADER, sizing_mode="stretch_width"), self.error_alert(),
                 pn.Row(self.controls(), self.results(), sizing_mode="stretch_width"),
                 self.ledger_card(), sizing_mode="stretch_width")
-            if "ledger_version" not in self.session.param:
-                self._gate.checks.append(self._check_ledger)
-            self._gate.start()
         return self._layout
 
     def __panel__(self):

@@ -61,6 +61,7 @@ from .optimize_view import (
     optimization_of,
 )
 from .session import Session
+from .shown import ShownGate
 
 __all__ = ["StrategyView", "StrategyInfo", "Heatmap", "drawable", "block_mean",
            "DRAW_DENSE_LIMIT", "MAX_BLOCKS_DRAWN"]
@@ -337,6 +338,8 @@ class StrategyView(pn.viewable.Viewer):
         self.background = background
         self._lock = threading.RLock()
         self._jobs = Jobs(self._lock)
+        #: Redraws wait while the page's tab is hidden (told by ExplorerApp).
+        self.gate = ShownGate(self._lock)
         self._tokens = {s: 0 for s in SIDES}
         self._cancel = {s: False for s in SIDES}
         self._panes: dict = {}
@@ -352,7 +355,7 @@ class StrategyView(pn.viewable.Viewer):
             if getattr(self, side) not in names and fallback:
                 setattr(self, side, fallback[0])
         self.session.param.watch(lambda *_: self.update(), ["workload", "noise"])
-        self.session.param.watch(lambda *_: self._refresh_text(), ["epsilon", "delta"])
+        self.session.param.watch(lambda *_: self.gate.run("text", self._refresh_text), ["epsilon", "delta"])
         self.param.watch(lambda *events: [self.update(e.name) for e in events], ["left", "right"])
         self.param.watch(lambda *_: self.update(), "max_pixels")
         self.update()
@@ -601,8 +604,10 @@ class StrategyView(pn.viewable.Viewer):
         rebuild = pn.widgets.Button(**{_LABEL: "Build again"}, width=120,
                                     visible=bool(self.info(side) and self.info(side).error))
         rebuild.on_click(lambda e: self.update(side))
-        progress = self.progress[side].panel(cancel=lambda: self.cancel(side))
-        status = pn.pane.Markdown(self.param[f"{side}_status"], sizing_mode="stretch_width")
+        progress = self.progress[side].panel(cancel=lambda: self.cancel(side), gate=self.gate)
+        # widgets follow the page's state through the gate: nothing changes while hidden
+        shown = self.gate.mirror(self, [f"{side}_status", f"{side}_busy"])
+        status = pn.pane.Markdown(shown.param[f"{side}_status"], sizing_mode="stretch_width")
         stats = pn.pane.Markdown(self.stats(side), sizing_mode="stretch_width")
         note = pn.pane.Alert(self.messages(side), alert_type="info",
                              visible=bool(self.messages(side)), sizing_mode="stretch_width")
@@ -629,15 +634,17 @@ class StrategyView(pn.viewable.Viewer):
             rebuild.visible = bool(info is not None and info.error)
             p = self.plot(side)
             pane.object, box.visible = p, p is not None
-        self.param.watch(redraw, [f"{side}_info"])
-        self.param.watch(lambda *_: setattr(stats, "object", self.stats(side)), f"{side}_busy")
+        # a hidden page keeps its redraws until shown (dpexplorer.ui.shown)
+        self.param.watch(lambda *_: self.gate.run(side, redraw), [f"{side}_info"])
+        self.param.watch(lambda *_: self.gate.run(f"{side}_stats", lambda: setattr(
+            stats, "object", self.stats(side))), f"{side}_busy")
         self._panes.update({f"{side}_stats": stats, f"{side}_plot": pane,
                             f"{side}_select": select, f"{side}_note": note,
                             f"{side}_plot_box": box,
                             f"{side}_blocks": btable, f"{side}_progress": progress,
                             f"{side}_rebuild": rebuild})
         body = pn.Column(stats, note, btable, box,
-                         loading=self.param[f"{side}_busy"], sizing_mode="stretch_width")
+                         loading=shown.param[f"{side}_busy"], sizing_mode="stretch_width")
         # the progress stays outside the loading overlay so that it can be seen (and cancelled)
         return pn.Column(pn.Row(select, rebuild), progress, status, body,
                          sizing_mode="stretch_width")

@@ -1,0 +1,184 @@
+"""Pages in hidden tabs keep their redraws until shown (dpexplorer.ui.shown, ExplorerApp)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import dpexplorer as dpx
+
+pn = pytest.importorskip("panel")
+
+from dpexplorer.ui.app import PAGES, ExplorerApp  # noqa: E402
+from dpexplorer.ui.shown import ShownGate  # noqa: E402
+
+
+# ------------------------------------------------------------------ the gate
+def test_shown_gate_runs_at_once_while_shown():
+    gate, calls = ShownGate(), []
+    gate.run("a", lambda: calls.append("a"))
+    assert calls == ["a"] and gate.shown and gate.pending == ()
+
+
+def test_hidden_gate_keeps_the_latest_update_per_key_in_request_order():
+    gate, calls = ShownGate(), []
+    gate.show(False)
+    gate.run("a", lambda: calls.append("a1"))
+    gate.run("b", lambda: calls.append("b"))
+    gate.run("a", lambda: calls.append("a2"))  # replaces a1 and moves after b
+    assert calls == [] and gate.pending == ("b", "a")
+    gate.show(False)  # still hidden: nothing runs
+    assert calls == []
+    gate.show(True)
+    assert calls == ["b", "a2"] and gate.pending == ()
+    gate.show(True)  # nothing left to run
+    assert calls == ["b", "a2"]
+
+
+def test_a_mirror_follows_its_source_only_while_shown():
+    import param
+
+    class Page(param.Parameterized):
+        status = param.String("")
+        busy = param.Boolean(False)
+
+    page, gate = Page(), ShownGate()
+    mirror = gate.mirror(page, ["status", "busy"])
+    changes = []
+    mirror.param.watch(lambda *events: changes.append(sorted(e.name for e in events)),
+                       ["status", "busy"])
+    page.status = "a"
+    assert mirror.status == "a" and changes == [["status"]]
+    gate.show(False)
+    page.param.update(status="b", busy=True)
+    page.status = "c"
+    assert (mirror.status, mirror.busy) == ("a", False) and len(changes) == 1
+    gate.show(True)  # the latest values, in one update
+    assert (mirror.status, mirror.busy) == ("c", True) and changes[1:] == [["busy", "status"]]
+    with pytest.raises(KeyError, match="no parameter"):
+        gate.mirror(page, ["nope"])
+
+
+def test_a_failing_deferred_update_does_not_stop_the_others(caplog):
+    gate, calls = ShownGate(), []
+    gate.show(False)
+    gate.run("bad", lambda: 1 / 0)
+    gate.run("good", lambda: calls.append("good"))
+    gate.show(True)
+    assert calls == ["good"] and "deferred update 'bad' failed" in caplog.text
+
+
+def test_deferred_updates_run_under_the_pages_lock():
+    lock, seen = threading.RLock(), []
+    gate = ShownGate(lock)
+    gate.show(False)
+    # RLock has no public "held by me"; acquiring with blocking=False from another thread tells
+    gate.run("a", lambda: seen.append(_held_elsewhere(lock)))
+    gate.show(True)
+    assert seen == [True]
+
+
+def _held_elsewhere(lock) -> bool:
+    result = []
+    t = threading.Thread(target=lambda: result.append(not lock.acquire(blocking=False)))
+    t.start()
+    t.join()
+    return result[0]
+
+
+def test_no_update_is_lost_when_requests_race_with_showing():
+    """Requests from one thread while another toggles the gate: the last request always runs."""
+    for _ in range(50):
+        gate, ran = ShownGate(), []
+        gate.show(False)
+        start = threading.Barrier(2)
+
+        def requests():
+            start.wait()
+            for i in range(200):
+                gate.run("k", lambda i=i: ran.append(i))
+
+        def toggles():
+            start.wait()
+            for _ in range(100):
+                gate.show(False)
+                gate.show(True)
+
+        threads = [threading.Thread(target=requests), threading.Thread(target=toggles)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        gate.show(True)
+        assert 199 in ran  # the latest request ran, whatever the interleaving
+
+
+# ------------------------------------------------------------------ the app
+def _app():
+    app = ExplorerApp()
+    for page in app.pages.values():
+        if hasattr(page, "wait"):
+            assert page.wait(300)
+    return app
+
+
+def test_only_the_active_tab_is_shown():
+    app = ExplorerApp()
+    titles = [t for t, _, _ in PAGES]
+    gated = {t: p.gate for t, p in app.pages.items() if getattr(p, "gate", None) is not None}
+    assert {"Compare", "Strategy", "Data & DAWA", "Release", "Learn"} <= set(gated)
+    for active in range(len(titles)):
+        app.tabs.active = active
+        assert {t: g.shown for t, g in gated.items()} == {t: t == titles[active] for t in gated}
+    assert app.page == len(titles) - 1  # the tab and the page parameter stay linked
+
+
+def test_a_hidden_compare_page_redraws_when_it_is_shown():
+    app = _app()
+    compare = app.pages["Compare"]
+    compare.auto_optimize = False  # the classic strategies are enough here
+    compare.panel()
+    assert app.tabs.active == 0  # the Workload page is in front
+    table = compare._panes["table"]
+    before = table.value.copy()
+    app.session.workload = dpx.workloads.prefix(64)
+    assert compare.wait(300)
+    # the comparison is computed (the page's state) but its table widget is not redrawn
+    assert compare.table.attrs["m"] == 64 and "results" in compare.gate.pending
+    assert table.value.equals(before)
+    app.tabs.active = list(app.pages).index("Compare")
+    assert not compare.gate.pending
+    assert table.value.equals(compare._table_value())
+    assert not table.value.equals(before)
+
+
+def test_a_hidden_strategy_page_redraws_when_it_is_shown():
+    app = _app()
+    strategy = app.pages["Strategy"]
+    strategy.panel()
+    plot = strategy._panes["left_plot"]
+    before = plot.object
+    app.session.workload = dpx.workloads.prefix(32)
+    assert strategy.wait(300)
+    assert strategy.left_info.W.m == 32  # built (the page's state) but not drawn
+    assert {"left", "right"} <= set(strategy.gate.pending) and plot.object is before
+    app.tabs.active = list(app.pages).index("Strategy")
+    assert plot.object is not before and not strategy.gate.pending
+
+
+def test_the_learn_page_refreshes_its_lesson_only_when_shown():
+    app = ExplorerApp()
+    learn = app.pages["Learn"]
+    lesson = learn.current
+    refreshes = []
+    original = lesson.refresh
+
+    def counted():
+        refreshes.append(1)
+        original()
+    lesson.refresh = counted
+    app.session.epsilon = 0.25
+    assert refreshes == [] and lesson.stale
+    app.tabs.active = list(app.pages).index("Learn")
+    assert refreshes == [1] and not lesson.stale
