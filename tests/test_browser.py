@@ -7,7 +7,6 @@ playwright is missing; ``.ci/run`` installs both, so CI runs them.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
