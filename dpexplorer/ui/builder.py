@@ -71,7 +71,7 @@ import dpexplorer as dpx
 from dpexplorer import spec as dspec
 from dpexplorer.matrix import Matrix, MatrixTooLargeError
 
-from .session import Session
+from .session import Session, error_alert
 
 __all__ = [
     "WorkloadBuilder",
@@ -1622,10 +1622,7 @@ class WorkloadBuilder(param.Parameterized):
 
     def error_alert(self) -> pn.pane.Alert:
         """A danger Alert with :attr:`error`, hidden while there is none."""
-        return pn.pane.Alert(pn.bind(lambda e: f"**Input rejected, your workload is unchanged.** {e}",
-                                     self.param.error),
-                             alert_type="danger", sizing_mode="stretch_width",
-                             visible=pn.bind(bool, self.param.error))
+        return error_alert(self.param.error, "**Input rejected, your workload is unchanged.**")
 
     def panel(self) -> pn.Column:
         """The whole page (built once)."""

@@ -84,7 +84,7 @@ from panel.io.state import set_curdoc
 import dpexplorer as dpx
 
 from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRelay
-from .session import Session
+from .session import Session, error_alert
 from .shown import ShownGate
 
 __all__ = ["ComparePage", "CompareView", "CompareInputs", "WORKLOADS", "RANDOM_RANGES",
@@ -309,11 +309,7 @@ class CompareView(CompareInputs):
 
     def error_alert(self) -> pn.pane.Alert:
         """A danger Alert showing :attr:`error`, hidden while there is none."""
-        return pn.pane.Alert(
-            pn.bind(lambda e: f"**Input rejected, showing the last valid result.** {e}",
-                    self.param.error),
-            alert_type="danger", sizing_mode="stretch_width", disable_math=True,
-            visible=pn.bind(bool, self.param.error))
+        return error_alert(self.param.error, "**Input rejected, showing the last valid result.**")
 
     def current_table(self) -> pd.DataFrame:
         """:attr:`table`, or an empty table with its columns before the first success."""

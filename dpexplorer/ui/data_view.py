@@ -47,7 +47,8 @@ from dpexplorer.matrix import Matrix
 from dpexplorer.partition import Partition, optimal_partition
 from dpexplorer.privacy import PrivateData, Spend
 
-from .session import Session
+from .session import Session, error_alert
+from .session import exception_message as _message
 from .shown import ShownGate
 
 __all__ = ["DataView", "DAWARun", "ALL_CANDIDATES_MAX_N", "RANDOM_WORKLOAD", "histogram_element",
@@ -728,10 +729,8 @@ class DataView(param.Parameterized):
         return f"**{ds.name}** — {ds.description}"
 
     def error_alert(self) -> pn.pane.Alert:
-        return pn.pane.Alert(
-            pn.bind(lambda e: f"**Not done, the page keeps its last result.** {e}", self.param.error),
-            alert_type="danger", sizing_mode="stretch_width", disable_math=True,
-            visible=pn.bind(bool, self.param.error))
+        """A danger Alert showing :attr:`error`, hidden while there is none."""
+        return error_alert(self.param.error)
 
     def panel(self) -> pn.Column:
         """The whole page (built once per component)."""
@@ -749,8 +748,3 @@ class DataView(param.Parameterized):
 def _top(*arrays) -> float:
     top = max(float(np.max(a)) for a in arrays)
     return top * 1.05 if top > 0 else 1.0
-
-
-def _message(exc: BaseException) -> str:
-    msg = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-    return msg or type(exc).__name__

@@ -46,7 +46,8 @@ from dpexplorer import registry
 from dpexplorer.matrix import Matrix
 from dpexplorer.privacy import PrivacyLedger, PrivateData
 
-from .session import Session
+from .session import Session, error_alert
+from .session import exception_message as _message
 from .shown import ShownGate
 
 __all__ = ["ReleaseView", "ReleaseRecord", "Simulation", "DataDependentRelease", "MAX_SHOWN",
@@ -538,10 +539,8 @@ class ReleaseView(param.Parameterized):
         self.gate.run("ledger", apply)
 
     def error_alert(self) -> pn.pane.Alert:
-        return pn.pane.Alert(
-            pn.bind(lambda e: f"**Not done, the page keeps its last result.** {e}", self.param.error),
-            alert_type="danger", sizing_mode="stretch_width", disable_math=True,
-            visible=pn.bind(bool, self.param.error))
+        """A danger Alert showing :attr:`error`, hidden while there is none."""
+        return error_alert(self.param.error)
 
     def panel(self) -> pn.Column:
         """The whole page (built once per component)."""
@@ -572,8 +571,3 @@ class ReleaseView(param.Parameterized):
 
 def _shape(shape) -> str:
     return " × ".join(str(int(v)) for v in shape)
-
-
-def _message(exc: BaseException) -> str:
-    msg = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-    return msg or type(exc).__name__

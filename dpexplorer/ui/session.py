@@ -20,7 +20,7 @@ import param
 import dpexplorer as dpx
 from dpexplorer.datasets import Dataset
 
-__all__ = ["Session", "notify"]
+__all__ = ["Session", "notify", "error_alert", "exception_message"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,22 @@ def notify(message: str, level: str = "error") -> None:
     except Exception:  # noqa: BLE001 - no session or no notification area
         pass
     log.info("%s: %s", level, message)
+
+
+def exception_message(exc: BaseException) -> str:
+    """The user-facing text of an exception: its message (a KeyError's without quotes), or its type."""
+    msg = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    return msg or type(exc).__name__
+
+
+def error_alert(error, lead: str = "**Not done, the page keeps its last result.**") -> pn.pane.Alert:
+    """A danger Alert showing ``lead`` and a page's error text, hidden while there is none.
+
+    ``error``: the page's error parameter (e.g. ``page.param.error``, a string, '' for none).
+    """
+    return pn.pane.Alert(pn.bind(lambda e: f"{lead} {e}", error), alert_type="danger",
+                         sizing_mode="stretch_width", disable_math=True,
+                         visible=pn.bind(bool, error))
 
 
 class Session(param.Parameterized):

@@ -55,7 +55,8 @@ from dpexplorer.datasets import NumericalAttribute
 from dpexplorer.thresholds import SVTParams
 
 from .compare_view import Jobs
-from .session import Session
+from .session import Session, error_alert
+from .session import exception_message as _message
 
 __all__ = ["SumsView", "SumsResult", "ATTRIBUTES", "COLORS"]
 
@@ -727,10 +728,8 @@ class SumsView(pn.viewable.Viewer):
             curve_select, curve, loading=self.param.busy, sizing_mode="stretch_width")
 
     def error_alert(self) -> pn.pane.Alert:
-        return pn.pane.Alert(
-            pn.bind(lambda e: f"**Not done, the page keeps its last result.** {e}", self.param.error),
-            alert_type="danger", sizing_mode="stretch_width", disable_math=True,
-            visible=pn.bind(bool, self.param.error))
+        """A danger Alert showing :attr:`error`, hidden while there is none."""
+        return error_alert(self.param.error)
 
     def panel(self) -> pn.Column:
         """The whole page (built once)."""
@@ -743,8 +742,3 @@ class SumsView(pn.viewable.Viewer):
 
     def __panel__(self):
         return self.panel()
-
-
-def _message(exc: BaseException) -> str:
-    msg = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-    return msg or type(exc).__name__
