@@ -62,10 +62,6 @@ from .matrix import Dense, Kronecker, VStack, as_matrix
 
 __all__ = ["fourier_basis", "downward_closure", "FourierStrategy", "fourier_strategy", "fourier"]
 
-#: Relative size below which an eigenvalue ``λ_b(u)`` of the workload counts as zero.
-_ZERO = 1e-12
-
-
 def fourier_basis(n: int) -> np.ndarray:
     """Real DFT basis of the mean-zero vectors of ``ℝⁿ``, shape ``(n − 1, n)``, orthonormal rows.
 
@@ -202,14 +198,16 @@ class FourierStrategy(VStack):
         return super().sensitivity(p)
 
     def _workload_eigenvalues(self, W):
-        """``λ_b(u)`` of ``W``'s marginal approximation over this domain, or None."""
-        res = marginals.marginal_weights(W)
-        if res is None:
+        """``λ_b(u)`` of ``W``'s marginal approximation over this domain, or None.
+
+        The eigenvalues computed from the factors (sums of products of
+        non-negative factor eigenvalues, exact zeros preserved), not from
+        ``u`` (whose signed entries cancel only up to rounding).
+        """
+        sp = marginals._spectrum(W)
+        if sp is None or tuple(sp.domain) != self._domain:
             return None
-        dom, u = res
-        if tuple(dom) != self._domain:
-            return None
-        return marginals.eigenvalues(self._domain, u)
+        return sp.lam
 
     def workload_trace(self, W):
         """``tr(WᵀW (AᵀA)⁺) = Σ_{b∈S} dim_b · λ_b(u)``; see the module docstring.
@@ -232,7 +230,7 @@ class FourierStrategy(VStack):
         if lam is None:
             return NotImplemented
         # eigenspaces of dimension 0 (an attribute of size 1 in b) hold nothing
-        needed = (lam > _ZERO * max(lam.max(initial=0.0), 1e-300)) & (self._dims > 0)
+        needed = (lam > 0) & (self._dims > 0)
         measured = np.zeros(lam.size, dtype=bool)
         measured[list(self.masks)] = True
         missing = needed & ~measured
@@ -370,15 +368,13 @@ def fourier(W, scope: str = "marginal") -> FourierStrategy:
             f"the Fourier strategy (Barak et al. 2007) is for marginal workloads (unions of "
             f"weighted marginals); {W.name!r} is not one (scope='kronecker' accepts any union of "
             f"Kronecker products)")
-    res = marginals.marginal_weights(W)
-    if res is None:
+    sp = marginals._spectrum(W)
+    if sp is None:
         raise registry.NotApplicableError(
             f"the Fourier strategy needs a union of Kronecker products over the attributes; "
             f"{W.name!r} has no such form")
-    dom, u = res
-    lam = marginals.eigenvalues(dom, u)
-    dims = marginals.dimensions(dom)
-    needed = np.flatnonzero((lam > _ZERO * max(lam.max(initial=0.0), 1e-300)) & (dims > 0))
+    dom = tuple(sp.domain)
+    needed = np.flatnonzero((sp.lam > 0) & (marginals.dimensions(dom) > 0))
     if needed.size == 0:
         raise registry.NotApplicableError(f"workload {W.name!r} has no non-zero query")
     return FourierStrategy(dom, [int(b) for b in needed])

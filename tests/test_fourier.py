@@ -193,3 +193,15 @@ def test_bad_input():
     assert fourier.fourier_strategy((1, 1), [3]).masks == (0,)
     with pytest.raises(ValueError, match="bitmask"):
         fourier.fourier_strategy((2, 3), [True])
+
+
+def test_a_tiny_but_nonzero_marginal_is_measured_and_supported():
+    """Needed coefficients come from exact factor eigenvalues, not a relative tolerance."""
+    W = dpx.workloads.union([dpx.workloads.marginal((10, 10), [0]),
+                             dpx.workloads.marginal((10, 10), [1])], [1e-7, 1])
+    A = fourier.fourier(W)
+    assert 0b01 in A.masks and 0b10 in A.masks
+    # the error is the dense one (exact support, no eigenspace left out)
+    G, Ad = W.gram().dense(), A.dense()
+    dense = np.trace(G @ np.linalg.pinv(Ad.T @ Ad))
+    assert A.workload_trace(W) == pytest.approx(dense, rel=1e-9)
