@@ -13,7 +13,6 @@ workload object (:func:`dpexplorer.templates.memoised`), so building
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 
@@ -24,11 +23,7 @@ from .error import UnsupportedWorkloadError
 from .matrix import MatrixTooLargeError, as_matrix
 from .noise import NoiseModel
 
-__all__ = ["hdmm", "HDMM_OPT0_CELLS"]
-
-#: Largest domain on which HDMM also runs OPT0 on the dense Gram matrix, per
-#: norm (Laplace iterations cost O(p n²), Gaussian ones O(n³)).
-HDMM_OPT0_CELLS = dict(templates.OPT0_MAX_CELLS)
+__all__ = ["hdmm"]
 
 _SKIPPED = (registry.NotApplicableError, MatrixTooLargeError, UnsupportedWorkloadError)
 
@@ -47,8 +42,8 @@ def hdmm(W, noise: NoiseModel, restarts: int | None = None, seed: int = 0,
          maxiter: int | None = None, include=None) -> optimization.OptimizationResult:
     """HDMM: the lowest-error strategy among OPT0, OPT⊗, OPT+ and OPT_M (HDMM Sec. 9).
 
-    Candidates: OPT0 when the domain has at most ``HDMM_OPT0_CELLS[norm]``
-    cells (4096 Laplace, 2048 Gaussian); OPT⊗ (skipped for a 1D workload of
+    Candidates: OPT0 when the domain has at most
+    ``templates.OPT0_MAX_CELLS[norm]`` cells (4096 Laplace, 2048 Gaussian); OPT⊗ (skipped for a 1D workload of
     one term, where it is OPT0); OPT+ when the workload has several product
     terms; OPT_M.  A candidate that does not apply (``NotApplicableError``,
     too large, unsupported) is skipped with its reason.  All candidates use
@@ -86,9 +81,7 @@ def hdmm(W, noise: NoiseModel, restarts: int | None = None, seed: int = 0,
     NotApplicableError
         If no candidate applies.
     """
-    if not isinstance(noise, NoiseModel):
-        raise ValueError(f"noise must be a NoiseModel such as dpx.Laplace(1.0), got "
-                         f"{type(noise).__name__}")
+    norm = templates._norm_of(noise)
     W = as_matrix(W)
     names = ["opt0", "opt_kron", "opt_plus", "opt_m"]
     if include is not None:
@@ -100,16 +93,12 @@ def hdmm(W, noise: NoiseModel, restarts: int | None = None, seed: int = 0,
     templates._check_count(restarts, "restarts")
     templates._check_count(maxiter, "maxiter")
     templates._check_seed(seed)
-    norm = noise.norm
     t0 = time.perf_counter()
-    try:
-        terms = templates.product_terms(W)
-        n_terms = len(terms)
-        one_d = {len(f) for _, f in terms} == {1}
-    except Exception:  # pragma: no cover - product_terms accepts every Matrix
-        n_terms, one_d = 1, False
+    terms = templates.product_terms(W)
+    n_terms = len(terms)
+    one_d = {len(f) for _, f in terms} == {1}
     runners = {
-        "opt0": lambda: _run_opt0(W, noise, restarts, seed, maxiter),
+        "opt0": lambda: templates.cached_opt0(W, noise, restarts, seed, maxiter),
         "opt_kron": lambda: templates.cached_opt_kron(W, noise, restarts, seed, maxiter),
         "opt_plus": lambda: templates.cached_opt_plus(W, noise, None, restarts, seed, maxiter),
         "opt_m": lambda: _opt_m(W, noise, restarts, seed),
@@ -152,20 +141,12 @@ def hdmm(W, noise: NoiseModel, restarts: int | None = None, seed: int = 0,
         method="hdmm", info=info)
 
 
-def _run_opt0(W, noise, restarts, seed, maxiter):
-    limit = HDMM_OPT0_CELLS[noise.norm]
-    if W.n > limit:
-        raise registry.NotApplicableError(
-            f"OPT0 is run by HDMM up to {limit:,} cells; this domain has {W.n:,}")
-    return templates.cached_opt0(W, noise, restarts, seed, maxiter)
-
-
 def _build_hdmm(W, noise, restarts=None, seed=0, maxiter=None):
     W = as_matrix(W)
     params = {"restarts": restarts, "seed": seed, "maxiter": maxiter}
     result = templates.memoised("hdmm", W, noise.norm, params,
                                 lambda: hdmm(W, noise, **params))
-    return templates.fresh(dataclasses.replace(result))
+    return templates.fresh(result)
 
 
 registry.register(registry.Mechanism(

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import scipy.sparse.linalg
 
-from .error import GramInverse, UnsupportedWorkloadError
+from .error import GramInverse, UnsupportedWorkloadError, kron_terms
 from .matrix import (
     DENSE_LIMIT,
     Dense,
@@ -42,23 +42,30 @@ __all__ = ["product_terms", "term_matrix", "FactorInverse", "KronStack"]
 def product_terms(W) -> list[tuple[float, list[Matrix]]]:
     """``W`` as a list of weighted products ``(w_j, [W_j1, ..., W_jd])`` in row order.
 
-    A :class:`~dpexplorer.matrix.Kronecker` is one term, ``Weighted``
-    multiplies the weight, ``VStack`` concatenates its blocks' terms, and any
-    other matrix is a single one-factor term (HDMM Eq. 3).  The row order of
-    ``W`` is the concatenation of the terms' rows.
+    :func:`dpexplorer.error.kron_terms` with ``leaves=True``: a Kronecker
+    product is one term, ``Weighted`` multiplies the weight, ``VStack``
+    concatenates its blocks' terms, and any other matrix is a single
+    one-factor term (HDMM Eq. 3).
+
+    Parameters
+    ----------
+    W : Matrix or array, shape (m, n)
+
+    Returns
+    -------
+    list of (float, list of Matrix)
+        Term ``j`` has factors ``W_ji: (m_ji, n_i)``; ``Σ_j Π_i m_ji = m``.
+
+    Raises
+    ------
+    ValueError
+        If ``W`` is not a matrix (:func:`~dpexplorer.matrix.as_matrix`).
     """
-    W = as_matrix(W)
-    if isinstance(W, Weighted):
-        return [(W.weight * c, f) for c, f in product_terms(W.base)]
-    if isinstance(W, Kronecker):
-        return [(1.0, list(W.factors))]
-    if isinstance(W, VStack):
-        return [t for b in W.blocks for t in product_terms(b)]
-    return [(1.0, [W])]
+    return [(c, list(f)) for c, f in kron_terms(as_matrix(W), leaves=True)]
 
 
 def term_matrix(weight: float, factors: list[Matrix]) -> Matrix:
-    """The product term ``weight · (F_1 ⊗ ... ⊗ F_d)`` as a matrix (one factor: ``weight · F_1``)."""
+    """The product term ``weight · (F_1 ⊗ ... ⊗ F_d)``, shape ``(Π m_i, Π n_i)`` (one factor: ``weight · F_1``)."""
     M = factors[0] if len(factors) == 1 else Kronecker(factors)
     return M if weight == 1.0 else Weighted(M, weight)
 
@@ -111,11 +118,17 @@ def _factors_of(M: Matrix) -> list[Matrix]:
     return list(M.factors) if isinstance(M, Kronecker) else [M]
 
 
+#: Largest factor whose column norms are scanned for a common value (O(n_i) each).
+SCAN_FACTOR_CELLS = 2**22
+#: Largest stack whose full column-norm vector is computed for an exact sensitivity.
+EXACT_NORMS_CELLS = 2**27
+
+
 def _constant_column_norm(M: Matrix, p: int) -> float | None:
     """The common column norm of ``M`` if all its columns share it, else ``None``."""
     out = 1.0
     for f in _factors_of(M):
-        if f.n > 2**22:
+        if f.n > SCAN_FACTOR_CELLS:
             return None
         v = f.column_norms(p)
         if v.size and np.ptp(v) > 1e-12 * max(float(v.max()), 1e-300):
@@ -151,7 +164,7 @@ class KronStack(VStack):
     ``Δ₂² = max_x Σ_g c_g²‖A_g e_x‖₂²``.  When every block has constant
     column norms (OPT0/OPT⊗ strategies are normalised so), this is exact in
     O(Σ n_i); otherwise the full column-norm vector is computed when
-    ``n ≤ 2**27`` and above that the upper bound ``Σ c_g Δ(A_g)`` (resp.
+    ``n ≤ EXACT_NORMS_CELLS`` (2**27) and above that the upper bound ``Σ c_g Δ(A_g)`` (resp.
     ``sqrt(Σ c_g² Δ₂(A_g)²)``) is used (``sensitivity_is_bound`` is then
     true): more noise, still private.
 
@@ -197,7 +210,16 @@ class KronStack(VStack):
 
     # ----------------------------------------------------------- sensitivity
     def sensitivity(self, p: int = 1) -> float:
-        """L1 (``p=1``) or L2 (``p=2``) sensitivity of the stack (see the class notes)."""
+        """L1 (``p=1``) or L2 (``p=2``) sensitivity of the stack (see the class notes).
+
+        Source: MATH.md "Noise and sensitivity" (the largest column norm of
+        the stacked strategy, add/remove one record).
+
+        Raises
+        ------
+        ValueError
+            If ``p`` is not 1 or 2.
+        """
         if p not in (1, 2):
             raise ValueError(f"p must be 1 (L1, Laplace) or 2 (L2, Gaussian), got {p!r}")
         consts = [_constant_column_norm(A, p) for A in self.strategies]
@@ -205,7 +227,7 @@ class KronStack(VStack):
             if p == 1:
                 return float(sum(c * v for c, v in zip(self.weights, consts, strict=True)))
             return math.sqrt(sum((c * v) ** 2 for c, v in zip(self.weights, consts, strict=True)))
-        if self.n <= 2**27:
+        if self.n <= EXACT_NORMS_CELLS:
             return float(self.column_norms(p).max())
         self.sensitivity_is_bound = True
         sens = [A.sensitivity(p) for A in self.strategies]
@@ -259,7 +281,15 @@ class KronStack(VStack):
         return total
 
     def workload_row_variances(self, W):
-        """``diag`` of the local least-squares covariance per unit noise, shape ``(m,)``."""
+        """``diag`` of the local least-squares covariance per unit noise, shape ``(m,)``.
+
+        ``W: (m, n)``; ``NotImplemented`` if its terms do not match the stack.
+
+        Raises
+        ------
+        UnsupportedWorkloadError
+            If a block does not support one of its terms.
+        """
         terms = self._matching_terms(W)
         if terms is None:
             return NotImplemented
@@ -278,14 +308,8 @@ class KronStack(VStack):
         return np.concatenate(out)
 
     def _block_pinv(self, g: int) -> Matrix:
-        if g not in self._pinv_cache:
-            fs = []
-            for Af in _factors_of(self.strategies[g]):
-                if isinstance(Af, Identity):
-                    fs.append(Af)
-                else:
-                    fs.append(Dense(self._factor_inverse(Af).pinv @ Af.dense().T))
-            self._pinv_cache[g] = fs[0] if len(fs) == 1 else Kronecker(fs)
+        if g not in self._pinv_cache:  # Kronecker.pinv works factor by factor
+            self._pinv_cache[g] = self.strategies[g].pinv()
         return self._pinv_cache[g]
 
     def local_estimates(self, y) -> list[np.ndarray]:
@@ -304,12 +328,19 @@ class KronStack(VStack):
                 for g in range(len(self.strategies))]
 
     def answer(self, W, y) -> np.ndarray:
-        """Workload answers by local least squares (HDMM Sec. 10 item 3), shape ``(m,)``.
+        """Workload answers by local least squares (HDMM Sec. 10 item 3), shape ``(m,)``, counts.
+
+        ``W: (m, n)``; ``y: (p,)`` the noisy strategy answers (counts).
 
         Term ``j`` of group ``g`` is answered ``w_j (⊗ W_ji) x̂_g``: unbiased,
         with the error of :meth:`workload_trace`, but answers of different
         groups need not be consistent.  For a workload that does not match
         the stack's terms, ``W x̂`` with the global least-squares ``x̂``.
+
+        Raises
+        ------
+        ValueError
+            If ``y`` does not have shape ``(p,)``.
         """
         W = as_matrix(W)
         terms = self._matching_terms(W)

@@ -913,29 +913,20 @@ def fresh(result: optimization.OptimizationResult) -> Matrix:
 
 
 def _build_opt0(W, noise, p=None, restarts=None, seed=0, maxiter=None):
-    W = as_matrix(W)
-    params = {"p": p, "restarts": restarts, "seed": seed, "maxiter": maxiter}
-    return fresh(memoised("opt0", W, noise.norm, params,
-                          lambda: opt0(W, noise, **params)))
+    return fresh(cached_opt0(as_matrix(W), noise, restarts, seed, maxiter, p=p))
 
 
 def _build_opt_kron(W, noise, restarts=None, seed=0, maxiter=None):
-    W = as_matrix(W)
-    params = {"restarts": restarts, "seed": seed, "maxiter": maxiter}
-    return fresh(memoised("opt_kron", W, noise.norm, params,
-                          lambda: cached_opt_kron(W, noise, **params)))
+    return fresh(cached_opt_kron(as_matrix(W), noise, restarts, seed, maxiter))
 
 
 def _build_opt_plus(W, noise, groups=None, restarts=None, seed=0, maxiter=None):
-    W = as_matrix(W)
-    params = {"groups": groups, "restarts": restarts, "seed": seed, "maxiter": maxiter}
-    return fresh(memoised("opt_plus", W, noise.norm, params,
-                          lambda: cached_opt_plus(W, noise, **params)))
+    return fresh(cached_opt_plus(as_matrix(W), noise, groups, restarts, seed, maxiter))
 
 
-def cached_opt0(W, noise, restarts=None, seed=0, maxiter=None):
-    """:func:`opt0` with default ``p`` through the memo (shared by the builders and HDMM)."""
-    params = {"p": None, "restarts": restarts, "seed": seed, "maxiter": maxiter}
+def cached_opt0(W, noise, restarts=None, seed=0, maxiter=None, p=None):
+    """:func:`opt0` through the memo (shared by the builders and HDMM); arguments as :func:`opt0`."""
+    params = {"p": p, "restarts": restarts, "seed": seed, "maxiter": maxiter}
     return memoised("opt0", W, noise.norm, params, lambda: opt0(W, noise, **params))
 
 

@@ -431,3 +431,30 @@ def test_opt_kron_bad_input():
         templates.KronStack(A.strategies, [1.0, 1.0, 1.0], [[0], [1], [1]], A.signature)
     with pytest.raises(ValueError, match="shape"):
         A.answer(W, np.ones(A.m + 1))
+
+
+def test_kron_stack_sensitivity_upper_bound_above_the_exact_limit(monkeypatch):
+    """Above EXACT_NORMS_CELLS the sensitivity is Σ c_g Δ(A_g) (L2: root of squares): ≥ exact."""
+    from dpexplorer import kron_stack
+    from dpexplorer.matrix import Dense
+
+    rng = np.random.default_rng(1)
+    blocks, c = [Dense(rng.random((5, 8))), Dense(rng.random((3, 8)))], [1.0, 2.0]
+
+    def stack():
+        return kron_stack.KronStack(blocks, c, [[0], [1]], [((5, 8),), ((3, 8),)])
+
+    D = stack().dense()
+    exact = {p: float(np.max(np.linalg.norm(D, ord=p, axis=0))) for p in (1, 2)}
+    for p in (1, 2):
+        S = stack()
+        assert S.sensitivity(p) == pytest.approx(exact[p], rel=1e-12)
+        assert not S.sensitivity_is_bound
+    monkeypatch.setattr(kron_stack, "EXACT_NORMS_CELLS", 0)
+    sens = {p: [b.sensitivity(p) for b in blocks] for p in (1, 2)}
+    bound = {1: c[0] * sens[1][0] + c[1] * sens[1][1],
+             2: math.hypot(c[0] * sens[2][0], c[1] * sens[2][1])}
+    for p in (1, 2):
+        S = stack()
+        assert S.sensitivity(p) == pytest.approx(bound[p], rel=1e-12)
+        assert S.sensitivity_is_bound and bound[p] >= exact[p] * (1 - 1e-12)
