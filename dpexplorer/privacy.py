@@ -319,13 +319,19 @@ class PrivateData:
         Raises
         ------
         ValueError
-            If ``sensitivity`` is not positive, ``threshold`` is not finite, or
+            If ``sensitivity`` is not a positive finite number, ``threshold`` is not finite, or
             the queries are empty or not finite.
         BudgetExceededError
             If the ledger's budget would be exceeded.
         """
-        if not sensitivity > 0:
-            raise ValueError(f"sensitivity must be positive, got {sensitivity}")
+        try:
+            delta = float(sensitivity)
+        except (TypeError, ValueError):
+            raise ValueError(f"the sensitivity Δ must be a positive finite number, got {sensitivity!r}") from None
+        if not (math.isfinite(delta) and delta > 0):
+            raise ValueError(f"the sensitivity Δ must be a positive finite number (0 < Δ < ∞), got "
+                             f"{sensitivity!r}")
+        sensitivity = delta
         if not math.isfinite(float(threshold)):
             raise ValueError(f"the threshold must be a finite number, got {threshold!r}")
         noise = Laplace(epsilon)  # validates ε

@@ -78,7 +78,6 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import math
 import threading
 from collections import OrderedDict
@@ -90,17 +89,19 @@ import pandas as pd
 import scipy.linalg
 import scipy.optimize
 import scipy.sparse
-from threadpoolctl import threadpool_limits
 
 from . import error as _error
 from . import registry
 from .matrix import Diagonal, Identity, Matrix, Prefix, Product, RangeQueries, Sparse, as_matrix
 from .mechanism import Reconstructor
+from .evaluate import _blas_limit
 from .noise import Laplace
+from .noise import _check_epsilon
 from .privacy import PrivacyLedger, PrivateData
 from .thresholds import (
     SVTParams,
     Threshold,
+    _positive,
     check_values,
     no_truncation,
     svt_threshold,
@@ -111,7 +112,7 @@ __all__ = [
     "MECHANISMS", "LABELS", "SOURCES", "THRESHOLD_MODES", "SumWorkload", "prefix_sums", "prefix_cuts",
     "SumRelease", "run", "select_strategy", "analytic_variance", "truncation_bias", "true_answers",
     "isotonic_fit", "relative_error", "evaluate", "summarize", "compare_sizes", "tau_curve", "tau_grid",
-    "EVALUATION_COLUMNS",
+    "EVALUATION_COLUMNS", "answer_epsilon",
 ]
 
 #: The five mechanisms of the paper's Table 1, in its order.
@@ -230,16 +231,6 @@ def _detect_prefix(W: Matrix) -> bool:
         lo, hi = W.ranges()
         return bool((lo == 0).all() and (np.diff(hi) >= 0).all())
     return False
-
-
-def _positive(value, name: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}") from None
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{name} must be a positive finite number ({name} > 0), got {value!r}")
-    return v
 
 
 def prefix_cuts(values, m: int, spacing: str = "linear") -> np.ndarray:
@@ -555,8 +546,40 @@ class SumRelease:
         return df
 
 
-def _check_epsilon(epsilon) -> float:
-    return _positive(epsilon, "epsilon")
+def answer_epsilon(epsilon: float, threshold_mode: str = "svt", svt_params: SVTParams | None = None) -> float:
+    """The ε left for the answers of a run with total ``epsilon``.
+
+    With ``threshold_mode="svt"`` the threshold spends the share ``α`` of ε
+    (:class:`~dpexplorer.thresholds.SVTParams` ``alpha``) and the answers get
+    ``(1 − α)·ε`` (Wu, Pujol, Kotsogiannis, Machanavajjhala 2019, Alg. 9 and
+    Sec. 3.1-3.2, restated in MATH.md "Sum queries"; for SQM the same total,
+    split evenly over the m queries, Alg. 2); with ``"user"`` or ``"none"``
+    the threshold costs nothing and the answers get all of ε.
+
+    Parameters
+    ----------
+    epsilon : float
+        Total ε of the run (threshold and answers), > 0.
+    threshold_mode : {"svt", "user", "none"}
+    svt_params : SVTParams, optional
+        Its ``alpha`` is used with ``"svt"`` (default :class:`SVTParams`).
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ValueError
+        If ε is not a positive finite number or the mode is unknown.
+    """
+    epsilon = _check_epsilon(epsilon)
+    if threshold_mode == "svt":
+        alpha = (svt_params if svt_params is not None else SVTParams()).alpha
+        return (1.0 - alpha) * epsilon
+    if threshold_mode in THRESHOLD_MODES:
+        return epsilon
+    raise ValueError(f"threshold mode must be one of {THRESHOLD_MODES}, got {threshold_mode!r}")
 
 
 def _threshold(data, workload, epsilon, rng, threshold, tau, svt, seed, label):
@@ -572,13 +595,13 @@ def _threshold(data, workload, epsilon, rng, threshold, tau, svt, seed, label):
     if threshold == "svt":
         thr = svt_threshold(data, workload.values, svt.alpha * epsilon, rng, svt,
                             label=f"{label}: threshold", seed=seed)
-        return thr, (1.0 - svt.alpha) * epsilon
+        return thr, answer_epsilon(epsilon, "svt", svt)
     if threshold == "user":
         if tau is None:
             raise ValueError("threshold='user' needs tau (a data-independent τ > 0)")
-        return user_threshold(tau), epsilon
+        return user_threshold(tau), answer_epsilon(epsilon, "user")
     if threshold == "none":
-        return no_truncation(workload.values), epsilon
+        return no_truncation(workload.values), answer_epsilon(epsilon, "none")
     raise ValueError(f"threshold must be one of {THRESHOLD_MODES} or a Threshold, got {threshold!r}")
 
 
@@ -689,8 +712,9 @@ def _run_sqm(data, workload, epsilon, rng, threshold, tau, svt, seed):
     taus = np.empty(m)
     thresholds: list | Threshold
     if threshold == "svt":
+        eps_ans = answer_epsilon(epsilon, "svt", svt)
         eps_thr_q = svt.alpha * epsilon / m
-        eps_ans_q = (1.0 - svt.alpha) * epsilon / m
+        eps_ans_q = eps_ans / m
         thresholds = []
         for i in range(m):
             support = np.zeros(workload.n, dtype=bool)
@@ -700,7 +724,6 @@ def _run_sqm(data, workload, epsilon, rng, threshold, tau, svt, seed):
             thresholds.append(t)
             taus[i] = t.tau
         eps_thr = math.fsum(t.epsilon for t in thresholds)
-        eps_ans = (1.0 - svt.alpha) * epsilon
     else:
         thr, eps_ans = _threshold(data, workload, epsilon, rng, threshold, tau, svt, seed, "SQM")
         thresholds, eps_thr = thr, thr.epsilon
@@ -781,6 +804,11 @@ def isotonic_fit(answers) -> np.ndarray:
     :func:`scipy.optimize.isotonic_regression`; paper Sec. 4.  Since the set
     of non-decreasing sequences is convex and contains the true prefix sums,
     the result is never farther from them in L2 than ``answers``.
+
+    Raises
+    ------
+    ValueError
+        If ``answers`` is not a 1D array of finite numbers.
     """
     a = np.asarray(answers, dtype=float)
     if a.ndim != 1 or not np.isfinite(a).all():
@@ -894,15 +922,9 @@ def evaluate(x, workload: SumWorkload, epsilon: float, mechanisms: Sequence[str]
         raise ValueError("isotonic regression needs a prefix workload")
     if threshold == "user" and tau is None:
         raise ValueError("threshold='user' needs tau (a data-independent τ > 0)")
-    with _blas_limit(blas_threads):
+    with _blas_limit(None if blas_threads is None else int(blas_threads)):
         return _evaluate(x, workload, epsilon, mechanisms, int(trials), int(seed), threshold, tau, svt,
                          strategy, variants, gamma, shared_threshold, progress)
-
-
-def _blas_limit(threads: int | None):
-    if threads is None:
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=int(threads), user_api="blas")
 
 
 def _evaluate(x, workload, epsilon, mechanisms, trials, seed, threshold, tau, svt, strategy, variants,
@@ -944,6 +966,13 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     Also the empirical MSE against the truth, the analytic MSE given the
     thresholds (mean over trials of variance + bias²) and the median τ.  The
     5-95 % bands are those of the paper's Figs. 2-4.
+
+    Raises
+    ------
+    KeyError
+        If ``df`` lacks a column of :func:`evaluate`'s table (mechanism,
+        isotonic, query, threshold, truth, answer, rel_error, tau, trial,
+        error, variance, bias).
     """
     g = df.groupby(["mechanism", "isotonic", "query"], sort=False)
 
@@ -995,7 +1024,14 @@ def compare_sizes(df: pd.DataFrame, fraction: float = 0.2) -> pd.DataFrame:
 
 
 def tau_grid(values, points: int = 30) -> np.ndarray:
-    """Geometric grid of ``points`` thresholds from the smallest positive value to the largest."""
+    """Geometric grid of ``points`` thresholds from the smallest positive value to the largest.
+
+    Raises
+    ------
+    ValueError
+        If ``points`` is not an int ≥ 2, or the values are empty, not finite,
+        negative or all zero (:func:`dpexplorer.thresholds.check_values`).
+    """
     v = check_values(values)
     if not isinstance(points, (int, np.integer)) or points < 2:
         raise ValueError(f"points must be an int >= 2, got {points!r}")
@@ -1037,7 +1073,7 @@ def tau_curve(workload: SumWorkload, x, epsilon: float, taus=None,
         _positive(t, "the truncation threshold τ")
     truth = true_answers(workload, x)
     rows = []
-    with _blas_limit(blas_threads):
+    with _blas_limit(None if blas_threads is None else int(blas_threads)):
         for k, t in enumerate(taus):
             _tau_row(rows, workload, x, truth, t, mechanisms, epsilon, strategy)
             if progress is not None:

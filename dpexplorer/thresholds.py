@@ -186,6 +186,7 @@ class Threshold:
 
     @property
     def label(self) -> str:
+        """One line saying τ and how it was chosen (SVT candidate and ε, given, or no truncation)."""
         if self.method == "svt":
             how = (f"SVT candidate {self.index}" if self.index is not None
                    else "SVT found none: no truncation")
@@ -214,6 +215,10 @@ def no_truncation(values) -> Threshold:
 def svt_candidates(values, params: SVTParams = SVTParams(), support=None) -> np.ndarray:
     """``θ_k = θ₀·r^k`` for k = 0 .. K, K the first index with ``θ_K ≥ max v`` (over ``support``).
 
+    If ``θ₀`` is above the largest value the candidates are just ``[θ₀]``
+    (no error); :func:`svt_threshold` caps the released τ at the largest
+    value, so that case gives ``τ = max v`` (no truncation).
+
     Parameters
     ----------
     values : array_like, shape (n,)
@@ -225,11 +230,13 @@ def svt_candidates(values, params: SVTParams = SVTParams(), support=None) -> np.
     Returns
     -------
     ndarray, shape (K + 1,)
+        ``[θ₀]`` alone when ``θ₀`` exceeds the largest value.
 
     Raises
     ------
     ValueError
-        If ``θ₀`` is above the largest value, or more than ``max_candidates`` would be needed.
+        If no bucket (of ``support``) has a positive value, or more than
+        ``max_candidates`` would be needed.
     """
     v = check_values(values)
     vs = v if support is None else v[np.asarray(support, dtype=bool)]

@@ -524,3 +524,44 @@ def test_tau_curve_tradeoff(small):
             assert np.all(np.diff(c["variance"]) >= -1e-9)  # more sensitivity, more noise
     row = curve[(curve.mechanism == "identity") & (curve.tau == 6.0)]
     assert row["variance"].iloc[0] == pytest.approx(sums.analytic_variance("identity", S, 6.0, 1.0).mean())
+
+
+# ------------------------------------------------------------------ review fixes
+def test_svt_candidates_theta0_above_the_largest_value_falls_back_to_no_truncation(small):
+    _, x, v, _ = small
+    params = SVTParams(theta0=100.0)  # v.max() == 12
+    np.testing.assert_array_equal(thresholds.svt_candidates(v, params), [100.0])
+    data = PrivateData(x)
+    thr = thresholds.svt_threshold(data, v, 0.5, np.random.default_rng(0), params)
+    assert thr.tau == float(v.max())  # capped at the largest value: nothing truncated
+    assert thr.epsilon == pytest.approx(0.5) and data.ledger.epsilon == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("mechanism", MECHS)
+@pytest.mark.parametrize("mode", ["user", "none", "svt"])
+def test_answer_epsilon_is_the_runs_answer_budget(small, mechanism, mode):
+    _, x, v, S = small
+    params = SVTParams(alpha=0.25)
+    rel = sums.run(mechanism, PrivateData(x), S, 0.8, np.random.default_rng(2), threshold=mode, tau=6.5,
+                   svt=params)
+    assert rel.epsilon_answers == pytest.approx(sums.answer_epsilon(0.8, mode, params), rel=1e-12)
+    assert sums.answer_epsilon(0.8, "svt", params) == pytest.approx(0.6)
+    assert sums.answer_epsilon(0.8, "svt") == pytest.approx(0.8 * (1 - SVTParams().alpha))
+    assert sums.answer_epsilon(0.8, mode if mode != "svt" else "user") == 0.8
+
+
+def test_answer_epsilon_bad_input():
+    with pytest.raises(ValueError, match="threshold mode"):
+        sums.answer_epsilon(1.0, "median")
+    for bad in (0.0, -1.0, float("nan"), float("inf"), None, "x"):
+        with pytest.raises(ValueError, match="epsilon"):
+            sums.answer_epsilon(bad, "svt")
+
+
+@pytest.mark.parametrize("sensitivity", [float("inf"), float("-inf"), float("nan"), 0.0, -1.0, None, "x"])
+def test_above_threshold_refuses_a_bad_sensitivity(small, sensitivity):
+    _, x, _, _ = small
+    data = PrivateData(x)
+    with pytest.raises(ValueError, match="sensitivity"):
+        data.above_threshold(lambda z: z, 0.0, sensitivity, 1.0, np.random.default_rng(0), "svt")
+    assert data.ledger.epsilon == 0.0  # refused before anything is spent

@@ -210,3 +210,68 @@ def test_panel_builds_and_redraws(session, view):
     view.show_isotonic = True
     hv.render(view.answers_plot())
     assert view.panel() is layout
+
+
+# ------------------------------------------------------------------ review fixes
+def test_reupload_of_a_same_named_csv_uses_the_new_file(session, view):
+    rng = np.random.default_rng(1)
+    first = pd.DataFrame({"salary": rng.gamma(2.0, 2e4, size=100).round(2)})
+    second = pd.DataFrame({"salary": rng.gamma(2.0, 5e4, size=1000).round(2)})
+    assert view.load_csv(first.to_csv(index=False).encode(), "people.csv") == ["salary"]
+    assert view.add_csv_column("salary")
+    assert view.load_attribute().n_records == 100  # cached under "CSV people: salary"
+    assert view.load_csv(second.to_csv(index=False).encode(), "people.csv") == ["salary"]
+    assert view.add_csv_column("salary")
+    assert view.attribute == "CSV people: salary"
+    assert view.load_attribute().n_records == 1000
+    _run(view)
+    assert view.result.attribute.n_records == 1000
+
+
+@pytest.mark.parametrize("name, tau_mode, words", [
+    ("tau", "user", "τ"), ("alpha", "svt", "alpha"), ("rho", "svt", "rho"), ("r", "svt", "r"),
+    ("gamma", "svt", "γ"), ("bins", "svt", "buckets"), ("queries", "svt", "queries"),
+    ("trials", "svt", "trials"),
+])
+def test_emptied_number_box_gives_a_clear_error_and_keeps_the_result(session, view, monkeypatch, name,
+                                                                     tau_mode, words):
+    shown = []
+    monkeypatch.setattr(session_module, "notify", lambda msg, level="error": shown.append(msg))
+    _run(view)
+    good = view.result
+    view.tau_mode = tau_mode
+    setattr(view, name, None)  # an emptied widget box: accepted by the parameter, no traceback
+    assert view.run() is False
+    assert view.error and view.error == session.error and shown[-1] == view.error
+    assert "empty" in view.error and words in view.error
+    assert view.result is good and not view.busy
+
+
+@pytest.mark.parametrize("name, value, allowed", [
+    ("bins", 1, "from 2 to 4096"), ("bins", 5000, "from 2 to 4096"), ("queries", 0, "from 1 to 2000"),
+    ("queries", 2001, "from 1 to 2000"), ("trials", 0, "from 1 to 500"), ("trials", 501, "from 1 to 500"),
+])
+def test_out_of_range_counts_give_a_clear_error(session, view, name, value, allowed):
+    _run(view)
+    good = view.result
+    setattr(view, name, value)
+    assert view.run() is False
+    assert allowed in view.error and str(value) in view.error
+    assert view.result is good
+
+
+def test_shown_result_keeps_the_value_kind_and_spacing_it_ran_with(session, view):
+    view.value_kind, view.spacing = "midpoint", "geometric"
+    _run(view)
+    assert view.result.value_kind == "midpoint" and view.result.spacing == "geometric"
+    view.value_kind, view.spacing = "lower", "linear"  # changed after the run, not rerun
+    assert "midpoint edges" in view.summary_text() and "lower edges" not in view.summary_text()
+    panels = view.answer_panels()
+    assert panels and all(p.opts.get().kwargs.get("logx") for p in panels)
+
+
+def test_simulation_answer_epsilon_comes_from_the_engine(session, view):
+    session.epsilon = 0.4
+    view.alpha = 0.3
+    _run(view)
+    assert view.result.epsilon_answers == sums.answer_epsilon(0.4, "svt", SVTParams(alpha=0.3))

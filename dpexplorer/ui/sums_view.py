@@ -119,7 +119,7 @@ class SumsResult:
     epsilon : float
         Total ε of every mechanism's run.
     epsilon_answers : float
-        ε of the answers (``(1 − α)·ε`` with an SVT threshold).
+        ε of the answers (:func:`dpexplorer.sums.answer_epsilon`: ``(1 − α)·ε`` with an SVT threshold).
     seed : int
         Trials draw from ``SeedSequence([seed, trial])``.
     trials : int
@@ -137,6 +137,10 @@ class SumsResult:
     strategy : str
     notes : list of str
     seconds : float
+    value_kind : str
+        Bucket value the workload was built with (``upper``, ``midpoint``, ``lower``).
+    spacing : str
+        Spacing of the prefix thresholds the workload was built with (``linear``, ``geometric``).
     """
 
     attribute: NumericalAttribute
@@ -155,6 +159,8 @@ class SumsResult:
     svt: SVTParams | None = None
     notes: list = field(default_factory=list)
     seconds: float = 0.0
+    value_kind: str = "upper"
+    spacing: str = "linear"
 
 
 class SumsView(pn.viewable.Viewer):
@@ -174,29 +180,32 @@ class SumsView(pn.viewable.Viewer):
     shift_negative = param.Boolean(default=False, doc=SHIFT_HELP)
     bucketing = param.Selector(default="equal_width", objects=["equal_width", "quantile", "edges"],
                                doc=BUCKETING_HELP)
-    bins = param.Integer(default=512, bounds=(2, 4096), doc="Number of buckets (equal-width or quantile).")
+    bins = param.Integer(default=512, allow_None=True,
+                         doc="Number of buckets (equal-width or quantile), 2 .. 4096.")
     edges_text = param.String(default="", doc="Your bucket edges, comma-separated, strictly increasing.")
     value_kind = param.Selector(default="upper", objects=list(datasets.BUCKET_VALUE_KINDS), doc=VALUE_HELP)
     # -------------------------------------------------------- workload
     workload_kind = param.Selector(default="prefix", objects=["prefix", "ranges"], doc="""
         prefix: sums of the values ≤ t at m thresholds t (the paper's P-workloads);
         ranges: m random ranges of buckets (seed 0), summed by value.""")
-    queries = param.Integer(default=100, bounds=(1, 2000), doc="Number of queries m.")
+    queries = param.Integer(default=100, allow_None=True, doc="Number of queries m, 1 .. 2000.")
     spacing = param.Selector(default="linear", objects=["linear", "geometric"], doc="""
         Thresholds of the prefix queries: evenly spaced over the buckets, or log-spaced (more small queries).""")
     # -------------------------------------------------------- threshold
     tau_mode = param.Selector(default="svt", objects=list(sums.THRESHOLD_MODES), doc=TAU_HELP)
-    tau = param.Number(default=2000.0, doc="τ for tau_mode = user (attribute units, > 0).")
-    alpha = param.Number(default=SVTParams().alpha, doc="SVT: share α of ε spent on τ (0 < α < 1).")
-    rho = param.Number(default=SVTParams().rho, doc="SVT: share ρ of records kept untruncated (0 < ρ < 1).")
-    r = param.Number(default=SVTParams().r, doc="SVT: growth r > 1 of the candidates θ₀·rᵏ.")
+    tau = param.Number(default=2000.0, allow_None=True, doc="τ for tau_mode = user (attribute units, > 0).")
+    alpha = param.Number(default=SVTParams().alpha, allow_None=True,
+                         doc="SVT: share α of ε spent on τ (0 < α < 1).")
+    rho = param.Number(default=SVTParams().rho, allow_None=True,
+                       doc="SVT: share ρ of records kept untruncated (0 < ρ < 1).")
+    r = param.Number(default=SVTParams().r, allow_None=True, doc="SVT: growth r > 1 of the candidates θ₀·rᵏ.")
     theta0 = param.Number(default=None, allow_None=True, doc="""
         SVT: first candidate θ₀ > 0 (empty: the smallest positive bucket value).""")
     # -------------------------------------------------------- mechanisms
     strategy = param.Selector(default="greedy_h", objects=["greedy_h"], doc="""
         Strategy selector of TiMM and TaMM (any registered data-independent mechanism).""")
-    trials = param.Integer(default=30, bounds=(1, 500), doc="Simulated trials.")
-    gamma = param.Number(default=1.0, doc="γ > 0 of the relative error |ŷ − y| / max(y, γ).")
+    trials = param.Integer(default=30, allow_None=True, doc="Simulated trials, 1 .. 500.")
+    gamma = param.Number(default=1.0, allow_None=True, doc="γ > 0 of the relative error |ŷ − y| / max(y, γ).")
     show_isotonic = param.Boolean(default=False, doc="Draw the answers after isotonic regression.")
     curve_mechanism = param.Selector(default="tamm", objects=list(sums.MECHANISMS), doc="""
         Mechanism whose bias² / variance / total is drawn against τ.""")
@@ -249,8 +258,32 @@ class SumsView(pn.viewable.Viewer):
         """Block until the running simulation is shown (tests, scripts)."""
         return self._jobs.wait(timeout)
 
+    #: Allowed range of the integer controls (checked when a run starts, reported on the page).
+    LIMITS = {"bins": ("number of buckets", 2, 4096), "queries": ("number of queries m", 1, 2000),
+              "trials": ("number of trials", 1, 500)}
+
+    def _integer(self, name: str) -> int:
+        """The integer control ``name`` checked against :attr:`LIMITS` (ValueError if empty or outside)."""
+        what, lo, hi = self.LIMITS[name]
+        value = getattr(self, name)
+        if value is None:
+            raise ValueError(f"the {what} is empty: enter a whole number from {lo} to {hi}")
+        if not lo <= value <= hi:
+            raise ValueError(f"the {what} must be a whole number from {lo} to {hi}, got {value}")
+        return int(value)
+
     def svt_params(self) -> SVTParams:
-        """The SVT parameters of the controls (ValueError if out of range)."""
+        """The SVT parameters of the controls.
+
+        Raises
+        ------
+        ValueError
+            If α, ρ or r is empty or out of range (0 < α < 1, 0 < ρ < 1, r > 1), or θ₀ ≤ 0.
+        """
+        for name, symbol, allowed in (("alpha", "α", "0 < α < 1"), ("rho", "ρ", "0 < ρ < 1"),
+                                      ("r", "r", "r > 1")):
+            if getattr(self, name) is None:
+                raise ValueError(f"SVT parameter {name} ({symbol}) is empty: enter a number with {allowed}")
         return SVTParams(alpha=self.alpha, rho=self.rho, r=self.r, theta0=self.theta0)
 
     def _edges(self):
@@ -273,7 +306,7 @@ class SumsView(pn.viewable.Viewer):
         """
         name = self.attribute
         method = "equal_width" if self.bucketing == "edges" else self.bucketing
-        bins = self._edges() if self.bucketing == "edges" else int(self.bins)
+        bins = self._edges() if self.bucketing == "edges" else self._integer("bins")
         key = (name, self.bucketing, tuple(bins) if isinstance(bins, list) else bins, self.shift_negative,
                self._dpbench_dir() if name == "DPBench INCOME" else None)
         if key in self._attr_cache:
@@ -306,12 +339,20 @@ class SumsView(pn.viewable.Viewer):
         return attr
 
     def build_workload(self, attr: NumericalAttribute) -> sums.SumWorkload:
-        """The sum workload of the controls over ``attr``'s buckets."""
+        """The sum workload of the controls over ``attr``'s buckets.
+
+        Raises
+        ------
+        ValueError
+            If the number of queries is empty or outside :attr:`LIMITS`, or the
+            workload cannot be built (e.g. more prefix queries than buckets allow).
+        """
         values = attr.bucket_values(self.value_kind)
+        m = self._integer("queries")
         if self.workload_kind == "prefix":
-            return sums.prefix_sums(values, m=int(self.queries), spacing=self.spacing)
-        W = dpx.workloads.random_ranges(attr.n, int(self.queries), "uniform", seed=0)
-        return sums.SumWorkload(W, values, name=f"{int(self.queries)} random range sums")
+            return sums.prefix_sums(values, m=m, spacing=self.spacing)
+        W = dpx.workloads.random_ranges(attr.n, m, "uniform", seed=0)
+        return sums.SumWorkload(W, values, name=f"{m} random range sums")
 
     @staticmethod
     def curve_taus(workload: sums.SumWorkload) -> np.ndarray:
@@ -324,17 +365,24 @@ class SumsView(pn.viewable.Viewer):
         svt = self.svt_params() if self.tau_mode == "svt" else None
         if self.tau_mode == "user":
             tau = self.tau
-            if tau is None or not (math.isfinite(float(tau)) and float(tau) > 0):
+            if tau is None:
+                raise ValueError("the truncation threshold τ is empty: enter a positive finite number "
+                                 "(τ > 0) in attribute units")
+            if not (math.isfinite(float(tau)) and float(tau) > 0):
                 raise ValueError(f"the truncation threshold τ must be a positive finite number "
                                  f"(τ > 0), got {tau!r}")
-        if not (self.gamma is not None and math.isfinite(float(self.gamma)) and self.gamma > 0):
+        if self.gamma is None:
+            raise ValueError("γ of the relative error is empty: enter a positive number (γ > 0)")
+        if not (math.isfinite(float(self.gamma)) and self.gamma > 0):
             raise ValueError(f"γ must be a positive number, got {self.gamma!r}")
+        trials = self._integer("trials")
         notes = []
         if self.session.noise != "Laplace":
             notes.append("The sum mechanisms are ε-DP with Laplace noise: Laplace(ε) was used, δ ignored.")
         return dict(epsilon=eps, seed=int(self.session.seed), svt=svt, tau_mode=self.tau_mode,
                     tau=float(self.tau) if self.tau_mode == "user" else None, strategy=self.strategy,
-                    trials=int(self.trials), gamma=float(self.gamma), notes=notes)
+                    trials=trials, gamma=float(self.gamma), notes=notes, value_kind=self.value_kind,
+                    spacing=self.spacing)
 
     # ================================================================ running
     def run(self) -> bool:
@@ -378,7 +426,7 @@ class SumsView(pn.viewable.Viewer):
         df = sums.evaluate(attr.x, workload, snap["epsilon"], trials=trials, seed=snap["seed"],
                            threshold=snap["tau_mode"], tau=snap["tau"], svt=snap["svt"],
                            strategy=snap["strategy"], gamma=snap["gamma"], progress=on_trial)
-        eps_ans = snap["epsilon"] * (1 - snap["svt"].alpha) if snap["tau_mode"] == "svt" else snap["epsilon"]
+        eps_ans = sums.answer_epsilon(snap["epsilon"], snap["tau_mode"], snap["svt"])
 
         def on_tau(done, total):
             post(lambda: self._set(progress=trials + done))
@@ -396,7 +444,9 @@ class SumsView(pn.viewable.Viewer):
                          "shifted values.")
         return SumsResult(attr, workload, snap["epsilon"], eps_ans, snap["seed"], trials, snap["tau_mode"],
                           df, sums.summarize(df), sums.compare_sizes(df), curve, taus, snap["strategy"],
-                          snap["svt"], notes, time.perf_counter() - t0)
+                          snap["svt"], notes, time.perf_counter() - t0,
+                          value_kind=snap.get("value_kind", self.value_kind),
+                          spacing=snap.get("spacing", self.spacing))
 
     def _finish(self, result, exc) -> None:
         self._set(busy=False)
@@ -434,6 +484,9 @@ class SumsView(pn.viewable.Viewer):
                 raise ValueError(f"column {column!r} has infinite values")
             name = f"CSV {PurePath(filename).stem}: {column}"
             self._uploads[name] = values
+            # the cache is keyed on the name: a re-upload under the same name must not reuse it
+            for key in [k for k in self._attr_cache if k[0] == name]:
+                del self._attr_cache[key]
             self._refresh_attributes()
             self.attribute = name
         except Exception as exc:  # noqa: BLE001
@@ -478,7 +531,7 @@ class SumsView(pn.viewable.Viewer):
         xcol, xlabel = self._x(res)
         summ = res.summary[res.summary.isotonic == (self.show_isotonic and res.workload.is_prefix)]
         panels = []
-        logx = self.spacing == "geometric" and xcol == "threshold"
+        logx = res.spacing == "geometric" and xcol == "threshold"
         for mech in sums.MECHANISMS:
             s = summ[summ.mechanism == mech].sort_values("query")
             if s.empty:
@@ -522,7 +575,7 @@ class SumsView(pn.viewable.Viewer):
                                                                  tools=["hover"]))
         return hv.Overlay(layers).opts(
             title=title, responsive=True, height=340, logy=True,
-            logx=self.spacing == "geometric" and xcol == "threshold",
+            logx=res.spacing == "geometric" and xcol == "threshold",
             ylabel="|ŷ − y| / max(y, γ)  (mean, 5–95 %)", legend_position="right")
 
     def curve_plot(self, res: SumsResult | None = None):
@@ -607,23 +660,26 @@ class SumsView(pn.viewable.Viewer):
         text = [f"**Simulation on public data** — {res.trials} trials, seeds from {res.seed}, "
                 f"ε = {res.epsilon:g} per mechanism and trial ({res.seconds:.1f} s).",
                 f"**{a.name}**: {a.description}. {a.n:,} buckets, values = "
-                f"{self.value_kind} edges; **{S.name}** ({S.m} queries); TiMM/TaMM strategy "
+                f"{res.value_kind} edges; **{S.name}** ({S.m} queries); TiMM/TaMM strategy "
                 f"`{res.strategy}`.", tau + ".", "Best " + "; ".join(best) + "." if best else ""]
         text += [f"*{n}*" for n in res.notes]
         return "\n\n".join(t for t in text if t)
 
     # ================================================================ layout
     def controls(self) -> pn.Column:
+        """The sidebar: data, bucketing, workload, threshold τ and run widgets, plus the CSV upload."""
         w = pn.widgets
         attr = w.Select.from_param(self.param.attribute, **{_LABEL: "Attribute"})
         shift = w.Checkbox.from_param(self.param.shift_negative, **{_LABEL: "Shift negative values"})
         bucketing = w.RadioButtonGroup.from_param(self.param.bucketing)
-        bins = w.IntInput.from_param(self.param.bins, **{_LABEL: "Buckets"})
+        bins = w.IntInput.from_param(self.param.bins, **{_LABEL: "Buckets"}, start=self.LIMITS["bins"][1],
+                                    end=self.LIMITS["bins"][2])
         edges = w.TextInput.from_param(self.param.edges_text, **{_LABEL: "Edges (for 'edges')"},
                                        placeholder="0, 50, 100, 1000, 23040")
         value = w.RadioButtonGroup.from_param(self.param.value_kind)
         kind = w.RadioButtonGroup.from_param(self.param.workload_kind)
-        m = w.IntInput.from_param(self.param.queries, **{_LABEL: "Queries m"})
+        m = w.IntInput.from_param(self.param.queries, **{_LABEL: "Queries m"},
+                                 start=self.LIMITS["queries"][1], end=self.LIMITS["queries"][2])
         spacing = w.RadioButtonGroup.from_param(self.param.spacing)
         mode = w.RadioButtonGroup.from_param(self.param.tau_mode)
         tau = w.FloatInput.from_param(self.param.tau, **{_LABEL: "τ (user)"})
@@ -632,7 +688,8 @@ class SumsView(pn.viewable.Viewer):
         r = w.FloatInput.from_param(self.param.r, step=0.05, **{_LABEL: "r (growth)"})
         theta0 = w.FloatInput.from_param(self.param.theta0, **{_LABEL: "θ₀ (empty: smallest value)"})
         strategy = w.Select.from_param(self.param.strategy, **{_LABEL: "TiMM/TaMM strategy"})
-        trials = w.IntInput.from_param(self.param.trials, **{_LABEL: "Trials"})
+        trials = w.IntInput.from_param(self.param.trials, **{_LABEL: "Trials"},
+                                      start=self.LIMITS["trials"][1], end=self.LIMITS["trials"][2])
         gamma = w.FloatInput.from_param(self.param.gamma, **{_LABEL: "γ (relative error)"})
         run = w.Button(**{_LABEL: "Run simulation"}, **{_BUTTON: "primary"})
         run.on_click(lambda _: self.run())
@@ -669,6 +726,7 @@ class SumsView(pn.viewable.Viewer):
         return ""
 
     def upload_card(self) -> pn.Card:
+        """A collapsed card to upload a CSV file and offer one of its numeric columns as an attribute."""
         csv_in = pn.widgets.FileInput(accept=".csv,text/csv", multiple=False)
         column = pn.widgets.Select(**{_LABEL: "Column"}, options=[], disabled=True)
         add = pn.widgets.Button(**{_LABEL: "Use column"}, **{_BUTTON: "success"}, disabled=True)
@@ -687,6 +745,7 @@ class SumsView(pn.viewable.Viewer):
                        sizing_mode="stretch_width")
 
     def results(self) -> pn.Column:
+        """The result panes (summary, answers, relative errors, size table, τ curve), redrawn on each result."""
         summary = pn.pane.Markdown(self.summary_text(), sizing_mode="stretch_width")
         def answer_panes():
             return [pn.pane.HoloViews(p, linked_axes=False, sizing_mode="stretch_width", height=260)
