@@ -20,7 +20,6 @@ import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import scipy.sparse.linalg
 
 from .error import GramInverse, UnsupportedWorkloadError, kron_terms
 from .matrix import (
@@ -352,20 +351,18 @@ class KronStack(VStack):
                                for j, (w, f) in enumerate(terms)])
 
     def reconstructor(self) -> Callable[[np.ndarray], np.ndarray]:
-        """``y ↦ x̂``: global least squares ``A⁺y`` over the whole stack.
+        """``y: (p,) ↦ x̂: (n,)`` (counts): global least squares ``A⁺y`` over the whole stack.
 
-        Dense pseudo-inverse of the Gram matrix up to 4096 cells, else scipy
-        lsmr from 0 (minimum-norm least squares).
+        :class:`dpexplorer.mechanism.Reconstructor` with its generic paths:
+        dense pseudo-inverse of the Gram matrix up to
+        ``DENSE_RECONSTRUCT_LIMIT`` cells, else scipy lsmr (minimum-norm
+        least squares).
         """
         if self._recon is None:
-            if self.n <= 4096:
-                P = GramInverse(np.asarray(self.gram().dense(), dtype=float)).pinv
-                self._recon = lambda y: P @ self.rmatvec(y)
-            else:
-                op = self.as_linear_operator()
-                self._recon = lambda y: scipy.sparse.linalg.lsmr(
-                    op, np.asarray(y, dtype=float), atol=1e-10, btol=1e-10,
-                    maxiter=max(10 * min(self.n, 10**4), 1000))[0]
+            from .mechanism import DENSE_RECONSTRUCT_LIMIT, Reconstructor
+
+            method = "dense" if self.n <= DENSE_RECONSTRUCT_LIMIT else "lsmr"
+            self._recon = Reconstructor(self, method=method)
         return self._recon
 
     def _gram(self):
