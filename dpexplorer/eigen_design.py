@@ -97,7 +97,7 @@ import numpy as np
 import scipy.optimize
 from threadpoolctl import threadpool_limits
 
-from . import error, optimization, registry
+from . import error, optimization, registry, templates
 from .matrix import (
     DENSE_LIMIT,
     AllRange,
@@ -242,8 +242,7 @@ def optimal_weights(c, S, *, maxiter: int = 5000, tol: float = 0.0, gap_tol: flo
         raise ValueError("S must be non-negative and finite (squared column contributions)")
     if np.any(S.max(axis=1) <= 0):
         raise ValueError("every design row needs a positive entry in S (a zero row cannot be weighted)")
-    if isinstance(maxiter, bool) or not isinstance(maxiter, int | np.integer) or maxiter < 1:
-        raise ValueError(f"maxiter must be a whole number ≥ 1, got {maxiter!r}")
+    maxiter = templates._check_count(maxiter, "maxiter", allow_none=False)
     K, n = S.shape
     sqrt_c = np.sqrt(c)
     row_sums = S.sum(axis=1)
@@ -542,11 +541,17 @@ class EigenDesignStrategy(Dense):
         component outside ``span(q_i)``, i.e. ``‖W‖_F² = Σ_i ‖W q_i‖²``
         (checked to a relative ``1e-8``).
 
+        Parameters
+        ----------
+        W : Matrix, shape (m, n)
+            The workload (``n`` the strategy's number of cells).
+
         Returns
         -------
         float or NotImplemented
-            NotImplemented when completion rows are present (the generic dense
-            path of :mod:`dpexplorer.error` applies).
+            NotImplemented when completion rows are present or ``W`` has
+            another number of cells (the generic path of :mod:`dpexplorer.error`
+            then applies or reports the mismatch).
 
         Raises
         ------

@@ -52,7 +52,7 @@ import numpy as np
 import scipy.optimize
 from threadpoolctl import threadpool_limits
 
-from . import error, optimization, registry
+from . import error, optimization, registry, templates
 from .matrix import (
     DENSE_LIMIT,
     Identity,
@@ -62,6 +62,7 @@ from .matrix import (
     Ones,
     VStack,
     Weighted,
+    _check_p,
     as_matrix,
 )
 from .noise import NoiseModel
@@ -142,7 +143,7 @@ def _complement_sizes(domain) -> np.ndarray:
 
 # ======================================================== subset-sum transforms
 # An array x over masks reshaped to (2,)*d in C order has axis j <-> bit d-1-j.
-def _axis_views(X: np.ndarray, d: int, ax: int):
+def _axis_views(X: np.ndarray, ax: int):
     lo = [slice(None)] * X.ndim
     hi = [slice(None)] * X.ndim
     lo[ax], hi[ax] = 0, 1
@@ -153,7 +154,7 @@ def _superset_sum(x: np.ndarray, d: int) -> np.ndarray:
     """``y_b = Σ_{a ⊇ b} x_a`` (zeta transform over supersets), O(d·2^d)."""
     X = np.array(x, dtype=float).reshape((2,) * d)
     for ax in range(d):
-        lo, hi = _axis_views(X, d, ax)
+        lo, hi = _axis_views(X, ax)
         X[lo] += X[hi]
     return X.reshape(-1)
 
@@ -162,7 +163,7 @@ def _subset_sum(x: np.ndarray, d: int) -> np.ndarray:
     """``y_a = Σ_{b ⊆ a} x_b`` (zeta transform over subsets; adjoint of :func:`_superset_sum`)."""
     X = np.array(x, dtype=float).reshape((2,) * d)
     for ax in range(d):
-        lo, hi = _axis_views(X, d, ax)
+        lo, hi = _axis_views(X, ax)
         X[hi] += X[lo]
     return X.reshape(-1)
 
@@ -171,7 +172,7 @@ def _superset_moebius(y: np.ndarray, d: int) -> np.ndarray:
     """Inverse of :func:`_superset_sum`: ``x_a = Σ_{b ⊇ a} (−1)^{|b|−|a|} y_b``."""
     X = np.array(y, dtype=float).reshape((2,) * d)
     for ax in range(d):
-        lo, hi = _axis_views(X, d, ax)
+        lo, hi = _axis_views(X, ax)
         X[lo] -= X[hi]
     return X.reshape(-1)
 
@@ -447,6 +448,12 @@ def is_exact(W) -> bool:
     Parameters
     ----------
     W : Matrix, shape (m, n)
+
+    Returns
+    -------
+    bool
+        True if ``WᵀW`` is a marginal Gram ``G(u)``; False otherwise, also for
+        workloads with no Kronecker form and factors too large to check.
     """
     W = as_matrix(W)
     if isinstance(W, MarginalStrategy):
@@ -660,8 +667,7 @@ class MarginalStrategy(Matrix):
 
     # --------------------------------------------------------- sensitivity
     def column_norms(self, p=1):
-        if p not in (1, 2):
-            raise ValueError(f"p must be 1 (L1, Laplace) or 2 (L2, Gaussian), got {p!r}")
+        _check_p(p)
         return np.full(self.n, self.sensitivity(p))
 
     def sensitivity(self, p=1):
@@ -672,11 +678,10 @@ class MarginalStrategy(Matrix):
         ValueError
             If ``p`` is not 1 or 2.
         """
+        _check_p(p)
         if p == 1:
             return float(self.theta.sum())
-        if p == 2:
-            return float(math.sqrt(np.dot(self.theta, self.theta)))
-        raise ValueError(f"p must be 1 (L1, Laplace) or 2 (L2, Gaussian), got {p!r}")
+        return float(math.sqrt(np.dot(self.theta, self.theta)))
 
     def frobenius_squared(self):
         return float(self.n * np.dot(self.theta, self.theta))
@@ -685,14 +690,6 @@ class MarginalStrategy(Matrix):
         return MarginalGram(self._dom, self.theta**2, name=f"gram({self.name})")
 
     # ---------------------------------------------------- error hooks
-    def _pinv_weights(self) -> np.ndarray:
-        """``φ`` with ``G(θ²)⁺ = G(φ)`` (Möbius inversion of ``1/λ_b(θ²)``; HDMM Thm 8)."""
-        lam = eigenvalues(self._dom, self.theta**2)
-        inv = np.zeros_like(lam)
-        pos = lam > 0
-        inv[pos] = 1.0 / lam[pos]
-        return _weights_from_eigenvalues(self._dom, inv)
-
     def _workload_spectrum(self, W) -> _Spectrum | None:
         W = as_matrix(W)
         if W.n != self.n:
@@ -757,7 +754,7 @@ class MarginalStrategy(Matrix):
         sp = self._workload_spectrum(W)
         if sp is None:
             return NotImplemented
-        lam_A = eigenvalues(self._dom, self.theta**2)
+        lam_A = self.gram().eigenvalues
         needed = self._check_support(as_matrix(W), sp, lam_A)
         dims = dimensions(self._dom)
         return float(np.sum(dims[needed] * sp.lam[needed] / lam_A[needed]))
@@ -772,6 +769,11 @@ class MarginalStrategy(Matrix):
         of the ``φ`` tensor, never an ``n × n`` matrix.  Multiply by
         ``v·Δ²`` for the variance in squared counts (MATH.md "Matrix mechanism").
 
+        Parameters
+        ----------
+        W : Matrix, shape (m, n)
+            The workload, over the strategy's domain.
+
         Returns
         -------
         ndarray, shape (m,) or NotImplemented
@@ -782,15 +784,21 @@ class MarginalStrategy(Matrix):
         ------
         UnsupportedWorkloadError
             If the strategy does not support ``W``.
+        ValueError
+            If ``W`` is over another domain (other number of cells or other
+            attribute sizes).
+        MatrixTooLargeError
+            If a factor ``W_i`` other than Identity or Ones has
+            ``n_i² > DENSE_LIMIT`` (its row norms are computed densely).
         """
         W = as_matrix(W)
         sp = self._workload_spectrum(W)
         if sp is None:
             return NotImplemented
-        lam_A = eigenvalues(self._dom, self.theta**2)
+        lam_A = self.gram().eigenvalues
         self._check_support(W, sp, lam_A)
         d = len(self._dom)
-        phi = self._pinv_weights()
+        phi = self.gram().pinv().u  # G(θ²)⁺ = G(φ), HDMM Thm 8
         # axis i of Phi <-> attribute i; index 0: J (i ∉ c), 1: I (i ∈ c)
         Phi = phi.reshape((2,) * d).transpose(tuple(range(d - 1, -1, -1)))
         if isinstance(W, MarginalStrategy):
@@ -838,20 +846,17 @@ class MarginalStrategy(Matrix):
         Returns
         -------
         callable
-            ``y: (p,) -> x̂: (n,)`` in counts.
+            ``y: (m,) -> x̂: (n,)``: noisy answers of the ``m`` strategy rows to
+            estimated cell counts.  The callable raises ``ValueError`` if ``y``
+            does not have shape ``(m,)``.
         """
-        phi = self._pinv_weights()
-        dom = self._dom
-        nz = [int(a) for a in np.flatnonzero(phi)]
+        gram_pinv = self.gram().pinv()  # G(θ²)⁺ = G(φ), HDMM Thm 8
 
         def apply(y):
             y = np.asarray(y, dtype=float)
             if y.shape != (self.m,):
                 raise ValueError(f"y must have shape ({self.m},), got {y.shape}")
-            z = self._rmatmat(y[:, None]).reshape(dom + (1,))
-            tabs = _marginalize(z, dom, nz)
-            x = _broadcast_sum(dom, {a: phi[a] * tabs[a] for a in nz}, 1)
-            return x.reshape(-1)
+            return gram_pinv.matvec(self._rmatmat(y[:, None])).reshape(-1)
 
         return apply
 
@@ -907,6 +912,8 @@ error.register_svdb_rule(svdb_marginal)
 
 # ======================================================================== OPT_M
 def _check_noise(noise) -> int:
+    # Not templates._norm_of: that one requires a NoiseModel instance and says
+    # "NoiseModel" (tests match "noise model"); this accepts any object with norm 1 or 2.
     norm = getattr(noise, "norm", None)
     if norm not in (1, 2):
         raise ValueError(f"noise must be a noise model (dpx.Laplace or dpx.Gaussian), got {noise!r}")
@@ -999,9 +1006,9 @@ def opt_m(W, noise: NoiseModel, restarts: int = 5, seed: int = 0, maxiter: int =
     restarts : int
         Number of random initialisations (≥ 1).
     seed : int
-        Seed of the Generator drawing the initialisations.
+        Seed (≥ 0) of the Generator drawing the initialisations.
     maxiter : int
-        L-BFGS-B iteration limit per restart.
+        L-BFGS-B iteration limit per restart (≥ 1).
     theta0 : array_like, shape (2**d,), optional
         A first initialisation tried before the random ones (e.g. a DataCube
         selection); counts as one restart.
@@ -1020,14 +1027,14 @@ def opt_m(W, noise: NoiseModel, restarts: int = 5, seed: int = 0, maxiter: int =
     NotApplicableError
         If ``W`` has no marginal approximation (not a union of Kronecker products).
     ValueError
-        For a bad noise model, ``restarts < 1`` or ``maxiter < 1``.
+        For a bad noise model, ``restarts < 1``, ``maxiter < 1`` (or not whole
+        numbers) or a negative or non-integer ``seed``.
     """
     t0 = time.perf_counter()
     norm = _check_noise(noise)
-    if isinstance(restarts, bool) or not isinstance(restarts, int | np.integer) or restarts < 1:
-        raise ValueError(f"restarts must be a whole number ≥ 1, got {restarts!r}")
-    if isinstance(maxiter, bool) or not isinstance(maxiter, int | np.integer) or maxiter < 1:
-        raise ValueError(f"maxiter must be a whole number ≥ 1, got {maxiter!r}")
+    restarts = templates._check_count(restarts, "restarts", allow_none=False)
+    maxiter = templates._check_count(maxiter, "maxiter", allow_none=False)
+    seed = templates._check_seed(seed)
     W = as_matrix(W)
     sp = _spectrum(W)
     if sp is None:
@@ -1053,7 +1060,7 @@ def opt_m(W, noise: NoiseModel, restarts: int = 5, seed: int = 0, maxiter: int =
             x0 = starts[r] if r < len(starts) else rng.random(2**d)
             best = _opt_m_restart(fun, x0, bounds, r, restarts, maxiter, best, finals)
     value, theta, trace, res = best
-    scale = theta.sum() if norm == 1 else math.sqrt(np.dot(theta, theta))
+    scale = MarginalStrategy(sp.domain, theta).sensitivity(norm)
     strategy = MarginalStrategy(sp.domain, theta / scale, name="opt_m")
     return optimization.OptimizationResult(
         strategy=strategy, objective=float(value), trace=trace, restarts=np.asarray(finals),
@@ -1069,14 +1076,16 @@ def datacube_cuboids(W) -> tuple[tuple[int, ...], list[int]]:
 
     Parameters
     ----------
-    W : Matrix
+    W : Matrix, shape (m, n)
         A union of Kronecker products with weight 1 whose factors are
-        Identity, Total (``1ᵀ``) or ``[I; 1ᵀ]`` (which expands into both).
+        Identity, Total (``1ᵀ``) or ``[I; 1ᵀ]`` (which expands into both),
+        or a :class:`MarginalStrategy` with weights 0 or 1.
 
     Returns
     -------
     (domain, cuboids)
-        The cuboid bitmasks, each once, ordered as HDMM's reference code
+        ``domain`` : tuple of int, the attribute sizes (length d);
+        ``cuboids`` : list of int, the cuboid bitmasks, each once, ordered as HDMM's reference code
         lists them (key with attribute 0 as the most significant bit).
 
     Raises
@@ -1202,7 +1211,7 @@ def datacube(W, noise: NoiseModel | None = None, selection_norm: int = 2) -> Mar
     ``experiments/journal/datacube.py``; HDMM Sec. 11, Tables 6-7): the
     candidates are the workload's cuboids, listed with attribute 0 as the
     most significant bit; the variance exponent is ``k = 1``
-    (``selection_norm=2``, used for both tables); the search runs ``θ`` over
+    (``selection_norm=2``, used for both tables; see below for ``k``); the search runs ``θ`` over
     ``[0, 2|L|²]`` until the bracket is at most 1 wide, trying every ``s``
     at each midpoint (the bracket moves with the result of the largest
     ``s``; the selection kept is the last feasible one found).  The
@@ -1210,15 +1219,34 @@ def datacube(W, noise: NoiseModel | None = None, selection_norm: int = 2) -> Mar
     answered by least squares (the matrix mechanism), whose error HDMM
     reports.
 
+    The exponent ``k = 2/p = 3 − p`` (``p = selection_norm``).  Ding et al.
+    2011 is not among the project's papers (``../shared/papers/README.md``),
+    so ``k`` is derived from sources that are: ``s`` cuboids measured with
+    weight 1 have ``Δ₁ = s`` and ``Δ₂ = √s`` (HDMM Prop. 7); the noise
+    variance of one measured cell is ``2Δ₁²/ε²`` (Laplace) or ``Δ₂²c²``
+    (Gaussian) (MATH.md "Noise and sensitivity"), i.e. ``∝ Δ_p² = s^(2/p)``; answering ``c``
+    from ``C ⊇ c`` sums ``|C|/|c|`` independent noisy cells, so the variance
+    of a cuboid is ``∝ s^(2/p)·|C|/|c|``: ``s²·|C|/|c|`` for Laplace (BMAX's
+    ε-DP setting, ``selection_norm=1``) and ``s·|C|/|c|`` for Gaussian (the
+    L2 adaptation of Li & Miklau, PVLDB 2012, Sec. 5 "Competing Approaches":
+    "sensitivity is measured under L_2 instead of L_1"; ``selection_norm=2``,
+    HDMM's reference evaluation convention).  Note: with ``k = 2`` the first
+    midpoint ``θ = |L|²`` is already feasible for ``s = |L|`` (limit 1: every
+    cuboid measured), the last ``s`` tried; if some smaller ``s`` is
+    infeasible there the bracket closes (``lo = hi = θ``) and every cuboid is
+    selected (e.g. all 32 of CPS All Marginals), not the BMAX optimum.
+
     Parameters
     ----------
     W : Matrix, shape (m, n)
         An unweighted marginal workload (see :func:`datacube_cuboids`).
     noise : NoiseModel, optional
-        Unused by the selection (kept for the registry's builder signature).
+        Unused by the selection (kept for the registry's builder signature,
+        which passes it).
     selection_norm : {1, 2}
-        2: variance ∝ ``s`` (HDMM's setting); 1: ∝ ``s²`` (Laplace budget split,
-        as in Ding et al.).
+        ``p`` of the sensitivity the budget split is measured in: 2: variance
+        ``∝ s·|C|/|c|`` (Gaussian, HDMM's setting); 1: ``∝ s²·|C|/|c|``
+        (Laplace, as in Ding et al.).
 
     Returns
     -------
@@ -1235,7 +1263,7 @@ def datacube(W, noise: NoiseModel | None = None, selection_norm: int = 2) -> Mar
     if selection_norm not in (1, 2):
         raise ValueError(f"selection_norm must be 1 or 2, got {selection_norm!r}")
     domain, cuboids = datacube_cuboids(W)
-    exponent = 3 - selection_norm
+    exponent = 3 - selection_norm  # k = 2/p for p ∈ {1, 2}: variance ∝ Δ_p² = s^(2/p)
     cover = _GreedyCover(cuboids, domain)
     lo, hi = 0.0, 2.0 * len(cuboids) ** 2
     selected = None

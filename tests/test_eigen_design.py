@@ -335,6 +335,9 @@ def test_bad_input():
         ed.optimal_weights([1.0], -np.ones((1, 3)))
     with pytest.raises(ValueError, match="positive entry"):
         ed.optimal_weights([1.0, 2.0], np.array([[1.0, 0.0], [0.0, 0.0]]))
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="maxiter"):
+            ed.optimal_weights([1.0], np.ones((1, 3)), maxiter=bad)
     with pytest.raises(ValueError, match="square"):
         ed.eigen_queries(np.ones((2, 3)))
 

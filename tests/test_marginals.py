@@ -300,6 +300,14 @@ def test_bad_input_raises_clear_errors():
         marginals.opt_m(workloads.marginals((3, 4), 1), LAPLACE, restarts=0)
     with pytest.raises(ValueError, match="noise model"):
         marginals.opt_m(workloads.marginals((3, 4), 1), "laplace")
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="maxiter"):
+            marginals.opt_m(workloads.marginals((3, 4), 1), LAPLACE, maxiter=bad)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="seed"):
+            marginals.opt_m(workloads.marginals((3, 4), 1), LAPLACE, seed=bad)
+    with pytest.raises(ValueError, match="p must be"):
+        A.column_norms(3)
     with pytest.raises(ValueError, match="selection_norm"):
         marginals.datacube(workloads.marginals((3, 4), 1), selection_norm=3)
 
@@ -439,6 +447,21 @@ def test_datacube_cps_selection_and_not_applicable():
                                            [1.0, 2.0]))
     with pytest.raises(registry.NotApplicableError, match="distinct"):
         marginals.datacube(workloads.union([workloads.marginal(CPS, [0]), workloads.marginal(CPS, [0])]))
+
+
+def test_datacube_cps_selection_norm_1_selects_every_cuboid():
+    # Laplace exponent k = 2 (variance ∝ s²·|C|/|c|).  Why all 32 cuboids: the search
+    # starts on [0, 2|L|²] = [0, 2048]; at its first midpoint θ = |L|² = 1024 the last
+    # s tried, s = |L| = 32, has limit floor(1024 / 32²) = 1 (a cuboid covers only
+    # itself), feasible with all 32 cuboids, so that is the selection kept; s = 1
+    # (limit 1024 < 280,000 = agg of the full cube over {}) is infeasible there, so
+    # lo = hi = 1024 and the search stops.
+    W = cps_all_marginals()
+    A = marginals.datacube(W, selection_norm=1)
+    assert sorted(a for a, _ in A.marginals) == list(range(32))
+    assert np.all(A.theta == 1.0)
+    B = marginals.datacube(workloads.marginals(CPS, range(6)), selection_norm=1)
+    np.testing.assert_array_equal(A.theta, B.theta)
 
 
 @pytest.mark.parametrize("nname,identity,datacube,opt_m,svdb", [
