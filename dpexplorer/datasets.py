@@ -443,7 +443,7 @@ def _superstore() -> Dataset:
     from bokeh.sampledata.sample_superstore import data
     frame = data.copy()
     # Sales in USD, 256 bins of 90 USD over the fixed domain [0, 23040].
-    x, e = from_dataframe(frame, "Sales", 256, range=(0.0, 23040.0))
+    x, e = from_dataframe(frame, "Sales", 256, range=SUPERSTORE_SALES_RANGE)
     return Dataset("superstore", x, (e,), ("Sales",),
                    "9994 Tableau Sample Superstore orders (bokeh-sampledata sample_superstore); "
                    "Sales (USD) in 256 bins of 90 USD over [0, 23040]", len(frame), frame)
@@ -742,12 +742,7 @@ def superstore_sales(bins=2304, method: str = "equal_width", range=SUPERSTORE_SA
     ValueError
         As :func:`numerical_attribute`.
     """
-    frame = _superstore_frame()
-    return numerical_attribute(frame["Sales"].to_numpy(dtype=np.float64), bins, method,
-                               range if _counted(bins) and method != "quantile" else None,
-                               name="Superstore Sales",
-                               unit="USD", description="9994 Tableau Sample Superstore orders "
-                               "(bokeh-sampledata sample_superstore), Sales per order")
+    return _superstore_attribute("Sales", bins, method, range)
 
 
 def superstore_profit(bins=1500, method: str = "equal_width", range=SUPERSTORE_PROFIT_RANGE,
@@ -767,13 +762,17 @@ def superstore_profit(bins=1500, method: str = "equal_width", range=SUPERSTORE_P
     ValueError
         As :func:`numerical_attribute`.
     """
-    frame = _superstore_frame()
+    return _superstore_attribute("Profit", bins, method, range, shift)
+
+
+def _superstore_attribute(column: str, bins, method: str, range, shift: float = 0.0):
+    """A Superstore column as a :class:`NumericalAttribute` (``range`` shifted with the values)."""
     rng = (None if range is None or method == "quantile" or not _counted(bins)
            else (range[0] + shift, range[1] + shift))
-    return numerical_attribute(frame["Profit"].to_numpy(dtype=np.float64), bins, method, rng,
-                               name="Superstore Profit", unit="USD", shift=shift,
+    return numerical_attribute(_superstore_frame()[column].to_numpy(dtype=np.float64), bins,
+                               method, rng, name=f"Superstore {column}", unit="USD", shift=shift,
                                description="9994 Tableau Sample Superstore orders "
-                               "(bokeh-sampledata sample_superstore), Profit per order")
+                               f"(bokeh-sampledata sample_superstore), {column} per order")
 
 
 def _counted(bins) -> bool:
