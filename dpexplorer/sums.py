@@ -110,7 +110,7 @@ from .thresholds import (
 
 __all__ = [
     "MECHANISMS", "LABELS", "SOURCES", "THRESHOLD_MODES", "SumWorkload", "prefix_sums", "prefix_cuts",
-    "SumRelease", "run", "select_strategy", "analytic_variance", "truncation_bias", "true_answers",
+    "SumRelease", "run", "select_strategy", "analytic_variance", "truncation_bias",
     "isotonic_fit", "relative_error", "evaluate", "summarize", "compare_sizes", "tau_curve", "tau_grid",
     "EVALUATION_COLUMNS", "answer_epsilon",
 ]
@@ -207,7 +207,7 @@ class SumWorkload:
 
     def weighted(self, tau: float | None = None) -> Matrix:
         """``W·diag(v_τ)``, shape ``(m, n)`` (lazy)."""
-        return Product(self.W, Diagonal(self.truncated(tau)), name=f"{self.W.name}·diag(v_τ)")
+        return Product(self.W, Diagonal(self.truncated(tau), name="diag(v_τ)"), name=f"{self.W.name}·diag(v_τ)")
 
     def answers(self, x, tau: float | None = None) -> np.ndarray:
         """``W·diag(v_τ)·x``: the (truncated) sums, shape ``(m,)``, attribute units. NOT private."""
@@ -215,10 +215,6 @@ class SumWorkload:
         if x.size != self.n:
             raise ValueError(f"the data has {x.size} buckets but the workload is over {self.n}")
         return self.W.matvec(self.truncated(tau) * x)
-
-    def sensitivity(self, tau: float | None = None) -> float:
-        """L1 sensitivity of the (truncated) sums, ``Δ₁(W·diag(v_τ)) = max_j v_τj Σ_i |W_ij|``."""
-        return self.weighted(tau).sensitivity(1)
 
     def __repr__(self) -> str:
         return f"<SumWorkload {self.name!r} m={self.m} n={self.n}{' prefix' if self.is_prefix else ''}>"
@@ -439,21 +435,20 @@ def _plan(mechanism: str, workload: SumWorkload, tau: float, strategy: str) -> _
 def _build_plan(mechanism: str, workload: SumWorkload, tau: float, strategy: str) -> _Plan:
     W = workload.W
     vt = workload.truncated(tau)
-    D = Diagonal(vt, name="diag(v_τ)")
     if mechanism == "identity":  # Alg. 5: noise on the counts, Δ₁(I) = 1
         unit = 2.0 * _rows_squared(workload.rows(), vt**2)
         return _Plan(Identity(workload.n), lambda y: W.matvec(vt * y), unit)
     if mechanism == "workload":  # Alg. 6: noise on the answers, Δ₁(W D) = max_j v_τj ‖w_j‖₁
-        M = Product(W, D, name=f"{W.name}·diag(v_τ)")
+        M = workload.weighted(tau)
         sens = M.sensitivity(1)
         return _Plan(M, lambda y: np.asarray(y, dtype=float), np.full(workload.m, 2.0 * sens**2))
     if mechanism == "timm":  # Alg. 7, App. A.3: A for W (any τ), measured on the weighted vector D x
         A, quad, recon = _strategy(strategy, W, (workload, None), lambda: workload.rows().toarray())
-        M = Product(A, D, name=f"{A.name}·diag(v_τ)")
+        M = Product(A, Diagonal(vt, name="diag(v_τ)"), name=f"{A.name}·diag(v_τ)")
         sens = M.sensitivity(1)
         return _Plan(M, lambda y: W.matvec(recon(y)), 2.0 * sens**2 * quad, A)
     if mechanism == "tamm":  # Alg. 8, App. A.4: A for W D, measured on x
-        WD = Product(W, D, name=f"{W.name}·diag(v_τ)")
+        WD = workload.weighted(tau)
         A, quad, recon = _strategy(strategy, WD, (workload, tau), lambda: workload.rows().toarray() * vt)
         sens = A.sensitivity(1)
         return _Plan(A, lambda y: WD.matvec(recon(y)), 2.0 * sens**2 * quad, A)
@@ -698,7 +693,7 @@ def run(mechanism: str, data: PrivateData, workload: SumWorkload, epsilon: float
                      None if plan is None else plan.strategy,
                      strategy if mechanism in ("timm", "tamm") else None)
     if truth is not None:
-        rel.truth = true_answers(workload, truth)
+        rel.truth = workload.answers(truth)
         rel.truncated_truth = _truncated_truth(workload, truth, taus)
         rel.bias = rel.truncated_truth - rel.truth
     return rel
@@ -731,28 +726,45 @@ def _run_sqm(data, workload, epsilon, rng, threshold, tau, svt, seed):
         eps_ans_q = eps_ans / m
     noise = Laplace(eps_ans_q)
     raw = np.empty(m)
-    variance = np.empty(m)
     for i in range(m):
         row = Sparse(rows[[i]], name=f"query {i}")
         M = Product(row, Diagonal(np.minimum(v, taus[i])), name=f"query {i}·diag(v_τ)")
         raw[i] = data.measure(M, noise, rng, label=f"SQM: query {i}", seed=seed)[0]
-        variance[i] = noise.variance(M.sensitivity(1))
+    variance = np.array([noise.variance(s) for s in _sqm_sensitivities(workload, taus)])
     return raw, variance, taus, thresholds, eps_thr, eps_ans
 
 
 # ======================================================================= analysis
-def true_answers(workload: SumWorkload, x) -> np.ndarray:
-    """``W·diag(v)·x``: the exact, untruncated sums of the vector form (NOT private)."""
-    return workload.answers(x)
+def _per_query_truncated(workload: SumWorkload, taus: np.ndarray) -> scipy.sparse.csr_array:
+    """``W_ij · min(v_j, τ_i)``: row ``i`` of ``W`` weighted by ``v`` truncated at its own ``τ_i``.
+
+    Sparse ``(m, n)``, same sparsity as ``W`` (SQM's per-query truncation,
+    Wu et al. 2019, Table 1 'SQM', App. A.1 Alg. 1-3).
+    """
+    weighted = workload.rows().copy()
+    weighted.sum_duplicates()
+    query_of = np.repeat(np.arange(workload.m), np.diff(weighted.indptr))  # query of every stored entry
+    weighted.data = weighted.data * np.minimum(workload.values[weighted.indices], taus[query_of])
+    return weighted
+
+
+def _sqm_sensitivities(workload: SumWorkload, taus: np.ndarray) -> np.ndarray:
+    """L1 sensitivity of every SQM query alone, ``Δ_i = max_j |W_ij| v_{τ_i j}``, shape ``(m,)``.
+
+    Source: Wu et al. 2019, Table 1 'SQM', App. A.1 Alg. 1-3 (module
+    docstring, "Mechanisms"): query ``i`` is answered alone on the values
+    truncated at its own ``τ_i``; a record in bucket ``j`` changes it by
+    ``|W_ij| min(v_j, τ_i)`` (values are non-negative).
+    """
+    return np.asarray(abs(_per_query_truncated(workload, taus)).max(axis=1).todense(), dtype=float).ravel()
 
 
 def _truncated_truth(workload: SumWorkload, x, taus: np.ndarray) -> np.ndarray:
+    """``Σ_j W_ij min(v_j, τ_i) x_j`` for every query ``i`` (NOT private)."""
     x = np.asarray(x, dtype=float).ravel()
     if np.all(taus == taus[0]):
         return workload.answers(x, taus[0])
-    rows = workload.rows()
-    return np.array([float((rows[[i]] @ (np.minimum(workload.values, taus[i]) * x))[0])
-                     for i in range(workload.m)])
+    return np.asarray(_per_query_truncated(workload, taus) @ x, dtype=float)
 
 
 def truncation_bias(workload: SumWorkload, x, tau: float) -> np.ndarray:
@@ -789,9 +801,7 @@ def analytic_variance(mechanism: str, workload: SumWorkload, tau: float, epsilon
     epsilon = _check_epsilon(epsilon)
     tau = _positive(tau, "the truncation threshold τ")
     if mechanism == "sqm":
-        vt = workload.truncated(tau)
-        rows = workload.rows()
-        sens = np.asarray(abs(rows).multiply(vt[None, :]).max(axis=1).todense()).ravel()
+        sens = _sqm_sensitivities(workload, np.full(workload.m, tau))
         return 2.0 * (workload.m * sens / epsilon) ** 2
     if mechanism not in MECHANISMS:
         raise ValueError(f"unknown sum mechanism {mechanism!r}; choose one of {MECHANISMS}")
@@ -929,7 +939,7 @@ def evaluate(x, workload: SumWorkload, epsilon: float, mechanisms: Sequence[str]
 
 def _evaluate(x, workload, epsilon, mechanisms, trials, seed, threshold, tau, svt, strategy, variants,
               gamma, shared_threshold, progress) -> pd.DataFrame:
-    truth = true_answers(workload, x)
+    truth = workload.answers(x)
     thr_vals = workload.thresholds if workload.thresholds is not None else np.full(workload.m, np.nan)
     q = np.arange(workload.m)
     parts = []
@@ -1071,7 +1081,7 @@ def tau_curve(workload: SumWorkload, x, epsilon: float, taus=None,
     taus = tau_grid(workload.values) if taus is None else np.asarray(taus, dtype=float).ravel()
     for t in taus:
         _positive(t, "the truncation threshold τ")
-    truth = true_answers(workload, x)
+    truth = workload.answers(x)
     rows = []
     with _blas_limit(None if blas_threads is None else int(blas_threads)):
         for k, t in enumerate(taus):

@@ -54,7 +54,7 @@ import numpy as np
 from .privacy import PrivateData
 
 __all__ = ["SVTParams", "Threshold", "svt_candidates", "svt_queries", "svt_sensitivity",
-           "svt_threshold", "user_threshold", "no_truncation", "check_values", "truncate"]
+           "svt_threshold", "user_threshold", "no_truncation", "check_values"]
 
 
 def _positive(value, name: str) -> float:
@@ -92,18 +92,6 @@ def check_values(values, name: str = "bucket values") -> np.ndarray:
     if not (v > 0).any():
         raise ValueError(f"all {name} are 0: every sum is 0 and there is nothing to release")
     return v
-
-
-def truncate(values, tau: float) -> np.ndarray:
-    """``v_τ = min(v, τ)`` (paper Sec. 3.1, truncation operator).
-
-    Raises
-    ------
-    ValueError
-        If ``τ`` is not a positive finite number or the values are invalid (:func:`check_values`).
-    """
-    v = check_values(values)
-    return np.minimum(v, _positive(tau, "the truncation threshold τ"))
 
 
 @dataclass(frozen=True)

@@ -250,6 +250,23 @@ def test_truncation_bias_exact_from_records(small):
         by_record = [sum(min(v[j], tau) - v[j] for j in b if v[j] <= t) for t in S.thresholds]
         np.testing.assert_allclose(bias, by_record, atol=1e-9)
         assert np.all(bias <= 0)
+
+def test_sqm_per_query_thresholds_variance_and_truncated_truth(small):
+    """SQM with per-query SVT: variance from each measured query's brute-force sensitivity, and the
+    truncated truth ``Σ_j W_ij min(v_j, τ_i) x_j`` query by query (Table 1 'SQM', Alg. 1-3)."""
+    _, x, v, S = small
+    data = RecordingData(x)
+    rel = sums.run("sqm", data, S, 50.0, np.random.default_rng(4), threshold="svt",
+                   svt=SVTParams(rho=0.6, r=1.5), truth=x)
+    assert len(set(rel.taus)) > 1  # the per-query branch, not the common τ
+    eps_q = rel.epsilon_answers / S.m
+    brute = np.array([_brute_l1_sensitivity(M, x) for M in data.measured])
+    np.testing.assert_allclose(rel.variance, 2 * (brute / eps_q) ** 2, rtol=1e-12)
+    Wd = S.W.dense()
+    by_query = [Wd[i] @ (np.minimum(v, rel.taus[i]) * x) for i in range(S.m)]
+    np.testing.assert_allclose(rel.truncated_truth, by_query, rtol=1e-12)
+    np.testing.assert_allclose(rel.bias, rel.truncated_truth - S.answers(x))
+
     assert np.all(sums.truncation_bias(S, x, v.max()) == 0)
 
 
