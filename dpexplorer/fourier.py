@@ -57,7 +57,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from . import error, marginals, registry
+from . import marginals, registry
 from .matrix import Dense, Kronecker, VStack, as_matrix
 
 __all__ = ["fourier_basis", "downward_closure", "FourierStrategy", "fourier_strategy", "fourier"]
@@ -197,23 +197,42 @@ class FourierStrategy(VStack):
             return math.sqrt(float(sum(self._dims[b] for b in self.masks)) / self.n)
         return super().sensitivity(p)
 
-    def _workload_eigenvalues(self, W):
-        """``λ_b(u)`` of ``W``'s marginal approximation over this domain, or None.
+    def _workload_spectrum(self, W):
+        """``W``'s marginal approximation over this domain (:func:`marginals._spectrum`), or None.
 
-        The eigenvalues computed from the factors (sums of products of
-        non-negative factor eigenvalues, exact zeros preserved), not from
-        ``u`` (whose signed entries cancel only up to rounding).
+        Its eigenvalues ``λ_b(u)`` are computed from the factors (sums of
+        products of non-negative factor eigenvalues, exact zeros preserved),
+        not from ``u`` (whose signed entries cancel only up to rounding).
         """
         sp = marginals._spectrum(W)
         if sp is None or tuple(sp.domain) != self._domain:
             return None
-        return sp.lam
+        return sp
+
+    def _inverse_gram(self):
+        """``(λ_b(φ), supported)`` of ``(AᵀA)⁺ = AᵀA = Σ_{b∈S} P_b = G(φ)``.
+
+        ``λ_b(φ) = 1`` on the measured ``b ∈ S`` and 0 elsewhere; eigenspaces of
+        dimension 0 (an attribute of size 1 in ``b``) hold nothing, so a
+        workload may "need" them without their being measured.
+        """
+        lam_inv = np.zeros(self._dims.size)
+        lam_inv[list(self.masks)] = 1.0
+        return lam_inv, (lam_inv > 0) | (self._dims == 0)
+
+    def _unsupported(self, W):
+        d = len(self._domain)
+        return lambda b: (
+            f"strategy {self.name!r} does not support workload {W.name!r}: it needs "
+            f"the Fourier coefficients of attributes {_attrs(b, d)}, which are "
+            f"not measured")
 
     def workload_trace(self, W):
         """``tr(WᵀW (AᵀA)⁺) = Σ_{b∈S} dim_b · λ_b(u)``; see the module docstring.
 
-        ``(AᵀA)⁺ = AᵀA = Σ_{b∈S} P_b`` and ``tr(G(u) P_b) = dim_b λ_b(u)``
-        (HDMM Thm 9-10; MATH.md "Marginals").
+        ``(AᵀA)⁺ = AᵀA = Σ_{b∈S} P_b = G(φ)``, ``λ_b(φ) = 1`` on ``S`` and 0
+        elsewhere, and ``tr(G(u) P_b) = dim_b λ_b(u)`` (HDMM Thm 9-10; MATH.md
+        "Marginals"): :func:`marginals._workload_trace`.
 
         Returns
         -------
@@ -226,29 +245,21 @@ class FourierStrategy(VStack):
         UnsupportedWorkloadError
             If ``W`` has a component in an eigenspace ``E_b`` with ``b ∉ S``.
         """
-        lam = self._workload_eigenvalues(as_matrix(W))
-        if lam is None:
+        W = as_matrix(W)
+        sp = self._workload_spectrum(W)
+        if sp is None:
             return NotImplemented
-        # eigenspaces of dimension 0 (an attribute of size 1 in b) hold nothing
-        needed = (lam > 0) & (self._dims > 0)
-        measured = np.zeros(lam.size, dtype=bool)
-        measured[list(self.masks)] = True
-        missing = needed & ~measured
-        if np.any(missing):
-            b = int(np.flatnonzero(missing)[0])
-            raise error.UnsupportedWorkloadError(
-                f"strategy {self.name!r} does not support workload {as_matrix(W).name!r}: it needs "
-                f"the Fourier coefficients of attributes {_attrs(b, len(self._domain))}, which are "
-                f"not measured")
-        return float(np.sum(self._dims[measured] * lam[measured]))
+        lam_inv, supported = self._inverse_gram()
+        return marginals._workload_trace(sp, lam_inv, supported, self._unsupported(W))
 
     def workload_row_variances(self, W):
         """``diag(W (AᵀA)⁺ Wᵀ)`` for a union of Kronecker products over this domain, shape ``(m,)``.
 
-        For a product ``c·⊗_i W_i`` and a row ``⊗_i w_i``:
-        ``(⊗ w_i) P_b (⊗ w_i)ᵀ = Π_{i∈b} (‖w_i‖² − (w_i·1)²/n_i) Π_{i∉b} (w_i·1)²/n_i``,
-        summed over ``b ∈ S`` and multiplied by ``c²``: ``O(|S|·m)``, no ``n × n``
-        matrix.
+        ``(AᵀA)⁺ = G(φ)`` lies in the marginal algebra (see :meth:`workload_trace`),
+        so this is :func:`marginals._workload_row_variances`: for a product
+        ``c·⊗_i W_i`` a contraction of the ``φ`` tensor with the factors' squared
+        row sums and row norms, no ``n × n`` matrix (nested Kronecker factors
+        are expanded).
 
         Returns
         -------
@@ -260,30 +271,15 @@ class FourierStrategy(VStack):
         ------
         UnsupportedWorkloadError
             If ``W`` is not supported.
+        MatrixTooLargeError
+            If a factor other than Identity or Ones has ``n_i² > DENSE_LIMIT``.
         """
         W = as_matrix(W)
-        terms = error.kron_terms(W)
-        if terms is None and len(self._domain) == 1:
-            terms = [(1.0, [W])]
-        if terms is None or any(tuple(f.n for f in fs) != self._domain for _, fs in terms):
+        sp = self._workload_spectrum(W)
+        if sp is None:
             return NotImplemented
-        if self.workload_trace(W) is NotImplemented:  # support check
-            return NotImplemented
-        out = []
-        for c, factors in terms:
-            q = []
-            for f, n in zip(factors, self._domain, strict=True):
-                sums2 = f.matvec(np.ones(n)) ** 2 / n
-                norms2 = f.rows_quadratic(np.eye(n))
-                q.append((sums2, norms2 - sums2))
-            total = np.zeros(math.prod(f.m for f in factors))
-            for b in self.masks:
-                v = np.ones(1)
-                for i, (q0, q1) in enumerate(q):
-                    v = np.kron(v, q1 if b >> i & 1 else q0)
-                total += v
-            out.append(c * c * total)
-        return np.concatenate(out)
+        lam_inv, supported = self._inverse_gram()
+        return marginals._workload_row_variances(W, sp, lam_inv, supported, self._unsupported(W))
 
 
 def _attrs(mask: int, d: int) -> list[int]:

@@ -573,7 +573,8 @@ class MarginalGram(Matrix):
         # tr ⊗(I or J) = n for every marginal
         return float(self.n * self.u.sum())
 
-    def pinv(self):
+    def _pinv_eigenvalues(self) -> np.ndarray:
+        """``λ_b(φ)`` of ``G(u)⁺ = G(φ)``: ``1/λ_b(u)`` where ``λ_b(u) > 0``, else 0 (HDMM Thm 8)."""
         lam = self.eigenvalues
         inv = np.zeros_like(lam)
         if np.all(self.u >= 0):  # sums of non-negative terms: zero means exactly zero
@@ -581,6 +582,10 @@ class MarginalGram(Matrix):
         else:  # cancellation possible: eigenvalues below rounding level count as zero
             pos = lam > 1e-12 * max(np.abs(lam).max(initial=0.0), 1e-300)
         inv[pos] = 1.0 / lam[pos]
+        return inv
+
+    def pinv(self):
+        inv = self._pinv_eigenvalues()
         return MarginalGram(self._dom, _weights_from_eigenvalues(self._dom, inv), name="marginal_gram⁺")
 
     def _gram(self):
@@ -705,17 +710,19 @@ class MarginalStrategy(Matrix):
                 f"domain {self._dom}; build the strategy over the workload's domain")
         return sp
 
-    def _check_support(self, W, sp: _Spectrum, lam_A: np.ndarray) -> np.ndarray:
-        needed = sp.lam > 0
-        missing = needed & ~(lam_A > 0)
-        if np.any(missing):
-            b = int(np.flatnonzero(missing)[0])
-            raise error.UnsupportedWorkloadError(
-                f"strategy {self.name!r} does not support workload {W.name!r}: the workload "
-                f"has a component in the eigenspace of attributes {_attrs(b, len(self._dom))} "
-                f"(mean-zero in them), which no measured marginal covers; add a marginal "
-                f"containing those attributes")
-        return needed
+    def _inverse_gram(self):
+        """``(λ_b(φ), supported)``: eigenvalues of ``G(θ²)⁺ = G(φ)`` and the eigenspaces in its range."""
+        gram = self.gram()
+        return gram._pinv_eigenvalues(), gram.eigenvalues > 0
+
+    def _unsupported(self, W: Matrix):
+        """Message of the UnsupportedWorkloadError for a needed eigenspace ``b`` not measured."""
+        d = len(self._dom)
+        return lambda b: (
+            f"strategy {self.name!r} does not support workload {W.name!r}: the workload "
+            f"has a component in the eigenspace of attributes {_attrs(b, d)} "
+            f"(mean-zero in them), which no measured marginal covers; add a marginal "
+            f"containing those attributes")
 
     def workload_trace(self, W):
         """``tr(WᵀW G(θ²)⁺) = Σ_b dim_b λ_b(u) / λ_b(θ²)`` (HDMM Thm 10-11).
@@ -754,10 +761,8 @@ class MarginalStrategy(Matrix):
         sp = self._workload_spectrum(W)
         if sp is None:
             return NotImplemented
-        lam_A = self.gram().eigenvalues
-        needed = self._check_support(as_matrix(W), sp, lam_A)
-        dims = dimensions(self._dom)
-        return float(np.sum(dims[needed] * sp.lam[needed] / lam_A[needed]))
+        lam_inv, supported = self._inverse_gram()
+        return _workload_trace(sp, lam_inv, supported, self._unsupported(as_matrix(W)))
 
     def workload_row_variances(self, W):
         """``diag(W G(θ²)⁺ Wᵀ)`` for a union of Kronecker products, shape ``(m,)``.
@@ -795,43 +800,8 @@ class MarginalStrategy(Matrix):
         sp = self._workload_spectrum(W)
         if sp is None:
             return NotImplemented
-        lam_A = self.gram().eigenvalues
-        self._check_support(W, sp, lam_A)
-        d = len(self._dom)
-        phi = self.gram().pinv().u  # G(θ²)⁺ = G(φ), HDMM Thm 8
-        # axis i of Phi <-> attribute i; index 0: J (i ∉ c), 1: I (i ∈ c)
-        Phi = phi.reshape((2,) * d).transpose(tuple(range(d - 1, -1, -1)))
-        if isinstance(W, MarginalStrategy):
-            terms = [(w, [Identity(n) if a >> i & 1 else Ones(1, n) for i, n in enumerate(self._dom)])
-                     for a, w in W.marginals]
-        else:
-            terms = _terms(W)
-        cache: dict = {}
-        out = []
-        for c, factors in terms:
-            mats = [self._factor_row_stats(f, cache) for f in factors]
-            out.append(c * c * _contract(Phi, mats))
-        return np.concatenate(out)
-
-    @staticmethod
-    def _factor_row_stats(f: Matrix, cache: dict) -> np.ndarray:
-        """``[(f 1)²; diag(f fᵀ)]``, shape ``(2, m_f)``."""
-        hit = cache.get(id(f))
-        if hit is not None and hit[0] is f:
-            return hit[1]
-        sums = f.matvec(np.ones(f.n))
-        if isinstance(f, Identity):
-            sq = np.ones(f.m)
-        elif isinstance(f, Ones):
-            sq = np.full(f.m, float(f.n))
-        else:
-            if f.n * f.n > DENSE_LIMIT:
-                raise MatrixTooLargeError(
-                    f"factor {f.name!r} has {f.n} cells: too many for its row norms")
-            sq = f.rows_quadratic(np.eye(f.n))
-        M = np.vstack([sums**2, sq])
-        cache[id(f)] = (f, M)
-        return M
+        lam_inv, supported = self._inverse_gram()
+        return _workload_row_variances(W, sp, lam_inv, supported, self._unsupported(W))
 
     def reconstructor(self):
         """RECONSTRUCT ``y ↦ x̂ = G(θ²)⁺ Aᵀ y`` (least squares, ``x̂ = A⁺ y``), applied implicitly.
@@ -874,6 +844,103 @@ def _contract(Phi: np.ndarray, mats: list[np.ndarray]) -> np.ndarray:
         labels.append(("r", i))
     perm = [labels.index(("r", i)) for i in range(d)]
     return np.ascontiguousarray(T.transpose(perm)).reshape(-1)
+
+
+# ================================================= error under an inverse Gram G(φ)
+# Shared by MarginalStrategy and fourier.FourierStrategy, whose (AᵀA)⁺ lie in the
+# marginal algebra: G(θ²)⁺ = G(φ) with λ_b(φ) = 1/λ_b(θ²) (or 0), and Fourier's
+# (AᵀA)⁺ = Σ_{b∈S} P_b with λ_b(φ) = 1 on the measured b ∈ S, 0 elsewhere.
+def _check_support(sp: _Spectrum, supported: np.ndarray, unsupported) -> np.ndarray:
+    """The eigenspaces ``W`` needs (``λ_b(u) > 0``), raising if one is not ``supported``.
+
+    ``unsupported(b)`` gives the message of the :class:`~dpexplorer.error.UnsupportedWorkloadError`
+    for the first (smallest bitmask) needed ``b`` outside ``supported``.
+    """
+    needed = sp.lam > 0
+    missing = needed & ~supported
+    if np.any(missing):
+        raise error.UnsupportedWorkloadError(unsupported(int(np.flatnonzero(missing)[0])))
+    return needed
+
+
+def _workload_trace(sp: _Spectrum, lam_inv: np.ndarray, supported: np.ndarray, unsupported) -> float:
+    """``tr(WᵀW G(φ)) = Σ_b dim_b λ_b(u) λ_b(φ)`` after the support check (HDMM Thm 9-11).
+
+    Parameters
+    ----------
+    sp : _Spectrum
+        The workload's marginal approximation ``G(u)`` over the domain ``sp.domain``.
+    lam_inv : ndarray, shape (2**d,)
+        ``λ_b(φ)``, the eigenvalues of the strategy's ``(AᵀA)⁺ = G(φ)``.
+    supported : ndarray of bool, shape (2**d,)
+        The eigenspaces ``W`` may have a component in.
+    unsupported : callable
+        ``b -> str``, the message if a needed ``b`` is not supported.
+    """
+    needed = _check_support(sp, supported, unsupported)
+    dims = dimensions(sp.domain)
+    return float(np.sum(dims[needed] * sp.lam[needed] * lam_inv[needed]))
+
+
+def _row_terms(W: Matrix, domain) -> list:
+    """``W`` as ``(weight, [one factor per attribute])`` terms (a MarginalStrategy expanded)."""
+    if isinstance(W, MarginalStrategy):
+        return [(w, [Identity(n) if a >> i & 1 else Ones(1, n) for i, n in enumerate(domain)])
+                for a, w in W.marginals]
+    return _terms(W)
+
+
+def _workload_row_variances(W: Matrix, sp: _Spectrum, lam_inv: np.ndarray, supported: np.ndarray,
+                            unsupported) -> np.ndarray:
+    """``diag(W G(φ) Wᵀ)``, shape ``(m,)``, after the support check (see :func:`_workload_trace`).
+
+    ``G(φ) = Σ_c φ_c ⊗_i K_{c,i}`` with ``K = I`` (``i ∈ c``) or ``J`` and
+    ``φ`` from ``λ(φ)`` by Möbius inversion (HDMM Thm 8), so for a product
+    ``w·⊗_i W_i`` the row variances are ``w² Σ_c φ_c ⊗_i v_{c,i}`` with
+    ``v = diag(W_i W_iᵀ)`` (row squared norms) or ``(W_i 1)²`` (squared row
+    sums): a multilinear contraction of the ``φ`` tensor, never an ``n × n``
+    matrix.  ``W`` must have the Kronecker form ``sp`` was computed from.
+
+    Raises
+    ------
+    UnsupportedWorkloadError
+        If a needed eigenspace is not supported.
+    MatrixTooLargeError
+        If a factor ``W_i`` other than Identity or Ones has
+        ``n_i² > DENSE_LIMIT`` (its row norms are computed densely).
+    """
+    _check_support(sp, supported, unsupported)
+    domain = sp.domain
+    d = len(domain)
+    phi = _weights_from_eigenvalues(domain, lam_inv)
+    # axis i of Phi <-> attribute i; index 0: J (i ∉ c), 1: I (i ∈ c)
+    Phi = phi.reshape((2,) * d).transpose(tuple(range(d - 1, -1, -1)))
+    cache: dict = {}
+    out = []
+    for c, factors in _row_terms(W, domain):
+        mats = [_factor_row_stats(f, cache) for f in factors]
+        out.append(c * c * _contract(Phi, mats))
+    return np.concatenate(out)
+
+
+def _factor_row_stats(f: Matrix, cache: dict) -> np.ndarray:
+    """``[(f 1)²; diag(f fᵀ)]``, shape ``(2, m_f)``."""
+    hit = cache.get(id(f))
+    if hit is not None and hit[0] is f:
+        return hit[1]
+    sums = f.matvec(np.ones(f.n))
+    if isinstance(f, Identity):
+        sq = np.ones(f.m)
+    elif isinstance(f, Ones):
+        sq = np.full(f.m, float(f.n))
+    else:
+        if f.n * f.n > DENSE_LIMIT:
+            raise MatrixTooLargeError(
+                f"factor {f.name!r} has {f.n} cells: too many for its row norms")
+        sq = f.rows_quadratic(np.eye(f.n))
+    M = np.vstack([sums**2, sq])
+    cache[id(f)] = (f, M)
+    return M
 
 
 # ==================================================================== SVD bound

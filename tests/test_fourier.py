@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import dpexplorer as dpx
 from dpexplorer import error, fourier, mechanism, registry, workloads
-from dpexplorer.matrix import Dense
+from dpexplorer.matrix import Dense, Kronecker, VStack, Weighted
 from dpexplorer.privacy import PrivateData
 
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)
@@ -103,6 +103,31 @@ def test_trace_of_other_workloads_and_support():
     flat = Dense(workloads.marginal(dom, [0]).dense())
     assert A.workload_trace(flat) is NotImplemented
     assert error.unit_tse(flat, A, 2) == pytest.approx(error.unit_tse(flat, Dense(A.dense()), 2), rel=1e-10)
+
+
+def test_row_variances_with_nested_kronecker_factors_equal_dense():
+    """Nested (weighted) Kronecker factors are expanded (marginals._terms), not left to the dense path."""
+    dom = (2, 3, 4)
+    inner = Kronecker([workloads.identity_total(2), workloads.prefix(3)])
+    W = VStack([
+        Kronecker([inner, workloads.identity_total(4)]),                        # (2 ⊗ 3) ⊗ 4
+        Weighted(Kronecker([workloads.total(2),
+                            Weighted(Kronecker([workloads.identity(3), workloads.all_range(4)]), 0.5)]),
+                 3.0),                                                          # 2 ⊗ 0.5·(3 ⊗ 4)
+    ])
+    W.domain = dom
+    A = fourier.fourier(W, scope="kronecker")
+    assert A.domain == dom
+    Wd, P = W.dense(), A.dense().T @ A.dense()  # (AᵀA)⁺ = AᵀA, a projector
+    dense = np.einsum("ij,jk,ik->i", Wd, P, Wd)
+    rv = A.workload_row_variances(W)
+    assert rv is not NotImplemented
+    np.testing.assert_allclose(rv, dense, rtol=1e-10, atol=1e-12)
+    assert A.workload_trace(W) == pytest.approx(dense.sum(), rel=1e-10)
+    # a strategy missing coefficients the workload needs: the hook refuses, with Fourier's message
+    B = fourier.fourier_strategy(dom, [(0, 1)])
+    with pytest.raises(error.UnsupportedWorkloadError, match=r"Fourier coefficients of attributes \[2\]"):
+        B.workload_row_variances(W)
 
 
 @pytest.mark.parametrize("d,k", [(4, 1), (5, 2), (5, 3), (6, 2)])
