@@ -17,8 +17,10 @@ error       analytic TSE/RMSE of the matrix mechanism, SVD bound
 strategies  classic strategies (identity, H2, HB, wavelet, GreedyH)
 registry    the mechanism registry
 compare     side-by-side analytic comparison
-privacy     the privacy boundary: private data and the budget ledger
-mechanism   releases: MEASURE, RECONSTRUCT, answers
+privacy     the privacy boundary: private data, the ledger and its budget
+accounting  zCDP ρ, pure ε and (ε, δ) composition and conversions; budgets
+samplers    simulation (seeded numpy) and release (OS CSPRNG via opendp) noise
+mechanism   releases and simulations: MEASURE, RECONSTRUCT, answers, intervals
 datasets    DPBench, CSV/.npy and bundled bokeh-sampledata histograms
 partition   bucket costs, least-cost partitions, uniform expansion (DAWA Sec. 3)
 dawa        DAWA and its Partition+X variants (data-dependent)
@@ -32,6 +34,7 @@ eigen_design, fourier   Eigen-Design (Li & Miklau 2012) and the Fourier strategy
 sums, thresholds        sum queries: truncation, SVT thresholds, SQM/Identity/Workload/TiMM/TaMM
 """
 
+from . import accounting, samplers
 from . import datasets, error, matrix, mechanism, noise, privacy, registry, spec, strategies, workloads
 from . import dawa, efpa, hilbert, mwem, partition, uniform  # noqa: F401  (register mechanisms)
 from . import optimization, templates, marginals, hdmm, eigen_design, fourier  # noqa: F401
@@ -39,9 +42,10 @@ from . import sums  # noqa: F401
 from .compare import StrategyCache, compare
 from .error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound
 from .matrix import MatrixTooLargeError
-from .mechanism import Release, reconstruct, release
+from .accounting import Budget
+from .mechanism import Release, reconstruct, release, simulate
 from .noise import Gaussian, Laplace
-from .privacy import BudgetExceededError, PrivacyLedger, PrivateData
+from .privacy import OS_CSPRNG, BudgetExceededError, PrivacyLedger, PrivateData
 
 __version__ = "0.1.0"
 
@@ -50,5 +54,6 @@ __all__ = [
     "strategies", "workloads", "compare", "StrategyCache", "rmse", "per_query_rmse",
     "svd_bound", "UnsupportedWorkloadError", "MatrixTooLargeError", "Release", "release",
     "reconstruct", "Laplace", "Gaussian", "PrivacyLedger", "PrivateData", "BudgetExceededError",
+    "simulate", "Budget", "OS_CSPRNG", "accounting", "samplers",
 ]
 

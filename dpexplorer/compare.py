@@ -105,7 +105,7 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
     pandas.DataFrame
         One row per mechanism, sorted by ``rmse`` (counts per query; NaN rows
         last, with the reason in ``note``): ``mechanism``, ``label``, ``rmse``,
-        ``kind`` ("analytic" or "empirical"), ``ratio`` (rmse over the SVD
+        ``kind`` ("analytic", or "simulation" for the empirical RMSE of data-dependent mechanisms on ``x``), ``ratio`` (rmse over the SVD
         bound), ``seconds`` (time to build the strategy, or per empirical
         run), ``rows`` (strategy queries), ``sensitivity`` (in the noise's
         norm), ``data_dependent``, ``description``, ``source``, ``note``.
@@ -140,7 +140,7 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
                "rows": np.nan, "sensitivity": np.nan}
         if mech.data_dependent:
             r, seconds, note = _empirical(name, W, noise, x, trials, seed)
-            row.update(rmse=r, kind="empirical" if x is not None else "", seconds=seconds, note=note)
+            row.update(rmse=r, kind="simulation" if x is not None else "", seconds=seconds, note=note)
         else:
             A, value, seconds, note = cache.entry(W, name, noise)
             r = math.sqrt(noise.variance_per_unit * value / W.m) if A is not None else math.nan
@@ -174,4 +174,5 @@ def _empirical(name, W, noise, x, trials, seed):
     sq = np.asarray(sq)
     se = sq.std(ddof=1) / math.sqrt(trials) if trials > 1 else math.nan
     return (math.sqrt(sq.mean()), (time.perf_counter() - t0) / trials,
-            f"empirical over {trials} seeded runs (MSE standard error {se:.3g})")
+            f"simulation: empirical over {trials} seeded runs, seed {seed} (MSE standard error "
+            f"{se:.3g})")

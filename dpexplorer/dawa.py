@@ -100,7 +100,7 @@ def noise_scales(lengths: np.ndarray, epsilon1: float, refined: bool = True) -> 
 
 def private_partition(data: PrivateData, epsilon1: float, epsilon2: float,
                       rng: np.random.Generator, candidates: str = "pow2",
-                      order: np.ndarray | None = None, seed: int | None = None,
+                      order: np.ndarray | None = None,
                       refined: bool = True, penalty: float = 0.0) -> Partition:
     """DAWA stage 1: the least noisy-cost partition (Alg. 1), ε₁-DP (Thm 2).
 
@@ -112,7 +112,8 @@ def private_partition(data: PrivateData, epsilon1: float, epsilon2: float,
         Budget of this stage.
     epsilon2 : float
         Budget of stage 2 (the ``1/ε₂`` term of every bucket cost).
-    rng : numpy.random.Generator
+    rng : numpy.random.Generator or dpexplorer.privacy.OS_CSPRNG
+        Simulation or release randomness.
     candidates : {"pow2", "all"}
         Power-of-two lengths at every start (default) or all intervals.
     order : ndarray of int, optional
@@ -154,7 +155,7 @@ def private_partition(data: PrivateData, epsilon1: float, epsilon2: float,
 
     return data.noisy_optimum(
         costs, scale, lambda noisy: least_cost_partition(n, lo, hi, noisy + offset), epsilon1, rng,
-        label=f"dawa stage 1: private partition ({candidates} candidates)", seed=seed,
+        label=f"dawa stage 1: private partition ({candidates} candidates)",
         sensitivity=BUCKET_COST_SENSITIVITY)
 
 
@@ -291,7 +292,7 @@ def _stage2_strategy(W: Matrix, partition: Partition, order, scaling: str, b: in
 
 def dawa(data: PrivateData, W, epsilon: float, rng: np.random.Generator, ratio: float = 0.25,
          candidates: str = "pow2", scaling: str = "greedy", b: int = 2,
-         seed: int | None = None, refined: bool = True, penalty: float = 0.0) -> DAWAResult:
+         refined: bool = True, penalty: float = 0.0) -> DAWAResult:
     """Run DAWA on private data for workload ``W``.
 
     Parameters
@@ -302,8 +303,9 @@ def dawa(data: PrivateData, W, epsilon: float, rng: np.random.Generator, ratio: 
         Workload (ranges in 1D, rectangles in 2D, or any linear queries).
     epsilon : float
         Total ε of the run (ε-DP; Laplace noise only).
-    rng : numpy.random.Generator
-        Seeded randomness for both stages.
+    rng : numpy.random.Generator or dpexplorer.privacy.OS_CSPRNG
+        Randomness for both stages: a seeded Generator (simulation) or the OS
+        CSPRNG (release).
     ratio : float
         Share of ε spent on the partition (``ε₁ = ratio·ε``, default 0.25, Sec. 5.1).
     candidates : {"pow2", "all"}
@@ -342,7 +344,7 @@ def dawa(data: PrivateData, W, epsilon: float, rng: np.random.Generator, ratio: 
         raise ValueError(f"DAWA handles 1D and 2D data; got a domain of shape {shape}")
     eps1, eps2 = ratio * eps, (1.0 - ratio) * eps
 
-    partition = private_partition(data, eps1, eps2, rng, candidates, order, seed, refined, penalty)
+    partition = private_partition(data, eps1, eps2, rng, candidates, order, refined, penalty)
     A = _stage2_strategy(W, partition, order, scaling, b)
     bucket_of = partition.bucket_of
     if order is not None:
@@ -351,7 +353,7 @@ def dawa(data: PrivateData, W, epsilon: float, rng: np.random.Generator, ratio: 
         bucket_of = cells
     measured = Product(A, Grouping(bucket_of, partition.k), name=f"dawa stage 2 ({scaling})")
     y = data.measure(measured, Laplace(eps2), rng,
-                     label=f"dawa stage 2: {A.m} weighted bucket queries ({scaling})", seed=seed)
+                     label=f"dawa stage 2: {A.m} weighted bucket queries ({scaling})")
     s = reconstruct(A, y)
     x_ordered = partition.expand(s)
     x_hat = x_ordered if order is None else np.empty_like(x_ordered)

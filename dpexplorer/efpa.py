@@ -49,15 +49,18 @@ scale; the paper's own constants differ with its DFT normalisation):
   triangle-inequality form).  ``A_k = ‖(I − P_k)x‖₂`` with ``P_k`` the
   orthogonal projection on the kept frequencies, so a one-record change
   moves ``A_k`` by at most ``‖(I − P_k)e_j‖₂ ≤ 1``; ``N_k`` does not depend
-  on the data and ``t ↦ √(t² + c²)`` is 1-Lipschitz.  Hence ``Δu = 1``, and
-  the exponential mechanism picks ``k`` with probability
-  ``∝ exp(ε₁ u(k) / 2)`` (McSherry & Talwar 2007).
+  on the data and ``t ↦ √(t² + c²)`` is 1-Lipschitz.  Hence ``Δu = 1``.  The
+  paper picks ``k`` with the exponential mechanism, probability
+  ``∝ exp(ε₁ u(k) / 2)`` (McSherry & Talwar 2007); we pick it with
+  report-noisy-max with ``Exponential(2/ε₁)`` noise, which is permute-and-flip
+  (McKenna & Sheldon 2020, Thm 2): the same ε₁-DP guarantee, never less
+  accurate, and the selection opendp samples in release mode.
 * **Budget.**  ``ε₁ = selection_share·ε`` (default ½, as in the paper) for
   the selection and ``ε₂ = ε − ε₁`` for the perturbation; sequential
   composition gives ε for the run.
 
 Both private steps go through :class:`~dpexplorer.privacy.PrivateData`
-(``exponential_mechanism`` and ``measure_function``), which records them.
+(``noisy_max`` and ``measure_function``), which records them.
 """
 
 from __future__ import annotations
@@ -134,8 +137,7 @@ def _utilities(x: np.ndarray, n2: np.ndarray, score: str) -> np.ndarray:
 
 
 def efpa(data: PrivateData, W: Matrix, noise: NoiseModel, rng: np.random.Generator,
-         selection_share: float = 0.5, score: str = "rss",
-         seed: int | None = None) -> registry.Estimate:
+         selection_share: float = 0.5, score: str = "rss") -> registry.Estimate:
     """Run EFPA (Ács, Castelluccia, Chen, ICDM 2012) on a 1D histogram.
 
     Parameters
@@ -146,15 +148,13 @@ def efpa(data: PrivateData, W: Matrix, noise: NoiseModel, rng: np.random.Generat
         Workload; only its domain is used (EFPA is workload-independent).
     noise : Laplace
         ``noise.epsilon`` is the ε of the whole run.
-    rng : numpy.random.Generator
-        Seeded source of all randomness.
+    rng : numpy.random.Generator or dpexplorer.privacy.OS_CSPRNG
+        Source of all randomness: seeded Generator (simulation) or the OS CSPRNG (release).
     selection_share : float
         Fraction of ε for choosing ``k`` (default 0.5: ``ε₁ = ε₂ = ε/2``).
     score : {"rss", "sum"}
         Utility of keeping ``k`` coefficients: ``−√(A_k² + N_k²)`` (default)
         or ``−(A_k + N_k)``; both have sensitivity 1 (module docstring).
-    seed : int, optional
-        Recorded in the ledger.
 
     Returns
     -------
@@ -193,9 +193,8 @@ def efpa(data: PrivateData, W: Matrix, noise: NoiseModel, rng: np.random.Generat
     n = data.n
     eps1, eps2 = split_epsilon(noise.epsilon, [selection_share, 1.0 - selection_share])
     n2 = noise_energy(n, eps2)
-    idx = data.exponential_mechanism(lambda x: _utilities(x, n2, score), SELECTION_SENSITIVITY,
-                                     eps1, rng, label="efpa: choose the number of coefficients",
-                                     seed=seed)
+    idx = data.noisy_max(lambda x: _utilities(x, n2, score), SELECTION_SENSITIVITY,
+                         eps1, rng, label="efpa: choose the number of coefficients")
     k = idx + 1
     real_only, _ = coefficient_layout(n)
     complex_kept = ~real_only[:k]
@@ -206,7 +205,7 @@ def efpa(data: PrivateData, W: Matrix, noise: NoiseModel, rng: np.random.Generat
         return np.concatenate([F.real, F.imag[complex_kept]])
 
     noisy = data.measure_function(kept, sens, eps2, rng,
-                                  label=f"efpa: perturb {k} Fourier coefficients", seed=seed)
+                                  label=f"efpa: perturb {k} Fourier coefficients")
     G = np.zeros(n // 2 + 1, dtype=complex)
     coeffs = noisy[:k].astype(complex)
     coeffs[complex_kept] += 1j * noisy[k:]

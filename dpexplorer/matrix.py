@@ -132,6 +132,12 @@ class Matrix:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} shape={self.shape}>"
 
+    #: Whether every entry is known to be a whole number (public, from the
+    #: structure; ``False`` when unknown, never found by materialising).  The
+    #: privacy kernel measures such a strategy on counts with the discrete
+    #: samplers (:func:`dpexplorer.privacy.noise_sampler`).
+    integral: bool = False
+
     # ------------------------------------------------------------ products
     def _matmat(self, X: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -331,6 +337,10 @@ class Dense(Matrix):
         self.shape = A.shape
         self._name = name or "dense"
 
+    @cached_property
+    def integral(self) -> bool:
+        return bool(np.all(self.array == np.round(self.array)))
+
     def _matmat(self, X):
         return self.array @ X
 
@@ -372,6 +382,10 @@ class Sparse(Matrix):
         self.shape = S.shape
         self._name = name or "sparse"
 
+    @cached_property
+    def integral(self) -> bool:
+        return bool(np.all(self.matrix.data == np.round(self.matrix.data)))
+
     def _matmat(self, X):
         return np.asarray(self.matrix @ X)
 
@@ -405,6 +419,8 @@ class Sparse(Matrix):
 
 class Identity(Matrix):
     """Identity ``I_n``: one query per cell."""
+
+    integral = True
 
     def __init__(self, n: int, name: str = "identity"):
         n = _check_size(n, "n")
@@ -443,6 +459,8 @@ class Identity(Matrix):
 
 class Ones(Matrix):
     """The all-ones matrix ``(m, n)``; ``Ones(1, n)`` is the Total query."""
+
+    integral = True
 
     def __init__(self, m: int, n: int, name: str | None = None):
         m, n = _check_size(m, "m"), _check_size(n, "n")
@@ -488,6 +506,8 @@ class Total(Ones):
 # ---------------------------------------------------------- range matrices
 class _Ranges(Matrix):
     """Matrices whose rows are intervals ``[lo, hi]`` (inclusive) of a 1D domain."""
+
+    integral = True
 
     def ranges(self) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - abstract
         """Arrays ``(lo, hi)`` of the inclusive interval of every row."""
@@ -690,6 +710,8 @@ class RectangleQueries(Matrix):
         If a bound is outside the grid, a range is reversed, or the list is empty.
     """
 
+    integral = True
+
     def __init__(self, shape, r0, r1, c0, c1, name: str = "rectangles"):
         if len(shape) != 2:
             raise ValueError(f"rectangle queries need a 2D grid shape, got {shape}")
@@ -764,6 +786,10 @@ class Weighted(Matrix):
         self.shape = self.base.shape
 
     @property
+    def integral(self) -> bool:
+        return self.weight == round(self.weight) and self.base.integral
+
+    @property
     def name(self):
         if self._name is not None:
             return self._name
@@ -830,6 +856,7 @@ class VStack(Matrix):
                 )
         self.blocks = blocks
         self.shape = (sum(b.m for b in blocks), n)
+        self.integral = all(b.integral for b in blocks)
         self._name = name
         doms = {b.domain for b in blocks}
         if len(doms) == 1:
@@ -926,6 +953,10 @@ class Kronecker(Matrix):
         self._name = name
 
     @property
+    def integral(self) -> bool:
+        return all(f.integral for f in self.factors)
+
+    @property
     def name(self):
         return self._name or " ⊗ ".join(f.name for f in self.factors)
 
@@ -1015,6 +1046,7 @@ class Diagonal(Matrix):
         self.v = v
         self.shape = (v.size, v.size)
         self._name = name
+        self.integral = bool(np.all(v == np.round(v)))
 
     def _matmat(self, X):
         return self.v[:, None] * X
@@ -1056,6 +1088,7 @@ class Permutation(Matrix):
         self.inverse = np.argsort(self.perm)
         self.shape = (n, n)
         self._name = name
+        self.integral = True
 
     def _matmat(self, X):
         return X[self.perm]
@@ -1098,6 +1131,7 @@ class Grouping(Matrix):
             raise ValueError(f"bucket indices must lie in [0, {k}), got [{b.min()}, {b.max()}]")
         self.bucket_of = b.astype(np.int64)
         self.shape = (k, b.size)
+        self.integral = True
         self._name = name
 
     def _matmat(self, X):
@@ -1140,6 +1174,10 @@ class Product(Matrix):
         self.left, self.right = left, right
         self.shape = (left.m, right.n)
         self._name = name
+
+    @property
+    def integral(self) -> bool:
+        return self.left.integral and self.right.integral
 
     @property
     def name(self):
@@ -1193,6 +1231,10 @@ class Transpose(Matrix):
     def __init__(self, base: Matrix):
         self.base = base
         self.shape = (base.n, base.m)
+
+    @property
+    def integral(self) -> bool:
+        return self.base.integral
 
     @property
     def name(self):

@@ -7,7 +7,10 @@ a synthetic data vector ``A`` (counts, summing to the number of records
 
 1. **select** the workload query the current ``A`` answers worst, with the
    exponential mechanism (McSherry & Talwar, FOCS 2007) on the utility
-   ``u_i(x) = |q_i(x) − q_i(A)|`` and budget ``ε_round/2``;
+   ``u_i(x) = |q_i(x) − q_i(A)|`` and budget ``ε_round/2`` -- here its
+   permute-and-flip form, report-noisy-max with ``Exponential(2Δu/ε)`` noise
+   (McKenna & Sheldon 2020, Thm 2: the same ε-DP guarantee, never less
+   accurate; what opendp samples in release mode);
 2. **measure** that query with the Laplace mechanism, budget ``ε_round/2``;
 3. **update** ``A`` multiplicatively towards the measurement:
    ``A(j) ∝ A(j)·exp(q(j)·(m − q(A)) / (2N))``, renormalised to sum ``N``.
@@ -206,8 +209,7 @@ def _mw_update(logA: np.ndarray, q: np.ndarray, m: float, N: float) -> np.ndarra
 # -------------------------------------------------------------- mechanism
 def mwem(data: PrivateData, W: Matrix, noise: NoiseModel, rng: np.random.Generator,
          T: int = 10, total: float | None = None, total_share: float = DEFAULT_TOTAL_SHARE,
-         average: bool = True, updates_per_round: int = 1,
-         seed: int | None = None) -> registry.Estimate:
+         average: bool = True, updates_per_round: int = 1) -> registry.Estimate:
     """Run MWEM (Hardt, Ligett, McSherry, NeurIPS 2012, Algorithm 1) on a workload.
 
     Parameters
@@ -220,8 +222,9 @@ def mwem(data: PrivateData, W: Matrix, noise: NoiseModel, rng: np.random.Generat
         a time from ``Wᵀ e_i`` or the interval bounds of a range workload).
     noise : Laplace
         ``noise.epsilon`` is the ε of the whole run.
-    rng : numpy.random.Generator
-        Seeded source of all randomness (selection and Laplace noise).
+    rng : numpy.random.Generator or dpexplorer.privacy.OS_CSPRNG
+        Source of all randomness (selection and Laplace noise): seeded
+        Generator (simulation) or the OS CSPRNG (release).
     T : int
         Number of rounds (default 10).
     total : float, optional
@@ -242,8 +245,6 @@ def mwem(data: PrivateData, W: Matrix, noise: NoiseModel, rng: np.random.Generat
         ``k − 1`` passes over *all* measurements taken so far, in the order
         taken -- the paper's practical improvement of reusing past
         measurements (post-processing: no extra ε).
-    seed : int, optional
-        Recorded in the ledger with every spend.
 
     Returns
     -------
@@ -297,7 +298,7 @@ def mwem(data: PrivateData, W: Matrix, noise: NoiseModel, rng: np.random.Generat
         budgets = split_epsilon(eps, [total_share] + [(1.0 - total_share) / (2 * T)] * (2 * T))
         eps_total, rounds = budgets[0], budgets[1:]
         y = data.measure(Total(n), Laplace(eps_total), rng,
-                         label="mwem: noisy total (number of records)", seed=seed)
+                         label="mwem: noisy total (number of records)")
         N = max(float(y[0]), 1.0)
     else:
         rounds = split_epsilon(eps, [1.0] * (2 * T))
@@ -316,13 +317,12 @@ def mwem(data: PrivateData, W: Matrix, noise: NoiseModel, rng: np.random.Generat
         def scores(x, WA=WA):
             return np.abs(W.matvec(x) - WA)
 
-        i = data.exponential_mechanism(scores, delta_u, eps_sel, rng,
-                                       label=f"mwem round {t + 1}/{T}: select query", seed=seed)
+        i = data.noisy_max(scores, delta_u, eps_sel, rng,
+                           label=f"mwem round {t + 1}/{T}: select query")
         q = row(i)
         sens_q = float(np.max(np.abs(q))) or delta_u  # an all-zero row: any positive scale is safe
         m_i = float(data.measure_function(lambda x, q=q: np.array([q @ x]), sens_q, eps_meas, rng,
-                                          label=f"mwem round {t + 1}/{T}: measure query {i}",
-                                          seed=seed)[0])
+                                          label=f"mwem round {t + 1}/{T}: measure query {i}")[0])
         selected.append(i)
         history.append((q, m_i))
         logA = _mw_update(logA, q, m_i, N)

@@ -1,15 +1,27 @@
 """The privacy boundary: the one module that touches the private data vector.
 
 :class:`PrivateData` holds ``x`` and never hands it out.  Its methods return
-*noisy* answers only, and each records what it spent in a
-:class:`PrivacyLedger` (like a kernel with a budget ledger).  Everything else
-in dpexplorer -- workloads, strategies, reconstruction, plots -- works on
-public things: query matrices, noise models and noisy answers.
+*noisy* answers (or a noisy choice) only; each checks the ledger's budget
+**before** drawing any noise and then records what it spent in a
+:class:`PrivacyLedger`.  Everything else in dpexplorer -- workloads,
+strategies, reconstruction, plots -- works on public things.
 
-Accounting is basic sequential composition: the ε (and δ) of successive
-measurements add up (Dwork & Roth 2014, Thm 3.16).  A ledger may carry a
-budget; a measurement that would exceed it is refused before any noise is
-drawn.
+Two modes, chosen by the source of randomness every method takes
+(:mod:`dpexplorer.samplers`):
+
+* **simulation**: a seeded ``numpy.random.Generator``; reproducible, for
+  comparisons, bands, evaluations and tests; its spends are marked
+  ``"simulation"`` and it is never a release;
+* **release**: :data:`OS_CSPRNG`, the operating system's CSPRNG through
+  opendp's vetted samplers; no seed exists.  Before drawing, the kernel asks
+  opendp's own privacy map for the measurement's ε (or ρ) and refuses to draw
+  if it exceeds what the ledger is about to record.
+
+Accounting (:mod:`dpexplorer.accounting`): every spend carries ε, δ and its
+zCDP cost ρ (``ε²/2`` for ε-DP steps, ``Δ₂²/(2σ²)`` for Gaussian noise).  The
+ledger reports the best guarantee that sequential composition of ε (and δ) or
+zCDP composition of ρ proves, and checks its :class:`~dpexplorer.accounting.Budget`
+in the budget's own terms.
 """
 
 from __future__ import annotations
@@ -21,14 +33,93 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from . import accounting, samplers
+from .accounting import Budget
 from .matrix import as_matrix
-from .noise import Laplace, NoiseModel
+from .noise import Gaussian, Laplace, NoiseModel
+from .samplers import OS_CSPRNG, CSPRNG
 
-__all__ = ["Spend", "PrivacyLedger", "BudgetExceededError", "PrivateData"]
+__all__ = ["Spend", "PrivacyLedger", "BudgetExceededError", "PrivateData", "Budget", "OS_CSPRNG",
+           "CSPRNG", "validate_counts", "noise_sampler", "variance_factor", "SIMULATION", "RELEASE"]
+
+SIMULATION, RELEASE = "simulation", "release"
 
 
 class BudgetExceededError(RuntimeError):
-    """A measurement would spend more ε or δ than the ledger's budget allows."""
+    """A measurement would spend more than the ledger's budget allows (nothing was drawn)."""
+
+
+def validate_counts(x, name: str = "x") -> np.ndarray:
+    """Check a data vector of counts: numeric, non-empty, finite, non-negative whole numbers.
+
+    Parameters
+    ----------
+    x : array_like, any shape
+        Counts (int, or float with whole values), e.g. a histogram over the
+        workload's domain.
+    name : str
+        Name used in error messages.
+
+    Returns
+    -------
+    ndarray, float64, same shape
+        A copy of ``x``.
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is not numeric, empty, has NaN/inf, negative or fractional
+        entries, or integers above 2**53 (not exact in float64).
+    """
+    a = np.asarray(x)
+    if a.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must hold numeric counts, got dtype {a.dtype}")
+    if a.size == 0:
+        raise ValueError(f"{name} is empty (shape {a.shape}); it needs at least one cell")
+    if a.dtype.kind in "iu" and np.abs(a).max() > samplers.MAX_EXACT_INTEGER:
+        raise ValueError(f"{name} has counts above 2**53 that float64 cannot hold exactly")
+    out = np.array(a, dtype=np.float64, copy=True)
+    for mask, what, allowed in (
+        (~np.isfinite(out), "NaN/inf", "counts must be finite"),
+        (out < 0, "negative", "counts must be >= 0"),
+        (out != np.round(out), "non-integer", "counts must be whole numbers"),
+        (np.abs(out) > samplers.MAX_EXACT_INTEGER, "too large", "counts must be below 2**53"),
+    ):
+        if mask.any():
+            n, first = int(mask.sum()), tuple(int(i) for i in np.argwhere(mask)[0])
+            where = f"{name}[{', '.join(map(str, first))}]" if first else name
+            raise ValueError(f"{name} has {n} {what} entr{'y' if n == 1 else 'ies'}, first "
+                             f"{where} = {out[first]}; {allowed}")
+    return out
+
+
+def noise_sampler(A, noise: NoiseModel, counts: bool = True) -> str:
+    """``"discrete"`` or ``"continuous"``: which sampler MEASURE uses for strategy ``A``.
+
+    Public (depends only on ``A``, the noise model and whether the data are
+    counts): the discrete Laplace / discrete Gaussian on ℤ when every strategy
+    answer is a whole number -- ``A`` has whole-number entries
+    (:attr:`Matrix.integral`) and ``x`` holds counts -- else the continuous
+    one (Canonne, Kamath & Steinke 2020; Ghosh et al. 2009).
+    """
+    A = as_matrix(A)
+    return "discrete" if counts and getattr(A, "integral", False) else "continuous"
+
+
+def variance_factor(A, noise: NoiseModel, counts: bool = True) -> float:
+    """Ratio of MEASURE's actual per-answer noise variance to ``noise.variance(Δ)``.
+
+    1 with the continuous samplers; with the discrete ones (:func:`noise_sampler`)
+    the discrete Laplace's ``2q/(1−q)²`` (``q = e^{−1/b}``) or the discrete
+    Gaussian's variance over the continuous ``2b²`` / ``σ²`` -- slightly below 1
+    (about ``1 − 1/(12b²)`` for Laplace).  Multiply any analytic variance of
+    the matrix mechanism by it to get the exact variance of a run.
+    """
+    A = as_matrix(A)
+    if noise_sampler(A, noise, counts) != "discrete":
+        return 1.0
+    sens = A.sensitivity(noise.norm)
+    return noise.discrete_variance(sens) / noise.variance(sens)
 
 
 @dataclass(frozen=True)
@@ -39,81 +130,228 @@ class Spend:
     ----------
     label : str
         What was measured (mechanism and stage).
+    mode : {"release", "simulation"}
+        Release (OS CSPRNG via opendp) or simulation (seeded numpy Generator).
     epsilon, delta : float
-        Privacy cost of this measurement.
+        (ε, δ) guarantee of this measurement.
+    rho : float
+        Its zCDP cost ρ (``ε²/2`` for ε-DP steps, ``Δ₂²/(2σ²)`` for Gaussian noise).
     noise : str
-        Noise model label.
+        Noise model and sampler.
     queries : int
-        Number of noisy answers released.
+        Number of noisy values drawn (1 for a selection).
     sensitivity : float
         Sensitivity the noise was scaled to.
-    seed : int or None
-        Seed of the release the measurement belongs to.
     time : str
         ISO timestamp (UTC).
     """
 
     label: str
+    mode: str
     epsilon: float
     delta: float
+    rho: float
     noise: str
     queries: int
     sensitivity: float
-    seed: int | None
     time: str
 
 
 class PrivacyLedger:
-    """Every ε/δ spent on a data vector, with totals under sequential composition.
+    """Every measurement on one dataset, its composed guarantee, and an optional budget.
 
     Parameters
     ----------
-    epsilon_budget, delta_budget : float, optional
-        Caps on the totals; ``None`` means uncapped.
+    budget : Budget, optional
+        What may be spent in all (``Budget.pure(ε)``, ``Budget.approx(ε, δ)``
+        or ``Budget.zcdp(ρ)``); ``None`` means uncapped.
+    epsilon_budget, delta_budget, rho_budget : float, optional
+        Shorthands: ``epsilon_budget`` alone is a pure ε budget, with
+        ``delta_budget`` an (ε, δ) budget; ``rho_budget`` a zCDP budget.
+
+    Raises
+    ------
+    ValueError
+        If both ``budget`` and a shorthand are given, or the shorthands mix ρ with ε/δ.
+
+    Notes
+    -----
+    The composed guarantee is the best one of two valid accountings:
+
+    * sequential composition: Σε, Σδ (Dwork & Roth 2014, Thm 3.16);
+    * zCDP: Σρ, converted to (ε, δ) with Canonne, Kamath & Steinke (2020),
+      Cor. 13 (:func:`~dpexplorer.accounting.epsilon_from_rho`).
+
+    A pure budget is checked as Σε (δ-spending measurements are refused); an
+    (ε, δ) budget accepts a measurement when either accounting keeps the total
+    within (ε, δ); a zCDP budget is checked as Σρ.
     """
 
-    def __init__(self, epsilon_budget: float | None = None, delta_budget: float | None = None):
-        self.epsilon_budget = epsilon_budget
-        self.delta_budget = delta_budget
+    def __init__(self, budget: Budget | None = None, *, epsilon_budget: float | None = None,
+                 delta_budget: float | None = None, rho_budget: float | None = None):
+        shorthand = any(v is not None for v in (epsilon_budget, delta_budget, rho_budget))
+        if budget is not None and shorthand:
+            raise ValueError("give either budget= or the epsilon/delta/rho_budget shorthands, not both")
+        if budget is None and shorthand:
+            if rho_budget is not None:
+                if epsilon_budget is not None or delta_budget is not None:
+                    raise ValueError("a zCDP budget (rho_budget) cannot be combined with epsilon/delta budgets")
+                budget = Budget.zcdp(rho_budget)
+            elif epsilon_budget is None:
+                raise ValueError("delta_budget needs an epsilon_budget too")
+            elif delta_budget is None or float(delta_budget) == 0.0:
+                budget = Budget.pure(epsilon_budget)
+            else:
+                budget = Budget.approx(epsilon_budget, delta_budget)
+        if budget is not None and not isinstance(budget, Budget):
+            raise TypeError(f"budget must be a dpexplorer.accounting.Budget, got {type(budget).__name__}")
+        self.budget = budget
         self.entries: list[Spend] = []
 
+    # --------------------------------------------------------------- totals
+    @staticmethod
+    def _sums(entries) -> tuple[float, float, float]:
+        return (math.fsum(e.epsilon for e in entries), math.fsum(e.delta for e in entries),
+                math.fsum(e.rho for e in entries))
+
+    @classmethod
+    def _epsilon_at(cls, entries, delta: float) -> tuple[float, str]:
+        """Smallest ε at ``delta`` any valid accounting proves for ``entries``, and which one."""
+        eps, dlt, rho = cls._sums(entries)
+        best = (math.inf, "none")
+        if dlt <= delta * (1 + 1e-12) or dlt == 0.0:
+            best = (eps, "pure ε-DP, sequential composition" if dlt == 0.0
+                    else "sequential composition of (ε, δ)")
+        if 0.0 < delta < 1.0 and rho > 0:
+            conv = accounting.epsilon_from_rho(rho, delta)
+            if conv < best[0]:
+                best = (conv, "zCDP (ρ adds up), converted to (ε, δ)")
+        return best
+
     @property
-    def epsilon(self) -> float:
-        """Total ε spent (sum over measurements)."""
-        return float(math.fsum(e.epsilon for e in self.entries))
+    def rho(self) -> float:
+        """Total zCDP cost Σρ."""
+        return self._sums(self.entries)[2]
 
     @property
     def delta(self) -> float:
-        """Total δ spent (sum over measurements)."""
-        return float(math.fsum(e.delta for e in self.entries))
+        """The δ the headline ε is stated at: the budget's δ, else the sum of δ spent (0 if pure)."""
+        if self.budget is not None and self.budget.kind == "approx":
+            return float(self.budget.delta)
+        return self._sums(self.entries)[1]
 
-    def check(self, epsilon: float, delta: float) -> None:
-        """Raise :class:`BudgetExceededError` if spending ``(ε, δ)`` would exceed the budget."""
-        if self.epsilon_budget is not None and self.epsilon + epsilon > self.epsilon_budget * (1 + 1e-12):
-            raise BudgetExceededError(
-                f"spending ε = {epsilon:g} would bring the total to {self.epsilon + epsilon:g}, "
-                f"above the budget ε = {self.epsilon_budget:g}"
-            )
-        if self.delta_budget is not None and self.delta + delta > self.delta_budget * (1 + 1e-12):
-            raise BudgetExceededError(
-                f"spending δ = {delta:g} would bring the total to {self.delta + delta:g}, "
-                f"above the budget δ = {self.delta_budget:g}"
-            )
+    @property
+    def epsilon(self) -> float:
+        """Headline ε at :attr:`delta`: the best of sequential composition and zCDP conversion."""
+        return float(self._epsilon_at(self.entries, self.delta)[0]) if self.entries else 0.0
+
+    @property
+    def accounting(self) -> str:
+        """Which accounting gives the headline (ε, δ)."""
+        if not self.entries:
+            return "nothing spent"
+        return self._epsilon_at(self.entries, self.delta)[1]
+
+    def basic(self) -> tuple[float, float]:
+        """``(Σε, Σδ)``: sequential composition of every measurement's own (ε, δ)."""
+        eps, dlt, _ = self._sums(self.entries)
+        return eps, dlt
+
+    def epsilon_at(self, delta: float) -> float:
+        """Smallest ε at ``delta`` proved for the whole ledger (``inf`` if none)."""
+        return float(self._epsilon_at(self.entries, float(delta))[0]) if self.entries else 0.0
+
+    # --------------------------------------------------------------- budget
+    def _fits(self, entries) -> bool:
+        b = self.budget
+        if b is None:
+            return True
+        eps, dlt, rho = self._sums(entries)
+        tol = 1 + 1e-12
+        if b.kind == "pure":
+            return dlt == 0.0 and eps <= b.epsilon * tol
+        if b.kind == "zcdp":
+            return rho <= b.rho * tol
+        return self._epsilon_at(entries, b.delta)[0] <= b.epsilon * tol
+
+    def remaining(self) -> str:
+        """What is left of the budget, in plain words (``"no budget set"`` without one)."""
+        b = self.budget
+        if b is None:
+            return "no budget set"
+        eps, dlt, rho = self._sums(self.entries)
+        if b.kind == "pure":
+            return f"ε = {max(b.epsilon - eps, 0.0):.4g} left of {b.label}"
+        if b.kind == "zcdp":
+            left = max(b.rho - rho, 0.0)
+            return (f"ρ = {left:.4g} left of {b.label} (a pure ε-DP step of ε ≤ "
+                    f"{math.sqrt(2 * left):.4g} still fits)")
+        rho_cap = accounting.rho_from_epsilon(b.epsilon, b.delta)
+        parts = []
+        if dlt <= b.delta:
+            parts.append(f"ε = {max(b.epsilon - eps, 0.0):.4g} (adding up ε)")
+        parts.append(f"ρ = {max(rho_cap - rho, 0.0):.4g} of ρ = {rho_cap:.4g} (zCDP)")
+        return f"left of {b.label}: " + " or ".join(parts)
+
+    def check(self, spend: Spend) -> None:
+        """Raise :class:`BudgetExceededError` if recording ``spend`` would exceed the budget.
+
+        Raises
+        ------
+        BudgetExceededError
+            With what the measurement costs and what is left.
+        """
+        if self._fits(self.entries + [spend]):
+            return
+        cost = f"ε = {spend.epsilon:g}" + (f", δ = {spend.delta:g}" if spend.delta else "")
+        cost += f" (ρ = {spend.rho:.4g})"
+        raise BudgetExceededError(
+            f"refused before any noise was drawn: {spend.label!r} costs {cost}, which would go "
+            f"above the budget {self.budget.label}; {self.remaining()}")
+
+    def check_cost(self, epsilon: float, delta: float = 0.0, rho: float | None = None,
+                   label: str = "this release") -> None:
+        """Raise :class:`BudgetExceededError` if a whole release of this cost would not fit."""
+        rho = accounting.rho_pure(epsilon) if rho is None else float(rho)
+        self.check(Spend(label, RELEASE, float(epsilon), float(delta), rho, "", 0, math.nan, ""))
 
     def record(self, spend: Spend) -> None:
-        self.check(spend.epsilon, spend.delta)
+        """Check the budget, then append ``spend``.
+
+        Raises
+        ------
+        BudgetExceededError
+            If it does not fit (the ledger is unchanged).
+        """
+        self.check(spend)
         self.entries.append(spend)
 
+    # ------------------------------------------------------------ reporting
     def to_frame(self) -> pd.DataFrame:
-        """The ledger as a table, one row per measurement."""
+        """The ledger as a table, one row per measurement (columns of :class:`Spend`)."""
         cols = list(Spend.__dataclass_fields__)
         return pd.DataFrame([asdict(e) for e in self.entries], columns=cols)
+
+    def summary(self) -> str:
+        """One line: the composed guarantee, its accounting, Σρ and the budget left."""
+        if not self.entries:
+            text = "nothing spent yet"
+        elif all(e.delta == 0.0 for e in self.entries):
+            text = (f"ε = {self.basic()[0]:.4g} (pure ε-DP, sequential composition; ρ = "
+                    f"{self.rho:.4g}) over {len(self)} measurements")
+        else:
+            d = self.delta
+            text = (f"ε = {self.epsilon:.4g} at δ = {d:.3g} ({self.accounting}); ρ = {self.rho:.4g} "
+                    f"over {len(self)} measurements")
+        if self.budget is not None:
+            text += f"; {self.remaining()}"
+        return text
 
     def __len__(self) -> int:
         return len(self.entries)
 
     def __repr__(self) -> str:
-        return f"<PrivacyLedger {len(self)} measurements, ε = {self.epsilon:g}, δ = {self.delta:g}>"
+        return f"<PrivacyLedger {len(self)} measurements: {self.summary()}>"
 
 
 class PrivateData:
@@ -122,24 +360,36 @@ class PrivateData:
     Parameters
     ----------
     x : array_like, shape (n,) or a d-dimensional grid
-        Counts; flattened in C order.
+        Counts (flattened in C order).
     ledger : PrivacyLedger, optional
         Where spends are recorded (a new, uncapped one by default).
+    counts : bool
+        ``True`` (default): ``x`` must hold non-negative whole counts
+        (:func:`validate_counts`); strategy answers with whole-number entries
+        are then measured with the discrete samplers.  ``False``: any finite
+        real weights are accepted (e.g. fractional or signed data a study
+        needs), always with the continuous samplers.
 
     Raises
     ------
     ValueError
-        If ``x`` is empty or has NaN/inf entries.
+        If ``x`` is empty, not finite, or (with ``counts``) not non-negative whole numbers.
     """
 
-    def __init__(self, x, ledger: PrivacyLedger | None = None):
-        arr = np.asarray(x, dtype=float)
-        if arr.size == 0:
-            raise ValueError("the data vector is empty")
-        if not np.all(np.isfinite(arr)):
-            raise ValueError("the data vector has NaN or infinite entries")
+    def __init__(self, x, ledger: PrivacyLedger | None = None, *, counts: bool = True):
+        if counts:
+            arr = validate_counts(x)
+        else:
+            arr = np.asarray(x, dtype=float)
+            if arr.size == 0:
+                raise ValueError("the data vector is empty")
+            if not np.all(np.isfinite(arr)):
+                raise ValueError("the data vector has NaN or infinite entries")
+        if ledger is not None and not isinstance(ledger, PrivacyLedger):
+            raise TypeError(f"ledger must be a dpexplorer.PrivacyLedger, got {type(ledger).__name__}")
         self._x = arr.ravel()
         self.domain = arr.shape
+        self.counts = bool(counts)
         self.ledger = ledger if ledger is not None else PrivacyLedger()
 
     @property
@@ -147,23 +397,49 @@ class PrivateData:
         """Number of cells."""
         return self._x.size
 
-    def measure(self, A, noise: NoiseModel, rng: np.random.Generator, label: str = "measure",
-                seed: int | None = None) -> np.ndarray:
+    # --------------------------------------------------------------- helpers
+    @staticmethod
+    def _mode(source) -> str:
+        samplers.check_source(source)
+        return RELEASE if samplers.is_release(source) else SIMULATION
+
+    def _record(self, label, source, epsilon, delta, rho, noise_text, queries, sensitivity) -> None:
+        self.ledger.record(Spend(
+            label=label, mode=self._mode(source), epsilon=float(epsilon), delta=float(delta),
+            rho=float(rho), noise=noise_text, queries=int(queries), sensitivity=float(sensitivity),
+            time=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")))
+
+    @staticmethod
+    def _crosscheck(source, claimed: float, opendp_value, what: str) -> None:
+        """In release mode, opendp's privacy map must not exceed what the kernel records."""
+        if samplers.is_release(source):
+            value = opendp_value()
+            if value > claimed * (1 + 1e-9) + 1e-15:
+                raise RuntimeError(f"opendp's privacy map gives {what} = {value:.6g} where the kernel "
+                                   f"would record {claimed:.6g}; nothing was drawn")
+
+    # ---------------------------------------------------------- primitives
+    def measure(self, A, noise: NoiseModel, source, label: str = "measure") -> np.ndarray:
         """Noisy strategy answers ``y = A x + z`` (MEASURE of the matrix mechanism).
 
-        ``z`` is i.i.d. Laplace with scale ``Δ₁(A)/ε`` (ε-DP) or Gaussian with
-        ``σ = Δ₂(A)·c(ε, δ)`` ((ε, δ)-DP), ``Δ`` the sensitivity of ``A``
-        under add/remove-one-record (HDMM Def. 10, Prop. 4; MATH.md "Noise
-        and sensitivity").  Records ``(ε, δ)`` in the ledger.
+        ``z`` is i.i.d. Laplace with scale ``b = Δ₁(A)/ε`` (ε-DP; HDMM Def. 10,
+        Prop. 4) or Gaussian with ``σ = Δ₂(A)·c(ε, δ)`` (ρ = Δ₂²/(2σ²)-zCDP,
+        Bun & Steinke 2016 Prop. 1.6), ``Δ`` the sensitivity of ``A`` under
+        add/remove-one-record (MATH.md "Noise and sensitivity").  Discrete
+        samplers on ℤ are used when every answer is a whole number
+        (:func:`noise_sampler`); their privacy is the same (Ghosh et al. 2009;
+        Canonne, Kamath & Steinke 2020, Thm 14).
 
         Parameters
         ----------
         A : Matrix or array, shape (p, n)
             Strategy queries.
         noise : NoiseModel
-        rng : numpy.random.Generator
-            Explicit, seeded source of randomness.
-        label, seed
+            ``Laplace(ε)`` or ``Gaussian(ε, δ)``; in release mode a Gaussian
+            must use ``calibration="zcdp"``.
+        source : numpy.random.Generator or OS_CSPRNG
+            Simulation (seeded) or release randomness.
+        label : str
             Recorded in the ledger.
 
         Returns
@@ -174,51 +450,85 @@ class PrivateData:
         Raises
         ------
         ValueError
-            If ``A`` does not have ``n`` columns or has zero sensitivity.
+            If ``A`` does not have ``n`` columns, has zero sensitivity, or a
+            release is asked with a Gaussian calibration other than ``"zcdp"``.
+        TypeError
+            If ``noise`` is not a noise model or ``source`` not a source of randomness.
         BudgetExceededError
-            If the ledger's budget would be exceeded (nothing is measured).
+            If the ledger's budget would be exceeded (nothing is drawn).
         """
         A = as_matrix(A)
+        if not isinstance(noise, NoiseModel):
+            raise TypeError(f"noise must be dpx.Laplace(ε) or dpx.Gaussian(ε, δ), got "
+                            f"{type(noise).__name__}")
+        samplers.check_source(source)
         if A.n != self.n:
             raise ValueError(f"strategy has {A.n} columns but the data vector has {self.n} cells")
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError("rng must be a numpy.random.Generator (seeded explicitly)")
+        if (samplers.is_release(source) and isinstance(noise, Gaussian)
+                and noise.calibration != "zcdp"):
+            raise ValueError(
+                f"a release with Gaussian noise is accounted in zCDP: use "
+                f"dpx.Gaussian({noise.epsilon:g}, {noise.delta:g}, calibration='zcdp') (the "
+                f"{noise.calibration!r} calibration's (ε, δ) is proved for the ideal continuous "
+                "Gaussian only)")
         sens = A.sensitivity(noise.norm)
-        if not sens > 0:
-            raise ValueError(f"strategy {A.name!r} has sensitivity 0: it measures nothing")
-        self.ledger.record(self._spend(label, noise, A.m, sens, seed))
-        return A.matvec(self._x) + noise.sample(rng, A.m, sens)
+        if not (math.isfinite(sens) and sens > 0):
+            raise ValueError(f"strategy {A.name!r} has sensitivity {sens}: it measures nothing")
+        discrete = noise_sampler(A, noise, self.counts) == "discrete"
+        scale = noise.scale(sens)
+        kind = "discrete " if discrete else ""
+        if isinstance(noise, Laplace):
+            rho = noise.rho_per_unit
+            self._crosscheck(source, noise.epsilon,
+                             lambda: samplers.opendp_laplace_epsilon(scale, sens, discrete), "ε")
+            text = f"{kind}Laplace(b = {scale:.4g}), ε = {noise.epsilon:g}"
+        else:
+            rho = accounting.rho_gaussian(sens, scale)
+            self._crosscheck(source, rho, lambda: samplers.opendp_gaussian_rho(scale, sens, discrete),
+                             "ρ")
+            text = f"{kind}Gaussian(σ = {scale:.4g}), {noise.calibration} calibration"
+        self._record(label, source, noise.epsilon, noise.delta, rho, text, A.m, sens)
+        exact = A.matvec(self._x)
+        if isinstance(noise, Laplace):
+            return samplers.laplace(exact, scale, source, discrete)
+        return samplers.gaussian(exact, scale, source, discrete)
 
-    def measure_function(self, f, sensitivity: float, epsilon: float, rng: np.random.Generator,
-                         label: str, seed: int | None = None) -> np.ndarray:
+    def measure_function(self, f, sensitivity: float, epsilon: float, source,
+                         label: str) -> np.ndarray:
         """Laplace mechanism on any vector-valued ``f(x)`` with known L1 sensitivity.
 
         Returns ``f(x) + Laplace(sensitivity/ε)`` per entry (Dwork et al.
-        2006), recording ε.  Used by data-dependent mechanisms for their
-        non-linear statistics (e.g. EFPA's retained Fourier coefficients).
+        2006), ε-DP, continuous sampler.  Used by data-dependent mechanisms for
+        their non-linear statistics (e.g. EFPA's retained Fourier coefficients).
 
         Raises
         ------
         ValueError
-            If ``sensitivity`` is not positive.
+            If ``sensitivity`` is not positive or ``f(x)`` is not finite.
         BudgetExceededError
             If the ledger's budget would be exceeded.
         """
-        if not sensitivity > 0:
-            raise ValueError(f"sensitivity must be positive, got {sensitivity}")
+        if not (math.isfinite(float(sensitivity)) and sensitivity > 0):
+            raise ValueError(f"sensitivity must be a positive finite number, got {sensitivity}")
         noise = Laplace(epsilon)
         values = np.asarray(f(self._x.copy()), dtype=float)
-        self.ledger.record(self._spend(label, noise, values.size, sensitivity, seed))
-        return values + noise.sample(rng, values.shape, sensitivity)
+        if not np.all(np.isfinite(values)):
+            raise ValueError("the measured statistic has NaN or infinite values")
+        scale = sensitivity / noise.epsilon
+        self._crosscheck(source, noise.epsilon,
+                         lambda: samplers.opendp_laplace_epsilon(scale, sensitivity), "ε")
+        self._record(label, source, noise.epsilon, 0.0, noise.rho_per_unit,
+                     f"Laplace(b = {scale:.4g}), ε = {noise.epsilon:g}", values.size, sensitivity)
+        return samplers.laplace(values, scale, source).reshape(values.shape)
 
-    def exponential_mechanism(self, scores_fn, sensitivity: float, epsilon: float,
-                              rng: np.random.Generator, label: str, seed: int | None = None) -> int:
-        """Exponential mechanism: pick index ``i`` with probability ∝ ``exp(ε·u_i / (2Δu))``.
+    def noisy_max(self, scores_fn, sensitivity: float, epsilon: float, source, label: str) -> int:
+        """ε-DP selection: the index of the largest ``u_i + Exponential(2Δu/ε)``, ``u = scores_fn(x)``.
 
-        ``u = scores_fn(x)`` are utilities (higher is better) whose every entry
-        changes by at most ``sensitivity`` (Δu) between neighbouring data
-        vectors; only the chosen index leaves the boundary (McSherry & Talwar,
-        FOCS 2007, Thm 6).  Records ε.
+        Report-noisy-max with exponential noise, equal in distribution to
+        permute-and-flip (McKenna & Sheldon, NeurIPS 2020, Thm 2): ε-DP for
+        utilities whose every entry changes by at most Δu between neighbours,
+        like the exponential mechanism (McSherry & Talwar, FOCS 2007, Thm 6)
+        and never less accurate.  Only the index leaves the boundary.
 
         Returns
         -------
@@ -232,28 +542,31 @@ class PrivateData:
         BudgetExceededError
             If the ledger's budget would be exceeded.
         """
-        if not sensitivity > 0:
-            raise ValueError(f"sensitivity must be positive, got {sensitivity}")
-        noise = Laplace(epsilon)  # validates ε; the mechanism itself is not Laplace noise
+        if not (math.isfinite(float(sensitivity)) and sensitivity > 0):
+            raise ValueError(f"sensitivity must be a positive finite number, got {sensitivity}")
+        noise = Laplace(epsilon)  # validates ε; ε-DP selection
         u = np.asarray(scores_fn(self._x.copy()), dtype=float).ravel()
         if u.size == 0 or not np.all(np.isfinite(u)):
-            raise ValueError("the exponential mechanism needs a non-empty vector of finite utilities")
-        self.ledger.record(self._spend(label + " (exponential mechanism)", noise, 1, sensitivity,
-                                       seed, f"exponential mechanism over {u.size} candidates"))
-        logits = noise.epsilon * u / (2.0 * sensitivity)
-        p = np.exp(logits - logits.max())
-        return int(rng.choice(u.size, p=p / p.sum()))
+            raise ValueError("noisy max needs a non-empty vector of finite utilities")
+        scale = 2.0 * sensitivity / noise.epsilon
+        self._crosscheck(source, noise.epsilon,
+                         lambda: samplers.opendp_noisy_max_epsilon(scale, sensitivity), "ε")
+        self._record(label + " (report noisy max)", source, noise.epsilon, 0.0, noise.rho_per_unit,
+                     f"report-noisy-max over {u.size} candidates, Exponential({scale:.4g})", 1,
+                     sensitivity)
+        return samplers.noisy_max(u, scale, source)
 
-    def noisy_optimum(self, costs_fn, scale, select_fn, epsilon: float,
-                      rng: np.random.Generator, label: str, seed: int | None = None,
+    def noisy_optimum(self, costs_fn, scale, select_fn, epsilon: float, source, label: str,
                       sensitivity: float = float("nan")):
-        """Release only ``select_fn(costs_fn(x) + Z)``, ``Z`` i.i.d. Laplace(``scale``).
+        """Release only ``select_fn(costs_fn(x) + Z)``, ``Z_i`` independent Laplace(``scale_i``).
 
         The noisy costs never leave this method; only what ``select_fn`` makes
         of them (e.g. the least-cost partition) does.  The caller states the
-        theorem that makes this ``epsilon``-DP for its ``scale``: DAWA's
-        private partition (Li et al. PVLDB 2014, Alg. 1, Thm 2) uses
-        ``scale = 2·Δbcost/ε₁`` with ``Δbcost = 2``.  Records ``epsilon``.
+        theorem that makes this ``epsilon``-DP for its scales: DAWA's private
+        partition (Li et al. PVLDB 2014, Alg. 1, Thm 2, and the Remark after
+        it for per-bucket scales; see :func:`dpexplorer.dawa.noise_scales`).
+        Noise with different scales is drawn as ``scale_i · (c_i/scale_i +
+        Laplace(1))``: one vetted draw of unit-scale noise in release mode.
 
         Parameters
         ----------
@@ -265,28 +578,34 @@ class PrivateData:
             ``noisy_costs -> output``; must not return the noisy costs themselves.
         epsilon : float
             Privacy cost of the release, per the caller's theorem.
+        source : numpy.random.Generator or OS_CSPRNG
+        label : str
         sensitivity : float
             Sensitivity of one cost (recorded in the ledger).
 
         Raises
         ------
         ValueError
-            If ``scale`` is not positive.
+            If ``scale`` is not positive or the costs are not finite.
         BudgetExceededError
             If the ledger's budget would be exceeded.
         """
         scale = np.asarray(scale, dtype=float)
-        if scale.size == 0 or not np.all(scale > 0):
-            raise ValueError("noise scales must be positive")
+        if scale.size == 0 or not np.all(np.isfinite(scale) & (scale > 0)):
+            raise ValueError("noise scales must be positive finite numbers")
         noise = Laplace(epsilon)
         costs = np.asarray(costs_fn(self._x.copy()), dtype=float)
-        self.ledger.record(self._spend(
-            label, noise, 1, sensitivity, seed,
-            f"Laplace(scale ≤ {scale.max():g}) on {costs.size} costs, argmin released"))
-        return select_fn(costs + rng.laplace(0.0, scale, size=costs.shape))
+        if not np.all(np.isfinite(costs)):
+            raise ValueError("the costs have NaN or infinite values")
+        scales = np.broadcast_to(scale, costs.shape)
+        self._record(label, source, noise.epsilon, 0.0, noise.rho_per_unit,
+                     f"Laplace(scale ≤ {scale.max():.4g}) on {costs.size} costs, argmin released", 1,
+                     sensitivity)
+        unit = samplers.laplace((costs / scales).ravel(), 1.0, source).reshape(costs.shape)
+        return select_fn(scales * unit)
 
     def above_threshold(self, queries_fn, threshold: float, sensitivity: float, epsilon: float,
-                        rng: np.random.Generator, label: str, seed: int | None = None) -> int | None:
+                        source, label: str) -> int | None:
         """Sparse vector technique, AboveThreshold: the first query whose noisy answer reaches a noisy threshold.
 
         With ``q = queries_fn(x)`` (every entry changing by at most
@@ -307,8 +626,8 @@ class PrivateData:
             Δ > 0: bound on ``|q_i(x) − q_i(x')|`` for neighbours ``x, x'``.
         epsilon : float
             ε spent.
-        rng : numpy.random.Generator
-        label, seed
+        source : numpy.random.Generator or OS_CSPRNG
+        label : str
             Recorded in the ledger.
 
         Returns
@@ -331,36 +650,20 @@ class PrivateData:
         if not (math.isfinite(delta) and delta > 0):
             raise ValueError(f"the sensitivity Δ must be a positive finite number (0 < Δ < ∞), got "
                              f"{sensitivity!r}")
-        sensitivity = delta
         if not math.isfinite(float(threshold)):
             raise ValueError(f"the threshold must be a finite number, got {threshold!r}")
         noise = Laplace(epsilon)  # validates ε
         q = np.asarray(queries_fn(self._x.copy()), dtype=float).ravel()
         if q.size == 0 or not np.all(np.isfinite(q)):
             raise ValueError("AboveThreshold needs a non-empty vector of finite query answers")
-        self.ledger.record(self._spend(
-            label + " (sparse vector, AboveThreshold)", noise, 1, sensitivity, seed,
-            f"AboveThreshold over {q.size} queries: Laplace({2 * sensitivity / noise.epsilon:g}) "
-            f"on the threshold, Laplace({4 * sensitivity / noise.epsilon:g}) per query"))
-        t_hat = float(threshold) + rng.laplace(0.0, 2.0 * sensitivity / noise.epsilon)
-        above = np.flatnonzero(q + rng.laplace(0.0, 4.0 * sensitivity / noise.epsilon, size=q.size) >= t_hat)
+        b_t, b_q = 2.0 * delta / noise.epsilon, 4.0 * delta / noise.epsilon
+        self._record(label + " (sparse vector, AboveThreshold)", source, noise.epsilon, 0.0,
+                     noise.rho_per_unit,
+                     f"AboveThreshold over {q.size} queries: Laplace({b_t:.4g}) on the threshold, "
+                     f"Laplace({b_q:.4g}) per query", 1, delta)
+        t_hat = float(samplers.laplace([float(threshold)], b_t, source)[0])
+        above = np.flatnonzero(samplers.laplace(q, b_q, source) >= t_hat)
         return int(above[0]) if above.size else None
-
-    @staticmethod
-    def _spend(label, noise: NoiseModel, queries: int, sensitivity: float, seed,
-               description: str | None = None) -> Spend:
-        return Spend(
-            label=label,
-            epsilon=noise.epsilon,
-            delta=noise.delta,
-            noise=description or noise.label,
-            queries=int(queries),
-            sensitivity=float(sensitivity),
-            seed=seed,
-            time=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        )
 
     def __repr__(self) -> str:
         return f"<PrivateData n={self.n} (hidden); {self.ledger!r}>"
-
-

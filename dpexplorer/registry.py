@@ -53,9 +53,10 @@ class Mechanism:
     runner : callable or None
         For data-dependent mechanisms: ``runner(data, W, noise, rng, **params)
         -> Estimate`` with ``data`` a :class:`~dpexplorer.privacy.PrivateData`
-        (the only way to touch ``x``), ``rng`` a seeded
-        ``numpy.random.Generator``.  Run any mechanism with
-        :func:`dpexplorer.mechanism.run`.
+        (the only way to touch ``x``) and ``rng`` the source of randomness it
+        passes on to the kernel: a seeded ``numpy.random.Generator``
+        (simulation) or :data:`dpexplorer.privacy.OS_CSPRNG` (release).  Run
+        any mechanism with :func:`dpexplorer.mechanism.run`.
     """
 
     name: str

@@ -52,9 +52,13 @@ TaMM):
 TiMM and TaMM take any registered data-independent strategy selector
 (``greedy_h`` as in the paper Sec. 4, ``hb``, ``identity``, ``opt0`` once
 registered, ...).  All measurements go through
-:class:`~dpexplorer.privacy.PrivateData` (each recorded in its ledger with
-the seed); the SVT threshold spends ``α·ε`` there too, so a run's ledger adds
-up to ε.
+:class:`~dpexplorer.privacy.PrivateData` (each recorded in its ledger); the
+SVT threshold spends ``α·ε`` there too, so a run's ledger adds up to ε.  With
+a seeded Generator a run is a simulation; with
+:data:`dpexplorer.privacy.OS_CSPRNG` it is a release (vetted samplers, no
+seed).  Answers that are whole numbers (identity on counts, whole bucket
+values) get discrete Laplace noise, and ``variance`` is then the discrete
+sampler's (:func:`dpexplorer.privacy.variance_factor`).
 
 Post-processing: prefix sums of non-negative values are non-decreasing, so
 the noisy answers of a prefix workload can be projected on the monotone cone
@@ -91,13 +95,13 @@ import scipy.optimize
 import scipy.sparse
 
 from . import error as _error
-from . import registry
+from . import registry, samplers
 from .matrix import Diagonal, Identity, Matrix, Prefix, Product, RangeQueries, Sparse, as_matrix
 from .mechanism import Reconstructor
 from .evaluate import _blas_limit
 from .noise import Laplace
 from .noise import _check_epsilon
-from .privacy import PrivacyLedger, PrivateData
+from .privacy import PrivacyLedger, PrivateData, variance_factor
 from .thresholds import (
     SVTParams,
     Threshold,
@@ -481,7 +485,6 @@ class SumRelease:
         Total ε of the release (threshold + answers).
     epsilon_threshold, epsilon_answers : float
         Its two parts.
-    seed : int or None
     strategy : Matrix or None
         TiMM/TaMM's strategy ``A``.
     strategy_name : str or None
@@ -501,7 +504,6 @@ class SumRelease:
     epsilon: float
     epsilon_threshold: float
     epsilon_answers: float
-    seed: int | None = None
     strategy: Matrix | None = None
     strategy_name: str | None = None
     truth: np.ndarray | None = None
@@ -577,7 +579,7 @@ def answer_epsilon(epsilon: float, threshold_mode: str = "svt", svt_params: SVTP
     raise ValueError(f"threshold mode must be one of {THRESHOLD_MODES}, got {threshold_mode!r}")
 
 
-def _threshold(data, workload, epsilon, rng, threshold, tau, svt, seed, label):
+def _threshold(data, workload, epsilon, rng, threshold, tau, svt, label):
     """``(Threshold, ε of the answers)`` for the common-threshold mechanisms."""
     if isinstance(threshold, Threshold):
         if threshold.tau <= 0 or not math.isfinite(threshold.tau):
@@ -589,7 +591,7 @@ def _threshold(data, workload, epsilon, rng, threshold, tau, svt, seed, label):
         return threshold, rest
     if threshold == "svt":
         thr = svt_threshold(data, workload.values, svt.alpha * epsilon, rng, svt,
-                            label=f"{label}: threshold", seed=seed)
+                            label=f"{label}: threshold")
         return thr, answer_epsilon(epsilon, "svt", svt)
     if threshold == "user":
         if tau is None:
@@ -601,9 +603,9 @@ def _threshold(data, workload, epsilon, rng, threshold, tau, svt, seed, label):
 
 
 def run(mechanism: str, data: PrivateData, workload: SumWorkload, epsilon: float,
-        rng: np.random.Generator, *, threshold="svt", tau: float | None = None,
+        rng, *, threshold="svt", tau: float | None = None,
         svt: SVTParams | None = None, strategy: str = "greedy_h", isotonic: bool = False,
-        truth=None, seed: int | None = None) -> SumRelease:
+        truth=None) -> SumRelease:
     """Answer a sum workload with one of the paper's five mechanisms (module docstring).
 
     Parameters
@@ -611,12 +613,13 @@ def run(mechanism: str, data: PrivateData, workload: SumWorkload, epsilon: float
     mechanism : {"sqm", "identity", "workload", "timm", "tamm"}
     data : PrivateData
         Records per bucket ``x`` (shape ``(n,)``) behind the privacy boundary;
-        every measurement is recorded in ``data.ledger`` with ``seed``.
+        every measurement is recorded in ``data.ledger``.
     workload : SumWorkload, shape (m, n)
     epsilon : float
         Total ε of the release (threshold and answers), > 0.
-    rng : numpy.random.Generator
-        Seeded source of all randomness (SVT and Laplace noise).
+    rng : numpy.random.Generator or dpexplorer.privacy.OS_CSPRNG
+        Source of all randomness (SVT and Laplace noise): a seeded Generator
+        (simulation) or the OS CSPRNG (a release).
     threshold : {"svt", "user", "none"} or Threshold
         ``"svt"`` (default): τ chosen privately with ``α·ε``
         (:func:`dpexplorer.thresholds.svt_threshold`), answers get
@@ -636,8 +639,6 @@ def run(mechanism: str, data: PrivateData, workload: SumWorkload, epsilon: float
     truth : array_like, shape (n,), optional
         The true counts -- NOT private, only to report truth, truncated truth
         and bias next to the answers (the explorer's simulations).
-    seed : int, optional
-        Seed of ``rng``, recorded in the ledger.
 
     Returns
     -------
@@ -659,8 +660,7 @@ def run(mechanism: str, data: PrivateData, workload: SumWorkload, epsilon: float
         raise TypeError("workload must be a SumWorkload (see sums.prefix_sums)")
     if not isinstance(data, PrivateData):
         raise TypeError("data must be a PrivateData (the privacy boundary)")
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError("rng must be a numpy.random.Generator (seeded explicitly)")
+    samplers.check_source(rng)
     epsilon = _check_epsilon(epsilon)
     if data.n != workload.n:
         raise ValueError(f"the data has {data.n} buckets but the workload is over {workload.n}")
@@ -671,25 +671,27 @@ def run(mechanism: str, data: PrivateData, workload: SumWorkload, epsilon: float
         _positive(tau, "the truncation threshold τ")
     svt = svt if svt is not None else SVTParams()
     # refuse before the threshold spends anything (a given Threshold has already been paid)
-    data.ledger.check(epsilon - (threshold.epsilon if isinstance(threshold, Threshold) else 0.0), 0.0)
+    data.ledger.check_cost(epsilon - (threshold.epsilon if isinstance(threshold, Threshold) else 0.0),
+                           label=f"{LABELS[mechanism]} release")
     label = LABELS[mechanism]
     if mechanism == "sqm":
         raw, variance, taus, thr, eps_thr, eps_ans = _run_sqm(data, workload, epsilon, rng, threshold,
-                                                              tau, svt, seed)
+                                                              tau, svt)
         plan = None
     else:
-        thr, eps_ans = _threshold(data, workload, epsilon, rng, threshold, tau, svt, seed, label)
+        thr, eps_ans = _threshold(data, workload, epsilon, rng, threshold, tau, svt, label)
         eps_thr = thr.epsilon
         plan = _plan(mechanism, workload, thr.tau, strategy)
-        y = data.measure(plan.measure, Laplace(eps_ans), rng,
-                         label=f"{label}: {plan.measure.m} noisy queries", seed=seed)
+        noise = Laplace(eps_ans)
+        y = data.measure(plan.measure, noise, rng, label=f"{label}: {plan.measure.m} noisy queries")
         raw = plan.post(y)
-        variance = plan.unit_variance / eps_ans**2
+        # exact for the sampler MEASURE used (discrete Laplace on whole-number answers)
+        variance = plan.unit_variance / eps_ans**2 * variance_factor(plan.measure, noise, data.counts)
         taus = np.full(workload.m, thr.tau)
     answers = isotonic_fit(raw) if isotonic else raw.copy()
     rel = SumRelease(mechanism, workload, answers, np.asarray(raw, dtype=float), bool(isotonic),
                      np.asarray(variance, dtype=float), taus, thr, float(eps_thr + eps_ans),
-                     float(eps_thr), float(eps_ans), seed,
+                     float(eps_thr), float(eps_ans),
                      None if plan is None else plan.strategy,
                      strategy if mechanism in ("timm", "tamm") else None)
     if truth is not None:
@@ -699,7 +701,14 @@ def run(mechanism: str, data: PrivateData, workload: SumWorkload, epsilon: float
     return rel
 
 
-def _run_sqm(data, workload, epsilon, rng, threshold, tau, svt, seed):
+def _sqm_measures(workload: SumWorkload, taus: np.ndarray) -> list[Matrix]:
+    """SQM's one-row measurement per query: ``row_i · diag(min(v, τ_i))`` (Alg. 1)."""
+    rows, v = workload.rows(), workload.values
+    return [Product(Sparse(rows[[i]], name=f"query {i}"), Diagonal(np.minimum(v, taus[i])),
+                    name=f"query {i}·diag(v_τ)") for i in range(workload.m)]
+
+
+def _run_sqm(data, workload, epsilon, rng, threshold, tau, svt):
     """SQM (Alg. 1-3): every query alone with ε/m (and its own SVT threshold with ``threshold="svt"``)."""
     m = workload.m
     rows = workload.rows()
@@ -715,22 +724,22 @@ def _run_sqm(data, workload, epsilon, rng, threshold, tau, svt, seed):
             support = np.zeros(workload.n, dtype=bool)
             support[rows.indices[rows.indptr[i]:rows.indptr[i + 1]]] = True
             t = svt_threshold(data, v, eps_thr_q, rng, svt, support=support,
-                              label=f"SQM: query {i} threshold", seed=seed)
+                              label=f"SQM: query {i} threshold")
             thresholds.append(t)
             taus[i] = t.tau
         eps_thr = math.fsum(t.epsilon for t in thresholds)
     else:
-        thr, eps_ans = _threshold(data, workload, epsilon, rng, threshold, tau, svt, seed, "SQM")
+        thr, eps_ans = _threshold(data, workload, epsilon, rng, threshold, tau, svt, "SQM")
         thresholds, eps_thr = thr, thr.epsilon
         taus[:] = thr.tau
         eps_ans_q = eps_ans / m
     noise = Laplace(eps_ans_q)
     raw = np.empty(m)
-    for i in range(m):
-        row = Sparse(rows[[i]], name=f"query {i}")
-        M = Product(row, Diagonal(np.minimum(v, taus[i])), name=f"query {i}·diag(v_τ)")
-        raw[i] = data.measure(M, noise, rng, label=f"SQM: query {i}", seed=seed)[0]
-    variance = np.array([noise.variance(s) for s in _sqm_sensitivities(workload, taus)])
+    factor = np.ones(m)
+    for i, M in enumerate(_sqm_measures(workload, taus)):
+        raw[i] = data.measure(M, noise, rng, label=f"SQM: query {i}")[0]
+        factor[i] = variance_factor(M, noise, data.counts)  # the sampler MEASURE used
+    variance = factor * np.array([noise.variance(s) for s in _sqm_sensitivities(workload, taus)])
     return raw, variance, taus, thresholds, eps_thr, eps_ans
 
 
@@ -782,11 +791,15 @@ def truncation_bias(workload: SumWorkload, x, tau: float) -> np.ndarray:
 
 
 def analytic_variance(mechanism: str, workload: SumWorkload, tau: float, epsilon: float,
-                      strategy: str = "greedy_h") -> np.ndarray:
+                      strategy: str = "greedy_h", counts: bool = False) -> np.ndarray:
     """Variance of every noisy answer given ``τ``, for answers paid with ``epsilon`` (module docstring).
 
     ``epsilon`` is the budget of the answers (``(1 − α)·ε`` after an SVT
     threshold).  SQM: the common ``τ`` for every query, ``ε/m`` each.
+    ``counts=False`` (default) gives the continuous Laplace's variance, the
+    planning formula of the paper; ``counts=True`` the exact variance of a
+    run on counts, whose whole-number measurements get discrete Laplace
+    noise (:func:`dpexplorer.privacy.variance_factor`).
 
     Returns
     -------
@@ -801,11 +814,17 @@ def analytic_variance(mechanism: str, workload: SumWorkload, tau: float, epsilon
     epsilon = _check_epsilon(epsilon)
     tau = _positive(tau, "the truncation threshold τ")
     if mechanism == "sqm":
-        sens = _sqm_sensitivities(workload, np.full(workload.m, tau))
-        return 2.0 * (workload.m * sens / epsilon) ** 2
+        taus = np.full(workload.m, tau)
+        noise = Laplace(epsilon / workload.m)
+        var = np.array([noise.variance(s) for s in _sqm_sensitivities(workload, taus)])
+        if counts:
+            var *= [variance_factor(M, noise) for M in _sqm_measures(workload, taus)]
+        return var
     if mechanism not in MECHANISMS:
         raise ValueError(f"unknown sum mechanism {mechanism!r}; choose one of {MECHANISMS}")
-    return _plan(mechanism, workload, tau, strategy).unit_variance / epsilon**2
+    plan = _plan(mechanism, workload, tau, strategy)
+    factor = variance_factor(plan.measure, Laplace(epsilon)) if counts else 1.0
+    return plan.unit_variance / epsilon**2 * factor
 
 
 def isotonic_fit(answers) -> np.ndarray:
@@ -951,12 +970,12 @@ def _evaluate(x, workload, epsilon, mechanisms, trials, seed, threshold, tau, sv
         if threshold == "svt" and shared_threshold and any(m != "sqm" for m in mechanisms):
             shared = svt_threshold(data, workload.values, svt.alpha * epsilon,
                                    np.random.default_rng(children[-1]), svt,
-                                   label="shared SVT threshold", seed=int(seed))
+                                   label="shared SVT threshold")
         for name in mechanisms:
             rng = np.random.default_rng(children[MECHANISMS.index(name)])
             thr_arg = threshold if name == "sqm" and threshold == "svt" else shared
             rel = run(name, data, workload, epsilon, rng, threshold=thr_arg, tau=tau, svt=svt,
-                      strategy=strategy, truth=x, seed=int(seed))
+                      strategy=strategy, truth=x)
             for iso in variants:
                 ans = isotonic_fit(rel.raw_answers) if iso else rel.raw_answers
                 parts.append(pd.DataFrame({

@@ -160,8 +160,6 @@ class Threshold:
     index : int or None
         Index of the candidate SVT released (``None``: none passed, or not SVT).
     params : SVTParams or None
-    seed : int or None
-        Seed recorded with the SVT spend.
     """
 
     tau: float
@@ -170,7 +168,6 @@ class Threshold:
     candidates: np.ndarray = field(default_factory=lambda: np.zeros(0))
     index: int | None = None
     params: SVTParams | None = None
-    seed: int | None = None
 
     @property
     def label(self) -> str:
@@ -269,9 +266,9 @@ def svt_sensitivity(rho: float) -> float:
     return max(float(rho), 1.0 - float(rho))
 
 
-def svt_threshold(data: PrivateData, values, epsilon: float, rng: np.random.Generator,
-                  params: SVTParams = SVTParams(), support=None, label: str = "SVT threshold",
-                  seed: int | None = None) -> Threshold:
+def svt_threshold(data: PrivateData, values, epsilon: float, rng,
+                  params: SVTParams = SVTParams(), support=None,
+                  label: str = "SVT threshold") -> Threshold:
     """Choose ``τ`` privately with the sparse vector technique (paper Sec. 3.1; module docstring).
 
     Parameters
@@ -282,12 +279,13 @@ def svt_threshold(data: PrivateData, values, epsilon: float, rng: np.random.Gene
         Public bucket values ``v_j`` (non-negative).
     epsilon : float
         ε spent on the threshold (the caller passes ``α·ε``).
-    rng : numpy.random.Generator
+    rng : numpy.random.Generator or dpexplorer.privacy.OS_CSPRNG
+        Simulation or release randomness.
     params : SVTParams
         ``ρ``, ``r``, ``θ₀`` (``α`` is the caller's business).
     support : array_like of bool, shape (n,), optional
         Restrict to the buckets of one query (SQM).
-    label, seed
+    label : str
         Recorded in the ledger.
 
     Returns
@@ -308,7 +306,7 @@ def svt_threshold(data: PrivateData, values, epsilon: float, rng: np.random.Gene
     eps = _positive(epsilon, "the SVT budget ε")
     theta = svt_candidates(v, params, support)
     k = data.above_threshold(lambda x: svt_queries(x, v, theta, params.rho, support), 0.0,
-                             svt_sensitivity(params.rho), eps, rng, label, seed)
+                             svt_sensitivity(params.rho), eps, rng, label)
     top = float((v if support is None else v[np.asarray(support, dtype=bool)]).max())
     tau = top if k is None else float(min(theta[k], top))
-    return Threshold(tau, "svt", eps, theta, k, params, seed)
+    return Threshold(tau, "svt", eps, theta, k, params)

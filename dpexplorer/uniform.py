@@ -23,8 +23,7 @@ from .privacy import PrivateData
 __all__ = ["uniform"]
 
 
-def uniform(data: PrivateData, W: Matrix, noise: NoiseModel, rng: np.random.Generator,
-            seed: int | None = None) -> registry.Estimate:
+def uniform(data: PrivateData, W: Matrix, noise: NoiseModel, rng) -> registry.Estimate:
     """Noisy total spread uniformly over the cells (DPBench "Uniform").
 
     Parameters
@@ -36,10 +35,8 @@ def uniform(data: PrivateData, W: Matrix, noise: NoiseModel, rng: np.random.Gene
         not depend on the queries).
     noise : Laplace
         ``noise.epsilon`` is the ε of the whole run, all of it spent on the total.
-    rng : numpy.random.Generator
-        Seeded source of the Laplace noise.
-    seed : int, optional
-        Recorded in the ledger with the spend.
+    rng : numpy.random.Generator or dpexplorer.privacy.OS_CSPRNG
+        Source of the Laplace noise: seeded Generator (simulation) or the OS CSPRNG (release).
 
     Returns
     -------
@@ -64,7 +61,7 @@ def uniform(data: PrivateData, W: Matrix, noise: NoiseModel, rng: np.random.Gene
     if W.n != data.n:
         raise ValueError(f"the workload is over {W.n} cells but the data vector has {data.n}")
     n = data.n
-    y = data.measure(Total(n), noise, rng, label="uniform: noisy total (all of ε)", seed=seed)
+    y = data.measure(Total(n), noise, rng, label="uniform: noisy total (all of ε)")
     s = float(y[0])
     return registry.Estimate(np.full(n, s / n), {"noisy_total": s, "epsilon": noise.epsilon})
 

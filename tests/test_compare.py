@@ -60,7 +60,7 @@ def test_empirical_rows_for_data_dependent_mechanisms():
     df = dpx.compare(W, dpx.Laplace(1.0), mechanisms=["identity", "dawa", "uniform"], x=x, trials=10)
     rows = df.set_index("mechanism")
     assert rows.loc["identity", "kind"] == "analytic"
-    assert rows.loc["dawa", "kind"] == "empirical" and rows.loc["dawa", "rmse"] > 0
+    assert rows.loc["dawa", "kind"] == "simulation" and rows.loc["dawa", "rmse"] > 0
     assert "10 seeded runs" in rows.loc["dawa", "note"]
     # reproducible from the seed
     again = dpx.compare(W, dpx.Laplace(1.0), mechanisms=["dawa"], x=x, trials=10)

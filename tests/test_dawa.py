@@ -1,6 +1,5 @@
 """DAWA (Li, Hay, Miklau, Wang, PVLDB 2014): partition, workload transformation, privacy accounting."""
 
-import itertools
 import math
 
 import numpy as np

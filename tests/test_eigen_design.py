@@ -257,8 +257,7 @@ def test_empirical_rmse_matches_analytic():
     truth = W @ x
     sq = []
     for t in range(trials):  # run() builds the strategy once (cached plan), measures each trial
-        est = mechanism.run("eigen_design", PrivateData(x), W, GAUSSIAN, np.random.default_rng(2000 + t),
-                            seed=2000 + t)
+        est = mechanism.run("eigen_design", PrivateData(x), W, GAUSSIAN, np.random.default_rng(2000 + t))
         sq.append(np.mean((W @ est.x_hat - truth) ** 2))
     sq = np.asarray(sq)
     analytic = error.rmse(W, est.info["strategy"], GAUSSIAN) ** 2  # expected MSE per query
@@ -266,7 +265,7 @@ def test_empirical_rmse_matches_analytic():
     assert abs(sq.mean() - analytic) < 5 * se
     assert se < 0.1 * analytic  # the test has power
     # a release reports the same analytic error
-    r = dpx.release(x, W, est.info["strategy"], GAUSSIAN, seed=1)
+    r = dpx.simulate(x, W, est.info["strategy"], GAUSSIAN, seed=1)
     assert r.analytic_rmse**2 == pytest.approx(analytic, rel=1e-12)
 
 

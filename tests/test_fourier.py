@@ -176,7 +176,7 @@ def test_reconstruction_is_the_transpose_and_empirical_error_matches():
     trials = 400
     sq = []
     for t in range(trials):
-        est = mechanism.run("fourier", PrivateData(x), W, LAPLACE, np.random.default_rng(t), seed=t)
+        est = mechanism.run("fourier", PrivateData(x), W, LAPLACE, np.random.default_rng(t))
         sq.append(np.mean((W @ est.x_hat - truth) ** 2))
     sq = np.asarray(sq)
     analytic = error.rmse(W, A, LAPLACE) ** 2

@@ -153,7 +153,7 @@ def test_release_empirical_error_matches_analytic(method, noise):
     trials = 400
     sq = np.empty(trials)
     for t in range(trials):
-        r = dpx.release(x, W, A, nz, seed=500 + t)
+        r = dpx.simulate(x, W, A, nz, seed=500 + t)
         sq[t] = np.mean((r.answers - truth) ** 2)
     analytic = r.analytic_rmse ** 2  # expected mean squared error per query
     se = sq.std(ddof=1) / math.sqrt(trials)  # the trials are i.i.d.
@@ -168,7 +168,7 @@ def test_release_empirical_error_matches_analytic(method, noise):
 def test_run_returns_local_answers_for_opt_plus():
     W = _union3d()
     x = np.arange(W.n, dtype=float)
-    est = mechanism.run("opt_plus", PrivateData(x), W, GAUSSIAN, np.random.default_rng(0), seed=0)
+    est = mechanism.run("opt_plus", PrivateData(x), W, GAUSSIAN, np.random.default_rng(0))
     assert est.answers is not None and est.answers.shape == (W.m,)
     A = est.info["strategy"]
     # the same noise again: measure, then answer term by term
@@ -184,7 +184,7 @@ def test_cps_release_with_opt_kron(cps):
     W = cps["all_marginals"]
     res = templates.opt_kron(W, LAPLACE)
     x = np.random.default_rng(0).poisson(2.0, size=W.n).astype(float)
-    r = dpx.release(x, W, res.strategy, LAPLACE, seed=11)
+    r = dpx.simulate(x, W, res.strategy, LAPLACE, seed=11)
     assert r.x_hat.shape == (280_000,) and r.answers.shape == (W.m,)
     expected = math.sqrt(2.0 * res.objective / W.m)  # v = 2/ε² (Laplace)
     assert r.analytic_rmse == pytest.approx(expected, rel=1e-12)

@@ -492,7 +492,7 @@ def test_empirical_error_matches_analytic(noise):
     trials = 400
     sq = np.empty(trials)
     for t in range(trials):
-        r = dpx.release(x, W, A, noise, seed=2000 + t)
+        r = dpx.simulate(x, W, A, noise, seed=2000 + t)
         sq[t] = np.mean((r.answers - truth) ** 2)
     analytic = r.analytic_rmse**2
     se = sq.std(ddof=1) / math.sqrt(trials)  # i.i.d. trial means: 5 standard errors
@@ -510,7 +510,7 @@ def test_per_query_variance_empirical():
     noise = dpx.Laplace(1.0)
     x = np.arange(6, dtype=float)
     trials = 3000
-    answers = np.array([dpx.release(x, W, A, noise, seed=s).answers for s in range(trials)])
+    answers = np.array([dpx.simulate(x, W, A, noise, seed=s).answers for s in range(trials)])
     emp = ((answers - W @ x) ** 2).mean(axis=0)
     var = error.per_query_variance(W, A, noise)
     # each mean of squared errors has sd ≈ sqrt(Var(e²)/trials); Laplace-sum tails: allow 6 se
@@ -524,7 +524,7 @@ def test_release_on_the_cps_domain():
     rng = np.random.default_rng(0)
     x = rng.integers(0, 5, size=W.n).astype(float)  # 280,000 cells
     ledger = dpx.PrivacyLedger(epsilon_budget=1.0)
-    r = dpx.release(x, W, A, LAPLACE, seed=5, ledger=ledger)
+    r = dpx.simulate(x, W, A, LAPLACE, seed=5, ledger=ledger)
     assert r.answers.shape == (W.m,) and np.all(np.isfinite(r.answers))
     assert r.analytic_rmse == pytest.approx(4.84, rel=0.01)
     err = np.sqrt(np.mean((r.answers - W @ x) ** 2))

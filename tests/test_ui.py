@@ -64,7 +64,7 @@ def test_other_workloads_match_engine(workload):
                 "width_range": lambda: dpx.workloads.width_range(64, 8),
                 "identity": lambda: dpx.workloads.identity(64),
                 "random_ranges": lambda: dpx.workloads.random_ranges(64, 2000, "uniform", 0)}
-    expected = dpx.compare(builders[workload](), dpx.Gaussian(0.7, 1e-6))
+    expected = dpx.compare(builders[workload](), dpx.Gaussian(0.7, 1e-6, "zcdp"))
     assert view.error == ""
     np.testing.assert_allclose(_rmse(view.table).to_numpy(), _rmse(expected).to_numpy(),
                                rtol=1e-12, equal_nan=True)
@@ -258,7 +258,7 @@ def test_page_table_equals_engine_compare():
 def test_page_gaussian_and_kronecker_workload():
     W = dpx.workloads.kron([dpx.workloads.all_range(16), dpx.workloads.prefix(8)])
     session, page = _page(W, noise="Gaussian", epsilon=0.7, delta=1e-7)
-    _same_as_engine(page.table, W, dpx.Gaussian(0.7, 1e-7))
+    _same_as_engine(page.table, W, dpx.Gaussian(0.7, 1e-7, "zcdp"))
     # greedy_h is 1D only: not applicable, with the reason
     row = page.table.set_index("mechanism").loc["greedy_h"]
     assert np.isnan(row["rmse"]) and "1D" in row["note"]
@@ -303,7 +303,7 @@ def test_epsilon_halved_doubles_everything_without_rebuilding():
     for delta, eps in [(1e-9, 0.3), (1e-3, 2.0)]:
         session.param.update(delta=delta, epsilon=eps)
         assert not page.busy
-        _same_as_engine(page.table, session.workload, dpx.Gaussian(eps, delta))
+        _same_as_engine(page.table, session.workload, dpx.Gaussian(eps, delta, "zcdp"))
     assert len(session.cache) == entries
 
 

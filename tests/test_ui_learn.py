@@ -80,12 +80,16 @@ def test_noise_densities_match_engine(view, session, eps, delta, sens):
     session.param.update(epsilon=eps, delta=delta)
     lesson.sensitivity = sens
     r = lesson.result
-    lap, gau = dpx.Laplace(eps), dpx.Gaussian(eps, delta)
+    lap, gau = dpx.Laplace(eps), dpx.Gaussian(eps, delta, session.calibration)
+    assert session.calibration == "zcdp"  # the app's default: what releases use
     assert r["laplace_std"] ** 2 == pytest.approx(lap.variance(sens), rel=1e-12)
     assert r["gaussian_std"] ** 2 == pytest.approx(gau.variance(sens), rel=1e-12)
     assert r["laplace_scale"] == pytest.approx(sens / eps, rel=1e-12)
-    assert r["gaussian_sigma"] == pytest.approx(
+    assert r["gaussian_sigma"] == pytest.approx(sens * gau.sigma_per_unit, rel=1e-12)
+    session.calibration = "analytic"
+    assert lesson.result["gaussian_sigma"] == pytest.approx(
         sens * dpx.noise.analytic_gaussian_sigma(eps, delta), rel=1e-12)
+    session.calibration = "zcdp"
 
     curves = _elements(lesson.figure(), hv.Curve)
     assert len(curves) == 2
@@ -294,10 +298,10 @@ def test_epsilon_updates_every_lesson(view, session):
 def test_delta_and_noise_drive_gaussian(view, session):
     session.param.update(noise="Gaussian", delta=1e-3)
     lesson = view.show("bound")
-    assert lesson.result["noise"] == dpx.Gaussian(1.0, 1e-3)
+    assert lesson.result["noise"] == dpx.Gaussian(1.0, 1e-3, "zcdp")
     noise = view.show("noise")
     assert noise.result["delta"] == 1e-3
-    assert noise.result["gaussian_sigma"] == pytest.approx(dpx.noise.analytic_gaussian_sigma(1.0, 1e-3))
+    assert noise.result["gaussian_sigma"] == pytest.approx(dpx.Gaussian(1.0, 1e-3, "zcdp").sigma_per_unit)
 
 
 def test_seed_reruns_the_simulation(view, session):

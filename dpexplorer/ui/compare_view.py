@@ -223,9 +223,9 @@ class CompareView(CompareInputs):
         return self._workloads[key]
 
     def noise_model(self):
-        """``dpx.Laplace(ε)`` or ``dpx.Gaussian(ε, δ)`` (ValueError on bad ε/δ)."""
+        """``dpx.Laplace(ε)`` or the zCDP-calibrated ``dpx.Gaussian(ε, δ)`` releases use (ValueError on bad ε/δ)."""
         if self.noise == "Gaussian":
-            return dpx.Gaussian(self.epsilon, self.delta)
+            return dpx.Gaussian(self.epsilon, self.delta, "zcdp")
         return dpx.Laplace(self.epsilon)
 
     @param.depends(*_INPUTS, watch=True, on_init=True)
