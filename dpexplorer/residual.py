@@ -74,10 +74,11 @@ variance, ``C_{g,b}`` in the variance of query group ``g``):
   is the SVD bound (HDMM Thm 12): the bound is attained;
 * max variance: minimise ``max_g (C σ²)_g`` s.t. ``Σ_b p_b/σ_b² ≤ 1``, a convex
   programme, solved through its Lagrange dual: with ``q = Cᵀλ``,
-  ``max_{λ≥0} 2 Σ_b √(p_b q_b) − Σ_g λ_g``, a smooth concave problem in the
-  groups' multipliers handed to scipy's L-BFGS-B (bounds ``λ ≥ 0``); the
-  primal ``σ_b² ∝ √(p_b/q_b)`` and the duality gap (primal value over the
-  dual bound ``(Σ_b √(p_b q_b))² / Σ_g λ_g``) certify the result.
+  ``max_{λ≥0} 2 Σ_b √(p_b q_b) − Σ_g λ_g``, a concave problem in the groups'
+  multipliers, handed to scipy's L-BFGS-B as ``λ = ξ²`` (smooth where some
+  ``q_b = 0``); the primal ``σ_b² ∝ √(p_b/q_b)`` and the duality gap (primal
+  value over the dual bound ``(Σ_b √(p_b q_b))² / Σ_g λ_g``) certify the
+  result (:func:`_solve_max`).
 
 Both are optimal among *all* Gaussian matrix mechanisms for marginal
 workloads (the paper's main theorem); for other unions of Kronecker products
@@ -109,8 +110,9 @@ import scipy.optimize
 import scipy.sparse
 from threadpoolctl import threadpool_limits
 
-from . import error, marginals, optimization, registry
-from .matrix import DENSE_LIMIT, Identity, Matrix, MatrixTooLargeError, Ones, VStack, Weighted, as_matrix
+from . import error, marginals, optimization, registry, workloads
+from .matrix import (DENSE_LIMIT, Identity, Matrix, MatrixTooLargeError, Ones, VStack, Weighted, _check_size,
+                     as_matrix)
 from .noise import NoiseModel
 
 __all__ = [
@@ -137,12 +139,6 @@ MAX_QUERY_GROUPS = 2**21
 
 
 # ================================================================ residual basis
-def _check_size(n) -> int:
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-        raise ValueError(f"an attribute size must be a whole number ≥ 1, got {n!r}")
-    return int(n)
-
-
 def subtraction_matrix(n: int) -> np.ndarray:
     """The paper's subtraction matrix ``Sub_n = [1, −I_{n−1}]``, shape ``(n − 1, n)``.
 
@@ -153,7 +149,7 @@ def subtraction_matrix(n: int) -> np.ndarray:
     ValueError
         If ``n`` is not a whole number ≥ 1.
     """
-    n = _check_size(n)
+    n = _check_size(n, "n")
     out = np.zeros((n - 1, n))
     out[:, 0] = 1.0
     out[:, 1:] = -np.eye(n - 1)
@@ -490,18 +486,6 @@ def _parse(W) -> _Parsed:
     return parsed
 
 
-def _check_domain(domain) -> tuple[int, ...]:
-    if isinstance(domain, int | np.integer) and not isinstance(domain, bool):
-        domain = (int(domain),)
-    try:
-        dom = tuple(domain)
-    except TypeError:
-        raise ValueError(f"domain must be a sequence of attribute sizes, got {domain!r}") from None
-    if not dom:
-        raise ValueError("a domain needs at least one attribute")
-    return tuple(_check_size(v) for v in dom)
-
-
 def _check_attrs(attrs, d: int, what: str = "an attribute set") -> tuple[int, ...]:
     if isinstance(attrs, str) or not isinstance(attrs, Iterable):
         raise ValueError(f"{what} is a sequence of attribute indices, got {attrs!r}")
@@ -516,7 +500,7 @@ def _check_attrs(attrs, d: int, what: str = "an attribute set") -> tuple[int, ..
 
 
 def _parse_marginals(domain, sets, weights) -> _Parsed:
-    domain = _check_domain(domain)
+    domain = workloads._check_domain(domain)
     d = len(domain)
     sets = [_check_attrs(s, d, "marginal") for s in sets]
     if not sets:
@@ -1180,15 +1164,14 @@ class ResidualStrategy(Matrix):
         self.shape = (plan.n_rows, math.prod(plan.domain))
         self._name = name
         self._dom = plan.domain
+        self._domain = plan.domain
 
-    @property
-    def domain(self):
-        return self._dom
-
-    @domain.setter
-    def domain(self, value):
-        if tuple(value) != self._dom:
-            raise ValueError(f"a ResidualPlanner strategy's domain is fixed to {self._dom}")
+    def _plans_for(self, W) -> bool:
+        """Whether ``W`` is a union of Kronecker products over this domain (else: generic paths)."""
+        try:
+            return _parse(W).domain == self._dom
+        except registry.NotApplicableError:
+            return False
 
     def _matmat(self, X):
         k = X.shape[1]
@@ -1221,7 +1204,7 @@ class ResidualStrategy(Matrix):
         return self._transpose_weighted(Y, 1.0 / np.sqrt(self.plan.sigma2))
 
     def sensitivity(self, p: int = 1) -> float:
-        """``Δ₂ = sqrt(Σ_b p_b/σ_b²)`` (``p = 2``, equation (2)); ``Δ₁`` the largest column L1 norm (dense)."""
+        """``Δ₂ = sqrt(Σ_b p_b/σ_b²)`` (``p = 2``, equation (2)); ``Δ₁``: largest column L1 norm (dense)."""
         if p == 2:
             return self.plan.sensitivity(2)
         return super().sensitivity(p)
@@ -1254,13 +1237,7 @@ class ResidualStrategy(Matrix):
         UnsupportedWorkloadError
             If ``W`` needs a residual set that is not measured.
         """
-        try:
-            parsed = _parse(W)
-        except registry.NotApplicableError:
-            return NotImplemented
-        if parsed.domain != self._dom:
-            return NotImplemented
-        return self.plan.tse(W=W)
+        return self.plan.tse(W=W) if self._plans_for(W) else NotImplemented
 
     def workload_row_variances(self, W):
         """``diag(W (AᵀA)⁺ Wᵀ)`` per unit noise, shape ``(m,)``: equation (4), row by row.
@@ -1270,13 +1247,7 @@ class ResidualStrategy(Matrix):
         UnsupportedWorkloadError
             If ``W`` needs a residual set that is not measured.
         """
-        try:
-            parsed = _parse(W)
-        except registry.NotApplicableError:
-            return NotImplemented
-        if parsed.domain != self._dom:
-            return NotImplemented
-        return self.plan.query_variances(W)
+        return self.plan.query_variances(W) if self._plans_for(W) else NotImplemented
 
     def reconstructor(self):
         """RECONSTRUCT ``y ↦ x̂ = A⁺ y = Σ_b (σ_b / Π_{i∉b} n_i) R_bᵀ y_b`` (minimum-norm least squares).
