@@ -1270,8 +1270,14 @@ class ResidualStrategy(Matrix):
         return apply
 
     def answer(self, W, y) -> np.ndarray:
-        """Workload answers ``W A⁺ y`` in closed form per marginal (:meth:`ResidualPlan.answer`)."""
-        return self.plan.answer(W, y)
+        """Workload answers ``W A⁺ y``, shape ``(m,)``: closed form per product (:meth:`ResidualPlan.answer`).
+
+        A workload without a Kronecker form over this domain is answered
+        ``W x̂`` from :meth:`reconstructor` (the same least-squares answers).
+        """
+        if self._plans_for(W):
+            return self.plan.answer(W, y)
+        return as_matrix(W).matvec(self.reconstructor()(y))
 
 
 # ================================================================ entry points

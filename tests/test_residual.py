@@ -415,6 +415,14 @@ def test_registered_and_releases_through_the_kernel():
                                np.sqrt(error.per_query_variance(W, r.strategy, GAUSSIAN)))
     res = r.strategy.optimization
     assert res.method == "residual_planner" and res.objective == pytest.approx(r.strategy.plan.unit_tse)
+    # a workload over the same cells without the plan's Kronecker form: generic dense paths, W x̂
+    Wd = Dense(np.random.default_rng(0).normal(size=(7, W.m)) @ W.dense())  # in the row space
+    A = r.strategy
+    D = A.dense()
+    X = np.linalg.pinv(D.T @ D)
+    assert error.unit_tse(Wd, A, 2) == pytest.approx(np.trace(Wd.array @ X @ Wd.array.T), rel=1e-9)
+    y = np.random.default_rng(1).normal(size=A.m)
+    np.testing.assert_allclose(A.answer(Wd, y), Wd.array @ np.linalg.pinv(D) @ y, atol=1e-9)
 
 
 def test_laplace_is_not_applicable_with_the_reason():
