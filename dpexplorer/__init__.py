@@ -31,6 +31,7 @@ templates   HDMM OPT0, OPT⊗, OPT+ (kron_stack: the stacked OPT+ strategy)
 marginals   implicit marginal algebra, MarginalStrategy, SVD bound of marginals, OPT_M, DataCube
 hdmm        the HDMM meta-optimiser
 eigen_design, fourier   Eigen-Design (Li & Miklau 2012) and the Fourier strategy
+residual    ResidualPlanner (Xiao et al. 2023): optimal Gaussian noise for marginals, max-variance objective
 sums, thresholds        sum queries: truncation, SVT thresholds, SQM/Identity/Workload/TiMM/TaMM
 """
 
@@ -39,6 +40,7 @@ from . import datasets, error, matrix, mechanism, noise, privacy, registry, spec
 from . import dawa, efpa, hilbert, mwem, partition, uniform  # noqa: F401  (register mechanisms)
 from . import optimization, templates, marginals, hdmm, eigen_design, fourier  # noqa: F401
 from . import sums  # noqa: F401
+from . import residual  # noqa: F401  (registers residual_planner)
 from .compare import StrategyCache, compare
 from .error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound
 from .matrix import MatrixTooLargeError
@@ -51,7 +53,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "datasets", "error", "matrix", "mechanism", "noise", "privacy", "registry", "spec",
-    "strategies", "workloads", "compare", "StrategyCache", "rmse", "per_query_rmse",
+    "strategies", "workloads", "residual", "compare", "StrategyCache", "rmse", "per_query_rmse",
     "svd_bound", "UnsupportedWorkloadError", "MatrixTooLargeError", "Release", "release",
     "reconstruct", "Laplace", "Gaussian", "PrivacyLedger", "PrivateData", "BudgetExceededError",
     "simulate", "Budget", "OS_CSPRNG", "accounting", "samplers",
