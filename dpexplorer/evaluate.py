@@ -32,7 +32,6 @@ datasets are in the same call.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
 import hashlib
 import importlib
 import inspect
@@ -49,6 +48,7 @@ import scipy.stats
 
 from . import datasets as _datasets
 from . import mechanism as _mechanism
+from .parallel import blas_limit
 from . import registry
 from . import workloads as _workloads
 from .matrix import Matrix, as_matrix
@@ -432,20 +432,9 @@ def _data_arg(shape: tuple[int, ...]):
 
 
 # ------------------------------------------------------------- execution
-def _blas_limit(threads: int | None):
-    """Limit the BLAS thread pools to ``threads`` (threadpoolctl, if installed)."""
-    if threads is None:
-        return contextlib.nullcontext()
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - optional
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=threads, user_api="blas")
-
-
 def _init_worker(threads: int | None) -> None:
     """Initializer of the local worker processes: fix their BLAS threads for good."""
-    _blas_limit(threads)  # threadpool_limits applies on construction; the process is ours
+    blas_limit(threads)  # threadpool_limits applies on construction; the process is ours
 
 
 def _execute(tasks, payload, client, n_jobs, progress, mp_context, blas_threads):
@@ -777,7 +766,7 @@ def evaluate(mechanisms, datasets, workloads, epsilons, trials: int = 3, seed: i
         return data[task.dataset], instances[task.instances_key]
 
     results = dict((t.order, rows) for t, rows in skipped)
-    with _blas_limit(blas_threads):
+    with blas_limit(blas_threads):
         for task, rows in _execute(tasks, payload, client, n_jobs, progress, mp_context, blas_threads):
             results[task.order] = rows
 

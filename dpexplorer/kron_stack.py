@@ -359,7 +359,7 @@ class KronStack(VStack):
         least squares).
         """
         if self._recon is None:
-            from .mechanism import DENSE_RECONSTRUCT_LIMIT, Reconstructor
+            from .reconstruct import DENSE_RECONSTRUCT_LIMIT, Reconstructor
 
             method = "dense" if self.n <= DENSE_RECONSTRUCT_LIMIT else "lsmr"
             self._recon = Reconstructor(self, method=method)

@@ -6,8 +6,9 @@ parameters, a one-line description and its source.  Data-independent
 mechanisms of the matrix-mechanism family build a strategy ``A`` from the
 workload ``W`` (and the noise model, whose norm some optimisers need); the
 comparison and the app list whatever is registered, without special cases.
-Later mechanisms (``dawa``, ``opt0``, ``hdmm``, ...) register themselves the
-same way.
+Every family registers its own mechanisms when it is imported (the classic
+strategies in :mod:`dpexplorer.strategies.classic`, DAWA and its competitors in
+:mod:`dpexplorer.adaptive`, ...); this module only defines the registry.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import strategies
 from .matrix import Matrix, Weighted
 from .noise import NoiseModel
 
@@ -144,58 +144,3 @@ def get(name: str) -> Mechanism:
 def names(data_dependent: bool | None = None) -> list[str]:
     """Registered names, optionally only the data-(in)dependent ones."""
     return [k for k, m in REGISTRY.items() if data_dependent is None or m.data_dependent == data_dependent]
-
-
-# --------------------------------------------------------------- builders
-def _one_dimensional(W: Matrix, what: str) -> int:
-    if len(W.domain) != 1:
-        raise NotApplicableError(f"{what} is defined for 1D domains; this workload's domain is {W.domain}")
-    return W.n
-
-
-def _identity(W, noise):
-    return strategies.identity(W.domain)
-
-
-def _workload(W, noise):
-    return strategies.workload(W)
-
-
-def _hierarchical(W, noise, b=2):
-    return strategies.per_attribute(lambda n: strategies.hierarchical(n, b), W.domain)
-
-
-def _hb(W, noise):
-    return strategies.per_attribute(strategies.hb, W.domain)
-
-
-def _wavelet(W, noise):
-    return strategies.per_attribute(strategies.wavelet, W.domain)
-
-
-def _greedy_h(W, noise, b=2):
-    _one_dimensional(W, "GreedyH")
-    return strategies.greedy_h(W, b)
-
-
-for _m in [
-    Mechanism("identity", "Identity", _identity,
-              "Noisy count of every cell (A = I), answers summed from them.",
-              "Dwork et al. 2006; HDMM Table 4 'Identity'"),
-    Mechanism("workload", "Workload", _workload,
-              "Answer every workload query directly (A = W).",
-              "Laplace/Gaussian mechanism on W; HDMM Table 4 'Laplace'/'Gaussian'"),
-    Mechanism("h2", "H2", _hierarchical,
-              "Binary hierarchy of intervals, leaves to root (Kronecker per attribute).",
-              "Hay, Rastogi, Miklau, Suciu, PVLDB 2010; MATH.md 'H2'", params={"b": 2}),
-    Mechanism("hb", "HB", _hb,
-              "Hierarchy with the branching factor chosen for the domain size.",
-              "Qardaji, Yang, Li, PVLDB 2013; MATH.md 'HB'"),
-    Mechanism("wavelet", "Privelet", _wavelet,
-              "Haar wavelet queries (Kronecker per attribute).",
-              "Xiao, Wang, Gehrke, ICDE 2010 (Privelet); MATH.md 'Wavelet'"),
-    Mechanism("greedy_h", "GreedyH", _greedy_h,
-              "Binary hierarchy with query weights chosen greedily for the workload (1D).",
-              "Li, Hay, Miklau, Wang, PVLDB 2014, Sec. 4.3-4.4, Alg. 2", params={"b": 2}),
-]:
-    register(_m)

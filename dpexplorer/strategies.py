@@ -31,6 +31,7 @@ import numba
 import numpy as np
 import scipy.sparse
 
+from . import registry
 from .matrix import Identity, Kronecker, Matrix, Sparse, _check_size, as_matrix
 
 __all__ = [
@@ -486,3 +487,56 @@ def greedy_h(W, b: int = 2) -> Matrix:
     return A
 
 
+# ------------------------------------------------------------ registration
+def _one_dimensional(W: Matrix, what: str) -> int:
+    if len(W.domain) != 1:
+        raise registry.NotApplicableError(f"{what} is defined for 1D domains; this workload's domain is {W.domain}")
+    return W.n
+
+
+def _build_identity(W, noise):
+    return identity(W.domain)
+
+
+def _build_workload(W, noise):
+    return workload(W)
+
+
+def _build_hierarchical(W, noise, b=2):
+    return per_attribute(lambda n: hierarchical(n, b), W.domain)
+
+
+def _build_hb(W, noise):
+    return per_attribute(hb, W.domain)
+
+
+def _build_wavelet(W, noise):
+    return per_attribute(wavelet, W.domain)
+
+
+def _build_greedy_h(W, noise, b=2):
+    _one_dimensional(W, "GreedyH")
+    return greedy_h(W, b)
+
+
+for _m in [
+    registry.Mechanism("identity", "Identity", _build_identity,
+                       "Noisy count of every cell (A = I), answers summed from them.",
+                       "Dwork et al. 2006; HDMM Table 4 'Identity'"),
+    registry.Mechanism("workload", "Workload", _build_workload,
+                       "Answer every workload query directly (A = W).",
+                       "Laplace/Gaussian mechanism on W; HDMM Table 4 'Laplace'/'Gaussian'"),
+    registry.Mechanism("h2", "H2", _build_hierarchical,
+                       "Binary hierarchy of intervals, leaves to root (Kronecker per attribute).",
+                       "Hay, Rastogi, Miklau, Suciu, PVLDB 2010; MATH.md 'H2'", params={"b": 2}),
+    registry.Mechanism("hb", "HB", _build_hb,
+                       "Hierarchy with the branching factor chosen for the domain size.",
+                       "Qardaji, Yang, Li, PVLDB 2013; MATH.md 'HB'"),
+    registry.Mechanism("wavelet", "Privelet", _build_wavelet,
+                       "Haar wavelet queries (Kronecker per attribute).",
+                       "Xiao, Wang, Gehrke, ICDE 2010 (Privelet); MATH.md 'Wavelet'"),
+    registry.Mechanism("greedy_h", "GreedyH", _build_greedy_h,
+                       "Binary hierarchy with query weights chosen greedily for the workload (1D).",
+                       "Li, Hay, Miklau, Wang, PVLDB 2014, Sec. 4.3-4.4, Alg. 2", params={"b": 2}),
+]:
+    registry.register(_m)

@@ -97,8 +97,8 @@ import scipy.sparse
 from . import error as _error
 from . import registry, samplers
 from .matrix import Diagonal, Identity, Matrix, Prefix, Product, RangeQueries, Sparse, as_matrix
-from .mechanism import Reconstructor
-from .evaluate import _blas_limit
+from .reconstruct import Reconstructor
+from .parallel import blas_limit
 from .noise import Laplace
 from .noise import _check_epsilon
 from .privacy import PrivacyLedger, PrivateData, variance_factor
@@ -951,7 +951,7 @@ def evaluate(x, workload: SumWorkload, epsilon: float, mechanisms: Sequence[str]
         raise ValueError("isotonic regression needs a prefix workload")
     if threshold == "user" and tau is None:
         raise ValueError("threshold='user' needs tau (a data-independent τ > 0)")
-    with _blas_limit(None if blas_threads is None else int(blas_threads)):
+    with blas_limit(None if blas_threads is None else int(blas_threads)):
         return _evaluate(x, workload, epsilon, mechanisms, int(trials), int(seed), threshold, tau, svt,
                          strategy, variants, gamma, shared_threshold, progress)
 
@@ -1102,7 +1102,7 @@ def tau_curve(workload: SumWorkload, x, epsilon: float, taus=None,
         _positive(t, "the truncation threshold τ")
     truth = workload.answers(x)
     rows = []
-    with _blas_limit(None if blas_threads is None else int(blas_threads)):
+    with blas_limit(None if blas_threads is None else int(blas_threads)):
         for k, t in enumerate(taus):
             _tau_row(rows, workload, x, truth, t, mechanisms, epsilon, strategy)
             if progress is not None:
