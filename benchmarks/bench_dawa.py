@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import dawa, workloads
+from dpexplorer import dawa
+from dpexplorer.queries import workloads
 from dpexplorer.privacy import PrivateData
 
 DPBENCH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "dpbench"

@@ -27,7 +27,8 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import hdmm, mechanism, templates, workloads
+from dpexplorer import hdmm, mechanism, templates
+from dpexplorer.queries import workloads
 
 LAPLACE = dpx.Laplace(1.0)
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)

@@ -25,8 +25,9 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import error, marginals, strategies, workloads
-from dpexplorer.matrix import Identity, Kronecker, Prefix
+from dpexplorer import error, marginals, strategies
+from dpexplorer.queries import workloads
+from dpexplorer.queries.matrix import Identity, Kronecker, Prefix
 
 CPS = (50, 100, 7, 4, 2)
 ADULT = (100, 100, 100, 99, 85, 42, 16, 15, 9, 7, 6, 5, 2, 2)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer.matrix import Weighted
+from dpexplorer.queries.matrix import Weighted
 from dpexplorer.privacy import OS_CSPRNG, PrivacyLedger, PrivateData
 
 SIZES = [10**4, 10**5, 10**6]

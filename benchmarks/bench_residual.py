@@ -30,8 +30,9 @@ import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
 import dpexplorer as dpx
-from dpexplorer import error, registry, residual, workloads
-from dpexplorer.matrix import Kronecker
+from dpexplorer import error, registry, residual
+from dpexplorer.queries import workloads
+from dpexplorer.queries.matrix import Kronecker
 
 CPS = (50, 100, 7, 4, 2)
 ADULT = (100, 100, 100, 99, 85, 42, 16, 15, 9, 7, 6, 5, 2, 2)

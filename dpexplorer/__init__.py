@@ -36,14 +36,15 @@ sums, thresholds        sum queries: truncation, SVT thresholds, SQM/Identity/Wo
 """
 
 from . import accounting, samplers
-from . import datasets, error, matrix, mechanism, noise, privacy, registry, spec, strategies, workloads
+from . import datasets, error, mechanism, noise, privacy, registry, strategies
+from .queries import matrix, spec, workloads
 from . import dawa, efpa, hilbert, mwem, partition, uniform  # noqa: F401  (register mechanisms)
 from . import optimization, templates, marginals, hdmm, eigen_design, fourier  # noqa: F401
 from . import sums  # noqa: F401
 from . import residual  # noqa: F401  (registers residual_planner)
 from .compare import StrategyCache, compare
 from .error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound
-from .matrix import MatrixTooLargeError
+from .queries.matrix import MatrixTooLargeError
 from .accounting import Budget
 from .mechanism import Release, reconstruct, release, simulate
 from .noise import Gaussian, Laplace

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from . import error, mechanism, registry
-from .matrix import Matrix, MatrixTooLargeError, as_matrix
+from .queries.matrix import Matrix, MatrixTooLargeError, as_matrix
 from .noise import NoiseModel
 from .privacy import PrivateData
 

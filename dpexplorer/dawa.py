@@ -30,7 +30,16 @@ import scipy.sparse
 
 from . import registry, strategies
 from .hilbert import hilbert_order
-from .matrix import Dense, Grouping, Matrix, Product, RangeQueries, RectangleQueries, Sparse, as_matrix
+from .queries.matrix import (
+    Dense,
+    Grouping,
+    Matrix,
+    Product,
+    RangeQueries,
+    RectangleQueries,
+    Sparse,
+    as_matrix,
+)
 from .reconstruct import reconstruct
 from .noise import Laplace, NoiseModel
 from .partition import Partition, candidate_costs, least_cost_partition

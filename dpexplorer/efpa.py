@@ -70,7 +70,7 @@ import math
 import numpy as np
 
 from . import registry
-from .matrix import Matrix
+from .queries.matrix import Matrix
 from .mwem import split_epsilon
 from .noise import Laplace, NoiseModel
 from .privacy import PrivateData

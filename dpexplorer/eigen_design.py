@@ -98,7 +98,7 @@ import scipy.optimize
 from threadpoolctl import threadpool_limits
 
 from . import error, optimization, registry, templates
-from .matrix import (
+from .queries.matrix import (
     DENSE_LIMIT,
     AllRange,
     Dense,

@@ -33,7 +33,7 @@ import math
 import numpy as np
 import scipy.linalg
 
-from .matrix import (
+from .queries.matrix import (
     Dense,
     Identity,
     Kronecker,

@@ -50,8 +50,8 @@ from . import datasets as _datasets
 from . import mechanism as _mechanism
 from .parallel import blas_limit
 from . import registry
-from . import workloads as _workloads
-from .matrix import Matrix, as_matrix
+from .queries import workloads as _workloads
+from .queries.matrix import Matrix, as_matrix
 from .noise import Laplace
 from .privacy import PrivateData
 from .registry import NotApplicableError

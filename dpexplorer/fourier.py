@@ -58,7 +58,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from . import marginals, registry
-from .matrix import Dense, Kronecker, VStack, as_matrix
+from .queries.matrix import Dense, Kronecker, VStack, as_matrix
 
 __all__ = ["fourier_basis", "downward_closure", "FourierStrategy", "fourier_strategy", "fourier"]
 

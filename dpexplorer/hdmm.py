@@ -20,7 +20,7 @@ import numpy as np
 
 from . import optimization, registry, templates
 from .error import UnsupportedWorkloadError
-from .matrix import MatrixTooLargeError, as_matrix
+from .queries.matrix import MatrixTooLargeError, as_matrix
 from .noise import NoiseModel
 
 __all__ = ["hdmm"]

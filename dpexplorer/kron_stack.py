@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .error import GramInverse, UnsupportedWorkloadError, kron_terms
-from .matrix import (
+from .queries.matrix import (
     DENSE_LIMIT,
     Dense,
     Identity,

@@ -33,10 +33,18 @@ import numpy as np
 import pandas as pd
 
 from . import error, registry
-from .matrix import Matrix, as_matrix
+from .queries.matrix import Matrix, as_matrix
 from .noise import NoiseModel
 from .reconstruct import DENSE_RECONSTRUCT_LIMIT, Reconstructor, reconstruct
-from .privacy import OS_CSPRNG, RELEASE, SIMULATION, PrivacyLedger, PrivateData, noise_sampler, variance_factor
+from .privacy import (
+    OS_CSPRNG,
+    RELEASE,
+    SIMULATION,
+    PrivacyLedger,
+    PrivateData,
+    noise_sampler,
+    variance_factor,
+)
 from .samplers import check_source
 
 __all__ = ["Reconstructor", "reconstruct", "run", "Release", "release", "simulate",
@@ -396,7 +404,7 @@ class Release:
         A simulation adds its ``seed`` and says it is not a release.
         """
         from . import __version__
-        from . import spec as _spec
+        from .queries import spec as _spec
 
         try:
             wspec = _spec.to_spec(self.workload)

@@ -50,7 +50,7 @@ from fractions import Fraction
 import numpy as np
 
 from . import registry
-from .matrix import (
+from .queries.matrix import (
     Dense,
     Diagonal,
     Grouping,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .matrix import Matrix, Weighted
+from .queries.matrix import Matrix, Weighted
 from .noise import NoiseModel
 
 __all__ = ["Mechanism", "Estimate", "REGISTRY", "register", "get", "names", "NotApplicableError"]

@@ -110,9 +110,19 @@ import scipy.optimize
 import scipy.sparse
 from threadpoolctl import threadpool_limits
 
-from . import error, marginals, optimization, registry, workloads
-from .matrix import (DENSE_LIMIT, Identity, Matrix, MatrixTooLargeError, Ones, VStack, Weighted, _check_size,
-                     as_matrix)
+from . import error, marginals, optimization, registry
+from .queries import workloads
+from .queries.matrix import (
+    DENSE_LIMIT,
+    Identity,
+    Matrix,
+    MatrixTooLargeError,
+    Ones,
+    VStack,
+    Weighted,
+    _check_size,
+    as_matrix,
+)
 from .noise import NoiseModel
 
 __all__ = [

@@ -32,7 +32,7 @@ import numpy as np
 import scipy.sparse
 
 from . import registry
-from .matrix import Identity, Kronecker, Matrix, Sparse, _check_size, as_matrix
+from .queries.matrix import Identity, Kronecker, Matrix, Sparse, _check_size, as_matrix
 
 __all__ = [
     "identity",

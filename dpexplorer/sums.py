@@ -96,7 +96,16 @@ import scipy.sparse
 
 from . import error as _error
 from . import registry, samplers
-from .matrix import Diagonal, Identity, Matrix, Prefix, Product, RangeQueries, Sparse, as_matrix
+from .queries.matrix import (
+    Diagonal,
+    Identity,
+    Matrix,
+    Prefix,
+    Product,
+    RangeQueries,
+    Sparse,
+    as_matrix,
+)
 from .reconstruct import Reconstructor
 from .parallel import blas_limit
 from .noise import Laplace

@@ -68,7 +68,7 @@ from threadpoolctl import threadpool_limits
 from . import error, optimization, registry
 from .error import GramInverse, UnsupportedWorkloadError
 from .kron_stack import FactorInverse, KronStack, product_terms, term_matrix
-from .matrix import (
+from .queries.matrix import (
     Dense,
     Identity,
     Kronecker,

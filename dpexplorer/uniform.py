@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import registry
-from .matrix import Matrix, Total
+from .queries.matrix import Matrix, Total
 from .noise import Laplace, NoiseModel
 from .privacy import PrivateData
 

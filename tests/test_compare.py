@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import error, registry, workloads
+from dpexplorer import error, registry
+from dpexplorer.queries import workloads
 
 
 def test_compare_table():

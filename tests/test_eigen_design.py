@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 import dpexplorer as dpx
 from dpexplorer import eigen_design as ed
-from dpexplorer import error, mechanism, optimization, registry, workloads
-from dpexplorer.matrix import Dense, Sparse
+from dpexplorer import error, mechanism, optimization, registry
+from dpexplorer.queries import workloads
+from dpexplorer.queries.matrix import Dense, Sparse
 from dpexplorer.privacy import PrivateData
 
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)

@@ -6,8 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import error, strategies, workloads
-from dpexplorer.matrix import Dense, Kronecker
+from dpexplorer import error, strategies
+from dpexplorer.queries import workloads
+from dpexplorer.queries.matrix import Dense, Kronecker
 
 LAPLACE = dpx.Laplace(1.0)
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import error, fourier, mechanism, registry, workloads
-from dpexplorer.matrix import Dense, Kronecker, VStack, Weighted
+from dpexplorer import error, fourier, mechanism, registry
+from dpexplorer.queries import workloads
+from dpexplorer.queries.matrix import Dense, Kronecker, VStack, Weighted
 from dpexplorer.privacy import PrivateData
 
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)

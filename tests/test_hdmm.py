@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import error, hdmm, mechanism, optimization, registry, templates, workloads
+from dpexplorer import error, hdmm, mechanism, optimization, registry, templates
+from dpexplorer.queries import workloads
 from dpexplorer.privacy import PrivateData
 
 LAPLACE = dpx.Laplace(1.0)

@@ -15,9 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import error, marginals, optimization, registry, strategies, workloads
+from dpexplorer import error, marginals, optimization, registry, strategies
+from dpexplorer.queries import workloads
 from dpexplorer.marginals import MarginalGram, MarginalStrategy
-from dpexplorer.matrix import Dense, Identity, Kronecker, Ones, Prefix, Total
+from dpexplorer.queries.matrix import Dense, Identity, Kronecker, Ones, Prefix, Total
 
 LAPLACE = dpx.Laplace(1.0)
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import strategies, workloads
-from dpexplorer.matrix import Dense, Kronecker
+from dpexplorer import strategies
+from dpexplorer.queries import workloads
+from dpexplorer.queries.matrix import Dense, Kronecker
 from dpexplorer.mechanism import reconstruct
 from dpexplorer.privacy import PrivacyLedger, PrivateData
 

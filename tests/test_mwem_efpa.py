@@ -8,7 +8,7 @@ import pytest
 
 import dpexplorer as dpx
 from dpexplorer import efpa, mwem, registry, uniform  # noqa: F401  (importing registers them)
-from dpexplorer.matrix import (
+from dpexplorer.queries.matrix import (
     Dense,
     Kronecker,
     Permutation,

@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import error, marginals, registry, residual, workloads
-from dpexplorer.matrix import Dense, Identity, Kronecker, Ones, Prefix, Weighted
+from dpexplorer import error, marginals, registry, residual
+from dpexplorer.queries import workloads
+from dpexplorer.queries.matrix import Dense, Identity, Kronecker, Ones, Prefix, Weighted
 
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)
 LAPLACE = dpx.Laplace(1.0)

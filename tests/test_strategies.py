@@ -6,8 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import registry, strategies, workloads
-from dpexplorer.matrix import Dense, Kronecker
+from dpexplorer import registry, strategies
+from dpexplorer.queries import workloads
+from dpexplorer.queries.matrix import Dense, Kronecker
 
 
 @pytest.mark.parametrize("n,levels", [(1, 1), (2, 2), (8, 4), (64, 7), (100, 8)])

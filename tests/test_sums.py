@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from dpexplorer import datasets, registry, sums, thresholds
-from dpexplorer.matrix import Diagonal, Identity, Product
+from dpexplorer.queries.matrix import Diagonal, Identity, Product
 from dpexplorer.privacy import BudgetExceededError, PrivacyLedger, PrivateData
 from dpexplorer.thresholds import SVTParams
 

@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import error, optimization, registry, templates, workloads
-from dpexplorer.matrix import Dense, Identity, Kronecker, Total, VStack
+from dpexplorer import error, optimization, registry, templates
+from dpexplorer.queries import workloads
+from dpexplorer.queries.matrix import Dense, Identity, Kronecker, Total, VStack
 
 LAPLACE = dpx.Laplace(1.0)
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)
@@ -436,7 +437,7 @@ def test_opt_kron_bad_input():
 def test_kron_stack_sensitivity_upper_bound_above_the_exact_limit(monkeypatch):
     """Above EXACT_NORMS_CELLS the sensitivity is Σ c_g Δ(A_g) (L2: root of squares): ≥ exact."""
     from dpexplorer import kron_stack
-    from dpexplorer.matrix import Dense
+    from dpexplorer.queries.matrix import Dense
 
     rng = np.random.default_rng(1)
     blocks, c = [Dense(rng.random((5, 8))), Dense(rng.random((3, 8)))], [1.0, 2.0]

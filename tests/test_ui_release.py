@@ -103,7 +103,7 @@ def test_trial_seeds_derived_from_simulation_seed(session, view):
 
 
 def test_empirical_rmse_close_to_analytic(session, view):
-    from dpexplorer.workloads import prefix
+    from dpexplorer.queries.workloads import prefix
     session.workload = prefix(256)
     view.mechanism = "h2"
     assert view.run_release(trials=200)

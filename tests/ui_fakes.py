@@ -16,7 +16,7 @@ import numpy as np
 
 import dpexplorer as dpx
 from dpexplorer import optimization
-from dpexplorer.matrix import Identity, Kronecker, Total, VStack, Weighted
+from dpexplorer.queries.matrix import Identity, Kronecker, Total, VStack, Weighted
 
 
 class FakeOptimizer:

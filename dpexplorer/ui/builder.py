@@ -68,8 +68,8 @@ import panel as pn
 import param
 
 import dpexplorer as dpx
-from dpexplorer import spec as dspec
-from dpexplorer.matrix import Matrix, MatrixTooLargeError
+from dpexplorer.queries import spec as dspec
+from dpexplorer.queries.matrix import Matrix, MatrixTooLargeError
 
 from .session import Session, error_alert
 

@@ -47,7 +47,7 @@ import param
 import dpexplorer as dpx
 from dpexplorer.datasets import Dataset
 from dpexplorer.dawa import DAWAResult, dawa
-from dpexplorer.matrix import Matrix
+from dpexplorer.queries.matrix import Matrix
 from dpexplorer.partition import Partition, optimal_partition
 from dpexplorer.privacy import PrivacyLedger, PrivateData, Spend
 

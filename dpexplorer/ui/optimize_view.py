@@ -44,7 +44,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from dpexplorer.matrix import Kronecker, Matrix, Weighted
+from dpexplorer.queries.matrix import Kronecker, Matrix, Weighted
 
 __all__ = ["Cancelled", "SHUTDOWN", "ProgressRelay", "OptimizationProgress", "convergence_frame",
            "convergence_plot", "marginal_weights_frame", "marginal_weights_plot",

@@ -45,7 +45,7 @@ from bokeh.models.widgets.tables import NumberFormatter
 import dpexplorer as dpx
 from dpexplorer import mechanism as _mechanism
 from dpexplorer import registry
-from dpexplorer.matrix import Matrix
+from dpexplorer.queries.matrix import Matrix
 from dpexplorer.privacy import PrivacyLedger, PrivateData
 
 from .session import Session, error_alert

@@ -46,7 +46,7 @@ import param
 import scipy.sparse
 
 import dpexplorer as dpx
-from dpexplorer.matrix import Dense, Identity, Kronecker, Matrix, Sparse, VStack, Weighted
+from dpexplorer.queries.matrix import Dense, Identity, Kronecker, Matrix, Sparse, VStack, Weighted
 
 from .compare_view import _LABEL, Jobs, _message, build_lock, check_workload
 from .optimize_view import (
