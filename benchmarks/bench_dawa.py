@@ -21,7 +21,7 @@ import pytest
 import dpexplorer as dpx
 from dpexplorer import dawa
 from dpexplorer.queries import workloads
-from dpexplorer.privacy import PrivateData
+from dpexplorer.privacy.kernel import PrivateData
 
 DPBENCH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "dpbench"
 

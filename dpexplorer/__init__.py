@@ -35,8 +35,9 @@ residual    ResidualPlanner (Xiao et al. 2023): optimal Gaussian noise for margi
 sums, thresholds        sum queries: truncation, SVT thresholds, SQM/Identity/Workload/TiMM/TaMM
 """
 
-from . import accounting, samplers
-from . import datasets, error, mechanism, noise, privacy, registry, strategies
+from .privacy import accounting, samplers
+from . import datasets, error, mechanism, registry, strategies
+from .privacy import noise, kernel as privacy
 from .queries import matrix, spec, workloads
 from . import dawa, efpa, hilbert, mwem, partition, uniform  # noqa: F401  (register mechanisms)
 from . import optimization, templates, marginals, hdmm, eigen_design, fourier  # noqa: F401
@@ -45,10 +46,10 @@ from . import residual  # noqa: F401  (registers residual_planner)
 from .compare import StrategyCache, compare
 from .error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound
 from .queries.matrix import MatrixTooLargeError
-from .accounting import Budget
+from .privacy.accounting import Budget
 from .mechanism import Release, reconstruct, release, simulate
-from .noise import Gaussian, Laplace
-from .privacy import OS_CSPRNG, BudgetExceededError, PrivacyLedger, PrivateData
+from .privacy.noise import Gaussian, Laplace
+from .privacy.kernel import OS_CSPRNG, BudgetExceededError, PrivacyLedger, PrivateData
 
 __version__ = "0.1.0"
 

@@ -18,8 +18,8 @@ import pandas as pd
 
 from . import error, mechanism, registry
 from .queries.matrix import Matrix, MatrixTooLargeError, as_matrix
-from .noise import NoiseModel
-from .privacy import PrivateData
+from .privacy.noise import NoiseModel
+from .privacy.kernel import PrivateData
 
 __all__ = ["compare", "StrategyCache", "OBJECTIVES"]
 

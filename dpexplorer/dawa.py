@@ -41,9 +41,9 @@ from .queries.matrix import (
     as_matrix,
 )
 from .reconstruct import reconstruct
-from .noise import Laplace, NoiseModel
+from .privacy.noise import Laplace, NoiseModel
 from .partition import Partition, candidate_costs, least_cost_partition
-from .privacy import PrivateData
+from .privacy.kernel import PrivateData
 
 __all__ = [
     "DAWAResult",

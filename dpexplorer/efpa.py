@@ -72,8 +72,8 @@ import numpy as np
 from . import registry
 from .queries.matrix import Matrix
 from .mwem import split_epsilon
-from .noise import Laplace, NoiseModel
-from .privacy import PrivateData
+from .privacy.noise import Laplace, NoiseModel
+from .privacy.kernel import PrivateData
 
 __all__ = ["efpa", "coefficient_layout", "perturbation_sensitivity", "noise_energy",
            "SELECTION_SENSITIVITY"]

@@ -117,7 +117,7 @@ from .queries.matrix import (
     Weighted,
     as_matrix,
 )
-from .noise import NoiseModel
+from .privacy.noise import NoiseModel
 
 __all__ = [
     "MAX_CELLS",

@@ -52,8 +52,8 @@ from .parallel import blas_limit
 from . import registry
 from .queries import workloads as _workloads
 from .queries.matrix import Matrix, as_matrix
-from .noise import Laplace
-from .privacy import PrivateData
+from .privacy.noise import Laplace
+from .privacy.kernel import PrivateData
 from .registry import NotApplicableError
 
 __all__ = [

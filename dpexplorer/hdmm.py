@@ -21,7 +21,7 @@ import numpy as np
 from . import optimization, registry, templates
 from .error import UnsupportedWorkloadError
 from .queries.matrix import MatrixTooLargeError, as_matrix
-from .noise import NoiseModel
+from .privacy.noise import NoiseModel
 
 __all__ = ["hdmm"]
 

@@ -65,7 +65,7 @@ from .queries.matrix import (
     _check_p,
     as_matrix,
 )
-from .noise import NoiseModel
+from .privacy.noise import NoiseModel
 
 __all__ = [
     "dimensions",

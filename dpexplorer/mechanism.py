@@ -34,9 +34,9 @@ import pandas as pd
 
 from . import error, registry
 from .queries.matrix import Matrix, as_matrix
-from .noise import NoiseModel
+from .privacy.noise import NoiseModel
 from .reconstruct import DENSE_RECONSTRUCT_LIMIT, Reconstructor, reconstruct
-from .privacy import (
+from .privacy.kernel import (
     OS_CSPRNG,
     RELEASE,
     SIMULATION,
@@ -45,7 +45,7 @@ from .privacy import (
     noise_sampler,
     variance_factor,
 )
-from .samplers import check_source
+from .privacy.samplers import check_source
 
 __all__ = ["Reconstructor", "reconstruct", "run", "Release", "release", "simulate",
            "confidence_half_widths", "DENSE_RECONSTRUCT_LIMIT", "EXACT_CI_LIMIT"]
@@ -255,7 +255,7 @@ def confidence_half_widths(W: Matrix, A: Matrix, noise: NoiseModel, sampler: str
     s_cont = error.per_query_rmse(W, A, noise)
     sens = A.sensitivity(noise.norm)
     m = W.m
-    from .noise import Gaussian, Laplace
+    from .privacy.noise import Gaussian, Laplace
 
     if isinstance(noise, Gaussian):
         if sampler == "continuous":
@@ -467,7 +467,7 @@ class Release:
 
 
 def _check_noise(noise) -> NoiseModel:
-    from .noise import NoiseModel as _Base
+    from .privacy.noise import NoiseModel as _Base
 
     if noise is None:
         raise ValueError("a release needs a noise model, e.g. dpx.Laplace(1.0)")

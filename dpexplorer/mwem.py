@@ -68,8 +68,8 @@ from .queries.matrix import (
     Weighted,
     _Ranges,
 )
-from .noise import Laplace, NoiseModel
-from .privacy import PrivateData
+from .privacy.noise import Laplace, NoiseModel
+from .privacy.kernel import PrivateData
 
 __all__ = ["mwem", "max_abs_entry", "split_epsilon", "DEFAULT_TOTAL_SHARE", "SCAN_CHUNK_ENTRIES"]
 

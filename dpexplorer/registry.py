@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .queries.matrix import Matrix, Weighted
-from .noise import NoiseModel
+from .privacy.noise import NoiseModel
 
 __all__ = ["Mechanism", "Estimate", "REGISTRY", "register", "get", "names", "NotApplicableError"]
 

@@ -123,7 +123,7 @@ from .queries.matrix import (
     _check_size,
     as_matrix,
 )
-from .noise import NoiseModel
+from .privacy.noise import NoiseModel
 
 __all__ = [
     "OBJECTIVES",

@@ -95,7 +95,8 @@ import scipy.optimize
 import scipy.sparse
 
 from . import error as _error
-from . import registry, samplers
+from . import registry
+from .privacy import samplers
 from .queries.matrix import (
     Diagonal,
     Identity,
@@ -108,9 +109,9 @@ from .queries.matrix import (
 )
 from .reconstruct import Reconstructor
 from .parallel import blas_limit
-from .noise import Laplace
-from .noise import _check_epsilon
-from .privacy import PrivacyLedger, PrivateData, variance_factor
+from .privacy.noise import Laplace
+from .privacy.noise import _check_epsilon
+from .privacy.kernel import PrivacyLedger, PrivateData, variance_factor
 from .thresholds import (
     SVTParams,
     Threshold,

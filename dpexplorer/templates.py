@@ -78,7 +78,7 @@ from .queries.matrix import (
     VStack,
     as_matrix,
 )
-from .noise import NoiseModel
+from .privacy.noise import NoiseModel
 
 __all__ = [
     "OPT0_MAX_CELLS",

@@ -17,8 +17,8 @@ import numpy as np
 
 from . import registry
 from .queries.matrix import Matrix, Total
-from .noise import Laplace, NoiseModel
-from .privacy import PrivateData
+from .privacy.noise import Laplace, NoiseModel
+from .privacy.kernel import PrivateData
 
 __all__ = ["uniform"]
 

@@ -19,7 +19,7 @@ from dpexplorer import eigen_design as ed
 from dpexplorer import error, mechanism, optimization, registry
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Sparse
-from dpexplorer.privacy import PrivateData
+from dpexplorer.privacy.kernel import PrivateData
 
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)
 

@@ -12,7 +12,7 @@ import dpexplorer as dpx
 from dpexplorer import error, fourier, mechanism, registry
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Kronecker, VStack, Weighted
-from dpexplorer.privacy import PrivateData
+from dpexplorer.privacy.kernel import PrivateData
 
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)
 LAPLACE = dpx.Laplace(1.0)

@@ -11,7 +11,7 @@ import pytest
 import dpexplorer as dpx
 from dpexplorer import error, hdmm, mechanism, optimization, registry, templates
 from dpexplorer.queries import workloads
-from dpexplorer.privacy import PrivateData
+from dpexplorer.privacy.kernel import PrivateData
 
 LAPLACE = dpx.Laplace(1.0)
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)

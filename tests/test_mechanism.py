@@ -13,7 +13,7 @@ from dpexplorer import strategies
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Kronecker
 from dpexplorer.mechanism import reconstruct
-from dpexplorer.privacy import PrivacyLedger, PrivateData
+from dpexplorer.privacy.kernel import PrivacyLedger, PrivateData
 
 
 @settings(max_examples=40, deadline=None)

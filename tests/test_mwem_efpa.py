@@ -20,7 +20,7 @@ from dpexplorer.queries.matrix import (
     Weighted,
 )
 from dpexplorer.mechanism import run
-from dpexplorer.privacy import PrivateData
+from dpexplorer.privacy.kernel import PrivateData
 
 NAMES = ("uniform", "mwem", "efpa")
 N = 256

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from scipy.stats import norm
 
 import dpexplorer as dpx
-from dpexplorer.noise import analytic_gaussian_sigma
+from dpexplorer.privacy.noise import analytic_gaussian_sigma
 
 
 def _privacy_loss_excess(sigma, eps):

@@ -14,7 +14,7 @@ from hypothesis.extra import numpy as hnp
 
 from dpexplorer import datasets, registry, sums, thresholds
 from dpexplorer.queries.matrix import Diagonal, Identity, Product
-from dpexplorer.privacy import BudgetExceededError, PrivacyLedger, PrivateData
+from dpexplorer.privacy.kernel import BudgetExceededError, PrivacyLedger, PrivateData
 from dpexplorer.thresholds import SVTParams
 
 MECHS = sums.MECHANISMS

@@ -49,7 +49,7 @@ from dpexplorer.datasets import Dataset
 from dpexplorer.dawa import DAWAResult, dawa
 from dpexplorer.queries.matrix import Matrix
 from dpexplorer.partition import Partition, optimal_partition
-from dpexplorer.privacy import PrivacyLedger, PrivateData, Spend
+from dpexplorer.privacy.kernel import PrivacyLedger, PrivateData, Spend
 
 from .session import Session, error_alert
 from .session import exception_message as _message

@@ -46,7 +46,7 @@ import panel as pn
 import param
 
 import dpexplorer as dpx
-from dpexplorer.privacy import PrivacyLedger, PrivateData
+from dpexplorer.privacy.kernel import PrivacyLedger, PrivateData
 
 from .session import Session
 from .shown import ShownGate

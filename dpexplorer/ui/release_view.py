@@ -46,7 +46,7 @@ import dpexplorer as dpx
 from dpexplorer import mechanism as _mechanism
 from dpexplorer import registry
 from dpexplorer.queries.matrix import Matrix
-from dpexplorer.privacy import PrivacyLedger, PrivateData
+from dpexplorer.privacy.kernel import PrivacyLedger, PrivateData
 
 from .session import Session, error_alert
 from .session import exception_message as _message

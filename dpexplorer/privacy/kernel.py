@@ -35,7 +35,7 @@ import pandas as pd
 
 from . import accounting, samplers
 from .accounting import Budget
-from .queries.matrix import as_matrix
+from ..queries.matrix import as_matrix
 from .noise import Gaussian, Laplace, NoiseModel
 from .samplers import OS_CSPRNG, CSPRNG
 
