@@ -22,7 +22,7 @@ import pytest
 
 import dpexplorer as dpx
 from dpexplorer import eigen_design as ed
-from dpexplorer import registry
+from dpexplorer.core import registry
 from dpexplorer.queries import workloads
 
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)

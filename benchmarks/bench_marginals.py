@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import error, marginals, strategies
+from dpexplorer.core import error
+from dpexplorer import marginals, strategies
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Identity, Kronecker, Prefix
 

@@ -30,7 +30,8 @@ import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
 import dpexplorer as dpx
-from dpexplorer import error, registry, residual
+from dpexplorer.core import error, registry
+from dpexplorer import residual
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Kronecker
 

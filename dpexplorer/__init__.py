@@ -36,15 +36,17 @@ sums, thresholds        sum queries: truncation, SVT thresholds, SQM/Identity/Wo
 """
 
 from .privacy import accounting, samplers
-from . import datasets, error, mechanism, registry, strategies
+from . import datasets, mechanism, strategies
+from .core import error, registry
 from .privacy import noise, kernel as privacy
 from .queries import matrix, spec, workloads
 from . import dawa, efpa, hilbert, mwem, partition, uniform  # noqa: F401  (register mechanisms)
-from . import optimization, templates, marginals, hdmm, eigen_design, fourier  # noqa: F401
+from .core import optimization
+from . import templates, marginals, hdmm, eigen_design, fourier  # noqa: F401
 from . import sums  # noqa: F401
 from . import residual  # noqa: F401  (registers residual_planner)
 from .compare import StrategyCache, compare
-from .error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound
+from .core.error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound
 from .queries.matrix import MatrixTooLargeError
 from .privacy.accounting import Budget
 from .mechanism import Release, reconstruct, release, simulate

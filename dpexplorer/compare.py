@@ -16,7 +16,8 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from . import error, mechanism, registry
+from .core import error, registry
+from . import mechanism
 from .queries.matrix import Matrix, MatrixTooLargeError, as_matrix
 from .privacy.noise import NoiseModel
 from .privacy.kernel import PrivateData

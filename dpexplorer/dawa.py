@@ -28,7 +28,8 @@ import numba
 import numpy as np
 import scipy.sparse
 
-from . import registry, strategies
+from .core import registry
+from . import strategies
 from .hilbert import hilbert_order
 from .queries.matrix import (
     Dense,
@@ -40,7 +41,7 @@ from .queries.matrix import (
     Sparse,
     as_matrix,
 )
-from .reconstruct import reconstruct
+from .core.reconstruct import reconstruct
 from .privacy.noise import Laplace, NoiseModel
 from .partition import Partition, candidate_costs, least_cost_partition
 from .privacy.kernel import PrivateData

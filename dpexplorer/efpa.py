@@ -69,7 +69,7 @@ import math
 
 import numpy as np
 
-from . import registry
+from .core import registry
 from .queries.matrix import Matrix
 from .mwem import split_epsilon
 from .privacy.noise import Laplace, NoiseModel

@@ -97,7 +97,8 @@ import numpy as np
 import scipy.optimize
 from threadpoolctl import threadpool_limits
 
-from . import error, optimization, registry, templates
+from .core import error, optimization, registry
+from . import templates
 from .queries.matrix import (
     DENSE_LIMIT,
     AllRange,

@@ -48,13 +48,13 @@ import scipy.stats
 
 from . import datasets as _datasets
 from . import mechanism as _mechanism
-from .parallel import blas_limit
-from . import registry
+from .core.parallel import blas_limit
+from .core import registry
 from .queries import workloads as _workloads
 from .queries.matrix import Matrix, as_matrix
 from .privacy.noise import Laplace
 from .privacy.kernel import PrivateData
-from .registry import NotApplicableError
+from .core.registry import NotApplicableError
 
 __all__ = [
     "evaluate", "uniform_ranges", "clustered_ranges", "large_clustered_ranges", "RangeWorkload",

@@ -18,8 +18,9 @@ import time
 
 import numpy as np
 
-from . import optimization, registry, templates
-from .error import UnsupportedWorkloadError
+from .core import optimization, registry
+from . import templates
+from .core.error import UnsupportedWorkloadError
 from .queries.matrix import MatrixTooLargeError, as_matrix
 from .privacy.noise import NoiseModel
 

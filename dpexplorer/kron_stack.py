@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .error import GramInverse, UnsupportedWorkloadError, kron_terms
+from .core.error import GramInverse, UnsupportedWorkloadError, kron_terms
 from .queries.matrix import (
     DENSE_LIMIT,
     Dense,
@@ -359,7 +359,7 @@ class KronStack(VStack):
         least squares).
         """
         if self._recon is None:
-            from .reconstruct import DENSE_RECONSTRUCT_LIMIT, Reconstructor
+            from .core.reconstruct import DENSE_RECONSTRUCT_LIMIT, Reconstructor
 
             method = "dense" if self.n <= DENSE_RECONSTRUCT_LIMIT else "lsmr"
             self._recon = Reconstructor(self, method=method)

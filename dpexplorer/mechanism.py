@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import error, registry
+from .core import error, registry
 from .queries.matrix import Matrix, as_matrix
 from .privacy.noise import NoiseModel
-from .reconstruct import DENSE_RECONSTRUCT_LIMIT, Reconstructor, reconstruct
+from .core.reconstruct import DENSE_RECONSTRUCT_LIMIT, Reconstructor, reconstruct
 from .privacy.kernel import (
     OS_CSPRNG,
     RELEASE,

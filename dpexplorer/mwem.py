@@ -49,7 +49,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from . import registry
+from .core import registry
 from .queries.matrix import (
     Dense,
     Diagonal,

@@ -110,7 +110,8 @@ import scipy.optimize
 import scipy.sparse
 from threadpoolctl import threadpool_limits
 
-from . import error, marginals, optimization, registry
+from .core import error, optimization, registry
+from . import marginals
 from .queries import workloads
 from .queries.matrix import (
     DENSE_LIMIT,

@@ -31,7 +31,7 @@ import numba
 import numpy as np
 import scipy.sparse
 
-from . import registry
+from .core import registry
 from .queries.matrix import Identity, Kronecker, Matrix, Sparse, _check_size, as_matrix
 
 __all__ = [

@@ -94,8 +94,8 @@ import scipy.linalg
 import scipy.optimize
 import scipy.sparse
 
-from . import error as _error
-from . import registry
+from .core import error as _error
+from .core import registry
 from .privacy import samplers
 from .queries.matrix import (
     Diagonal,
@@ -107,8 +107,8 @@ from .queries.matrix import (
     Sparse,
     as_matrix,
 )
-from .reconstruct import Reconstructor
-from .parallel import blas_limit
+from .core.reconstruct import Reconstructor
+from .core.parallel import blas_limit
 from .privacy.noise import Laplace
 from .privacy.noise import _check_epsilon
 from .privacy.kernel import PrivacyLedger, PrivateData, variance_factor

@@ -65,8 +65,8 @@ import scipy.optimize
 from scipy.linalg import blas, lapack
 from threadpoolctl import threadpool_limits
 
-from . import error, optimization, registry
-from .error import GramInverse, UnsupportedWorkloadError
+from .core import error, optimization, registry
+from .core.error import GramInverse, UnsupportedWorkloadError
 from .kron_stack import FactorInverse, KronStack, product_terms, term_matrix
 from .queries.matrix import (
     Dense,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import registry
+from .core import registry
 from .queries.matrix import Matrix, Total
 from .privacy.noise import Laplace, NoiseModel
 from .privacy.kernel import PrivateData

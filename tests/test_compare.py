@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import error, registry
+from dpexplorer.core import error, registry
 from dpexplorer.queries import workloads
 
 

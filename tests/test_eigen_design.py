@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 import dpexplorer as dpx
 from dpexplorer import eigen_design as ed
-from dpexplorer import error, mechanism, optimization, registry
+from dpexplorer.core import error, optimization, registry
+from dpexplorer import mechanism
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Sparse
 from dpexplorer.privacy.kernel import PrivateData

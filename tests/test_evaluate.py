@@ -8,7 +8,7 @@ import pytest
 
 import dpexplorer as dpx
 from dpexplorer import evaluate as ev
-from dpexplorer import registry
+from dpexplorer.core import registry
 from dpexplorer.queries import workloads
 from dpexplorer.evaluate import RAW_COLUMNS, SUMMARY_COLUMNS, evaluate, uniform_ranges
 

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import error, fourier, mechanism, registry
+from dpexplorer.core import error, registry
+from dpexplorer import fourier, mechanism
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Kronecker, VStack, Weighted
 from dpexplorer.privacy.kernel import PrivateData

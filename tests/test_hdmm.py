@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import error, hdmm, mechanism, optimization, registry, templates
+from dpexplorer.core import error, optimization, registry
+from dpexplorer import hdmm, mechanism, templates
 from dpexplorer.queries import workloads
 from dpexplorer.privacy.kernel import PrivateData
 

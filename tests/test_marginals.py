@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import error, marginals, optimization, registry, strategies
+from dpexplorer.core import error, optimization, registry
+from dpexplorer import marginals, strategies
 from dpexplorer.queries import workloads
 from dpexplorer.marginals import MarginalGram, MarginalStrategy
 from dpexplorer.queries.matrix import Dense, Identity, Kronecker, Ones, Prefix, Total

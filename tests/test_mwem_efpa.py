@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import efpa, mwem, registry, uniform  # noqa: F401  (importing registers them)
+from dpexplorer import efpa, mwem, uniform
+from dpexplorer.core import registry  # noqa: F401  (importing registers them)
 from dpexplorer.queries.matrix import (
     Dense,
     Kronecker,

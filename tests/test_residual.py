@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import error, marginals, registry, residual
+from dpexplorer.core import error, registry
+from dpexplorer import marginals, residual
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Identity, Kronecker, Ones, Prefix, Weighted
 

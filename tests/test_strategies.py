@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import registry, strategies
+from dpexplorer.core import registry
+from dpexplorer import strategies
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Kronecker
 

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import error, optimization, registry, templates
+from dpexplorer.core import error, optimization, registry
+from dpexplorer import templates
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Identity, Kronecker, Total, VStack
 

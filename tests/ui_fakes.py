@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 import dpexplorer as dpx
-from dpexplorer import optimization
+from dpexplorer.core import optimization
 from dpexplorer.queries.matrix import Identity, Kronecker, Total, VStack, Weighted
 
 

@@ -44,7 +44,7 @@ from bokeh.models.widgets.tables import NumberFormatter
 
 import dpexplorer as dpx
 from dpexplorer import mechanism as _mechanism
-from dpexplorer import registry
+from dpexplorer.core import registry
 from dpexplorer.queries.matrix import Matrix
 from dpexplorer.privacy.kernel import PrivacyLedger, PrivateData
 

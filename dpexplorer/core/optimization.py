@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .queries.matrix import Matrix
+from ..queries.matrix import Matrix
 
 __all__ = ["OptimizationResult", "progress", "report", "tqdm_progress", "attach"]
 

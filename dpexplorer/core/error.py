@@ -33,7 +33,7 @@ import math
 import numpy as np
 import scipy.linalg
 
-from .queries.matrix import (
+from ..queries.matrix import (
     Dense,
     Identity,
     Kronecker,
@@ -43,7 +43,7 @@ from .queries.matrix import (
     Weighted,
     as_matrix,
 )
-from .privacy.noise import NoiseModel
+from ..privacy.noise import NoiseModel
 
 __all__ = [
     "UnsupportedWorkloadError",

@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse.linalg
 
 from .error import GramInverse
-from .queries.matrix import Dense, Identity, Kronecker, Matrix, Sparse, as_matrix
+from ..queries.matrix import Dense, Identity, Kronecker, Matrix, Sparse, as_matrix
 
 __all__ = ["Reconstructor", "reconstruct", "DENSE_RECONSTRUCT_LIMIT"]
 
