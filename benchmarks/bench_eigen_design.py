@@ -21,7 +21,7 @@ import time
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import eigen_design as ed
+from dpexplorer.strategies import eigen_design as ed
 from dpexplorer.core import registry
 from dpexplorer.queries import workloads
 

@@ -27,7 +27,8 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import hdmm, mechanism, templates
+from dpexplorer.strategies import hdmm, templates
+from dpexplorer import mechanism
 from dpexplorer.queries import workloads
 
 LAPLACE = dpx.Laplace(1.0)

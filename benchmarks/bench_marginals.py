@@ -26,7 +26,7 @@ import pytest
 
 import dpexplorer as dpx
 from dpexplorer.core import error
-from dpexplorer import marginals, strategies
+from dpexplorer.strategies import marginals, classic as strategies
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Identity, Kronecker, Prefix
 

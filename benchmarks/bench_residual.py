@@ -31,7 +31,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 import dpexplorer as dpx
 from dpexplorer.core import error, registry
-from dpexplorer import residual
+from dpexplorer.strategies import residual
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Kronecker
 

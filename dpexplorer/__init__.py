@@ -36,15 +36,16 @@ sums, thresholds        sum queries: truncation, SVT thresholds, SQM/Identity/Wo
 """
 
 from .privacy import accounting, samplers
-from . import datasets, mechanism, strategies
+from . import datasets, mechanism
+from .strategies import classic as strategies
 from .core import error, registry
 from .privacy import noise, kernel as privacy
 from .queries import matrix, spec, workloads
 from . import dawa, efpa, hilbert, mwem, partition, uniform  # noqa: F401  (register mechanisms)
 from .core import optimization
-from . import templates, marginals, hdmm, eigen_design, fourier  # noqa: F401
+from .strategies import templates, marginals, hdmm, eigen_design, fourier  # noqa: F401
 from . import sums  # noqa: F401
-from . import residual  # noqa: F401  (registers residual_planner)
+from .strategies import residual  # noqa: F401  (registers residual_planner)
 from .compare import StrategyCache, compare
 from .core.error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound
 from .queries.matrix import MatrixTooLargeError

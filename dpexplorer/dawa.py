@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse
 
 from .core import registry
-from . import strategies
+from .strategies import classic as strategies
 from .hilbert import hilbert_order
 from .queries.matrix import (
     Dense,

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import dawa, partition as pt, strategies
+from dpexplorer import dawa, partition as pt
+from dpexplorer.strategies import classic as strategies
 from dpexplorer.queries import workloads
 from dpexplorer.hilbert import hilbert_order
 from dpexplorer.privacy.kernel import PrivateData

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import eigen_design as ed
+from dpexplorer.strategies import eigen_design as ed
 from dpexplorer.core import error, optimization, registry
 from dpexplorer import mechanism
 from dpexplorer.queries import workloads

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 import dpexplorer as dpx
 from dpexplorer.core import error, registry
-from dpexplorer import fourier, mechanism
+from dpexplorer.strategies import fourier
+from dpexplorer import mechanism
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Kronecker, VStack, Weighted
 from dpexplorer.privacy.kernel import PrivateData

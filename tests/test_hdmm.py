@@ -10,7 +10,8 @@ import pytest
 
 import dpexplorer as dpx
 from dpexplorer.core import error, optimization, registry
-from dpexplorer import hdmm, mechanism, templates
+from dpexplorer.strategies import hdmm, templates
+from dpexplorer import mechanism
 from dpexplorer.queries import workloads
 from dpexplorer.privacy.kernel import PrivateData
 

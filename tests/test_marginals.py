@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 import dpexplorer as dpx
 from dpexplorer.core import error, optimization, registry
-from dpexplorer import marginals, strategies
+from dpexplorer.strategies import marginals, classic as strategies
 from dpexplorer.queries import workloads
-from dpexplorer.marginals import MarginalGram, MarginalStrategy
+from dpexplorer.strategies.marginals import MarginalGram, MarginalStrategy
 from dpexplorer.queries.matrix import Dense, Identity, Kronecker, Ones, Prefix, Total
 
 LAPLACE = dpx.Laplace(1.0)

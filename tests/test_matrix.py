@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpexplorer.queries import matrix as mx
-from dpexplorer import strategies
+from dpexplorer.strategies import classic as strategies
 from dpexplorer.queries import workloads
 
 

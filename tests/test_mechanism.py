@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import strategies
+from dpexplorer.strategies import classic as strategies
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Kronecker
 from dpexplorer.mechanism import reconstruct

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import dpexplorer as dpx
 from dpexplorer.core import error, registry
-from dpexplorer import marginals, residual
+from dpexplorer.strategies import marginals, residual
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Identity, Kronecker, Ones, Prefix, Weighted
 

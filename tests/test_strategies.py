@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import dpexplorer as dpx
 from dpexplorer.core import registry
-from dpexplorer import strategies
+from dpexplorer.strategies import classic as strategies
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Kronecker
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import dpexplorer as dpx
 from dpexplorer.core import error, optimization, registry
-from dpexplorer import templates
+from dpexplorer.strategies import templates
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Identity, Kronecker, Total, VStack
 
@@ -437,7 +437,7 @@ def test_opt_kron_bad_input():
 
 def test_kron_stack_sensitivity_upper_bound_above_the_exact_limit(monkeypatch):
     """Above EXACT_NORMS_CELLS the sensitivity is Σ c_g Δ(A_g) (L2: root of squares): ≥ exact."""
-    from dpexplorer import kron_stack
+    from dpexplorer.strategies import kron_stack
     from dpexplorer.queries.matrix import Dense
 
     rng = np.random.default_rng(1)

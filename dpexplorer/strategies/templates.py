@@ -65,10 +65,10 @@ import scipy.optimize
 from scipy.linalg import blas, lapack
 from threadpoolctl import threadpool_limits
 
-from .core import error, optimization, registry
-from .core.error import GramInverse, UnsupportedWorkloadError
+from ..core import error, optimization, registry
+from ..core.error import GramInverse, UnsupportedWorkloadError
 from .kron_stack import FactorInverse, KronStack, product_terms, term_matrix
-from .queries.matrix import (
+from ..queries.matrix import (
     Dense,
     Identity,
     Kronecker,
@@ -78,7 +78,7 @@ from .queries.matrix import (
     VStack,
     as_matrix,
 )
-from .privacy.noise import NoiseModel
+from ..privacy.noise import NoiseModel
 
 __all__ = [
     "OPT0_MAX_CELLS",

@@ -31,8 +31,8 @@ import numba
 import numpy as np
 import scipy.sparse
 
-from .core import registry
-from .queries.matrix import Identity, Kronecker, Matrix, Sparse, _check_size, as_matrix
+from ..core import registry
+from ..queries.matrix import Identity, Kronecker, Matrix, Sparse, _check_size, as_matrix
 
 __all__ = [
     "identity",

@@ -18,11 +18,11 @@ import time
 
 import numpy as np
 
-from .core import optimization, registry
+from ..core import optimization, registry
 from . import templates
-from .core.error import UnsupportedWorkloadError
-from .queries.matrix import MatrixTooLargeError, as_matrix
-from .privacy.noise import NoiseModel
+from ..core.error import UnsupportedWorkloadError
+from ..queries.matrix import MatrixTooLargeError, as_matrix
+from ..privacy.noise import NoiseModel
 
 __all__ = ["hdmm"]
 

@@ -110,10 +110,10 @@ import scipy.optimize
 import scipy.sparse
 from threadpoolctl import threadpool_limits
 
-from .core import error, optimization, registry
+from ..core import error, optimization, registry
 from . import marginals
-from .queries import workloads
-from .queries.matrix import (
+from ..queries import workloads
+from ..queries.matrix import (
     DENSE_LIMIT,
     Identity,
     Matrix,
@@ -124,7 +124,7 @@ from .queries.matrix import (
     _check_size,
     as_matrix,
 )
-from .privacy.noise import NoiseModel
+from ..privacy.noise import NoiseModel
 
 __all__ = [
     "OBJECTIVES",

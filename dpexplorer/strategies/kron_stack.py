@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .core.error import GramInverse, UnsupportedWorkloadError, kron_terms
-from .queries.matrix import (
+from ..core.error import GramInverse, UnsupportedWorkloadError, kron_terms
+from ..queries.matrix import (
     DENSE_LIMIT,
     Dense,
     Identity,
@@ -359,7 +359,7 @@ class KronStack(VStack):
         least squares).
         """
         if self._recon is None:
-            from .core.reconstruct import DENSE_RECONSTRUCT_LIMIT, Reconstructor
+            from ..core.reconstruct import DENSE_RECONSTRUCT_LIMIT, Reconstructor
 
             method = "dense" if self.n <= DENSE_RECONSTRUCT_LIMIT else "lsmr"
             self._recon = Reconstructor(self, method=method)

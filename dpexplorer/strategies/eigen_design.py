@@ -97,9 +97,9 @@ import numpy as np
 import scipy.optimize
 from threadpoolctl import threadpool_limits
 
-from .core import error, optimization, registry
+from ..core import error, optimization, registry
 from . import templates
-from .queries.matrix import (
+from ..queries.matrix import (
     DENSE_LIMIT,
     AllRange,
     Dense,
@@ -118,7 +118,7 @@ from .queries.matrix import (
     Weighted,
     as_matrix,
 )
-from .privacy.noise import NoiseModel
+from ..privacy.noise import NoiseModel
 
 __all__ = [
     "MAX_CELLS",

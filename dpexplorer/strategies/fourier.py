@@ -58,8 +58,8 @@ from collections.abc import Iterable
 import numpy as np
 
 from . import marginals
-from .core import registry
-from .queries.matrix import Dense, Kronecker, VStack, as_matrix
+from ..core import registry
+from ..queries.matrix import Dense, Kronecker, VStack, as_matrix
 
 __all__ = ["fourier_basis", "downward_closure", "FourierStrategy", "fourier_strategy", "fourier"]
 

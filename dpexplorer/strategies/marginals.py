@@ -52,9 +52,9 @@ import numpy as np
 import scipy.optimize
 from threadpoolctl import threadpool_limits
 
-from .core import error, optimization, registry
+from ..core import error, optimization, registry
 from . import templates
-from .queries.matrix import (
+from ..queries.matrix import (
     DENSE_LIMIT,
     Identity,
     Kronecker,
@@ -66,7 +66,7 @@ from .queries.matrix import (
     _check_p,
     as_matrix,
 )
-from .privacy.noise import NoiseModel
+from ..privacy.noise import NoiseModel
 
 __all__ = [
     "dimensions",
