@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import dawa
+from dpexplorer.adaptive import dawa
 from dpexplorer.queries import workloads
 from dpexplorer.privacy.kernel import PrivateData
 

@@ -41,7 +41,7 @@ from .strategies import classic as strategies
 from .core import error, registry
 from .privacy import noise, kernel as privacy
 from .queries import matrix, spec, workloads
-from . import dawa, efpa, hilbert, mwem, partition, uniform  # noqa: F401  (register mechanisms)
+from .adaptive import dawa, efpa, hilbert, mwem, partition, uniform  # noqa: F401  (register mechanisms)
 from .core import optimization
 from .strategies import templates, marginals, hdmm, eigen_design, fourier  # noqa: F401
 from . import sums  # noqa: F401

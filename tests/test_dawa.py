@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import dawa, partition as pt
+from dpexplorer.adaptive import dawa, partition as pt
 from dpexplorer.strategies import classic as strategies
 from dpexplorer.queries import workloads
-from dpexplorer.hilbert import hilbert_order
+from dpexplorer.adaptive.hilbert import hilbert_order
 from dpexplorer.privacy.kernel import PrivateData
 
 X_EXAMPLE = np.array([2, 3, 8, 1, 0, 2, 0, 4, 2, 4], dtype=float)  # DAWA Example 1 (Fig. 1)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import efpa, mwem, uniform
+from dpexplorer.adaptive import efpa, mwem, uniform
 from dpexplorer.core import registry  # noqa: F401  (importing registers them)
 from dpexplorer.queries.matrix import (
     Dense,

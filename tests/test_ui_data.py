@@ -12,8 +12,8 @@ import dpexplorer as dpx
 pn = pytest.importorskip("panel")
 hv = pytest.importorskip("holoviews")
 
-from dpexplorer.dawa import dawa  # noqa: E402
-from dpexplorer.partition import optimal_partition  # noqa: E402
+from dpexplorer.adaptive.dawa import dawa  # noqa: E402
+from dpexplorer.adaptive.partition import optimal_partition  # noqa: E402
 from dpexplorer.ui import data_view  # noqa: E402
 from dpexplorer.ui.data_view import DataView  # noqa: E402
 from dpexplorer.ui.session import Session  # noqa: E402

@@ -46,9 +46,9 @@ import param
 
 import dpexplorer as dpx
 from dpexplorer.datasets import Dataset
-from dpexplorer.dawa import DAWAResult, dawa
+from dpexplorer.adaptive.dawa import DAWAResult, dawa
 from dpexplorer.queries.matrix import Matrix
-from dpexplorer.partition import Partition, optimal_partition
+from dpexplorer.adaptive.partition import Partition, optimal_partition
 from dpexplorer.privacy.kernel import PrivacyLedger, PrivateData, Spend
 
 from .session import Session, error_alert

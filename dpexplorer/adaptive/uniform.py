@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .core import registry
-from .queries.matrix import Matrix, Total
-from .privacy.noise import Laplace, NoiseModel
-from .privacy.kernel import PrivateData
+from ..core import registry
+from ..queries.matrix import Matrix, Total
+from ..privacy.noise import Laplace, NoiseModel
+from ..privacy.kernel import PrivateData
 
 __all__ = ["uniform"]
 

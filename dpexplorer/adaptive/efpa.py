@@ -69,11 +69,11 @@ import math
 
 import numpy as np
 
-from .core import registry
-from .queries.matrix import Matrix
+from ..core import registry
+from ..queries.matrix import Matrix
 from .mwem import split_epsilon
-from .privacy.noise import Laplace, NoiseModel
-from .privacy.kernel import PrivateData
+from ..privacy.noise import Laplace, NoiseModel
+from ..privacy.kernel import PrivateData
 
 __all__ = ["efpa", "coefficient_layout", "perturbation_sensitivity", "noise_energy",
            "SELECTION_SENSITIVITY"]

@@ -28,7 +28,7 @@ import numba
 import numpy as np
 import scipy.sparse
 
-from .queries.matrix import Grouping, as_matrix
+from ..queries.matrix import Grouping, as_matrix
 
 __all__ = [
     "Partition",

@@ -49,8 +49,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from .core import registry
-from .queries.matrix import (
+from ..core import registry
+from ..queries.matrix import (
     Dense,
     Diagonal,
     Grouping,
@@ -68,8 +68,8 @@ from .queries.matrix import (
     Weighted,
     _Ranges,
 )
-from .privacy.noise import Laplace, NoiseModel
-from .privacy.kernel import PrivateData
+from ..privacy.noise import Laplace, NoiseModel
+from ..privacy.kernel import PrivateData
 
 __all__ = ["mwem", "max_abs_entry", "split_epsilon", "DEFAULT_TOTAL_SHARE", "SCAN_CHUNK_ENTRIES"]
 

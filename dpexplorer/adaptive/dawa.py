@@ -28,10 +28,10 @@ import numba
 import numpy as np
 import scipy.sparse
 
-from .core import registry
-from .strategies import classic as strategies
+from ..core import registry
+from ..strategies import classic as strategies
 from .hilbert import hilbert_order
-from .queries.matrix import (
+from ..queries.matrix import (
     Dense,
     Grouping,
     Matrix,
@@ -41,10 +41,10 @@ from .queries.matrix import (
     Sparse,
     as_matrix,
 )
-from .core.reconstruct import reconstruct
-from .privacy.noise import Laplace, NoiseModel
+from ..core.reconstruct import reconstruct
+from ..privacy.noise import Laplace, NoiseModel
 from .partition import Partition, candidate_costs, least_cost_partition
-from .privacy.kernel import PrivateData
+from ..privacy.kernel import PrivateData
 
 __all__ = [
     "DAWAResult",
