@@ -23,8 +23,9 @@ import time
 import numpy as np
 import pandas as pd
 
-from dpexplorer import datasets, sums
-from dpexplorer.thresholds import SVTParams
+from dpexplorer import datasets
+from dpexplorer.sums import mechanisms as sums
+from dpexplorer.sums.thresholds import SVTParams
 
 
 def main(argv=None) -> pd.DataFrame:

@@ -44,7 +44,7 @@ from .queries import matrix, spec, workloads
 from .adaptive import dawa, efpa, hilbert, mwem, partition, uniform  # noqa: F401  (register mechanisms)
 from .core import optimization
 from .strategies import templates, marginals, hdmm, eigen_design, fourier  # noqa: F401
-from . import sums  # noqa: F401
+from .sums import mechanisms as sums  # noqa: F401
 from .strategies import residual  # noqa: F401  (registers residual_planner)
 from .compare import StrategyCache, compare
 from .core.error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound

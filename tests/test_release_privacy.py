@@ -332,7 +332,7 @@ def test_data_dependent_mechanisms_release_through_the_kernel(name):
 
 
 def test_sum_query_release_with_svt():
-    from dpexplorer import sums
+    from dpexplorer.sums import mechanisms as sums
 
     x = np.random.default_rng(4).integers(0, 20, size=40)
     S = sums.prefix_sums(np.arange(1, 41, dtype=float) * 2.5, m=10)

@@ -12,11 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from dpexplorer import datasets, sums, thresholds
+from dpexplorer import datasets
+from dpexplorer.sums import mechanisms as sums, thresholds
 from dpexplorer.core import registry
 from dpexplorer.queries.matrix import Diagonal, Identity, Product
 from dpexplorer.privacy.kernel import BudgetExceededError, PrivacyLedger, PrivateData
-from dpexplorer.thresholds import SVTParams
+from dpexplorer.sums.thresholds import SVTParams
 
 MECHS = sums.MECHANISMS
 

@@ -94,10 +94,10 @@ import scipy.linalg
 import scipy.optimize
 import scipy.sparse
 
-from .core import error as _error
-from .core import registry
-from .privacy import samplers
-from .queries.matrix import (
+from ..core import error as _error
+from ..core import registry
+from ..privacy import samplers
+from ..queries.matrix import (
     Diagonal,
     Identity,
     Matrix,
@@ -107,11 +107,11 @@ from .queries.matrix import (
     Sparse,
     as_matrix,
 )
-from .core.reconstruct import Reconstructor
-from .core.parallel import blas_limit
-from .privacy.noise import Laplace
-from .privacy.noise import _check_epsilon
-from .privacy.kernel import PrivacyLedger, PrivateData, variance_factor
+from ..core.reconstruct import Reconstructor
+from ..core.parallel import blas_limit
+from ..privacy.noise import Laplace
+from ..privacy.noise import _check_epsilon
+from ..privacy.kernel import PrivacyLedger, PrivateData, variance_factor
 from .thresholds import (
     SVTParams,
     Threshold,
