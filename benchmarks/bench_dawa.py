@@ -20,8 +20,8 @@ import pytest
 
 import dpexplorer as dpx
 from dpexplorer.adaptive import dawa
+from dpexplorer.privacy import PrivateData
 from dpexplorer.queries import workloads
-from dpexplorer.privacy.kernel import PrivateData
 
 DPBENCH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "dpbench"
 

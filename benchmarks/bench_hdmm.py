@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer.strategies import hdmm, templates
 from dpexplorer import mechanism
 from dpexplorer.queries import workloads
+from dpexplorer.strategies import hdmm, templates
 
 LAPLACE = dpx.Laplace(1.0)
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)

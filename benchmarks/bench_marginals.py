@@ -26,9 +26,10 @@ import pytest
 
 import dpexplorer as dpx
 from dpexplorer.core import error
-from dpexplorer.strategies import marginals, classic as strategies
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Identity, Kronecker, Prefix
+from dpexplorer.strategies import classic as strategies
+from dpexplorer.strategies import marginals
 
 CPS = (50, 100, 7, 4, 2)
 ADULT = (100, 100, 100, 99, 85, 42, 16, 15, 9, 7, 6, 5, 2, 2)

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
+from dpexplorer.privacy import OS_CSPRNG, PrivacyLedger, PrivateData
 from dpexplorer.queries.matrix import Weighted
-from dpexplorer.privacy.kernel import OS_CSPRNG, PrivacyLedger, PrivateData
 
 SIZES = [10**4, 10**5, 10**6]
 NOISES = {"laplace": dpx.Laplace(1.0), "gaussian": dpx.Gaussian(1.0, 1e-6, "zcdp")}

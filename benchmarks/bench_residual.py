@@ -31,9 +31,9 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 import dpexplorer as dpx
 from dpexplorer.core import error, registry
-from dpexplorer.strategies import residual
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Kronecker
+from dpexplorer.strategies import residual
 
 CPS = (50, 100, 7, 4, 2)
 ADULT = (100, 100, 100, 99, 85, 42, 16, 15, 9, 7, 6, 5, 2, 2)

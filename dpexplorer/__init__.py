@@ -7,60 +7,56 @@ The engine (pure numpy/scipy/pandas) behind the dpexplorer app::
     W = dpx.workloads.all_range(256)
     print(dpx.compare(W, dpx.Laplace(1.0)))
 
-Modules
--------
-matrix      implicit query matrices (Identity, Prefix, AllRange, Kronecker, ...)
-workloads   workload builders (ranges, prefixes, marginals, unions, products)
-spec        declarative workload specs (JSON/YAML)
-noise       Laplace and Gaussian noise models
-error       analytic TSE/RMSE of the matrix mechanism, SVD bound
-strategies  classic strategies (identity, H2, HB, wavelet, GreedyH)
-registry    the mechanism registry
-compare     side-by-side analytic comparison
-privacy     the privacy boundary: private data, the ledger and its budget
-accounting  zCDP ρ, pure ε and (ε, δ) composition and conversions; budgets
-samplers    simulation (seeded numpy) and release (OS CSPRNG via opendp) noise
-mechanism   releases and simulations: MEASURE, RECONSTRUCT, answers, intervals
-datasets    DPBench, CSV/.npy and bundled bokeh-sampledata histograms
-partition   bucket costs, least-cost partitions, uniform expansion (DAWA Sec. 3)
-dawa        DAWA and its Partition+X variants (data-dependent)
-mwem, efpa, uniform   data-dependent competitors
-evaluate    empirical evaluation over datasets, workloads, ε and trials
-optimization  OptimizationResult and progress reporting of the strategy optimisers
-templates   HDMM OPT0, OPT⊗, OPT+ (kron_stack: the stacked OPT+ strategy)
-marginals   implicit marginal algebra, MarginalStrategy, SVD bound of marginals, OPT_M, DataCube
-hdmm        the HDMM meta-optimiser
-eigen_design, fourier   Eigen-Design (Li & Miklau 2012) and the Fourier strategy
-residual    ResidualPlanner (Xiao et al. 2023): optimal Gaussian noise for marginals, max-variance objective
-sums, thresholds        sum queries: truncation, SVT thresholds, SQM/Identity/Workload/TiMM/TaMM
+Layers, lowest first; a module imports only from its own layer or below
+(``tests/test_layers.py`` checks it):
+
+==================  ==========================================================
+``queries/``        query matrices, workload builders, specs
+``privacy/``        the kernel (the only holder of ``x``), noise models,
+                    samplers, accounting, the ledger
+``core/``           the mechanism registry, analytic error and SVD bound,
+                    RECONSTRUCT, optimisation results
+``strategies/``     data-independent strategies (classic, HDMM, marginals,
+                    Eigen-Design, Fourier, ResidualPlanner)
+``adaptive/``       data-dependent mechanisms (DAWA, MWEM, EFPA, Uniform)
+``sums/``           sum queries on numerical attributes
+top level           ``mechanism`` (release, simulate, run), ``compare``,
+                    ``evaluate``, ``datasets``
+``ui/``             the Panel app (imports only this public API)
+==================  ==========================================================
+
+Importing the package registers every mechanism.  The modules are also
+reachable by their short names (``dpx.matrix``, ``dpx.dawa``, ``dpx.marginals``,
+``dpx.thresholds``, ...).
 """
 
-from .privacy import accounting, samplers
-from . import datasets, mechanism
-from .strategies import classic as strategies
-from .core import error, registry
-from .privacy import noise, kernel as privacy
-from .queries import matrix, spec, workloads
-from .adaptive import dawa, efpa, hilbert, mwem, partition, uniform  # noqa: F401  (register mechanisms)
-from .core import optimization
-from .strategies import templates, marginals, hdmm, eigen_design, fourier  # noqa: F401
-from .sums import mechanisms as sums  # noqa: F401
-from .strategies import residual  # noqa: F401  (registers residual_planner)
+# the layers, lowest first (importing them registers every mechanism), then the top level
+from . import queries, privacy, core, strategies, adaptive, sums  # noqa: I001
+from . import datasets, evaluate, mechanism
+from .adaptive import dawa, efpa, hilbert, mwem, partition, uniform
 from .compare import StrategyCache, compare
+from .core import error, optimization, registry
 from .core.error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound
-from .queries.matrix import MatrixTooLargeError
-from .privacy.accounting import Budget
 from .mechanism import Release, reconstruct, release, simulate
-from .privacy.noise import Gaussian, Laplace
-from .privacy.kernel import OS_CSPRNG, BudgetExceededError, PrivacyLedger, PrivateData
+from .privacy import (OS_CSPRNG, Budget, BudgetExceededError, Gaussian, Laplace, PrivacyLedger,
+                      PrivateData, accounting, noise, samplers)
+from .queries import matrix, spec, workloads
+from .queries.matrix import MatrixTooLargeError
+from .strategies import eigen_design, fourier, hdmm, kron_stack, marginals, residual, templates
+from .sums import thresholds
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "datasets", "error", "matrix", "mechanism", "noise", "privacy", "registry", "spec",
-    "strategies", "workloads", "residual", "compare", "StrategyCache", "rmse", "per_query_rmse",
-    "svd_bound", "UnsupportedWorkloadError", "MatrixTooLargeError", "Release", "release",
-    "reconstruct", "Laplace", "Gaussian", "PrivacyLedger", "PrivateData", "BudgetExceededError",
-    "simulate", "Budget", "OS_CSPRNG", "accounting", "samplers",
+    # layers
+    "queries", "privacy", "core", "strategies", "adaptive", "sums",
+    # modules by their short names
+    "matrix", "spec", "workloads", "accounting", "noise", "samplers", "error", "optimization",
+    "registry", "templates", "kron_stack", "hdmm", "marginals", "eigen_design", "fourier",
+    "residual", "dawa", "partition", "hilbert", "mwem", "efpa", "uniform", "thresholds",
+    "datasets", "evaluate", "mechanism",
+    # the everyday API
+    "compare", "StrategyCache", "rmse", "per_query_rmse", "svd_bound", "UnsupportedWorkloadError",
+    "MatrixTooLargeError", "Release", "release", "simulate", "reconstruct", "Laplace", "Gaussian",
+    "PrivacyLedger", "PrivateData", "BudgetExceededError", "Budget", "OS_CSPRNG",
 ]
-

@@ -16,11 +16,11 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from .core import error, registry
 from . import mechanism
-from .queries.matrix import Matrix, MatrixTooLargeError, as_matrix
+from .core import error, registry
+from .privacy import PrivateData
 from .privacy.noise import NoiseModel
-from .privacy.kernel import PrivateData
+from .queries.matrix import Matrix, MatrixTooLargeError, as_matrix
 
 __all__ = ["compare", "StrategyCache", "OBJECTIVES"]
 
@@ -47,7 +47,7 @@ class StrategyCache:
         return len(self._entries)
 
     def svdb(self, W: Matrix) -> float:
-        """``SVDB(W)`` (unit-noise TSE bound, :func:`dpexplorer.error.svdb`), computed once per workload.
+        """``SVDB(W)`` (unit-noise TSE bound, :func:`dpexplorer.core.error.svdb`), computed once per workload.
 
         NaN when the workload is too large for a dense Gram matrix.
         """
@@ -84,7 +84,7 @@ class StrategyCache:
 
         Per unit noise variance: ``Δ_p(A)² · max_i (W (AᵀA)⁺ Wᵀ)_ii`` (MATH.md
         "Matrix mechanism"; multiply by ``noise.variance_per_unit`` for
-        counts²), from :func:`dpexplorer.error.per_query_variance`, whose hooks
+        counts²), from :func:`dpexplorer.core.error.per_query_variance`, whose hooks
         keep Kronecker and marginal strategies implicit (no ``n × n`` matrix).
         NaN, with the reason, when the strategy does not apply or is too large.
         """

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .privacy.kernel import validate_counts
+from .privacy import validate_counts
 
 PAPER_NAMES = {
     "ADULTFRANK.n4096": "ADULT", "HEPTH.n4096": "HEPTH", "INCOME.n4096": "INCOME",

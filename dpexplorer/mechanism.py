@@ -8,7 +8,7 @@ and answers ``W x̂`` (HDMM Sec. 10; Li et al. 2010 "matrix mechanism").
 Only MEASURE sees ``x``; reconstruction and answers are post-processing of
 ``y``.
 
-Two modes that never mix (:mod:`dpexplorer.samplers`):
+Two modes that never mix (:mod:`dpexplorer.privacy.samplers`):
 
 * :func:`release` -- a **release**: noise from the OS CSPRNG through opendp's
   vetted samplers; no seed exists, and nothing in the result or its
@@ -33,10 +33,8 @@ import numpy as np
 import pandas as pd
 
 from .core import error, registry
-from .queries.matrix import Matrix, as_matrix
-from .privacy.noise import NoiseModel
 from .core.reconstruct import DENSE_RECONSTRUCT_LIMIT, Reconstructor, reconstruct
-from .privacy.kernel import (
+from .privacy import (
     OS_CSPRNG,
     RELEASE,
     SIMULATION,
@@ -45,7 +43,9 @@ from .privacy.kernel import (
     noise_sampler,
     variance_factor,
 )
+from .privacy.noise import NoiseModel
 from .privacy.samplers import check_source
+from .queries.matrix import Matrix, as_matrix
 
 __all__ = ["Reconstructor", "reconstruct", "run", "Release", "release", "simulate",
            "confidence_half_widths", "DENSE_RECONSTRUCT_LIMIT", "EXACT_CI_LIMIT"]
@@ -147,7 +147,7 @@ def _strategy_answers(A: Matrix, W: Matrix, y: np.ndarray) -> np.ndarray | None:
 
     Stacked OPT+ strategies answer every workload term from its own block
     (local least squares, HDMM Sec. 10 item 3): unbiased, with the analytic
-    error of :func:`dpexplorer.error.expected_tse`, which ``W x̂`` would not have.
+    error of :func:`dpexplorer.core.error.expected_tse`, which ``W x̂`` would not have.
     """
     hook = getattr(A, "answer", None)
     if hook is None:
@@ -206,7 +206,7 @@ def confidence_half_widths(W: Matrix, A: Matrix, noise: NoiseModel, sampler: str
 
     The error of every answer is a fixed linear combination ``Σ_j c_j z_j``
     of the i.i.d. strategy noise ``z`` (``c`` = row of ``W A⁺``), with standard
-    deviation ``s`` = :func:`dpexplorer.error.per_query_rmse` (times the
+    deviation ``s`` = :func:`dpexplorer.core.error.per_query_rmse` (times the
     discrete sampler's variance factor).  With ``α = 1 − level``:
 
     * Gaussian noise: exact, ``h = Φ⁻¹(1 − α/2)·s``.

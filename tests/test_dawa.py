@@ -8,11 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer.adaptive import dawa, partition as pt
-from dpexplorer.strategies import classic as strategies
-from dpexplorer.queries import workloads
+from dpexplorer.adaptive import dawa
+from dpexplorer.adaptive import partition as pt
 from dpexplorer.adaptive.hilbert import hilbert_order
-from dpexplorer.privacy.kernel import PrivateData
+from dpexplorer.privacy import PrivateData
+from dpexplorer.queries import workloads
+from dpexplorer.strategies import classic as strategies
 
 X_EXAMPLE = np.array([2, 3, 8, 1, 0, 2, 0, 4, 2, 4], dtype=float)  # DAWA Example 1 (Fig. 1)
 B_EXAMPLE = pt.Partition(np.array([0, 2, 3, 7, 10]))  # b1=[1,2], b2=[3,3], b3=[4,7], b4=[8,10]

@@ -15,12 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer.strategies import eigen_design as ed
-from dpexplorer.core import error, optimization, registry
 from dpexplorer import mechanism
+from dpexplorer.core import error, optimization, registry
+from dpexplorer.privacy import PrivateData
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Sparse
-from dpexplorer.privacy.kernel import PrivateData
+from dpexplorer.strategies import eigen_design as ed
 
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)
 

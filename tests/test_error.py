@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 
 import dpexplorer as dpx
 from dpexplorer.core import error
-from dpexplorer.strategies import classic as strategies
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Kronecker
+from dpexplorer.strategies import classic as strategies
 
 LAPLACE = dpx.Laplace(1.0)
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)

@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer.core import error, registry
-from dpexplorer.strategies import fourier
 from dpexplorer import mechanism
+from dpexplorer.core import error, registry
+from dpexplorer.privacy import PrivateData
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Kronecker, VStack, Weighted
-from dpexplorer.privacy.kernel import PrivateData
+from dpexplorer.strategies import fourier
 
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)
 LAPLACE = dpx.Laplace(1.0)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer.core import error, optimization, registry
-from dpexplorer.strategies import hdmm, templates
 from dpexplorer import mechanism
+from dpexplorer.core import error, optimization, registry
+from dpexplorer.privacy import PrivateData
 from dpexplorer.queries import workloads
-from dpexplorer.privacy.kernel import PrivateData
+from dpexplorer.strategies import hdmm, templates
 
 LAPLACE = dpx.Laplace(1.0)
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)
@@ -49,7 +49,7 @@ def test_hdmm_cps_tables_6_7(cps, wname, noise, paper):
     ran = {k: v for k, v in cands.items() if not math.isnan(v)}
     assert res.info["winner"] in ran and res.objective == min(ran.values())
     assert "opt0" in res.info["skipped"] and "280,000" in res.info["skipped"]["opt0"]
-    assert "opt_m" in ran  # marginal strategies compete (dpexplorer.marginals.opt_m)
+    assert "opt_m" in ran  # marginal strategies compete (dpexplorer.strategies.marginals.opt_m)
     if wname == "all_marginals" and noise == "laplace":
         assert res.info["winner"] == "opt_m"  # HDMM Table 6: OPT_M 4.84 < OPT⊗ 4.85
 

@@ -16,10 +16,11 @@ from hypothesis import strategies as st
 
 import dpexplorer as dpx
 from dpexplorer.core import error, optimization, registry
-from dpexplorer.strategies import marginals, classic as strategies
 from dpexplorer.queries import workloads
-from dpexplorer.strategies.marginals import MarginalGram, MarginalStrategy
 from dpexplorer.queries.matrix import Dense, Identity, Kronecker, Ones, Prefix, Total
+from dpexplorer.strategies import classic as strategies
+from dpexplorer.strategies import marginals
+from dpexplorer.strategies.marginals import MarginalGram, MarginalStrategy
 
 LAPLACE = dpx.Laplace(1.0)
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)

@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpexplorer.queries import matrix as mx
-from dpexplorer.strategies import classic as strategies
 from dpexplorer.queries import workloads
+from dpexplorer.strategies import classic as strategies
 
 
 def _cases():

@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer.strategies import classic as strategies
+from dpexplorer.mechanism import reconstruct
+from dpexplorer.privacy import PrivacyLedger, PrivateData
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Kronecker
-from dpexplorer.mechanism import reconstruct
-from dpexplorer.privacy.kernel import PrivacyLedger, PrivateData
+from dpexplorer.strategies import classic as strategies
 
 
 @settings(max_examples=40, deadline=None)

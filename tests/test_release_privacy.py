@@ -20,9 +20,14 @@ import pytest
 import scipy.stats
 
 import dpexplorer as dpx
-from dpexplorer.privacy import accounting, samplers
+from dpexplorer.privacy import (
+    OS_CSPRNG,
+    PrivacyLedger,
+    PrivateData,
+    accounting,
+    samplers,
+)
 from dpexplorer.queries import workloads
-from dpexplorer.privacy.kernel import OS_CSPRNG, PrivacyLedger, PrivateData
 
 ALPHA = 1e-4  # significance of the goodness-of-fit tests (the suite runs several of them)
 

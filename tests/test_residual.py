@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 import dpexplorer as dpx
 from dpexplorer.core import error, registry
-from dpexplorer.strategies import marginals, residual
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Identity, Kronecker, Ones, Prefix, Weighted
+from dpexplorer.strategies import marginals, residual
 
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)
 LAPLACE = dpx.Laplace(1.0)

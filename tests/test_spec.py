@@ -1,4 +1,4 @@
-"""Tests of the declarative workload spec (dpexplorer.spec)."""
+"""Tests of the declarative workload spec (dpexplorer.queries.spec)."""
 
 import json
 

@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 
 import dpexplorer as dpx
 from dpexplorer.core import registry
-from dpexplorer.strategies import classic as strategies
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Kronecker
+from dpexplorer.strategies import classic as strategies
 
 
 @pytest.mark.parametrize("n,levels", [(1, 1), (2, 2), (8, 4), (64, 7), (100, 8)])

@@ -1,4 +1,4 @@
-"""Tests of dpexplorer.sums and dpexplorer.thresholds (Wu et al. 2019; MATH.md "Sum queries")."""
+"""Tests of dpexplorer.sums and dpexplorer.sums.thresholds (Wu et al. 2019; MATH.md "Sum queries")."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from dpexplorer import datasets
-from dpexplorer.sums import mechanisms as sums, thresholds
 from dpexplorer.core import registry
+from dpexplorer.privacy import BudgetExceededError, PrivacyLedger, PrivateData
 from dpexplorer.queries.matrix import Diagonal, Identity, Product
-from dpexplorer.privacy.kernel import BudgetExceededError, PrivacyLedger, PrivateData
+from dpexplorer.sums import mechanisms as sums
+from dpexplorer.sums import thresholds
 from dpexplorer.sums.thresholds import SVTParams
 
 MECHS = sums.MECHANISMS

@@ -1,4 +1,4 @@
-"""HDMM's OPT0, OPT⊗ and OPT+ (dpexplorer.templates) against HDMM Tables 4-7, plus properties.
+"""HDMM's OPT0, OPT⊗ and OPT+ (dpexplorer.strategies.templates) against HDMM Tables 4-7, plus properties.
 
 ε = 1 throughout; Gaussian δ = 1e-6 with the analytic calibration (σ = 4.2247).
 Errors are computed through the public ``dpx.rmse(W, A, noise)``.
@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 import dpexplorer as dpx
 from dpexplorer.core import error, optimization, registry
-from dpexplorer.strategies import templates
 from dpexplorer.queries import workloads
 from dpexplorer.queries.matrix import Dense, Identity, Kronecker, Total, VStack
+from dpexplorer.strategies import templates
 
 LAPLACE = dpx.Laplace(1.0)
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)
@@ -437,8 +437,8 @@ def test_opt_kron_bad_input():
 
 def test_kron_stack_sensitivity_upper_bound_above_the_exact_limit(monkeypatch):
     """Above EXACT_NORMS_CELLS the sensitivity is Σ c_g Δ(A_g) (L2: root of squares): ≥ exact."""
-    from dpexplorer.strategies import kron_stack
     from dpexplorer.queries.matrix import Dense
+    from dpexplorer.strategies import kron_stack
 
     rng = np.random.default_rng(1)
     blocks, c = [Dense(rng.random((5, 8))), Dense(rng.random((3, 8)))], [1.0, 2.0]

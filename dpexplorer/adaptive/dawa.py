@@ -29,8 +29,9 @@ import numpy as np
 import scipy.sparse
 
 from ..core import registry
-from ..strategies import classic as strategies
-from .hilbert import hilbert_order
+from ..core.reconstruct import reconstruct
+from ..privacy import PrivateData
+from ..privacy.noise import Laplace, NoiseModel
 from ..queries.matrix import (
     Dense,
     Grouping,
@@ -41,10 +42,9 @@ from ..queries.matrix import (
     Sparse,
     as_matrix,
 )
-from ..core.reconstruct import reconstruct
-from ..privacy.noise import Laplace, NoiseModel
+from ..strategies import classic as strategies
+from .hilbert import hilbert_order
 from .partition import Partition, candidate_costs, least_cost_partition
-from ..privacy.kernel import PrivateData
 
 __all__ = [
     "DAWAResult",

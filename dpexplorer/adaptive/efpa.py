@@ -70,10 +70,10 @@ import math
 import numpy as np
 
 from ..core import registry
+from ..privacy import PrivateData
+from ..privacy.noise import Laplace, NoiseModel
 from ..queries.matrix import Matrix
 from .mwem import split_epsilon
-from ..privacy.noise import Laplace, NoiseModel
-from ..privacy.kernel import PrivateData
 
 __all__ = ["efpa", "coefficient_layout", "perturbation_sensitivity", "noise_energy",
            "SELECTION_SENSITIVITY"]

@@ -50,6 +50,8 @@ from fractions import Fraction
 import numpy as np
 
 from ..core import registry
+from ..privacy import PrivateData
+from ..privacy.noise import Laplace, NoiseModel
 from ..queries.matrix import (
     Dense,
     Diagonal,
@@ -68,8 +70,6 @@ from ..queries.matrix import (
     Weighted,
     _Ranges,
 )
-from ..privacy.noise import Laplace, NoiseModel
-from ..privacy.kernel import PrivateData
 
 __all__ = ["mwem", "max_abs_entry", "split_epsilon", "DEFAULT_TOTAL_SHARE", "SCAN_CHUNK_ENTRIES"]
 

@@ -13,7 +13,7 @@ least-cost partition by dynamic programming (Alg. 1, App. A), and provides
 the uniform expansion (Def. 1) and the workload transformation ``Ŵ``
 (Def. 4.4) that stage 2 of DAWA needs.  Nothing here is private: the private
 partition adds noise to the costs inside
-:meth:`dpexplorer.privacy.PrivateData.noisy_optimum` (see :mod:`dpexplorer.dawa`).
+:meth:`dpexplorer.privacy.PrivateData.noisy_optimum` (see :mod:`dpexplorer.adaptive.dawa`).
 
 Hot loops use numba.  Costs are computed with a Fenwick tree over the ranks
 of the values: for a window with mean ``a``, ``dev = 2 (Σ_{x_j ≥ a} x_j − a·#{x_j ≥ a})``

@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import registry
-from ..queries.matrix import Matrix, Total
+from ..privacy import PrivateData
 from ..privacy.noise import Laplace, NoiseModel
-from ..privacy.kernel import PrivateData
+from ..queries.matrix import Matrix, Total
 
 __all__ = ["uniform"]
 
@@ -48,7 +48,7 @@ def uniform(data: PrivateData, W: Matrix, noise: NoiseModel, rng) -> registry.Es
     Raises
     ------
     NotApplicableError
-        If ``noise`` is not :class:`~dpexplorer.noise.Laplace` (the baseline
+        If ``noise`` is not :class:`~dpexplorer.privacy.noise.Laplace` (the baseline
         is defined for pure ε-DP).
     ValueError
         If ``W`` and ``data`` have different numbers of cells.

@@ -33,6 +33,7 @@ import math
 import numpy as np
 import scipy.linalg
 
+from ..privacy.noise import NoiseModel
 from ..queries.matrix import (
     Dense,
     Identity,
@@ -43,7 +44,6 @@ from ..queries.matrix import (
     Weighted,
     as_matrix,
 )
-from ..privacy.noise import NoiseModel
 
 __all__ = [
     "UnsupportedWorkloadError",
@@ -342,7 +342,7 @@ def svdb(W) -> float:
         For a non-Kronecker workload whose domain is too large for a dense Gram.
     """
     W = as_matrix(W)
-    for rule in _SVDB_RULES:  # implicit forms (e.g. marginal workloads, dpexplorer.marginals)
+    for rule in _SVDB_RULES:  # implicit forms (e.g. marginal workloads, dpexplorer.strategies.marginals)
         value = rule(W)
         if value is not None:
             return float(value)

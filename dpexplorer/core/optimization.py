@@ -1,8 +1,8 @@
 """What every strategy optimiser returns, and how it reports progress.
 
-The optimisers (HDMM's OPT0, OPT⊗, OPT+, OPT_M in :mod:`dpexplorer.templates`,
-:mod:`dpexplorer.marginals` and :mod:`dpexplorer.hdmm`; Eigen-Design in
-:mod:`dpexplorer.eigen_design`) all return an :class:`OptimizationResult`:
+The optimisers (HDMM's OPT0, OPT⊗, OPT+, OPT_M in :mod:`dpexplorer.strategies.templates`,
+:mod:`dpexplorer.strategies.marginals` and :mod:`dpexplorer.strategies.hdmm`; Eigen-Design in
+:mod:`dpexplorer.strategies.eigen_design`) all return an :class:`OptimizationResult`:
 the strategy, its objective (the unit-noise TSE ``Δ_p(A)² · tr(WᵀW (AᵀA)⁺)``,
 HDMM Prop. 4), the objective trace for a convergence plot, and the per-restart
 values.  Strategy builders registered in the registry attach that result to

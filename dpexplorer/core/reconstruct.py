@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse.linalg
 
-from .error import GramInverse
 from ..queries.matrix import Dense, Identity, Kronecker, Matrix, Sparse, as_matrix
+from .error import GramInverse
 
 __all__ = ["Reconstructor", "reconstruct", "DENSE_RECONSTRUCT_LIMIT"]
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..queries.matrix import Matrix, Weighted
 from ..privacy.noise import NoiseModel
+from ..queries.matrix import Matrix, Weighted
 
 __all__ = ["Mechanism", "Estimate", "REGISTRY", "register", "get", "names", "NotApplicableError"]
 

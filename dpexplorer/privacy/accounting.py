@@ -157,7 +157,7 @@ def rho_from_epsilon(epsilon: float, delta: float) -> float:
 
     ``ε(ρ, δ)`` increases strictly with ρ, so the root of ``ε(ρ, δ) = ε`` is
     found with :func:`scipy.optimize.brentq` (relative tolerance 1e-13).  Used
-    by the ``"zcdp"`` calibration of :class:`dpexplorer.noise.Gaussian`.
+    by the ``"zcdp"`` calibration of :class:`dpexplorer.privacy.noise.Gaussian`.
 
     Raises
     ------

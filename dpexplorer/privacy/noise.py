@@ -16,7 +16,7 @@ and sensitivity"):
   2012, Prop. 4) are options.  The ``"zcdp"`` calibration is the one releases
   use: ``c = 1/sqrt(2ρ)`` with ρ the largest zCDP cost whose tight conversion
   gives (ε, δ) (Bun & Steinke 2016, Prop. 1.6; Canonne, Kamath & Steinke 2020,
-  Cor. 13; :mod:`dpexplorer.accounting`), because the vetted samplers a
+  Cor. 13; :mod:`dpexplorer.privacy.accounting`), because the vetted samplers a
   release draws from are proved private in zCDP, not through the analytic
   Gaussian's exact privacy profile.
 

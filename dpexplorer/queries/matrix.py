@@ -93,7 +93,7 @@ class Matrix:
     shape: tuple[int, int]
     _name: str | None = None
     _domain: tuple[int, ...] | None = None
-    #: declarative description of a named 1D building block (see dpexplorer.spec)
+    #: declarative description of a named 1D building block (see dpexplorer.queries.spec)
     spec: dict | None = None
 
     # ----------------------------------------------------------------- basics

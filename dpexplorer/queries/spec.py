@@ -2,7 +2,7 @@
 
 A spec is a plain dict (JSON / YAML serialisable) describing a union of
 weighted Kronecker products of the named 1D blocks of
-:data:`dpexplorer.workloads.BLOCKS`::
+:data:`dpexplorer.queries.workloads.BLOCKS`::
 
     {"version": 1,
      "name": "my workload",                      # optional
@@ -103,7 +103,7 @@ def from_spec(spec: Mapping) -> Matrix:
     Matrix
         ``(m, n_1·...·n_d)`` workload with ``domain == tuple(spec["domain"])``:
         the bare block for one product of one factor with weight 1, a
-        :class:`~dpexplorer.matrix.Kronecker` for one product, else the
+        :class:`~dpexplorer.queries.matrix.Kronecker` for one product, else the
         (weighted) union of the products in their order.
 
     Raises

@@ -2,10 +2,10 @@
 
 A workload ``W`` (``m × n``) is a batch of linear counting queries over a
 data vector ``x`` of ``n`` cells.  Every builder returns an implicit
-:class:`~dpexplorer.matrix.Matrix` that knows its ``name``, its ``domain``
+:class:`~dpexplorer.queries.matrix.Matrix` that knows its ``name``, its ``domain``
 shape and its number of queries ``m``.  1D building blocks carry a ``spec``
 so that any union of weighted Kronecker products of them can be saved and
-loaded as a declarative spec (:mod:`dpexplorer.spec`).
+loaded as a declarative spec (:mod:`dpexplorer.queries.spec`).
 
 Sources: HDMM (McKenna et al.) Sec. 3 and Sec. 11 for All Range, Prefix,
 Width-k, Permuted Range, marginals and prefix-marginals; DAWA (Li et al.
@@ -211,7 +211,7 @@ def random_rectangles(shape, m: int = 2000, seed: int = 0) -> Matrix:
     Returns
     -------
     Matrix
-        ``(m, n1·n2)`` :class:`~dpexplorer.matrix.RectangleQueries`.
+        ``(m, n1·n2)`` :class:`~dpexplorer.queries.matrix.RectangleQueries`.
     """
     if len(shape) != 2:
         raise ValueError(f"a 2D grid shape (n1, n2) is needed, got {shape}")

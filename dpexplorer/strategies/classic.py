@@ -1,6 +1,6 @@
 """Classic data-independent strategies of the matrix mechanism.
 
-Each builder returns a strategy ``A`` (a :class:`~dpexplorer.matrix.Matrix`
+Each builder returns a strategy ``A`` (a :class:`~dpexplorer.queries.matrix.Matrix`
 over the workload's cells).  Strategies are not normalised: the analytic
 error scales the noise to ``A``'s own sensitivity, so scaling ``A`` changes
 nothing (MATH.md, "Matrix mechanism").
@@ -25,7 +25,6 @@ Privelet's wavelet); GreedyH is defined for ordered 1D domains only.
 """
 
 from __future__ import annotations
-
 
 import numba
 import numpy as np

@@ -81,7 +81,7 @@ rows of implicit workloads (see that function).
 sensitivity, which is a function of ``AᵀA`` alone; the L1 sensitivity is
 not, the eigen-queries ignore it and the paper gives no ε-DP version
 (Sec. 3.5).  Laplace noise is therefore refused with
-:class:`~dpexplorer.registry.NotApplicableError`.
+:class:`~dpexplorer.core.registry.NotApplicableError`.
 
 Registered mechanism: ``"eigen_design"``.
 """
@@ -98,7 +98,7 @@ import scipy.optimize
 from threadpoolctl import threadpool_limits
 
 from ..core import error, optimization, registry
-from . import templates
+from ..privacy.noise import NoiseModel
 from ..queries.matrix import (
     DENSE_LIMIT,
     AllRange,
@@ -118,7 +118,7 @@ from ..queries.matrix import (
     Weighted,
     as_matrix,
 )
-from ..privacy.noise import NoiseModel
+from . import templates
 
 __all__ = [
     "MAX_CELLS",
@@ -218,7 +218,7 @@ def optimal_weights(c, S, *, maxiter: int = 5000, tol: float = 0.0, gap_tol: flo
         L-BFGS-B is restarted from its last point (at most 10 runs in all)
         while the relative duality gap is above this.
     stage : str
-        Label passed to :func:`dpexplorer.optimization.report` every iteration.
+        Label passed to :func:`dpexplorer.core.optimization.report` every iteration.
 
     Returns
     -------
@@ -482,7 +482,7 @@ def row_normalized_gram(W) -> np.ndarray:
 class EigenDesignStrategy(Dense):
     """The Eigen-Design strategy ``A = [diag(√u) Q; D'] / √top`` as a dense matrix.
 
-    A :class:`~dpexplorer.matrix.Dense` that remembers its factorisation so
+    A :class:`~dpexplorer.queries.matrix.Dense` that remembers its factorisation so
     that, when no completion rows were needed (``D' = 0``, e.g. marginal
     workloads, whose eigen-designs have equal column norms already), the
     error trace needs no ``n × n`` factorisation:
@@ -551,7 +551,7 @@ class EigenDesignStrategy(Dense):
         -------
         float or NotImplemented
             NotImplemented when completion rows are present or ``W`` has
-            another number of cells (the generic path of :mod:`dpexplorer.error`
+            another number of cells (the generic path of :mod:`dpexplorer.core.error`
             then applies or reports the mismatch).
 
         Raises

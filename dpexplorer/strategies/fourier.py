@@ -57,9 +57,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from . import marginals
 from ..core import registry
 from ..queries.matrix import Dense, Kronecker, VStack, as_matrix
+from . import marginals
 
 __all__ = ["fourier_basis", "downward_closure", "FourierStrategy", "fourier_strategy", "fourier"]
 
@@ -239,7 +239,7 @@ class FourierStrategy(VStack):
         -------
         float or NotImplemented
             NotImplemented when ``W`` has no marginal form over this domain
-            (the generic dense path of :mod:`dpexplorer.error` applies).
+            (the generic dense path of :mod:`dpexplorer.core.error` applies).
 
         Raises
         ------
@@ -338,7 +338,7 @@ def fourier(W, scope: str = "marginal") -> FourierStrategy:
     W : Matrix, shape (m, n)
         A marginal workload: a union of weighted Kronecker products whose
         factor Grams are ``a·I + b·J`` (marginals, ``[I; 1ᵀ]`` factors,
-        weighted marginals; :func:`dpexplorer.marginals.is_exact`).
+        weighted marginals; :func:`dpexplorer.strategies.marginals.is_exact`).
     scope : {"marginal", "kronecker"}
         ``"kronecker"`` also accepts any union of Kronecker products (e.g.
         range marginals, as in Li & Miklau's Table 2); the needed eigenspaces

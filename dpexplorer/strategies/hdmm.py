@@ -4,10 +4,10 @@ Strategy selection is independent of the data and spends no privacy budget,
 so HDMM runs every optimisation operator that applies to the workload --
 OPT0 on the dense Gram matrix when the domain is small, OPT⊗, OPT+ when the
 workload has several product terms, OPT_M (marginal strategies,
-:func:`dpexplorer.marginals.opt_m`) -- each with random restarts, and keeps
+:func:`dpexplorer.strategies.marginals.opt_m`) -- each with random restarts, and keeps
 the strategy with the lowest expected error (unit-noise TSE
 ``Δ_p(A)² · tr(WᵀW (AᵀA)⁺)``, HDMM Prop. 4).  Sub-results are memoised per
-workload object (:func:`dpexplorer.templates.memoised`), so building
+workload object (:func:`dpexplorer.strategies.templates.memoised`), so building
 ``"opt0"`` and then ``"hdmm"`` for the same workload optimises once.
 """
 
@@ -19,10 +19,10 @@ import time
 import numpy as np
 
 from ..core import optimization, registry
-from . import templates
 from ..core.error import UnsupportedWorkloadError
-from ..queries.matrix import MatrixTooLargeError, as_matrix
 from ..privacy.noise import NoiseModel
+from ..queries.matrix import MatrixTooLargeError, as_matrix
+from . import templates
 
 __all__ = ["hdmm"]
 
@@ -34,7 +34,7 @@ def _opt_m(W, noise, restarts, seed):
 
     opt_m = getattr(marginals, "opt_m", None)
     if opt_m is None:  # pragma: no cover - only while marginals.py is a placeholder
-        raise registry.NotApplicableError("OPT_M is not available (dpexplorer.marginals.opt_m)")
+        raise registry.NotApplicableError("OPT_M is not available (dpexplorer.strategies.marginals.opt_m)")
     kwargs = {"seed": seed} if restarts is None else {"restarts": restarts, "seed": seed}
     return templates.memoised("opt_m", W, noise.norm, kwargs, lambda: opt_m(W, noise, **kwargs))
 
@@ -62,7 +62,7 @@ def hdmm(W, noise: NoiseModel, restarts: int | None = None, seed: int = 0,
     seed : int
         Seed of every optimiser (deterministic given it).
     maxiter : int, optional
-        Iterations per OPT0 run (default as in :func:`dpexplorer.templates.opt0`).
+        Iterations per OPT0 run (default as in :func:`dpexplorer.strategies.templates.opt0`).
     include : iterable of str, optional
         Restrict the candidates to these of ``"opt0"``, ``"opt_kron"``,
         ``"opt_plus"``, ``"opt_m"``.

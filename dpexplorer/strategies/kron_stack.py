@@ -1,6 +1,6 @@
 """Stacked Kronecker strategies answered by local least squares (HDMM Sec. 6.2, 10).
 
-OPT+ (:func:`dpexplorer.templates.opt_plus`, HDMM Def. 19) measures one
+OPT+ (:func:`dpexplorer.strategies.templates.opt_plus`, HDMM Def. 19) measures one
 strategy per group of workload product terms and scales group ``g`` by a
 budget weight ``c_g``.  :class:`KronStack` is that strategy as an implicit
 matrix: products act block by block (Kronecker blocks factor by factor, HDMM
@@ -41,7 +41,7 @@ __all__ = ["product_terms", "term_matrix", "FactorInverse", "KronStack"]
 def product_terms(W) -> list[tuple[float, list[Matrix]]]:
     """``W`` as a list of weighted products ``(w_j, [W_j1, ..., W_jd])`` in row order.
 
-    :func:`dpexplorer.error.kron_terms` with ``leaves=True``: a Kronecker
+    :func:`dpexplorer.core.error.kron_terms` with ``leaves=True``: a Kronecker
     product is one term, ``Weighted`` multiplies the weight, ``VStack``
     concatenates its blocks' terms, and any other matrix is a single
     one-factor term (HDMM Eq. 3).
@@ -58,7 +58,7 @@ def product_terms(W) -> list[tuple[float, list[Matrix]]]:
     Raises
     ------
     ValueError
-        If ``W`` is not a matrix (:func:`~dpexplorer.matrix.as_matrix`).
+        If ``W`` is not a matrix (:func:`~dpexplorer.queries.matrix.as_matrix`).
     """
     return [(c, list(f)) for c, f in kron_terms(as_matrix(W), leaves=True)]
 
@@ -74,7 +74,7 @@ class FactorInverse:
 
     Closed forms for Identity (``X⁺ = I``) and Total/Ones with ``m`` rows
     (``X = m·J``, ``X⁺ = J/(m n²)``, which supports exactly the Grams ∝ ``J``);
-    any other factor goes through :class:`~dpexplorer.error.GramInverse`.
+    any other factor goes through :class:`~dpexplorer.core.error.GramInverse`.
     """
 
     def __init__(self, A: Matrix):

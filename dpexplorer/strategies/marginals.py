@@ -35,7 +35,7 @@ marginal.
 
 Public API: :func:`dimensions`, :func:`eigenvalues`, :func:`marginal_weights`,
 :func:`is_exact`, :class:`MarginalStrategy`, :class:`MarginalGram`,
-:func:`svdb_marginal` (registered with :func:`dpexplorer.error.register_svdb_rule`),
+:func:`svdb_marginal` (registered with :func:`dpexplorer.core.error.register_svdb_rule`),
 :func:`opt_m` (OPT_M, HDMM Sec. 8, Def. 22) and :func:`datacube` (Ding,
 Winslett, Han, Li, SIGMOD 2011, BMAX, as evaluated by HDMM Tables 6-7).
 Registered mechanisms: ``"opt_m"`` and ``"datacube"``.
@@ -53,7 +53,7 @@ import scipy.optimize
 from threadpoolctl import threadpool_limits
 
 from ..core import error, optimization, registry
-from . import templates
+from ..privacy.noise import NoiseModel
 from ..queries.matrix import (
     DENSE_LIMIT,
     Identity,
@@ -66,7 +66,7 @@ from ..queries.matrix import (
     _check_p,
     as_matrix,
 )
-from ..privacy.noise import NoiseModel
+from . import templates
 
 __all__ = [
     "dimensions",
@@ -750,7 +750,7 @@ class MarginalStrategy(Matrix):
         -------
         float or NotImplemented
             NotImplemented when ``W`` has no marginal approximation (the
-            generic dense path of :mod:`dpexplorer.error` then applies).
+            generic dense path of :mod:`dpexplorer.core.error` then applies).
 
         Raises
         ------
@@ -854,7 +854,7 @@ def _contract(Phi: np.ndarray, mats: list[np.ndarray]) -> np.ndarray:
 def _check_support(sp: _Spectrum, supported: np.ndarray, unsupported) -> np.ndarray:
     """The eigenspaces ``W`` needs (``λ_b(u) > 0``), raising if one is not ``supported``.
 
-    ``unsupported(b)`` gives the message of the :class:`~dpexplorer.error.UnsupportedWorkloadError`
+    ``unsupported(b)`` gives the message of the :class:`~dpexplorer.core.error.UnsupportedWorkloadError`
     for the first (smallest bitmask) needed ``b`` outside ``supported``.
     """
     needed = sp.lam > 0
@@ -951,7 +951,7 @@ def svdb_marginal(W) -> float | None:
     ``SVDB(W) = (Σ_b dim_b √λ_b(u))² / n`` (HDMM Thm 12; MATH.md "Marginals"):
     the singular values of ``W`` are ``√λ_b(u)`` with multiplicity ``dim_b``
     (Li & Miklau 2012, Thm 2).  Registered with
-    :func:`dpexplorer.error.register_svdb_rule`, so :func:`dpexplorer.error.svdb`
+    :func:`dpexplorer.core.error.register_svdb_rule`, so :func:`dpexplorer.core.error.svdb`
     uses it for marginal workloads such as all 3-way marginals of Adult.
 
     Parameters

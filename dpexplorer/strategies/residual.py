@@ -9,7 +9,7 @@ checked against a dense computation in ``tests/test_residual.py``.
 **Domain and attribute sets.**  A domain ``(n_0, ..., n_{d-1})`` is flattened
 in C order; an attribute set ``b`` is a sorted tuple of attribute indices
 (internally a Python-int bitmask, attribute ``i`` the bit ``1 << i``, as in
-:mod:`dpexplorer.marginals`; Python ints, so ``d`` may be 100).
+:mod:`dpexplorer.strategies.marginals`; Python ints, so ``d`` may be 100).
 
 **Residual basis.**  The paper's subtraction matrix ``Sub_n = [1, −I_{n−1}]``
 (shape ``(n−1, n)``) spans the mean-zero vectors ``1^⊥`` of ``ℝⁿ``.  We use
@@ -90,8 +90,8 @@ marginal count tables to the noiseless strategy answers
 (:meth:`ResidualPlan.measure_answers`, L2 sensitivity 1) and noisy answers to
 workload marginals in closed form (:meth:`ResidualPlan.reconstruct`,
 :meth:`ResidualPlan.answer`).  For small domains :class:`ResidualStrategy`
-is the same plan as an implicit :class:`~dpexplorer.matrix.Matrix` with the
-hooks :mod:`dpexplorer.error` and :mod:`dpexplorer.mechanism` use.
+is the same plan as an implicit :class:`~dpexplorer.queries.matrix.Matrix` with the
+hooks :mod:`dpexplorer.core.error` and :mod:`dpexplorer.mechanism` use.
 
 Registered mechanism: ``"residual_planner"`` (Gaussian noise only;
 ``objective="sum"`` or ``"max"``).
@@ -111,7 +111,7 @@ import scipy.sparse
 from threadpoolctl import threadpool_limits
 
 from ..core import error, optimization, registry
-from . import marginals
+from ..privacy.noise import NoiseModel
 from ..queries import workloads
 from ..queries.matrix import (
     DENSE_LIMIT,
@@ -124,7 +124,7 @@ from ..queries.matrix import (
     _check_size,
     as_matrix,
 )
-from ..privacy.noise import NoiseModel
+from . import marginals
 
 __all__ = [
     "OBJECTIVES",
@@ -646,7 +646,7 @@ class ResidualPlan:
         Number of workload queries.
     unit_tse : float
         ``Σ_queries Var`` per unit noise variance (equals
-        :func:`dpexplorer.error.unit_tse` of the strategy, norm 2).
+        :func:`dpexplorer.core.error.unit_tse` of the strategy, norm 2).
     info : dict
         Solver details: ``seconds``; for ``"max"`` also ``upper`` (its unit
         largest variance), ``lower`` (the dual bound), ``gap`` (relative),
@@ -856,7 +856,7 @@ class ResidualPlan:
         noise : Gaussian, optional
             Counts² instead of unit values.
         max_entries : int, optional
-            Size limit (default :data:`~dpexplorer.matrix.DENSE_LIMIT`).
+            Size limit (default :data:`~dpexplorer.queries.matrix.DENSE_LIMIT`).
 
         Returns
         -------
@@ -1156,7 +1156,7 @@ class ResidualStrategy(Matrix):
 
     Blocks in :attr:`ResidualPlan.residuals` order, each ``R_b/σ_b`` with
     rows in C order over ``b``'s residual coordinates.  Δ₂ = 1
-    (equation (2)), so :mod:`dpexplorer.error` multiplies unit values by
+    (equation (2)), so :mod:`dpexplorer.core.error` multiplies unit values by
     ``noise.variance_per_unit`` as for every strategy.  Hooks (no ``n × n``
     matrix): :meth:`workload_trace`, :meth:`workload_row_variances`,
     :meth:`reconstructor` and :meth:`answer`.  Products with ``x`` go
@@ -1368,7 +1368,7 @@ def residual_planner(W, noise: NoiseModel | None = None, objective: str = "sum",
     -------
     ResidualStrategy
         Normalised to ``Δ₂ = 1``; ``A.plan`` is the :class:`ResidualPlan` and
-        ``A.optimization`` an :class:`~dpexplorer.optimization.OptimizationResult`
+        ``A.optimization`` an :class:`~dpexplorer.core.optimization.OptimizationResult`
         (``objective`` its unit TSE; ``info["max_variance"]`` its unit largest
         per-query variance when the objective is ``"max"``).
 

@@ -23,12 +23,12 @@ strategies ``A``, working on public things only (the workload), never on data:
 
 Every optimiser is deterministic given ``seed`` (randomness only from
 ``numpy.random.default_rng``), returns an
-:class:`~dpexplorer.optimization.OptimizationResult` whose ``objective``
+:class:`~dpexplorer.core.optimization.OptimizationResult` whose ``objective``
 equals ``error.unit_tse(W, result.strategy, norm)`` and whose ``trace`` is the
 objective after every iteration, and calls
-:func:`dpexplorer.optimization.report` as it goes.  The registry entries
+:func:`dpexplorer.core.optimization.report` as it goes.  The registry entries
 ``opt0``, ``opt_kron`` and ``opt_plus`` are defined here; ``hdmm`` in
-:mod:`dpexplorer.hdmm`.
+:mod:`dpexplorer.strategies.hdmm`.
 
 Conventions (documented choices)
 --------------------------------
@@ -67,7 +67,7 @@ from threadpoolctl import threadpool_limits
 
 from ..core import error, optimization, registry
 from ..core.error import GramInverse, UnsupportedWorkloadError
-from .kron_stack import FactorInverse, KronStack, product_terms, term_matrix
+from ..privacy.noise import NoiseModel
 from ..queries.matrix import (
     Dense,
     Identity,
@@ -78,7 +78,7 @@ from ..queries.matrix import (
     VStack,
     as_matrix,
 )
-from ..privacy.noise import NoiseModel
+from .kron_stack import FactorInverse, KronStack, product_terms, term_matrix
 
 __all__ = [
     "OPT0_MAX_CELLS",
@@ -517,10 +517,10 @@ def opt0(W, noise: NoiseModel, p: int | None = None, restarts: int | None = None
     Returns
     -------
     OptimizationResult
-        ``strategy``: :class:`~dpexplorer.matrix.Dense`, shape ``(n + p', n)``
+        ``strategy``: :class:`~dpexplorer.queries.matrix.Dense`, shape ``(n + p', n)``
         (Laplace) or ``(n, n)`` (Gaussian), sensitivity 1 in the noise's norm
-        (:class:`~dpexplorer.matrix.Identity` or
-        :class:`~dpexplorer.matrix.Total` when the Gram is ∝ ``I`` or ∝ ``J``,
+        (:class:`~dpexplorer.queries.matrix.Identity` or
+        :class:`~dpexplorer.queries.matrix.Total` when the Gram is ∝ ``I`` or ∝ ``J``,
         which are optimal); ``objective`` = ``error.unit_tse(W, strategy,
         norm)``; ``trace`` of the best restart; ``restarts`` the final
         objective of each restart; ``info`` with ``p``, iterations, ...
@@ -638,8 +638,8 @@ def opt_kron(W, noise: NoiseModel, restarts: int | None = None, seed: int = 0,
     Returns
     -------
     OptimizationResult
-        ``strategy``: :class:`~dpexplorer.matrix.Kronecker` (a
-        :class:`~dpexplorer.matrix.Dense` for 1D workloads), sensitivity 1;
+        ``strategy``: :class:`~dpexplorer.queries.matrix.Kronecker` (a
+        :class:`~dpexplorer.queries.matrix.Dense` for 1D workloads), sensitivity 1;
         ``objective`` = ``error.unit_tse(W, strategy, norm)``; ``trace``: the
         objective after every factor update; ``info["factors"]``: per
         attribute, the kind of strategy and ``p``.

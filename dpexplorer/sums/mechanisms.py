@@ -96,7 +96,10 @@ import scipy.sparse
 
 from ..core import error as _error
 from ..core import registry
-from ..privacy import samplers
+from ..core.parallel import blas_limit
+from ..core.reconstruct import Reconstructor
+from ..privacy import PrivacyLedger, PrivateData, samplers, variance_factor
+from ..privacy.noise import Laplace, _check_epsilon
 from ..queries.matrix import (
     Diagonal,
     Identity,
@@ -107,11 +110,6 @@ from ..queries.matrix import (
     Sparse,
     as_matrix,
 )
-from ..core.reconstruct import Reconstructor
-from ..core.parallel import blas_limit
-from ..privacy.noise import Laplace
-from ..privacy.noise import _check_epsilon
-from ..privacy.kernel import PrivacyLedger, PrivateData, variance_factor
 from .thresholds import (
     SVTParams,
     Threshold,
@@ -162,14 +160,14 @@ class SumWorkload:
     prefix : bool, optional
         Whether the queries are nested prefixes in increasing order (so the
         true answers are non-decreasing and isotonic regression applies).
-        Detected for :class:`~dpexplorer.matrix.Prefix` and prefix
-        :class:`~dpexplorer.matrix.RangeQueries` when not given.
+        Detected for :class:`~dpexplorer.queries.matrix.Prefix` and prefix
+        :class:`~dpexplorer.queries.matrix.RangeQueries` when not given.
 
     Raises
     ------
     ValueError
         If the shapes do not match, a value is negative or NaN
-        (:func:`dpexplorer.thresholds.check_values`), or a query covers only
+        (:func:`dpexplorer.sums.thresholds.check_values`), or a query covers only
         buckets of value 0 (its sum is 0 whatever the data).
     """
 
@@ -303,7 +301,7 @@ def prefix_sums(values, cuts=None, *, m: int | None = None, spacing: str = "line
     Returns
     -------
     SumWorkload
-        ``W`` a :class:`~dpexplorer.matrix.RangeQueries` with ``lo = 0``,
+        ``W`` a :class:`~dpexplorer.queries.matrix.RangeQueries` with ``lo = 0``,
         ``thresholds`` = value of each query's last bucket, ``is_prefix``.
 
     Raises
@@ -357,7 +355,7 @@ def select_strategy(name: str, W) -> Matrix:
     KeyError
         Unknown name (listing the registered ones).
     ValueError
-        If the mechanism is data-dependent; :class:`~dpexplorer.registry.NotApplicableError`
+        If the mechanism is data-dependent; :class:`~dpexplorer.core.registry.NotApplicableError`
         if it does not apply to ``W``.
     """
     mech = registry.get(name)
@@ -399,7 +397,7 @@ def _cached(cache: OrderedDict, key, build):
 
 #: Largest ``m·n`` for which ``diag(W (AᵀA)⁻¹ Wᵀ)`` is computed from a dense ``W`` and a
 #: Cholesky factor of ``AᵀA`` (one triangular solve per query); above, or when ``AᵀA``
-#: is singular, :func:`dpexplorer.error.per_query_variance` (pseudo-inverse) is used.
+#: is singular, :func:`dpexplorer.core.error.per_query_variance` (pseudo-inverse) is used.
 _DENSE_QUADRATIC_LIMIT = 2**24
 
 
@@ -557,7 +555,7 @@ def answer_epsilon(epsilon: float, threshold_mode: str = "svt", svt_params: SVTP
     """The ε left for the answers of a run with total ``epsilon``.
 
     With ``threshold_mode="svt"`` the threshold spends the share ``α`` of ε
-    (:class:`~dpexplorer.thresholds.SVTParams` ``alpha``) and the answers get
+    (:class:`~dpexplorer.sums.thresholds.SVTParams` ``alpha``) and the answers get
     ``(1 − α)·ε`` (Wu, Pujol, Kotsogiannis, Machanavajjhala 2019, Alg. 9 and
     Sec. 3.1-3.2, restated in MATH.md "Sum queries"; for SQM the same total,
     split evenly over the m queries, Alg. 2); with ``"user"`` or ``"none"``
@@ -632,7 +630,7 @@ def run(mechanism: str, data: PrivateData, workload: SumWorkload, epsilon: float
         (simulation) or the OS CSPRNG (a release).
     threshold : {"svt", "user", "none"} or Threshold
         ``"svt"`` (default): τ chosen privately with ``α·ε``
-        (:func:`dpexplorer.thresholds.svt_threshold`), answers get
+        (:func:`dpexplorer.sums.thresholds.svt_threshold`), answers get
         ``(1 − α)·ε``; for SQM every query runs its own SVT on the records it
         covers with ``α·ε/m`` (Alg. 2).  ``"user"``: the data-independent
         ``tau``.  ``"none"``: no truncation.  A :class:`Threshold` (e.g. one
@@ -641,7 +639,7 @@ def run(mechanism: str, data: PrivateData, workload: SumWorkload, epsilon: float
     tau : float, optional
         τ > 0 for ``threshold="user"``.
     svt : SVTParams, optional
-        α, ρ, r, θ₀ (defaults: :class:`~dpexplorer.thresholds.SVTParams`).
+        α, ρ, r, θ₀ (defaults: :class:`~dpexplorer.sums.thresholds.SVTParams`).
     strategy : str
         Registered strategy selector for TiMM/TaMM (default ``"greedy_h"``, paper Sec. 4).
     isotonic : bool
@@ -1069,7 +1067,7 @@ def tau_grid(values, points: int = 30) -> np.ndarray:
     ------
     ValueError
         If ``points`` is not an int ≥ 2, or the values are empty, not finite,
-        negative or all zero (:func:`dpexplorer.thresholds.check_values`).
+        negative or all zero (:func:`dpexplorer.sums.thresholds.check_values`).
     """
     v = check_values(values)
     if not isinstance(points, (int, np.integer)) or points < 2:

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..privacy.kernel import PrivateData
+from ..privacy import PrivateData
 
 __all__ = ["SVTParams", "Threshold", "svt_candidates", "svt_queries", "svt_sensitivity",
            "svt_threshold", "user_threshold", "no_truncation", "check_values"]

@@ -21,7 +21,7 @@ Strategy optimisers (:data:`OPTIMIZERS`: HDMM's OPT0, OPT⊗, OPT+, OPT_M and
 HDMM, Eigen-Design) come last: the table of the other mechanisms is shown
 first, then every optimiser's row (RMSE, ratio to the SVD bound) fills in as
 soon as it is built, while a second progress bar follows the optimiser's
-:func:`dpexplorer.optimization.report` calls (stage, iterations or
+:func:`dpexplorer.core.optimization.report` calls (stage, iterations or
 restarts, current objective) and a Cancel button stops it
 (:meth:`ComparePage.cancel`).  Unticking ``auto_optimize`` leaves them out
 ("not run yet") until :meth:`ComparePage.run_optimizers`.  A new workload or
@@ -63,8 +63,8 @@ import contextlib
 import itertools
 import logging
 import math
-import time
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -744,7 +744,7 @@ class ComparePage(pn.viewable.Viewer):
         self._cancel = False  # set by cancel(): the running optimisation stops
         self._serials = itertools.count(1)  # build numbers (next() is atomic in CPython)
         self._panes: dict = {}
-        #: Progress of the optimiser being built (fed by dpexplorer.optimization.report).
+        #: Progress of the optimiser being built (fed by dpexplorer.core.optimization.report).
         self.optimization = OptimizationProgress()
         # in a server session the optimisers wait until the browser has drawn the page: their
         # work and updates would otherwise compete with the page's first render

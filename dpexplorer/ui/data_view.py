@@ -4,7 +4,7 @@ Shows the selected dataset's histogram (1D) or grid (2D), runs DAWA on it
 (Li, Hay, Miklau, Wang, PVLDB 2014) and draws what DAWA releases: its private
 partition into buckets, the estimate ``x̂`` against the data ``x``, and the
 budget of each stage.  Beside the private partition it draws the exact
-least-cost partition (:func:`dpexplorer.partition.optimal_partition`), which is
+least-cost partition (:func:`dpexplorer.adaptive.partition.optimal_partition`), which is
 **not private** and only shown for comparison.  Datasets can be uploaded as a
 CSV column (binned with :func:`dpexplorer.datasets.from_csv`) or a ``.npy``
 array of counts (:func:`dpexplorer.datasets.from_npy`).
@@ -45,11 +45,11 @@ import panel as pn
 import param
 
 import dpexplorer as dpx
-from dpexplorer.datasets import Dataset
 from dpexplorer.adaptive.dawa import DAWAResult, dawa
-from dpexplorer.queries.matrix import Matrix
 from dpexplorer.adaptive.partition import Partition, optimal_partition
-from dpexplorer.privacy.kernel import PrivacyLedger, PrivateData, Spend
+from dpexplorer.datasets import Dataset
+from dpexplorer.privacy import PrivacyLedger, PrivateData, Spend
+from dpexplorer.queries.matrix import Matrix
 
 from .session import Session, error_alert
 from .session import exception_message as _message

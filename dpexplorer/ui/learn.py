@@ -46,7 +46,7 @@ import panel as pn
 import param
 
 import dpexplorer as dpx
-from dpexplorer.privacy.kernel import PrivacyLedger, PrivateData
+from dpexplorer.privacy import PrivacyLedger, PrivateData
 
 from .session import Session
 from .shown import ShownGate
@@ -115,7 +115,7 @@ def rmse_grid(ns, noise: dpx.noise.NoiseModel, mechanisms=tuple(STRATEGIES)) -> 
 
     Equal to ``dpx.rmse(all_range(n), A, noise)``: the unit-noise TSE of each
     ``(n, strategy, norm)`` is computed once per process and multiplied by the
-    noise's variance, exactly as :func:`dpexplorer.error.rmse` does.
+    noise's variance, exactly as :func:`dpexplorer.core.error.rmse` does.
 
     Parameters
     ----------

@@ -45,8 +45,8 @@ from bokeh.models.widgets.tables import NumberFormatter
 import dpexplorer as dpx
 from dpexplorer import mechanism as _mechanism
 from dpexplorer.core import registry
+from dpexplorer.privacy import PrivacyLedger, PrivateData
 from dpexplorer.queries.matrix import Matrix
-from dpexplorer.privacy.kernel import PrivacyLedger, PrivateData
 
 from .session import Session, error_alert
 from .session import exception_message as _message

@@ -46,7 +46,15 @@ import param
 import scipy.sparse
 
 import dpexplorer as dpx
-from dpexplorer.queries.matrix import Dense, Identity, Kronecker, Matrix, Sparse, VStack, Weighted
+from dpexplorer.queries.matrix import (
+    Dense,
+    Identity,
+    Kronecker,
+    Matrix,
+    Sparse,
+    VStack,
+    Weighted,
+)
 
 from .compare_view import _LABEL, Jobs, _message, build_lock, check_workload
 from .optimize_view import (
@@ -343,7 +351,7 @@ class StrategyView(pn.viewable.Viewer):
         self._tokens = {s: 0 for s in SIDES}
         self._cancel = {s: False for s in SIDES}
         self._panes: dict = {}
-        #: Progress of the optimiser building each side (fed by dpexplorer.optimization.report).
+        #: Progress of the optimiser building each side (fed by dpexplorer.core.optimization.report).
         self.progress = {s: OptimizationProgress() for s in SIDES}
         super().__init__(**params)
         doc = pn.state.curdoc

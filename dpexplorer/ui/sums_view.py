@@ -51,8 +51,8 @@ from bokeh.models.widgets.tables import NumberFormatter
 
 import dpexplorer as dpx
 from dpexplorer import datasets
-from dpexplorer.sums import mechanisms as sums
 from dpexplorer.datasets import NumericalAttribute
+from dpexplorer.sums import mechanisms as sums
 from dpexplorer.sums.thresholds import SVTParams
 
 from .compare_view import Jobs
