@@ -477,7 +477,7 @@ class ReleaseView(param.Parameterized):
     def answers_frame(self) -> pd.DataFrame:
         """The last release's answers with std and 95 % interval (what the downloads hold)."""
         if self.last is None:
-            return pd.DataFrame(columns=["query", "answer", "std", "ci_low", "ci_high", "ci_method"])
+            return pd.DataFrame(columns=["query", "label", "answer", "std", "ci_low", "ci_high", "ci_method"])
         return self.last.release.to_frame()
 
     def _answers_shown(self) -> pd.DataFrame:
