@@ -142,6 +142,23 @@ def test_epsilon_halved_doubles_everything_without_rebuilding():
     assert len(session.cache) == entries
 
 
+def test_one_svd_bound_line_after_many_epsilon_changes():
+    """Issue 17 item 3: ε 1 → 0.5 → 2 → 0.25 → 1 left three dashed lines on the chart."""
+    import holoviews as hv
+    from bokeh.models import Span
+
+    session, page = _page()
+    page.panel().get_root()
+    plot = hv.renderer("bokeh").get_plot(page._panes["bars"].pane.object)
+    for eps in (0.5, 2.0, 0.25, 1.0):
+        session.epsilon = eps
+    spans = [r for r in plot.state.renderers if isinstance(r, Span)]
+    assert len(spans) == 1
+    assert spans[0].location == pytest.approx(page.svd_bound, rel=1e-12)
+    texts = [t for t in plot.state.renderers if "Text" in type(getattr(t, "glyph", None)).__name__]
+    assert len(texts) == 1
+
+
 def test_curve_is_the_analytic_rmse_over_epsilon():
     session, page = _page(dpx.workloads.prefix(64))
     curve = page.curve

@@ -109,10 +109,13 @@ def rmse_chart(df: pd.DataFrame, title: str = "", slots=()) -> hv.Overlay:
         bars = bars.opts(ylim=(min(values) / 1.5, max(values) * 1.5))
     if not (math.isfinite(bound) and bound > 0):
         return hv.Overlay([bars])
-    line = hv.HLine(bound, label=f"SVD bound {bound:.4g}").opts(
+    # Constant labels: a live plot (hv.streams.Pipe) matches layers by label, so a
+    # label carrying the value would add one more line at every ε change.
+    line = hv.HLine(bound, label="SVD bound").opts(
         color="#d62728", line_dash="dashed", line_width=2)
-    text = hv.Text(ok["label"].iloc[-1] if len(ok) else "", bound * 1.15,
-                   f"SVD bound {bound:.4g}").opts(text_color="#d62728", text_font_size="10pt")
+    text = hv.Text(ok["label"].iloc[0] if len(ok) else "", bound * 1.15,
+                   f"SVD bound {bound:.4g}", label="SVD bound").opts(
+        text_color="#d62728", text_font_size="10pt", text_align="left")
     return (bars * line * text).opts(title=title)
 
 
