@@ -590,3 +590,54 @@ def test_workload_sensitivity_from_kronecker_factors(monkeypatch):
     assert not exact and value == 5.0 and W.sensitivity(1) == 4.0
     with pytest.raises(ValueError, match="not a union of Kronecker products"):
         bmod.workload_sensitivity(wl.prefix(8), 1)
+
+
+# ------------------------------------------------------------ the page's link (issue 17 item 5)
+def test_link_carries_the_terms_and_rebuilds_them():
+    b = WorkloadBuilder(Session())
+    b.add_term("prefix")
+    b.add_term("width_range", k=8, weight=2.0)
+    link = json.loads(json.dumps(b.url_terms))  # what travels in the URL
+    assert [f for f, _, _ in link] == ["all_range", "prefix", "width_range"]
+    other = WorkloadBuilder(Session())
+    other.param.update(n=128, url_terms=link)
+    assert other.error == ""
+    assert other.domain == (128,)
+    assert [t.label for t in other.terms] == ["All ranges", "Prefix", "Ranges of width 8"]
+    assert [t.weight for t in other.terms] == [1.0, 1.0, 2.0]
+    W = other.session.workload
+    assert W.n == 128 and W.m == 128 * 129 // 2 + 128 + (128 - 8 + 1)
+
+
+def test_link_with_attributes_and_products():
+    link = [["marginals", {"k": [1, 2]}, 1.0],
+            ["product", {"factors": [{"type": "prefix"}, {"type": "width_range", "w": 2}]}, 0.5]]
+    b = WorkloadBuilder(Session())
+    b.param.update(attributes="a:4, b:5", url_terms=link)
+    assert b.error == "" and b.domain == (4, 5)
+    assert [t.family for t in b.terms] == ["marginals", "product"]
+    assert b.url_terms == link  # the link is the canonical form
+
+
+@pytest.mark.parametrize("link, reason", [
+    ([["evil", {}, 1]], "cannot carry a 'evil' term"),
+    ([["identity", {}, -1]], "weight must be a positive"),
+    ([["random_ranges", {"m": 10**8, "kind": "uniform", "seed": 0}, 1]], "must be 1 to"),
+    ([1, 2], "list of [family, parameters, weight]"),
+    ([["ranges", {"ranges": [[0, 10**6]]}, 1]], "0 <= lo <= hi <= 255"),
+    ([["identity", {}, 1]] * 400, "links carry at most"),
+])
+def test_a_bad_link_keeps_the_terms_and_says_why(link, reason):
+    b = WorkloadBuilder(Session())
+    before = list(b.terms)
+    b.url_terms = link
+    assert "Workload from the link not used" in b.error and reason in b.error
+    assert b.terms == before and b.session.error == b.error
+    assert b.url_terms == [["all_range", {}, 1.0]]  # the URL shows what is used
+
+
+def test_terms_that_cannot_travel_leave_the_link_empty():
+    b = WorkloadBuilder(Session())
+    b.session.workload = dpx.workloads.prefix(256)  # set by another page: an external term...
+    b.add_term("predicates", matrix=np.ones((200, 256)))  # ...or a long matrix
+    assert b.url_terms == []

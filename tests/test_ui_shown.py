@@ -199,3 +199,29 @@ def test_the_learn_page_refreshes_its_lesson_only_when_shown():
     assert refreshes == [] and lesson.stale
     app.tabs.active = TITLES.index("Learn")
     assert refreshes == [1] and not lesson.stale
+
+
+def test_a_link_applies_what_it_can_and_says_what_it_could_not(monkeypatch):
+    """Issue 17 item 5: a link's workload terms come back; bad values are named, not dropped."""
+    import json
+    from urllib.parse import quote
+
+    from panel.io.location import Location
+
+    terms = [["prefix", {}, 1.0], ["width_range", {"w": 4}, 2.0]]
+    search = "?eps=-1&noise=Foo&delta=0.001&data=nope&page=1&n=64&w=" + quote(json.dumps(terms))
+    monkeypatch.setattr(pn.state, "_location", Location(search=search))
+    app = ExplorerApp()
+    app.sync_url()
+    s = app.session
+    assert (s.epsilon, s.noise, s.delta, app.page) == (1.0, "Laplace", 0.001, 1)
+    assert s.dataset == dpx.datasets.DEFAULT_1D
+    (problem,) = app.url_problems
+    for said in ("eps=-1", "ε must be a number above 0", "noise='Foo'", "Laplace or Gaussian",
+                 "data='nope'", "no dataset of that name"):
+        assert said in problem
+    builder = app.pages["Workload"]  # built at load because the link carries a workload
+    assert builder.domain == (64,) and [t.family for t in builder.terms] == ["prefix", "width_range"]
+    assert s.workload.n == 64
+    builder.add_term("total")
+    assert "total" in pn.state.location.query_params["w"][-1]

@@ -3,7 +3,9 @@
 ``ExplorerApp(session).template()`` is what ``apps/explorer.py`` serves; in a
 notebook, display ``ExplorerApp()`` (or any single page) after
 ``pn.extension()``.  The main selections (ε, δ, noise, dataset, simulation
-seed, page) are synced to the URL so a view can be shared and reloaded.
+seed, page, and the workload: its domain and terms) are synced to the URL so a
+view can be shared and reloaded; a link's value that cannot be used is named
+in a notification, with what is allowed, and the current value is kept.
 
 Pages are views on the one :class:`~dpexplorer.ui.session.Session`, each
 built the first time its tab is opened (the first page at once): the browser
@@ -24,7 +26,7 @@ import logging
 import panel as pn
 import param
 
-from .session import Session
+from .session import Session, notify
 
 __all__ = ["ExplorerApp", "PAGES"]
 
@@ -40,6 +42,9 @@ PAGES = [
     ("Sum queries", "dpexplorer.ui.sums_view", "SumsView"),
     ("Learn", "dpexplorer.ui.learn", "LearnView"),
 ]
+
+#: URL keys of the Workload page (a link carrying one builds that page at load).
+_WORKLOAD_URL_KEYS = ("n", "attrs", "w")
 
 URL_PARAMS = {"epsilon": "eps", "delta": "delta", "noise": "noise", "dataset": "data", "seed": "seed"}
 
@@ -62,6 +67,8 @@ class ExplorerApp(pn.viewable.Viewer):
         self.session = session or Session()
         self.pages: dict[str, object] = {}
         self._url_synced = False
+        #: Messages about link (URL) values that could not be used.
+        self.url_problems: list[str] = []
         self._slots = {title: pn.Column(sizing_mode="stretch_width") for title, _, _ in PAGES}
         self.tabs = pn.Tabs(*self._slots.items(), dynamic=False, active=self.page,
                             sizing_mode="stretch_width")
@@ -103,18 +110,43 @@ class ExplorerApp(pn.viewable.Viewer):
         """Keep ε, δ, noise, dataset, seed and the open page in the URL's query string."""
         if pn.state.location is None:
             return
-        pn.state.location.sync(self.session, URL_PARAMS)
-        pn.state.location.sync(self, {"page": "page"})
+        location = pn.state.location
+        location.sync(self.session, URL_PARAMS, on_error=self._url_refused(self.session, URL_PARAMS))
+        location.sync(self, {"page": "page"}, on_error=self._url_refused(self, {"page": "page"}))
         self._url_synced = True
+        # a shared link's workload applies at load, whichever page opens first
+        query = location.query_params or {}
+        if any(key in query for key in _WORKLOAD_URL_KEYS):
+            self.page_for(PAGES[0][0])
         for page in list(self.pages.values()):  # pages built later sync when built
             self._sync_page_url(page)
 
-    @staticmethod
-    def _sync_page_url(page) -> None:
+    def _sync_page_url(self, page) -> None:
         """Sync a page's own shareable selections (its ``URL_PARAMS``) to the URL."""
         params = getattr(page, "URL_PARAMS", None)
         if isinstance(page, param.Parameterized) and params and pn.state.location is not None:
-            pn.state.location.sync(page, params)
+            pn.state.location.sync(page, params, on_error=self._url_refused(page, params))
+
+    def _url_refused(self, target: param.Parameterized, names: dict[str, str]):
+        """``on_error`` of Panel's URL sync: apply what is valid, say what was not used.
+
+        Panel applies a link's values in one update and drops them all when
+        one is invalid; this applies them one by one and reports each refused
+        ``key=value`` with the values allowed (also kept in ``url_problems``).
+        """
+        def on_error(mapped: dict) -> None:
+            refused = []
+            for pname, value in mapped.items():
+                try:
+                    target.param.update(**{pname: value})
+                except Exception as exc:  # noqa: BLE001 - reported to the user
+                    refused.append(f"{names.get(pname, pname)}={value!r}: {_allowed(target, pname, exc)}")
+            if refused:
+                message = ("This link's " + "; ".join(refused)
+                           + ". The explorer kept its current value instead.")
+                self.url_problems.append(message)
+                notify(message, "warning")
+        return on_error
 
     def template(self) -> pn.template.BootstrapTemplate:
         """The served page (Bootstrap template: no web fonts, all resources local)."""
@@ -135,3 +167,25 @@ def _build(title, module, cls, session):
     except Exception as exc:  # noqa: BLE001 - keep the other pages usable
         log.exception("page %s failed to build", title)
         return pn.pane.Alert(f"The {title} page could not be built: {exc}", alert_type="danger")
+
+
+#: What a link may carry, per parameter, in the user's words.
+_ALLOWED = {
+    "epsilon": "ε must be a number above 0 (e.g. eps=0.5)",
+    "delta": "δ must be a number strictly between 0 and 1, far below 1/n (e.g. delta=1e-6)",
+    "noise": "noise must be Laplace or Gaussian",
+    "seed": "the simulation seed must be a whole number 0 or above",
+    "page": f"page must be a tab number from 0 to {len(PAGES) - 1}",
+    "n": "n must be a whole number of cells",
+}
+
+
+def _allowed(target: param.Parameterized, pname: str, exc: BaseException) -> str:
+    """Why a link's value for ``pname`` was refused, with the values allowed."""
+    if pname == "dataset":
+        names = list(target.param["dataset"].objects)
+        shown = ", ".join(names[:8]) + (", …" if len(names) > 8 else "")
+        return f"there is no dataset of that name (datasets: {shown})"
+    if pname in _ALLOWED:
+        return _ALLOWED[pname]
+    return str(exc).replace(f"{type(target).__name__}.", "")

@@ -117,7 +117,10 @@ GRAM_MAX_N = 4096
 HEATMAP_PIXELS = 512
 
 #: Parameters of the builder synced to the URL: parameter -> query-string key.
-URL_PARAMS = {"n": "n", "attributes": "attrs"}
+URL_PARAMS = {"n": "n", "attributes": "attrs", "url_terms": "w"}
+
+#: Longest workload a link carries (characters of its JSON); larger ones are not linked.
+MAX_URL_TERMS = 4000
 
 #: Query families a term can be built from: key -> label.
 FAMILIES = {
@@ -546,6 +549,47 @@ def _message(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+# ======================================================================== link
+def _encode_terms(terms) -> list:
+    """``terms`` as ``[[family, params, weight], ...]`` for a link; ``[]`` if one cannot travel."""
+    items = []
+    for t in terms:
+        if t.family not in FAMILIES:
+            return []
+        params = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in t.params.items()}
+        items.append([t.family, params, t.weight])
+    try:
+        text = json.dumps(items, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return []
+    return json.loads(text) if items and len(text) <= MAX_URL_TERMS else []
+
+
+def _options_from_params(family: str, params: dict) -> dict:
+    """The builder's input options that make a term with ``params`` (a link's, unchecked)."""
+    p = dict(params)
+    if family == "width_range":
+        return {"k": p.get("w")}
+    if family in ("marginals", "range_marginals"):
+        k = p.get("k")
+        options = {"orders": k} if isinstance(k, list) else {"k": k}
+        if family == "range_marginals":
+            options["range_kind"] = p.get("kind")
+        return options
+    if family == "product":
+        factors = p.get("factors")
+        if not isinstance(factors, list) or not all(isinstance(f, dict) for f in factors):
+            raise ValueError("a product term needs a list of factors")
+        options = {"blocks": [f.get("type") for f in factors]}
+        for f in factors:
+            options.update(_options_from_params(f.get("type"), f) if f.get("type") in (
+                "width_range",) else {k: v for k, v in f.items() if k in ("m", "kind", "seed")})
+        return options
+    if family == "predicates":
+        return {"matrix": np.asarray(p.get("matrix"), dtype=float)}
+    return {k: v for k, v in p.items() if k in ("m", "kind", "seed", "ranges")}
+
+
 # ======================================================================== terms
 @dataclass(eq=False)
 class Term:
@@ -789,6 +833,14 @@ class WorkloadBuilder(param.Parameterized):
     predicates_text = param.String(default="", doc="Pasted 0/1 predicate matrix, one query per line.")
     spec_text = param.String(default="", doc="Pasted workload spec (JSON or YAML).")
 
+    url_terms = param.List(default=[], precedence=-1, doc="""
+        The terms as ``[[family, params, weight], ...]`` for the page's link (URL key
+        ``w``, as JSON); empty when a term cannot travel in a link (a workload set by
+        another page, a loaded spec, or more than MAX_URL_TERMS characters of JSON).
+        Setting it (e.g. from a shared link) rebuilds those terms over the domain of
+        ``n``/``attributes``, after the same checks as the controls; a refused link
+        keeps the current terms and says why.""")
+
     # ------------------------------------------------------------- outputs
     terms = param.List(default=[], constant=True, precedence=-1, doc="The terms of the union.")
     error = param.String(default="", constant=True, precedence=-1, doc="""
@@ -805,6 +857,7 @@ class WorkloadBuilder(param.Parameterized):
         self.session = session if session is not None else Session()
         self._lock = threading.RLock()
         self._syncing = False
+        self._domain_for_params: tuple[int, ...] | None = None  # a link's domain while checking it
         self._domain: tuple[int, ...] = (256,)
         self._names: tuple[str, ...] = ()
         self._workload: Matrix | None = None
@@ -911,7 +964,66 @@ class WorkloadBuilder(param.Parameterized):
             self._workload = self.session.workload
             self._set(terms=built, error="", spec_error=spec_error, busy=False,
                       version=self.version + 1)
+            self._sync_url_terms()
             return True
+
+    # ================================================================ link
+    def _sync_url_terms(self) -> None:
+        """Write the current terms into ``url_terms`` (without rebuilding them)."""
+        text = _encode_terms(self.terms)
+        if text != self.url_terms:
+            syncing, self._syncing = self._syncing, True
+            try:
+                self.url_terms = text
+            finally:
+                self._syncing = syncing
+
+    def _terms_from_link(self, items) -> list[Term]:
+        """The terms of a link's ``w`` value, checked like the controls' inputs.
+
+        Raises
+        ------
+        ValueError
+            If ``items`` is not a list of ``[family, params, weight]``, is longer
+            than :data:`MAX_URL_TERMS` characters of JSON, names a family a link
+            cannot carry, or a parameter or weight is not allowed.
+        """
+        try:
+            size = len(json.dumps(items))
+        except (TypeError, ValueError):
+            raise ValueError("the workload in the link is not readable (it was cut or edited)") from None
+        if size > MAX_URL_TERMS:
+            raise ValueError(f"the workload in the link is {size:,} characters long; "
+                             f"links carry at most {MAX_URL_TERMS:,}")
+        if not isinstance(items, list) or not items or not all(
+                isinstance(it, list) and len(it) == 3 and isinstance(it[0], str)
+                and isinstance(it[1], dict) for it in items):
+            raise ValueError("the workload in the link must be a list of [family, parameters, weight]")
+        terms = []
+        for family, params, weight in items:
+            if family not in FAMILIES:
+                raise ValueError(f"a link cannot carry a {family!r} term; families: {list(FAMILIES)}")
+            options = _options_from_params(family, params)
+            terms.append(Term(family, self._term_params(family, options), self._check_weight(weight)))
+        return terms
+
+    def _apply_link(self) -> bool:
+        """Build the link's domain (``n``/``attributes``) and terms (``url_terms``) together."""
+        try:
+            domain, names = parse_domain(self.attributes, self.n)
+            self._domain_for_params = domain
+            terms = self._terms_from_link(self.url_terms)
+        except ValueError as exc:
+            self._sync_params()
+            self._sync_url_terms()
+            return self._fail(f"Workload from the link not used: {_message(exc)}")
+        finally:
+            self._domain_for_params = None
+        if self._commit(terms, domain, names, "Workload from the link not used"):
+            return True
+        self._sync_params()
+        self._sync_url_terms()
+        return False
 
     def _sync_params(self) -> None:
         """Show the committed domain in ``n``/``attributes`` and size ``blocks`` to it."""
@@ -995,9 +1107,13 @@ class WorkloadBuilder(param.Parameterized):
             self._sync_params()
         return ok
 
-    @param.depends("n", "attributes", watch=True)
+    @param.depends("n", "attributes", "url_terms", watch=True)
     def _on_domain_params(self) -> None:
-        if not self._syncing:
+        if self._syncing:
+            return
+        if self.url_terms and self.url_terms != _encode_terms(self.terms):
+            self._apply_link()  # a link's domain and terms, applied together
+        else:
             self.set_domain(self.n, self.attributes)
 
     def use_dataset_size(self) -> bool:
@@ -1051,7 +1167,7 @@ class WorkloadBuilder(param.Parameterized):
             return params
         if family == "product":
             blocks = list(options.get("blocks", self.blocks))
-            d = len(self._domain)
+            d = len(self._domain_for_params or self._domain)
             if len(blocks) != d:
                 raise ValueError(f"{len(blocks)} block type(s) given for a domain of {d} attribute(s); "
                                  f"choose one block per attribute")
@@ -1209,6 +1325,7 @@ class WorkloadBuilder(param.Parameterized):
     def clear_terms(self) -> bool:
         """Remove all terms; ``session.workload`` keeps the last built workload."""
         self._set(terms=[], error="", version=self.version + 1)
+        self._sync_url_terms()
         return True
 
     # ============================================================== brush
