@@ -7,7 +7,7 @@ when chromium or playwright is missing).
 from __future__ import annotations
 
 import pytest
-from test_browser import _shot, _tab, browser, page, server  # noqa: F401
+from test_browser import READY_MS, _shot, _tab, browser, page, server  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -15,11 +15,11 @@ pytestmark = pytest.mark.slow
 def test_sum_queries_page_renders_and_simulates(page):  # noqa: F811
     _tab(page, "Sum queries")
     assert page.locator(".alert-danger:has-text('could not be built')").count() == 0
-    page.wait_for_selector("text=No simulation yet", timeout=30_000)
+    page.wait_for_selector("text=No simulation yet", timeout=READY_MS)
     page.get_by_role("button", name="Run simulation").click()
-    page.wait_for_selector("text=τ chosen by SVT", timeout=240_000)  # only in a result's summary
+    page.wait_for_selector("text=τ chosen by SVT", timeout=READY_MS)  # only in a result's summary
     # the small/large table, the answers grid, both relative-error charts and the τ curve are drawn
-    page.wait_for_selector(".tabulator-cell[tabulator-field='small median']", timeout=60_000)
+    page.wait_for_selector(".tabulator-cell[tabulator-field='small median']", timeout=READY_MS)
     page.wait_for_timeout(1500)
     assert page.locator(".bk-Canvas:visible").count() >= 4
     assert page.locator(".tabulator-cell[tabulator-field='small median']").count() >= 5

@@ -159,6 +159,19 @@ def test_one_svd_bound_line_after_many_epsilon_changes():
     assert len(texts) == 1
 
 
+def test_background_threads_yield_the_processor():
+    """Builds run at a lower CPU priority than the threads answering the browser (issue 17 item 11)."""
+    import threading
+
+    if not hasattr(os, "getpriority"):
+        pytest.skip("no per-thread priority on this platform")
+    main = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    worker = compare_view.EXECUTOR.submit(
+        lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result(60)
+    assert worker >= min(main + compare_view.BACKGROUND_NICE, 19)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main  # only the workers
+
+
 def test_curve_is_the_analytic_rmse_over_epsilon():
     session, page = _page(dpx.workloads.prefix(64))
     curve = page.curve

@@ -38,6 +38,7 @@ import contextlib
 import itertools
 import logging
 import math
+import os
 import threading
 import time
 import weakref
@@ -122,8 +123,25 @@ def rmse_chart(df: pd.DataFrame, title: str = "", slots=()) -> hv.Overlay:
 # =====================================================================
 # Background work shared by the Compare and Strategy pages
 # =====================================================================
+#: CPU priority (nice) of the background threads: builds and optimisations yield the
+#: processor to the threads that answer the browser (ε changes, redraws).
+BACKGROUND_NICE = 10
+
+
+def _background_thread() -> None:
+    """Lower the CPU priority of the calling worker thread (Linux: nice is per thread).
+
+    On a machine with few cores a running optimiser otherwise takes the
+    processor from the server's event loop and Panel's callback threads, and an
+    ε change (milliseconds of work) waits seconds behind it.
+    """
+    with contextlib.suppress(AttributeError, OSError):  # no per-thread nice here: keep going
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+
+
 #: Worker threads shared by all pages and sessions (strategy builds, per-query errors).
-EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dpexplorer-ui")
+EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dpexplorer-ui",
+                              initializer=_background_thread)
 
 _BUILD_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _BUILD_LOCKS_GUARD = threading.Lock()

@@ -1,0 +1,224 @@
+"""The explorer in a real browser: first paint, Compare table, ε change, CPS preset, 8 sessions.
+
+Serves ``apps/explorer.py`` with ``panel serve`` and drives Debian's headless
+chromium through Playwright.  Run by hand (figures depend on the machine and
+its load; report ``uptime`` with them)::
+
+    python benchmarks/bench_browser.py                 # n = 256 and 1024, 8 sessions
+    python benchmarks/bench_browser.py --n 1024 --sessions 8 --json out.json
+
+Measured, each from a new browser context (no cache) on one warm server:
+
+* ``first_paint``: the browser's first contentful paint (Performance API),
+  opening the Compare page (``?page=1&n=…``, All Range over ``n`` cells);
+* ``table``: seconds from navigation until the Compare table shows an RMSE;
+* ``epsilon``: seconds from pressing Enter on a new ε until the Identity
+  row shows ``RMSE(1) / ε`` (exact under Laplace noise).  The chart and the
+  table are redrawn in one message to the browser (``pn.io.hold``), so this
+  is also the chart's latency;
+* ``cps_structure``: seconds from "Load preset" (CPS, 280,000 cells) until the
+  Workload page shows the product structure;
+* ``concurrent``: ``sessions`` pages opened at once, each starting its own
+  comparison (and optimisers); meanwhile the first page's ε change latency.
+
+``tests/test_browser_timing.py`` runs the same functions once and reports
+the figures without failing on them (performance lives here, not in tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("DPEXPLORER_CHROMIUM", "/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+#: Longest wait for any one step (ms): a loaded machine is slow, never wrong.
+READY_MS = int(os.environ.get("DPEXPLORER_BROWSER_READY_MS", "240000"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(log_path: Path | str = os.devnull):
+    """``panel serve apps/explorer.py`` on a free port; yields the app's URL (warm: one request made)."""
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BOKEH_RESOURCES": "server"}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "panel", "serve", "apps/explorer.py", "--port", str(port),
+             "--address", "127.0.0.1", f"--allow-websocket-origin=127.0.0.1:{port}"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}/explorer"
+        try:
+            deadline = time.monotonic() + READY_MS / 1000
+            while True:
+                try:
+                    with urllib.request.urlopen(url, timeout=READY_MS / 1000) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        raise RuntimeError("panel serve did not answer") from None
+                    time.sleep(0.5)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _rmse_of(pg, label: str) -> float:
+    labels = pg.locator(".tabulator-cell[tabulator-field='label']").all_inner_texts()
+    values = pg.locator(".tabulator-cell[tabulator-field='rmse']").all_inner_texts()
+    text = dict(zip(labels, values, strict=False)).get(label, "").replace(",", "").strip()
+    try:
+        return float(text)
+    except ValueError:
+        return float("nan")
+
+
+def _wait(pg, predicate, what: str) -> float:
+    """Seconds until ``predicate()`` holds (polled every 20 ms); raises after READY_MS."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < READY_MS / 1000:
+        if predicate():
+            return time.perf_counter() - t0
+        pg.wait_for_timeout(20)
+    raise TimeoutError(f"{what} not seen after {READY_MS / 1000:.0f} s")
+
+
+def open_compare(browser, url: str, n: int, wait_table: bool = True):
+    """A new context on the Compare page (All Range over ``n`` cells); the page and its timings."""
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
+    pg = ctx.new_page()
+    t0 = time.perf_counter()
+    pg.goto(f"{url}?page=1&n={n}", wait_until="commit")
+    out = {}
+    if wait_table:
+        pg.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=READY_MS)
+        _wait(pg, lambda: _rmse_of(pg, "Identity") > 0, "the Identity row")
+        out["table"] = time.perf_counter() - t0
+        paints = dict(pg.evaluate(
+            "performance.getEntriesByType('paint').map(e => [e.name, e.startTime])"))
+        out["first_paint"] = paints.get("first-contentful-paint", float("nan")) / 1000
+    return ctx, pg, out
+
+
+def epsilon_latency(pg, values=("0.5", "2", "0.25", "1")) -> list[float]:
+    """Seconds from Enter on each ε in ``values`` until the Identity row is RMSE(ε = 1) / ε."""
+    box = pg.locator("input").first  # the sidebar's ε comes first
+    current = float(box.input_value())
+    base = _rmse_of(pg, "Identity") * current
+    out = []
+    for value in values:
+        expected = base / float(value)
+        box.fill(value)
+        t0 = time.perf_counter()
+        box.press("Enter")
+        _wait(pg, lambda e=expected: abs(_rmse_of(pg, "Identity") - e) <= 1e-3 * e,
+              f"the Identity RMSE at ε = {value}")
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def cps_structure(browser, url: str) -> float:
+    """Seconds from "Load preset" (CPS all marginals) until the product structure is shown."""
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
+    try:
+        pg = ctx.new_page()
+        pg.goto(f"{url}?page=0", wait_until="load")
+        load = pg.get_by_role("button", name="Load preset (replaces the terms)")
+        header = pg.locator(".card-header", has_text="Presets").first
+        header.wait_for(timeout=READY_MS)
+        for _ in range(20):  # a click on a card still being drawn can be lost
+            header.click()
+            with contextlib.suppress(Exception):
+                load.wait_for(state="visible", timeout=3000)
+                break
+        t0 = time.perf_counter()
+        load.click()
+        pg.locator("text=Structure instead").first.wait_for(timeout=READY_MS)
+        return time.perf_counter() - t0
+    finally:
+        ctx.close()
+
+
+def concurrent(browser, url: str, n: int, sessions: int) -> dict:
+    """``sessions`` pages opened at once; the first page's ε latency while the others work."""
+    opened = [open_compare(browser, url, n, wait_table=False) for _ in range(sessions)]
+    try:
+        first = opened[0][1]
+        t0 = time.perf_counter()
+        first.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=READY_MS)
+        _wait(first, lambda: _rmse_of(first, "Identity") > 0, "the Identity row")
+        table = time.perf_counter() - t0
+        eps = epsilon_latency(first)
+        tables = []
+        for _, pg, _ in opened[1:]:
+            t1 = time.perf_counter()
+            pg.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=READY_MS)
+            tables.append(time.perf_counter() - t1)
+        return {"sessions": sessions, "first_table": table, "epsilon": eps,
+                "others_table_after_first_done": tables}
+    finally:
+        for ctx, _, _ in opened:
+            ctx.close()
+
+
+def measure(url: str, ns=(256, 1024), sessions: int = 8) -> dict:
+    """Every figure of the module docstring (one browser, one warm server at ``url``)."""
+    from playwright.sync_api import sync_playwright
+
+    out = {"load": os.getloadavg(), "cpus": os.cpu_count(),
+           "blas_threads": os.environ.get("OMP_NUM_THREADS", "default")}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            ctx, _, _ = open_compare(browser, url, ns[0])  # warm the server's imports
+            ctx.close()
+            for n in ns:
+                ctx, pg, first = open_compare(browser, url, n)
+                first["epsilon"] = epsilon_latency(pg)
+                out[f"n={n}"] = first
+                ctx.close()
+            out["cps_structure"] = cps_structure(browser, url)
+            if sessions:
+                out["concurrent"] = concurrent(browser, url, ns[-1], sessions)
+        finally:
+            browser.close()
+    out["load_after"] = os.getloadavg()
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, nargs="+", default=[256, 1024])
+    ap.add_argument("--sessions", type=int, default=8)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args(argv)
+    with serve() as url:
+        out = measure(url, tuple(args.n), args.sessions)
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
