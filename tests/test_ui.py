@@ -172,6 +172,17 @@ def test_background_threads_yield_the_processor():
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main  # only the workers
 
 
+def test_compare_table_columns_share_the_width():
+    """Issue 17 item 7: the table's source and note columns were off-screen."""
+    session, page = _page()
+    table = compare_view.comparison_table(page._table_value())
+    assert table.layout == "fit_columns"
+    shown = [c for c in page._table_value().columns if c in table.widths]
+    assert {"source", "note", "description"} <= set(shown)
+    assert sum(float(table.widths[c].rstrip("%")) for c in shown) <= 100
+    assert all(table.formatters[c] == {"type": "textarea"} for c in ("description", "source", "note"))
+
+
 def test_curve_is_the_analytic_rmse_over_epsilon():
     session, page = _page(dpx.workloads.prefix(64))
     curve = page.curve

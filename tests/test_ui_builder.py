@@ -350,6 +350,10 @@ def test_heatmap_switches_to_gram_for_large_w(small):
     assert small.drawn == "WᵀW" and isinstance(img, hv.Image)
     assert "WᵀW" in small.heatmap_data()[2]
     assert img.dimension_values(2, flat=False).shape == (512, 512)  # block means
+    # a short title that fits the plot; the explanation above it (issue 17 item 7)
+    assert img.opts.get().kwargs["title"] == "WᵀW (1,024 × 1,024)"
+    view = small.heatmap_view()
+    assert "more than 200,000" in view.select(pn.pane.Markdown)[0].object
 
 
 def test_heatmap_message_when_gram_too_large(small):

@@ -1516,8 +1516,9 @@ class WorkloadBuilder(param.Parameterized):
                        kdims=[hv.Dimension("col", label="cell j"), ydim],
                        vdims=[hv.Dimension("value", label=which)])
         return img.opts(cmap="Blues", colorbar=True, invert_yaxis=True, tools=["hover"],
-                        responsive=True, min_height=320, max_height=520, title=f"{which}: {note}",
-                        fontsize={"title": "9pt"}, default_tools=["save", "reset", "wheel_zoom", "pan"])
+                        responsive=True, min_height=320, max_height=520,
+                        title=f"{which} ({rows:,} × {cols:,})",  # short: the note goes above the plot
+                        fontsize={"title": "10pt"}, default_tools=["save", "reset", "wheel_zoom", "pan"])
 
     def structure_frame(self, limit: int | None = None) -> pd.DataFrame | None:
         """The products of a (union of) Kronecker workload(s): ``weight, product, queries``.
@@ -1544,8 +1545,15 @@ class WorkloadBuilder(param.Parameterized):
 
     @param.depends("version")
     def heatmap_view(self):
-        """:meth:`heatmap`, redrawn when the workload changes."""
-        return self.heatmap()
+        """:meth:`heatmap` under its note (what is drawn and why), redrawn when the workload changes."""
+        out = self.heatmap()
+        if isinstance(out, hv.Element):
+            note = self.heatmap_data()[2]
+            return pn.Column(pn.pane.Markdown(note, styles={"font-size": "0.9em"}, margin=(0, 10),
+                                              sizing_mode="stretch_width"),
+                             pn.pane.HoloViews(out, sizing_mode="stretch_width"),
+                             sizing_mode="stretch_width")
+        return out
 
     def _redraw_histogram(self, *_) -> None:
         """Draw the data histogram and attach a new box-select stream to it."""

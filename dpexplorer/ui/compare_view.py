@@ -75,19 +75,26 @@ _LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
 # Button colours: ``color`` since Panel 1.9 (``button_type`` is deprecated there).
 _COLOR = "color" if "color" in pn.widgets.Button.param else "button_type"
 
-def comparison_table(frame: pd.DataFrame, description_width: int = 380,
-                     note_width: int = 220) -> pn.widgets.Tabulator:
-    """Read-only Tabulator of a :func:`dpexplorer.compare` table (RMSE, ratio, build time, ...)."""
+def comparison_table(frame: pd.DataFrame) -> pn.widgets.Tabulator:
+    """Read-only Tabulator of a :func:`dpexplorer.compare` table (RMSE, ratio, build time, ...).
+
+    The columns share the page's width (``fit_columns``) and the long text
+    columns wrap, so that ``source`` and ``note`` are never off-screen.
+    """
+    widths = {"label": "11%", "mechanism": "11%", "rmse": "8%", "ratio": "8%", "seconds": "7%",
+              "description": "30%", "source": "14%", "note": "22%"}
     return pn.widgets.Tabulator(
         frame, show_index=False, disabled=True, sizing_mode="stretch_width",
-        layout="fit_data_table",
+        layout="fit_columns",
         titles={"label": "mechanism", "rmse": "RMSE", "ratio": "RMSE / SVD bound",
                 "seconds": "build (s)"},
         formatters={"rmse": NumberFormatter(format="0,0.000"),
                     "ratio": NumberFormatter(format="0.000"),
                     "seconds": NumberFormatter(format="0.0000"),
-                    "description": {"type": "textarea"}, "note": {"type": "textarea"}},
-        widths={"description": description_width, "note": note_width})
+                    "description": {"type": "textarea"}, "source": {"type": "textarea"},
+                    "note": {"type": "textarea"}},
+        widths={c: w for c, w in widths.items() if c in frame.columns})
+
 
 def rmse_chart(df: pd.DataFrame, title: str = "", slots=()) -> hv.Overlay:
     """hv.Bars of the finite ``rmse`` per mechanism (log y), the SVD bound as an hv.HLine.
@@ -117,7 +124,7 @@ def rmse_chart(df: pd.DataFrame, title: str = "", slots=()) -> hv.Overlay:
     text = hv.Text(ok["label"].iloc[0] if len(ok) else "", bound * 1.15,
                    f"SVD bound {bound:.4g}", label="SVD bound").opts(
         text_color="#d62728", text_font_size="10pt", text_align="left")
-    return (bars * line * text).opts(title=title)
+    return (bars * line * text).opts(title=title, show_legend=False)  # the text names the line
 
 
 # =====================================================================
@@ -1067,7 +1074,7 @@ class ComparePage(pn.viewable.Viewer):
         bars = _LivePlot(self.bars, self.table if self.table is not None else _empty_table(),
                          self._plot_key(), height=380)
         curve = _LivePlot(self.curve_plot, self.curve, self._plot_key(), height=400)
-        table = comparison_table(self._table_value(), description_width=360)
+        table = comparison_table(self._table_value())
         options = {dpx.registry.get(n).label: n for n in self.mechanisms()}
         select = pn.widgets.Select(options=options, value=self.mechanism, width=220,
                                    **{_LABEL: "Mechanism"})

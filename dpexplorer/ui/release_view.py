@@ -570,9 +570,14 @@ class ReleaseView(param.Parameterized):
 
     def ledger_card(self) -> pn.Card:
         text = pn.pane.Markdown(self.ledger_text(), sizing_mode="stretch_width")
+        # the columns share the width and long text wraps: nothing (e.g. time) is cut off
+        widths = {"label": "22%", "mode": "9%", "epsilon": "7%", "delta": "7%", "rho": "7%",
+                  "noise": "19%", "queries": "7%", "sensitivity": "8%", "time": "14%"}
         table = pn.widgets.Tabulator(self.ledger_frame(), show_index=False, disabled=True,
-                                     sizing_mode="stretch_width", layout="fit_data_table",
-                                     pagination="local", page_size=10)
+                                     sizing_mode="stretch_width", layout="fit_columns",
+                                     widths=widths, pagination="local", page_size=10,
+                                     formatters={c: {"type": "textarea"}
+                                                 for c in ("label", "noise", "time")})
         refresh = pn.widgets.Button(**{_LABEL: "Refresh"}, **{_BUTTON: "light"}, width=100)
 
         def update(*_):

@@ -553,7 +553,7 @@ class SumsView(pn.viewable.Viewer):
     def relative_error_plot(self, isotonic: bool, res: SumsResult | None = None):
         """Relative error per query, log y: mean and 5–95 % band per mechanism (paper Figs. 3–4)."""
         res = res or self.result
-        title = f"Relative error, {'with' if isotonic else 'without'} isotonic regression"
+        title = "With isotonic regression" if isotonic else "Without isotonic regression"
         if res is None:
             return hv.Curve([]).opts(title=title, responsive=True, height=320)
         summ = res.summary[res.summary.isotonic == isotonic]
