@@ -324,6 +324,8 @@ class Lesson(param.Parameterized):
     inputs: tuple[str, ...] = ()
     session_inputs: tuple[str, ...] = ("epsilon", "delta", "noise")
     plot_height = 340
+    #: Rows of plots in the lesson's figure (the pane is sized to hold them all).
+    plot_rows = 1
 
     def __init__(self, session: Session, **params):
         self.session = session
@@ -409,7 +411,7 @@ class Lesson(param.Parameterized):
         if self._layout is None:
             self._plot = pn.pane.HoloViews(
                 self.figure() if self.result is not None else self.placeholder(),
-                sizing_mode="stretch_width", height=self.plot_height + 20)
+                sizing_mode="stretch_width", height=self.plot_rows * (self.plot_height + 20))
             self._summary = pn.pane.Markdown(self.summary() if self.result is not None else "",
                                              sizing_mode="stretch_width")
             self._alert = pn.pane.Alert("", alert_type="danger", visible=bool(self.error),
@@ -677,6 +679,7 @@ Alg. 1 as published; larger values give fewer buckets)."""
     inputs = ("pair", "n", "trials", "penalty")
     session_inputs = ("epsilon", "seed", "dpbench_dir")
     plot_height = 260
+    plot_rows = 2  # the two histograms, then the error bars
 
     pair = param.Selector(default="synthetic", objects={"Synthetic: steps vs spikes": "synthetic"},
                           label="Datasets")
