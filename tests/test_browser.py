@@ -336,3 +336,19 @@ def test_optimisers_in_compare_strategy_and_a_large_preset(page):
     print(f"HDMM row after {seconds:.2f} s; compare {t1 - t0:.1f} s, strategy {t2 - t1:.1f} s, "
           f"CPS preset {t3 - t2:.1f} s (click → structure shown {t_structure:.1f} s)")
     assert not [p for p in page.problems if "favicon" not in p], page.problems
+
+
+def test_narrow_window_wraps_instead_of_squashing(browser, server):
+    """Issue 17 item 7: at 800 px the Workload page's results were squashed beside its controls."""
+    ctx = browser.new_context(viewport={"width": 800, "height": 900})
+    try:
+        pg = ctx.new_page()
+        pg.goto(server, wait_until="load")
+        pg.wait_for_selector("text=Terms (union)", timeout=READY_MS)
+        table = pg.locator(".tabulator").first
+        table.wait_for(timeout=READY_MS)
+        box = table.bounding_box()
+        assert box["width"] >= 400, box  # below the controls, at nearly the full width
+        _shot(pg, "workload-800px")
+    finally:
+        ctx.close()

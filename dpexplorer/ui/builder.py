@@ -71,7 +71,7 @@ import dpexplorer as dpx
 from dpexplorer.queries import spec as dspec
 from dpexplorer.queries.matrix import Matrix, MatrixTooLargeError
 
-from .session import Session, error_alert
+from .session import Session, error_alert, side_by_side
 
 __all__ = [
     "WorkloadBuilder",
@@ -1761,8 +1761,7 @@ class WorkloadBuilder(param.Parameterized):
                          pn.pane.Markdown("### Brush custom ranges on the data"), hist,
                          sizing_mode="stretch_width", loading=self.param.busy)
         self._layout = pn.Column(pn.pane.Markdown(HEADER, sizing_mode="stretch_width"),
-                                 self.error_alert(), pn.Row(self._controls(), main,
-                                                            sizing_mode="stretch_width"),
+                                 self.error_alert(), side_by_side(self._controls(), main),
                                  sizing_mode="stretch_width")
         return self._layout
 

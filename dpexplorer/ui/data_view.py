@@ -51,7 +51,7 @@ from dpexplorer.datasets import Dataset
 from dpexplorer.privacy import PrivacyLedger, PrivateData, Spend
 from dpexplorer.queries.matrix import Matrix
 
-from .session import Session, error_alert
+from .session import Session, error_alert, side_by_side
 from .session import exception_message as _message
 from .shown import ShownGate
 
@@ -743,7 +743,7 @@ class DataView(param.Parameterized):
         if self._layout is None:
             self._layout = pn.Column(
                 pn.pane.Markdown(HEADER, sizing_mode="stretch_width"), self.error_alert(),
-                pn.Row(self.controls(), self.results(), sizing_mode="stretch_width"),
+                side_by_side(self.controls(), self.results()),
                 sizing_mode="stretch_width")
         return self._layout
 

@@ -48,7 +48,7 @@ from dpexplorer.core import registry
 from dpexplorer.privacy import PrivacyLedger, PrivateData
 from dpexplorer.queries.matrix import Matrix
 
-from .session import Session, error_alert
+from .session import Session, error_alert, side_by_side
 from .session import exception_message as _message
 from .shown import ShownGate
 
@@ -542,10 +542,11 @@ class ReleaseView(param.Parameterized):
         number = NumberFormatter(format="0,0.000")
         answers = pn.widgets.Tabulator(
             self._answers_shown(), show_index=False, disabled=True, sizing_mode="stretch_width",
-            layout="fit_data_stretch", pagination="local", page_size=10,
+            layout="fit_columns", pagination="local", page_size=10,  # every column on screen
             titles={"answer": "released answer", "std": "std error", "ci_low": "95 % low",
                     "ci_high": "95 % high", "ci_method": "interval"},
-            formatters={c: number for c in ("answer", "std", "ci_low", "ci_high")})
+            formatters={**{c: number for c in ("answer", "std", "ci_low", "ci_high")},
+                        "label": {"type": "textarea"}, "ci_method": {"type": "textarea"}})
 
         def redraw(*_):
             with pn.io.hold():  # one message to the browser for all its changes
@@ -605,7 +606,7 @@ class ReleaseView(param.Parameterized):
         if self._layout is None:
             self._layout = pn.Column(
                 pn.pane.Markdown(HEADER, sizing_mode="stretch_width"), self.error_alert(),
-                pn.Row(self.controls(), self.results(), sizing_mode="stretch_width"),
+                side_by_side(self.controls(), self.results()),
                 self.ledger_card(), sizing_mode="stretch_width")
         return self._layout
 

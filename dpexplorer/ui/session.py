@@ -25,7 +25,7 @@ import param
 import dpexplorer as dpx
 from dpexplorer.datasets import Dataset
 
-__all__ = ["Session", "notify", "error_alert", "exception_message"]
+__all__ = ["Session", "notify", "error_alert", "exception_message", "side_by_side"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,20 @@ def notify(message: str, level: str = "error") -> None:
     except Exception:  # noqa: BLE001 - no session or no notification area
         pass
     log.info("%s: %s", level, message)
+
+
+def side_by_side(*columns, basis: int = 480) -> pn.FlexBox:
+    """``columns`` side by side on a wide screen, one under the other on a narrow one.
+
+    A fixed-width column (controls) keeps its width; every stretching column
+    grows from ``basis`` pixels and wraps below the others when the window has
+    no room for it (so at 800 px nothing is squashed or cut off).
+    """
+    for col in columns:
+        if getattr(col, "sizing_mode", None) in ("stretch_width", "stretch_both"):
+            col.styles = {**(col.styles or {}), "flex": f"1 1 {basis}px", "min-width": "0"}
+    return pn.FlexBox(*columns, flex_wrap="wrap", align_items="flex-start",
+                      sizing_mode="stretch_width")
 
 
 def exception_message(exc: BaseException) -> str:

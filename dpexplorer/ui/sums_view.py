@@ -56,7 +56,7 @@ from dpexplorer.sums import mechanisms as sums
 from dpexplorer.sums.thresholds import SVTParams
 
 from .compare_view import Jobs
-from .session import Session, error_alert
+from .session import Session, error_alert, side_by_side
 from .session import exception_message as _message
 
 __all__ = ["SumsView", "SumsResult", "ATTRIBUTES", "COLORS"]
@@ -796,7 +796,7 @@ class SumsView(pn.viewable.Viewer):
         if self._layout is None:
             self._layout = pn.Column(
                 pn.pane.Markdown(HEADER, sizing_mode="stretch_width"), self.error_alert(),
-                pn.Row(self.controls(), self.results(), sizing_mode="stretch_width"),
+                side_by_side(self.controls(), self.results()),
                 sizing_mode="stretch_width")
         return self._layout
 
