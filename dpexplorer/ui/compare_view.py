@@ -931,8 +931,9 @@ class ComparePage(pn.viewable.Viewer):
         """Bars of the analytic RMSE (log y) with the SVD bound line."""
         df = (self.table if self.table is not None else _empty_table()) if df is None else df
         a = df.attrs
-        title = (f"RMSE per query: {a.get('workload', '')}, {a.get('m', 0):,} queries over "
-                 f"n = {a.get('n', 0):,} cells" if a.get("m") else "No result yet")
+        # short enough for the plot's width; the workload's name is in the summary above
+        title = (f"RMSE per query: {a.get('m', 0):,} queries over n = {a.get('n', 0):,} cells"
+                 if a.get("m") else "No result yet")
         if not df["rmse"].notna().any():
             return hv.Overlay([hv.Text(0.5, 0.5, "Computing…" if self.busy else "No result yet")
                                .opts(xaxis=None, yaxis=None, responsive=True, height=360,
