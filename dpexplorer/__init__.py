@@ -14,6 +14,7 @@ workloads   workload builders (ranges, prefixes, marginals, unions, products)
 spec        declarative workload specs (JSON/YAML)
 noise       Laplace and Gaussian noise models
 error       analytic TSE/RMSE of the matrix mechanism, SVD bound
+spectra     closed-form and structured spectra of range workloads (fast SVD bounds)
 strategies  classic strategies (identity, H2, HB, wavelet, GreedyH)
 registry    the mechanism registry
 compare     side-by-side analytic comparison
@@ -36,6 +37,7 @@ from . import datasets, error, matrix, mechanism, noise, privacy, registry, spec
 from . import dawa, efpa, hilbert, mwem, partition, uniform  # noqa: F401  (register mechanisms)
 from . import optimization, templates, marginals, hdmm, eigen_design, fourier  # noqa: F401
 from . import sums  # noqa: F401
+from . import spectra  # noqa: F401  (structured SVD bounds)
 from .compare import StrategyCache, compare
 from .error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound
 from .matrix import MatrixTooLargeError
