@@ -44,6 +44,7 @@ from .matrix import (
     as_matrix,
 )
 from .noise import NoiseModel
+from .trees import SegmentInverse, interval_variances
 
 __all__ = [
     "UnsupportedWorkloadError",
@@ -294,6 +295,9 @@ def per_query_variance(W, A, noise: NoiseModel) -> np.ndarray:
         if value is not NotImplemented:
             return scale * np.asarray(value, dtype=float)
     if isinstance(A, Identity):
+        value = interval_variances(W, SegmentInverse.identity(W.n))  # interval rows: lengths
+        if value is not NotImplemented:
+            return scale * value
         terms = kron_terms(W)
         if terms is not None:
             eye = Kronecker([Dense(np.eye(f.n)) for f in terms[0][1]])
