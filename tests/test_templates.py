@@ -186,7 +186,10 @@ def test_opt0_accepts_a_gram_matrix():
     G = W.gram().dense()
     a = templates.opt0(G, LAPLACE, seed=5)
     b = templates.opt0(W, LAPLACE, seed=5)
-    np.testing.assert_array_equal(a.strategy.dense(), b.strategy.dense())
+    # the workload takes the structured-Gram path (O(p² n)): the same iterates up to rounding
+    assert (a.info["gram"], b.info["gram"]) == ("dense", "structured")
+    np.testing.assert_allclose(a.strategy.dense(), b.strategy.dense(), rtol=1e-9, atol=1e-9)
+    assert b.objective == pytest.approx(a.objective, rel=1e-12)
 
 
 def test_opt0_reports_progress_and_can_be_cancelled():
@@ -230,8 +233,10 @@ def test_opt0_bad_input():
         templates.opt0(np.ones((3, 4)), LAPLACE)
     with pytest.raises(ValueError, match="zero"):
         templates.opt0(np.zeros((3, 3)), LAPLACE)
-    with pytest.raises(registry.NotApplicableError, match="opt_kron"):
-        templates.opt0(workloads.prefix(5000), LAPLACE)
+    with pytest.raises(registry.NotApplicableError, match="opt_kron"):  # dense: 4096 cells
+        templates.opt0(Dense(np.ones((2, 5000))), LAPLACE)
+    with pytest.raises(registry.NotApplicableError, match="16,384"):  # structured Gram
+        templates.opt0(workloads.prefix(20000), LAPLACE)
     with pytest.raises(registry.NotApplicableError, match="2,048"):
         templates.opt0(workloads.prefix(3000), GAUSSIAN)
     with pytest.raises(ValueError, match="threads"):
