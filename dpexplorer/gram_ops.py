@@ -43,7 +43,7 @@ from .matrix import (
     as_matrix,
 )
 
-__all__ = ["GramOperator", "gram_operator", "segmented_cumsum", "segment_sums", "partial_sums"]
+__all__ = ["GramOperator", "gram_operator", "segmented_cumsum", "segment_sums"]
 
 
 def segmented_cumsum(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -226,16 +226,16 @@ class _RangesGram(GramOperator):
         meets = first <= last
         a, b, first, last = self.lo[meets], self.hi[meets], first[meets], last[meets]
         out = np.zeros(k)
-        np.add.at(out, first, partial_sums(C, lo, hi, first, a, b) ** 2)
+        np.add.at(out, first, _partial_sums(C, lo, hi, first, a, b) ** 2)
         many = last > first
-        np.add.at(out, last[many], partial_sums(C, lo, hi, last[many], a[many], b[many]) ** 2)
+        np.add.at(out, last[many], _partial_sums(C, lo, hi, last[many], a[many], b[many]) ** 2)
         cnt = np.zeros(k + 1)  # intervals first+1 .. last-1 lie inside the row
         np.add.at(cnt, first[many] + 1, 1.0)
         np.add.at(cnt, last[many], -1.0)
         return out + np.cumsum(cnt)[:k] * tot * tot
 
 
-def partial_sums(C, lo, hi, q, a, b):
+def _partial_sums(C, lo, hi, q, a, b):
     """``Σ u_j`` over ``[a, b] ∩ [lo_q, hi_q]`` from within-interval cumulative sums ``C`` (0 if empty)."""
     s, e = np.maximum(a, lo[q]), np.minimum(b, hi[q])
     head = np.where(s > lo[q], C[np.maximum(s - 1, 0)], 0.0)

@@ -83,7 +83,7 @@ __all__ = [
 #: Widths up to this use the structured (residue) method for large domains;
 #: it costs O(w³) per quadrature node.
 WIDTH_MAX_STRUCTURED = 128
-#: Below this many windows or cells the width spectrum is computed densely.
+#: Below this many windows the width spectrum is computed densely (from ``WWᵀ``).
 WIDTH_DENSE_BELOW = 512
 #: Largest number of multi-indices a union of products is summed over.
 GRID_LIMIT = DENSE_LIMIT
@@ -112,17 +112,13 @@ def prefix_eigenvalues(n: int) -> np.ndarray:
 
 
 def _width_dense(n: int, w: int) -> np.ndarray:
-    """Eigenvalues of the width-``w`` Gram from the smaller of ``WᵀW`` and ``WWᵀ`` (padded with zeros)."""
+    """Eigenvalues of the width-``w`` Gram: those of the ``N × N`` Toeplitz ``WWᵀ``
+    (entries ``max(0, w − |i − j|)``, ``N = n − w + 1``) and ``w − 1`` zeros."""
     N = n - w + 1
-    k = min(N, n)
-    _check_dense(k, f"the width-{w} Gram over {n} cells")
-    d = np.arange(k)
-    if N <= n:  # WWᵀ: Toeplitz, entry max(0, w − |i − j|)
-        col = np.maximum(0, w - d).astype(float)
-        lam = scipy.linalg.eigvalsh(scipy.linalg.toeplitz(col))
-        return np.concatenate([np.zeros(n - N), np.clip(lam, 0.0, None)])
-    G = RangeQueries(n, np.arange(N), np.arange(N) + w - 1).gram().dense()
-    return np.clip(scipy.linalg.eigvalsh(G), 0.0, None)
+    _check_dense(N, f"the width-{w} Gram over {n} cells")
+    col = np.maximum(0, w - np.arange(N)).astype(float)
+    lam = scipy.linalg.eigvalsh(scipy.linalg.toeplitz(col))
+    return np.concatenate([np.zeros(n - N), np.clip(lam, 0.0, None)])
 
 
 def _check_dense(k: int, what: str) -> None:
@@ -133,7 +129,7 @@ def _check_dense(k: int, what: str) -> None:
 def width_eigenvalues(n: int, w: int) -> np.ndarray:
     """Eigenvalues of the Gram of the width-``w`` ranges over ``n`` cells (dense; ascending).
 
-    Computed from the ``min(N, n)``-sized Toeplitz Gram, ``N = n − w + 1``.
+    Computed from the ``N × N`` Toeplitz ``WWᵀ``, ``N = n − w + 1``.
 
     Raises
     ------
@@ -225,7 +221,8 @@ def width_sum_sqrt(n: int, w: int, shift: float = 0.0, h: float = 0.3) -> float:
     ValueError
         Bad ``n``, ``w`` or a negative shift.
     MatrixTooLargeError
-        If neither the structured nor the dense method applies.
+        If the structured method does not apply (or loses precision) and the
+        dense ``N × N`` Gram is too large.
     """
     n, w = _check_width(n, w)
     t = float(shift)
@@ -234,8 +231,16 @@ def width_sum_sqrt(n: int, w: int, shift: float = 0.0, h: float = 0.3) -> float:
     N = n - w + 1
     if w == 1:
         return n * math.sqrt(1.0 + t)
-    if min(N, n) < WIDTH_DENSE_BELOW or w > WIDTH_MAX_STRUCTURED:
-        return float(np.sqrt(_width_dense(n, w) + t).sum())
+    if N >= WIDTH_DENSE_BELOW and w <= WIDTH_MAX_STRUCTURED:
+        value = _width_structured(n, w, t, h)
+        if value is not None:
+            return value
+    return float(np.sqrt(_width_dense(n, w) + t).sum())
+
+
+def _width_structured(n: int, w: int, t: float, h: float) -> float | None:
+    """The residue method of :func:`width_sum_sqrt`; None if rounding defeats it."""
+    N = n - w + 1
     mu = _circulant_eigenvalues(n, w)
     base = float(np.sqrt(mu + t).sum())
     bnd = _WidthBoundary(n, w)
@@ -256,8 +261,7 @@ def width_sum_sqrt(n: int, w: int, shift: float = 0.0, h: float = 0.3) -> float:
         x = math.exp(2 * u) + t
         ph = bnd.phi(x)
         if not math.isfinite(ph):
-            raise MatrixTooLargeError(f"width-{w} spectrum over {n} cells: the structured "
-                                      f"method lost precision")
+            return None
         gap = math.exp(u) * abs(ph - c1 / x - c2 / x**2)
         if gap > last and falling >= 3:  # rounding dominates: the asymptote is better
             u -= h
@@ -294,8 +298,7 @@ def width_sum_sqrt(n: int, w: int, shift: float = 0.0, h: float = 0.3) -> float:
             break
         k -= 1
     if len(low) < 2:
-        raise MatrixTooLargeError(f"width-{w} spectrum over {n} cells: the structured method "
-                                  f"lost precision")
+        return None
     (u0, p0), (u1, p1) = low[-1], low[-2]
     s0, s1 = math.exp(2 * u0), math.exp(2 * u1)
     slope = (p1 - p0 - 2 * b * h) / (s1 - s0)

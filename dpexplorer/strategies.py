@@ -180,9 +180,9 @@ def wavelet(n: int) -> Matrix:
     M = scipy.sparse.csr_array(
         (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(r, n)
     )
-    keep = np.flatnonzero(np.diff(M.indptr) > 0)
     if N == n:  # orthogonal rows: the error has an O(n log n) form (dpexplorer.trees)
         return HaarWavelet(M, name="wavelet")
+    keep = np.flatnonzero(np.diff(M.indptr) > 0)
     return Sparse(M[keep], name="wavelet")
 
 

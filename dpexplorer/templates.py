@@ -8,9 +8,11 @@ All three minimise the matrix mechanism's unit-noise total squared error
 strategies ``A``, working on public things only (the workload), never on data:
 
 * :func:`opt0` -- an explicit strategy for a workload given by its dense
-  ``n × n`` Gram matrix (HDMM Sec. 4).  Laplace: the p-Identity family
-  ``A(Θ) = [I; Θ]·D`` (Def. 13-14) optimised with L-BFGS-B, an analytic
-  gradient and random restarts.  Gaussian: the convex problem over
+  ``n × n`` Gram matrix (HDMM Sec. 4), or, for Laplace noise, by the fast
+  products of a structured Gram (ranges, prefixes, width-k, permuted ranges
+  and unions with Identity/Total; :mod:`dpexplorer.gram_ops`).  Laplace: the
+  p-Identity family ``A(Θ) = [I; Θ]·D`` (Def. 13-14) optimised with L-BFGS-B,
+  an analytic gradient and random restarts.  Gaussian: the convex problem over
   ``X = AᵀA`` with ``diag(X) ≤ 1`` (Def. 12), parametrised by an upper
   triangular Cholesky factor and started from the SVD-bound strategy.
 * :func:`opt_kron` -- OPT⊗ (Def. 17-18): one Kronecker product
@@ -62,7 +64,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import scipy.linalg
 import scipy.optimize
 from scipy.linalg import blas, lapack
 from threadpoolctl import threadpool_limits
@@ -672,7 +673,9 @@ def opt0(W, noise: NoiseModel, p: int | None = None, restarts: int | None = None
 
     Laplace noise (L1): p-Identity strategies ``A(Θ) = [I; Θ]·D`` (Def.
     13-14), objective ``tr(WᵀW (AᵀA)⁻¹)`` evaluated by Woodbury in O(p n²)
-    with its analytic gradient, scipy L-BFGS-B with bounds ``Θ ≥ 0``, random
+    with its analytic gradient -- in O(p² n) when ``W``'s Gram has fast
+    products (:func:`dpexplorer.gram_ops.gram_operator`; ``info["gram"]`` says
+    which; both give the same iterates up to rounding) -- scipy L-BFGS-B with bounds ``Θ ≥ 0``, random
     initialisation ``Θ ~ U[0, 1)`` from ``numpy.random.default_rng(seed)``
     (bounded above by :data:`THETA_MAX` for conditioning),
     ``restarts`` runs keeping the best.  Gaussian noise (L2): the convex form
@@ -715,7 +718,8 @@ def opt0(W, noise: NoiseModel, p: int | None = None, restarts: int | None = None
     -------
     OptimizationResult
         ``strategy``: :class:`~dpexplorer.matrix.Dense`, shape ``(n + p', n)``
-        (Laplace) or ``(n, n)`` (Gaussian), sensitivity 1 in the noise's norm
+        (Laplace: a :class:`PIdentity`, implicit until its ``array`` is used)
+        or ``(n, n)`` (Gaussian), sensitivity 1 in the noise's norm
         (:class:`~dpexplorer.matrix.Identity` or
         :class:`~dpexplorer.matrix.Total` when the Gram is ∝ ``I`` or ∝ ``J``,
         which are optimal); ``objective`` = ``error.unit_tse(W, strategy,
@@ -729,7 +733,9 @@ def opt0(W, noise: NoiseModel, p: int | None = None, restarts: int | None = None
         that is not square, symmetric, finite and PSD, or is zero.
     NotApplicableError
         If the domain has more than ``OPT0_MAX_CELLS[norm]`` cells (4096 for
-        Laplace, 2048 for Gaussian): use :func:`opt_kron` / :func:`opt_plus`.
+        Laplace, 2048 for Gaussian), or more than
+        :data:`OPT0_MAX_CELLS_STRUCTURED` (16384) for Laplace noise and a
+        structured Gram: use :func:`opt_kron` / :func:`opt_plus`.
     """
     norm = _norm_of(noise)
     p = _check_count(p, "p")
