@@ -367,6 +367,14 @@ class PIdentity(Dense):
         Non-negative parameters; all-zero rows are dropped.
     name : str
 
+    Attributes
+    ----------
+    Theta : ndarray, shape (p', n)
+        The non-zero rows of ``Θ`` (named apart from the marginal weights
+        ``theta`` of :class:`~dpexplorer.marginals.MarginalStrategy`).
+    s : ndarray, shape (n,)
+        ``1 + Σ_i Θ_ij``, so ``D = diag(1/s)``.
+
     Raises
     ------
     ValueError
@@ -378,7 +386,7 @@ class PIdentity(Dense):
         if T.ndim != 2 or not np.all(np.isfinite(T)) or np.any(T < 0):
             raise ValueError("Θ must be a finite non-negative 2D array of shape (p, n)")
         T = T[T.max(axis=1) > 0] if T.shape[0] else T
-        self.theta = T
+        self.Theta = T
         self.s = 1.0 + T.sum(axis=0)
         n = T.shape[1]
         self.shape = (n + T.shape[0], n)
@@ -387,30 +395,30 @@ class PIdentity(Dense):
     @functools.cached_property
     def array(self) -> np.ndarray:
         """``[I; Θ]·D`` as a dense ``(n + p', n)`` array (materialised on first use)."""
-        return np.vstack([np.eye(self.n), self.theta]) / self.s
+        return np.vstack([np.eye(self.n), self.Theta]) / self.s
 
     def _matmat(self, X):
         Y = np.asarray(X, dtype=float) / self.s[:, None]
-        return np.vstack([Y, self.theta @ Y])
+        return np.vstack([Y, self.Theta @ Y])
 
     def _rmatmat(self, Y):
         Y = np.asarray(Y, dtype=float)
         n = self.n
-        return (Y[:n] + self.theta.T @ Y[n:]) / self.s[:, None]
+        return (Y[:n] + self.Theta.T @ Y[n:]) / self.s[:, None]
 
     def _dense(self):
         return self.array
 
     def _gram(self):
         _check_limit((self.n, self.n), None, f"Gram matrix of {self.name!r}")
-        T = self.theta
+        T = self.Theta
         return Dense((np.eye(self.n) + T.T @ T) / np.outer(self.s, self.s))
 
     def column_norms(self, p=1):
         if p == 1:
-            return (1.0 + self.theta.sum(axis=0)) / self.s
+            return (1.0 + self.Theta.sum(axis=0)) / self.s
         if p == 2:
-            return np.sqrt(1.0 + (self.theta * self.theta).sum(axis=0)) / self.s
+            return np.sqrt(1.0 + (self.Theta * self.Theta).sum(axis=0)) / self.s
         return super().column_norms(p)
 
     def workload_trace(self, W):
@@ -418,7 +426,7 @@ class PIdentity(Dense):
         op = gram_operator(W)
         if op is None or op.n != self.n:
             return NotImplemented
-        return _PIdentityObjective(op, self.theta.shape[0], 1.0).parts(self.theta)[0]
+        return _PIdentityObjective(op, self.Theta.shape[0], 1.0).parts(self.Theta)[0]
 
     def workload_row_variances(self, W):
         """``diag(W (AᵀA)⁻¹ Wᵀ)`` with ``(AᵀA)⁻¹ = S (I − Θᵀ R Θ) S`` formed densely (``O(p' n²)``).
@@ -429,7 +437,7 @@ class PIdentity(Dense):
         W = as_matrix(W)
         if gram_operator(W) is None or W.n != self.n or self.n * self.n > DENSE_LIMIT:
             return NotImplemented
-        T = self.theta
+        T = self.Theta
         RT = _inv_spd(np.eye(T.shape[0]) + T @ T.T) @ T
         Xinv = (np.eye(self.n) - T.T @ RT) * np.outer(self.s, self.s)
         return W.rows_quadratic(0.5 * (Xinv + Xinv.T))
@@ -505,7 +513,7 @@ def _p_identity_value(theta, G) -> float:
     A = p_identity(theta)
     if isinstance(G, np.ndarray):
         return _unit_tse_dense(A.array, G, 1)
-    return _PIdentityObjective(G, A.theta.shape[0], 1.0).parts(A.theta)[0]
+    return _PIdentityObjective(G, A.Theta.shape[0], 1.0).parts(A.Theta)[0]
 
 
 def _opt0_laplace(G, p, restarts, rng, maxiter, window, tol, stage):
