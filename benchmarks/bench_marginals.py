@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import time
 
 import numpy as np
 import pytest
@@ -27,6 +26,7 @@ import pytest
 import dpexplorer as dpx
 from dpexplorer import error, marginals, strategies, workloads
 from dpexplorer.matrix import Identity, Kronecker, Prefix
+from timing import best_of
 
 CPS = (50, 100, 7, 4, 2)
 ADULT = (100, 100, 100, 99, 85, 42, 16, 15, 9, 7, 6, 5, 2, 2)
@@ -43,16 +43,6 @@ def cps_prefix_marginals():
 
 def adult_3d():
     return workloads.marginals(ADULT, [0, 1, 2, 3])
-
-
-def best_of(fn, repeat):
-    """``(value, best seconds)`` of ``repeat`` calls of ``fn``."""
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        value = fn()
-        times.append(time.perf_counter() - t0)
-    return value, min(times)
 
 
 # ------------------------------------------------------------ pytest-benchmark
