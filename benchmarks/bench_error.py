@@ -26,10 +26,10 @@ import time
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
+from timing import best_of
 
 import dpexplorer as dpx
 from dpexplorer.error import GramInverse
-from timing import best_of
 
 STRATEGIES = ["identity", "h2", "hb", "wavelet", "greedy_h"]
 SIZES = [2048, 4096, 2**16]

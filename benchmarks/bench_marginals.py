@@ -22,11 +22,11 @@ import os
 
 import numpy as np
 import pytest
+from timing import best_of
 
 import dpexplorer as dpx
 from dpexplorer import error, marginals, strategies, workloads
 from dpexplorer.matrix import Identity, Kronecker, Prefix
-from timing import best_of
 
 CPS = (50, 100, 7, 4, 2)
 ADULT = (100, 100, 100, 99, 85, 42, 16, 15, 9, 7, 6, 5, 2, 2)

@@ -23,11 +23,11 @@ import sys
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
+from timing import timed
 
 import dpexplorer as dpx
 from dpexplorer import templates, workloads
 from dpexplorer.matrix import Dense
-from timing import timed
 
 LAPLACE = dpx.Laplace(1.0)
 

@@ -17,22 +17,23 @@ Gram would take 8 TiB).  Run by hand::
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
 import pytest
 import scipy.linalg
 from threadpoolctl import threadpool_limits
+from timing import best_of
 
 from dpexplorer import error, workloads
 from dpexplorer.matrix import Dense
-from timing import best_of
 
 N = 2**20
 
 
 def structured_cases(n: int = N):
-    k = int(round(n**0.5))
+    k = math.isqrt(n)
     ar, pr, I = workloads.all_range, workloads.prefix, workloads.identity
     return {
         "All Range": lambda: ar(n),

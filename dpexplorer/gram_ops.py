@@ -43,7 +43,7 @@ from .matrix import (
     as_matrix,
 )
 
-__all__ = ["GramOperator", "gram_operator", "segmented_cumsum", "segment_sums"]
+__all__ = ["GramOperator", "gram_operator", "segment_sums", "segmented_cumsum"]
 
 
 def segmented_cumsum(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -75,9 +75,9 @@ from .matrix import (
 __all__ = [
     "all_range_eigenvalues",
     "prefix_eigenvalues",
+    "svdb_structured",
     "width_eigenvalues",
     "width_sum_sqrt",
-    "svdb_structured",
 ]
 
 #: Widths up to this use the structured (residue) method for large domains;

@@ -40,7 +40,7 @@ import scipy.sparse
 from .gram_ops import gram_operator, segment_sums, segmented_cumsum
 from .matrix import Identity, Ones, Sparse, VStack, Weighted, _Ranges, as_matrix
 
-__all__ = ["SegmentInverse", "IntervalTree", "HaarWavelet", "interval_variances"]
+__all__ = ["HaarWavelet", "IntervalTree", "SegmentInverse", "interval_variances"]
 
 
 class SegmentInverse:
