@@ -45,7 +45,7 @@ from .matrix import (
     as_matrix,
 )
 from .noise import NoiseModel
-from .trees import SegmentInverse, interval_variances
+from .intervals import SegmentInverse, interval_variances
 
 __all__ = [
     "UnsupportedWorkloadError",

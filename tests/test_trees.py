@@ -1,4 +1,4 @@
-"""Tree-form inverse Grams (dpexplorer.trees): errors of H2, HB, GreedyH and Privelet against dense."""
+"""Tree-form inverse Grams (dpexplorer.trees, dpexplorer.intervals): H2, HB, GreedyH and Privelet errors against dense."""
 
 import numpy as np
 import pytest
@@ -7,8 +7,9 @@ from hypothesis import strategies as st
 
 import dpexplorer as dpx
 from dpexplorer import error, registry, strategies, workloads
+from dpexplorer.intervals import SegmentInverse
 from dpexplorer.matrix import Dense
-from dpexplorer.trees import HaarWavelet, IntervalTree, SegmentInverse
+from dpexplorer.trees import HaarWavelet, IntervalTree
 
 LAPLACE = dpx.Laplace(1.0)
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)
