@@ -25,9 +25,12 @@ import numba
 import numpy as np
 
 from .gram_ops import gram_operator, segmented_cumsum
-from .matrix import Identity, Ones, VStack, Weighted, _Ranges, as_matrix
+from .matrix import Identity, MatrixTooLargeError, Ones, VStack, Weighted, _Ranges, as_matrix
 
-__all__ = ["SegmentInverse", "interval_variances"]
+__all__ = ["MAX_QUERIES", "SegmentInverse", "interval_variances"]
+
+#: Most interval queries whose variances are computed at once (2**27: 1 GiB of answers).
+MAX_QUERIES = 2**27
 
 
 class SegmentInverse:
@@ -145,11 +148,21 @@ def interval_variances(W, inv: SegmentInverse):
     Interval rows (All Range, Prefix, Width-k, explicit ranges), Identity
     (one interval per cell), Total/Ones (the whole domain), weights and
     unions of these; any other workload gives ``NotImplemented``.
+
+    Raises
+    ------
+    MatrixTooLargeError
+        If an interval block has more than :data:`MAX_QUERIES` rows (All Range
+        above 16,383 cells).
     """
     W = as_matrix(W)
     if W.n != inv.n:
         return NotImplemented
     if isinstance(W, _Ranges):
+        if W.m > MAX_QUERIES:
+            raise MatrixTooLargeError(
+                f"per-query variances of {W.name!r}: {W.m:,} queries, above the limit of "
+                f"{MAX_QUERIES:,} (the answers alone would take {8 * W.m / 2**30:.0f} GiB)")
         lo, hi = W.ranges()
         return inv.interval_variances(lo, hi)
     if isinstance(W, Identity):
