@@ -204,8 +204,8 @@ def width_sum_sqrt(n: int, w: int, shift: float = 0.0, h: float = 0.3) -> float:
 
     The structured (residue) method of the module docstring when the domain
     is large and ``w ≤`` :data:`WIDTH_MAX_STRUCTURED`, else dense.
-    ``shift = 0`` gives the nuclear norm ``Σ σ_i(W)``.  Relative accuracy about
-    1e-12 (tests compare with dense singular values).
+    ``shift = 0`` gives the nuclear norm ``Σ σ_i(W)``.  Relative accuracy
+    1e-11 or better (tests compare with dense singular values).
 
     Parameters
     ----------

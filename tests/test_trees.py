@@ -32,8 +32,8 @@ def tree_strategies(n):
     return out
 
 
-@settings(max_examples=25, deadline=None)
-@given(n=st.integers(1, 70), seed=st.integers(0, 1000), gaussian=st.booleans())
+@settings(max_examples=12, deadline=None)
+@given(n=st.integers(1, 48), seed=st.integers(0, 1000), gaussian=st.booleans())
 def test_structured_errors_equal_dense(n, seed, gaussian):
     noise = GAUSSIAN if gaussian else LAPLACE
     for A in tree_strategies(n):
