@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import dawa, workloads
+from dpexplorer.adaptive import dawa
 from dpexplorer.privacy import PrivateData
+from dpexplorer.queries import workloads
 
 DPBENCH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "dpbench"
 

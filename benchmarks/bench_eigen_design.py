@@ -21,8 +21,9 @@ import time
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import eigen_design as ed
-from dpexplorer import registry, workloads
+from dpexplorer.core import registry
+from dpexplorer.queries import workloads
+from dpexplorer.strategies import eigen_design as ed
 
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)
 

@@ -5,9 +5,9 @@ Targets, on a 2-core machine with 1 BLAS thread:
 * issue 2: All Range RMSE under 5 s at n = 4096, strategy construction included;
 * issue 14: All Range RMSE of Identity, H2, HB, Privelet (wavelet) and GreedyH at
   ``n = 2**16`` under 10 s each without any ``n × n`` matrix (tree-form inverse Grams,
-  :mod:`dpexplorer.trees`; structured Gram products, :mod:`dpexplorer.gram_ops`), and at
+  :mod:`dpexplorer.queries.trees`; structured Gram products, :mod:`dpexplorer.queries.gram_ops`), and at
   ``n = 2048`` within 2× of one dense Cholesky solve (the dense floor: LAPACK
-  ``potrf`` + ``potri`` of the strategy Gram, what :class:`dpexplorer.error.GramInverse`
+  ``potrf`` + ``potri`` of the strategy Gram, what :class:`dpexplorer.core.error.GramInverse`
   does).  Per-query RMSE is timed on Prefix at ``2**16`` and on All Range at ``2**12`` and
   ``2**13`` (``n(n+1)/2`` = 8.4 M and 33.6 M queries; at ``2**16`` the 2.1 G answers
   alone would take 17 GB).
@@ -29,7 +29,7 @@ from threadpoolctl import threadpool_limits
 from timing import best_of
 
 import dpexplorer as dpx
-from dpexplorer.error import GramInverse
+from dpexplorer.core.error import GramInverse
 
 STRATEGIES = ["identity", "h2", "hb", "wavelet", "greedy_h"]
 SIZES = [2048, 4096, 2**16]

@@ -31,7 +31,9 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import hdmm, mechanism, templates, workloads
+from dpexplorer import mechanism
+from dpexplorer.queries import workloads
+from dpexplorer.strategies import hdmm, templates
 
 LAPLACE = dpx.Laplace(1.0)
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)
@@ -92,8 +94,8 @@ def speed():
     y = A.matvec(x)
     _, wall, cpu = timed(mechanism.reconstruct, A, y)
     print(f"{'RECONSTRUCT CPS 280,000 cells (OPT⊗ Kronecker)':<52} {'':>9} {wall:>8.2f} {cpu:>8.2f}")
-    r, wall, cpu = timed(dpx.release, x, W, A, LAPLACE, seed=1)
-    label = "release CPS (MEASURE + RECONSTRUCT + answers)"
+    r, wall, cpu = timed(dpx.simulate, x, W, A, LAPLACE, seed=1)
+    label = "simulate CPS (MEASURE + RECONSTRUCT + answers)"
     print(f"{label:<52} {r.analytic_rmse:>9.2f} {wall:>8.2f} {cpu:>8.2f}")
 
 

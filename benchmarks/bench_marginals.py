@@ -25,8 +25,11 @@ import pytest
 from timing import best_of
 
 import dpexplorer as dpx
-from dpexplorer import error, marginals, strategies, workloads
-from dpexplorer.matrix import Identity, Kronecker, Prefix
+from dpexplorer.core import error
+from dpexplorer.queries import workloads
+from dpexplorer.queries.matrix import Identity, Kronecker, Prefix
+from dpexplorer.strategies import classic as strategies
+from dpexplorer.strategies import marginals
 
 CPS = (50, 100, 7, 4, 2)
 ADULT = (100, 100, 100, 99, 85, 42, 16, 15, 9, 7, 6, 5, 2, 2)
@@ -92,7 +95,7 @@ def main(repeat: int) -> None:
         y, t_measure = best_of(lambda A=A: A.matvec(x), repeat)
         rec, t_setup = best_of(lambda A=A: dpx.mechanism.Reconstructor(A), repeat)
         x_hat, t_rec = best_of(lambda rec=rec, y=y: rec(y), repeat)
-        r, t_release = best_of(lambda A=A, noise=noise: dpx.release(x, W, A, noise, seed=1), repeat)
+        r, t_release = best_of(lambda A=A, noise=noise: dpx.simulate(x, W, A, noise, seed=1), repeat)
         print(f"OPT_M {nname:<9} {len(A.marginals):>2} marginals, p = {A.m:>7,}: A x {t_measure:.3f} s, "
               f"reconstructor {t_setup:.4f} s, x̂ = A⁺y {t_rec:.3f} s "
               f"(max |x̂ − x| noiseless {np.abs(x_hat - x).max():.1e}), release {t_release:.3f} s")

@@ -26,8 +26,9 @@ from threadpoolctl import threadpool_limits
 from timing import timed
 
 import dpexplorer as dpx
-from dpexplorer import templates, workloads
-from dpexplorer.matrix import Dense
+from dpexplorer.queries import workloads
+from dpexplorer.queries.matrix import Dense
+from dpexplorer.strategies import templates
 
 LAPLACE = dpx.Laplace(1.0)
 

@@ -3,7 +3,7 @@
 Superstore Sales (9994 orders, bokeh-sampledata) in 2304 buckets of 10 USD
 over [0, 23040] (upper-edge bucket values), the P100 prefix-sum workload
 (thresholds 230, 460, ..., 23040 USD), ε = 1, τ chosen by SVT with the
-defaults of :class:`dpexplorer.thresholds.SVTParams` and shared by the four
+defaults of :class:`dpexplorer.sums.thresholds.SVTParams` and shared by the four
 batch mechanisms in each trial (paper Alg. 9), 100 trials.  Prints the
 relative error ``|ŷ − y| / max(y, γ)`` of small and large queries (median and
 5-95 % band over trials and queries), with and without isotonic regression,
@@ -23,8 +23,9 @@ import time
 import numpy as np
 import pandas as pd
 
-from dpexplorer import datasets, sums
-from dpexplorer.thresholds import SVTParams
+from dpexplorer import datasets
+from dpexplorer.sums import mechanisms as sums
+from dpexplorer.sums.thresholds import SVTParams
 
 
 def main(argv=None) -> pd.DataFrame:

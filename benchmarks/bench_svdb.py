@@ -4,7 +4,7 @@ Targets (issue 14), on a 2-core machine with 1 BLAS thread:
 
 * SVD bound of All Range, Prefix, Width-32 (and their permuted forms, unions
   with Identity and Kronecker products / unions over 1024 × 1024) at
-  ``n = 2**20`` under 1 s each (:mod:`dpexplorer.spectra`);
+  ``n = 2**20`` under 1 s each (:mod:`dpexplorer.core.spectra`);
 * explicit dense workloads within 1.5× of ``scipy.linalg.eigvalsh`` on the Gram.
 
 The dense floor of the structured cases is ``scipy.linalg.eigvalsh`` on the
@@ -26,8 +26,9 @@ import scipy.linalg
 from threadpoolctl import threadpool_limits
 from timing import best_of
 
-from dpexplorer import error, workloads
-from dpexplorer.matrix import Dense
+from dpexplorer.core import error
+from dpexplorer.queries import workloads
+from dpexplorer.queries.matrix import Dense
 
 N = 2**20
 

@@ -7,50 +7,59 @@ The engine (pure numpy/scipy/pandas) behind the dpexplorer app::
     W = dpx.workloads.all_range(256)
     print(dpx.compare(W, dpx.Laplace(1.0)))
 
-Modules
--------
-matrix      implicit query matrices (Identity, Prefix, AllRange, Kronecker, ...)
-workloads   workload builders (ranges, prefixes, marginals, unions, products)
-spec        declarative workload specs (JSON/YAML)
-noise       Laplace and Gaussian noise models
-error       analytic TSE/RMSE of the matrix mechanism, SVD bound
-spectra     closed-form and structured spectra of range workloads (fast SVD bounds)
-strategies  classic strategies (identity, H2, HB, wavelet, GreedyH)
-registry    the mechanism registry
-compare     side-by-side analytic comparison
-privacy     the privacy boundary: private data and the budget ledger
-mechanism   releases: MEASURE, RECONSTRUCT, answers
-datasets    DPBench, CSV/.npy and bundled bokeh-sampledata histograms
-partition   bucket costs, least-cost partitions, uniform expansion (DAWA Sec. 3)
-dawa        DAWA and its Partition+X variants (data-dependent)
-mwem, efpa, uniform   data-dependent competitors
-evaluate    empirical evaluation over datasets, workloads, ε and trials
-optimization  OptimizationResult and progress reporting of the strategy optimisers
-templates   HDMM OPT0, OPT⊗, OPT+ (kron_stack: the stacked OPT+ strategy)
-marginals   implicit marginal algebra, MarginalStrategy, SVD bound of marginals, OPT_M, DataCube
-hdmm        the HDMM meta-optimiser
-eigen_design, fourier   Eigen-Design (Li & Miklau 2012) and the Fourier strategy
-sums, thresholds        sum queries: truncation, SVT thresholds, SQM/Identity/Workload/TiMM/TaMM
+Layers, lowest first; a module imports only from its own layer or below
+(``tests/test_layers.py`` checks it):
+
+==================  ==========================================================
+``queries/``        query matrices, workload builders, specs
+``privacy/``        the kernel (the only holder of ``x``), noise models,
+                    samplers, accounting, the ledger
+``core/``           the mechanism registry, analytic error and SVD bound,
+                    RECONSTRUCT, optimisation results
+``strategies/``     data-independent strategies (classic, HDMM, marginals,
+                    Eigen-Design, Fourier, ResidualPlanner)
+``adaptive/``       data-dependent mechanisms (DAWA, MWEM, EFPA, Uniform)
+``sums/``           sum queries on numerical attributes
+top level           ``mechanism`` (release, simulate, run), ``compare``,
+                    ``evaluate``, ``datasets``
+``ui/``             the Panel app (imports only this public API)
+==================  ==========================================================
+
+Importing the package registers every mechanism.  The modules are also
+reachable by their short names (``dpx.matrix``, ``dpx.dawa``, ``dpx.marginals``,
+``dpx.thresholds``, ...).
 """
 
-from . import datasets, error, matrix, mechanism, noise, privacy, registry, spec, strategies, workloads
-from . import dawa, efpa, hilbert, mwem, partition, uniform  # noqa: F401  (register mechanisms)
-from . import optimization, templates, marginals, hdmm, eigen_design, fourier  # noqa: F401
-from . import sums  # noqa: F401
-from . import spectra  # noqa: F401  (structured SVD bounds)
+# the layers, lowest first (importing them registers every mechanism), then the top level
+from . import queries, privacy, core, strategies, adaptive, sums  # noqa: I001
+from . import datasets, evaluate, mechanism
+from .adaptive import dawa, efpa, hilbert, mwem, partition, uniform
 from .compare import StrategyCache, compare
-from .error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound
-from .matrix import MatrixTooLargeError
-from .mechanism import Release, reconstruct, release
-from .noise import Gaussian, Laplace
-from .privacy import BudgetExceededError, PrivacyLedger, PrivateData
+from .core import error, optimization, registry, spectra
+from .core.error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound
+from .mechanism import Release, reconstruct, release, simulate
+from .privacy import (OS_CSPRNG, Budget, BudgetExceededError, Gaussian, Laplace, PrivacyLedger,
+                      PrivateData, accounting, noise, samplers)
+from .queries import (Attribute, Domain, Table, domain, gram_ops, intervals, matrix, spec, trees,
+                      workloads)
+from .queries.matrix import MatrixTooLargeError
+from .strategies import eigen_design, fourier, hdmm, kron_stack, marginals, residual, templates
+from .sums import thresholds
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "datasets", "error", "matrix", "mechanism", "noise", "privacy", "registry", "spec",
-    "strategies", "workloads", "compare", "StrategyCache", "rmse", "per_query_rmse",
-    "svd_bound", "UnsupportedWorkloadError", "MatrixTooLargeError", "Release", "release",
-    "reconstruct", "Laplace", "Gaussian", "PrivacyLedger", "PrivateData", "BudgetExceededError",
+    # layers
+    "queries", "privacy", "core", "strategies", "adaptive", "sums",
+    # modules by their short names
+    "matrix", "spec", "workloads", "gram_ops", "intervals", "trees", "accounting", "noise",
+    "samplers", "error", "spectra", "optimization", "registry", "templates", "kron_stack", "hdmm",
+    "marginals", "eigen_design", "fourier",
+    "residual", "dawa", "partition", "hilbert", "mwem", "efpa", "uniform", "thresholds",
+    "datasets", "evaluate", "mechanism",
+    # the everyday API
+    "compare", "StrategyCache", "rmse", "per_query_rmse", "svd_bound", "UnsupportedWorkloadError",
+    "MatrixTooLargeError", "Release", "release", "simulate", "reconstruct", "Laplace", "Gaussian",
+    "PrivacyLedger", "PrivateData", "BudgetExceededError", "Budget", "OS_CSPRNG",
+    "domain", "Attribute", "Domain", "Table",
 ]
-

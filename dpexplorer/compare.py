@@ -1,4 +1,11 @@
-"""Side-by-side analytic comparison of registered mechanisms against the SVD bound."""
+"""Side-by-side analytic comparison of registered mechanisms against the SVD bound.
+
+With ``objective="max"`` the table also reports every mechanism's largest
+per-query standard deviation (the error of the worst query), and mechanisms
+that take an ``objective`` parameter (ResidualPlanner) optimise it; the others
+(OPT0, OPT⊗, OPT+, OPT_M, HDMM, Eigen-Design, ...) keep optimising the total
+squared error, whatever the objective.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +16,16 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from . import error, mechanism, registry
-from .matrix import Matrix, MatrixTooLargeError, as_matrix
-from .noise import NoiseModel
+from . import mechanism
+from .core import error, registry
 from .privacy import PrivateData
+from .privacy.noise import NoiseModel
+from .queries.matrix import Matrix, MatrixTooLargeError, as_matrix
 
-__all__ = ["compare", "StrategyCache"]
+__all__ = ["compare", "StrategyCache", "OBJECTIVES"]
+
+#: What :func:`compare` ranks by: total squared error (RMSE) or the worst query's std.
+OBJECTIVES = ("sum", "max")
 
 
 class StrategyCache:
@@ -29,13 +40,14 @@ class StrategyCache:
     def __init__(self):
         self._entries: dict[tuple, tuple[Matrix | None, float, float, str]] = {}
         self._svdb: dict[Matrix, float] = {}
+        self._max: dict[tuple, tuple[float, str]] = {}
 
     def __len__(self) -> int:
         """Number of (workload, mechanism, norm, parameters) entries built so far."""
         return len(self._entries)
 
     def svdb(self, W: Matrix) -> float:
-        """``SVDB(W)`` (unit-noise TSE bound, :func:`dpexplorer.error.svdb`), computed once per workload.
+        """``SVDB(W)`` (unit-noise TSE bound, :func:`dpexplorer.core.error.svdb`), computed once per workload.
 
         NaN when the workload is too large for a dense Gram matrix.
         """
@@ -67,14 +79,38 @@ class StrategyCache:
                 self._entries[key] = (None, math.nan, time.perf_counter() - t0, str(exc))
         return self._entries[key]
 
+    def max_variance(self, W: Matrix, name: str, noise: NoiseModel, params: dict | None = None):
+        """``(unit max variance, note)``: the largest per-query variance of mechanism ``name`` on ``W``.
+
+        Per unit noise variance: ``Δ_p(A)² · max_i (W (AᵀA)⁺ Wᵀ)_ii`` (MATH.md
+        "Matrix mechanism"; multiply by ``noise.variance_per_unit`` for
+        counts²), from :func:`dpexplorer.core.error.per_query_variance`, whose hooks
+        keep Kronecker and marginal strategies implicit (no ``n × n`` matrix).
+        NaN, with the reason, when the strategy does not apply or is too large.
+        """
+        params = params or {}
+        key = (W, name, noise.norm, tuple(sorted(params.items())))
+        if key not in self._max:
+            A, _, _, note = self.entry(W, name, noise, params)
+            if A is None:
+                self._max[key] = (math.nan, note)
+            else:
+                try:
+                    var = error.per_query_variance(W, A, noise)
+                    self._max[key] = (float(np.max(var)) / noise.variance_per_unit, "")
+                except MatrixTooLargeError as exc:
+                    self._max[key] = (math.nan, f"max per-query error: {exc}")
+        return self._max[key]
+
     def clear(self) -> None:
         self._entries.clear()
         self._svdb.clear()
+        self._max.clear()
 
 
 def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
             cache: StrategyCache | None = None, x=None, trials: int = 20,
-            seed: int = 0) -> pd.DataFrame:
+            seed: int = 0, objective: str = "sum") -> pd.DataFrame:
     """RMSE of every (or the named) registered mechanism for ``W``, against the SVD bound.
 
     Data-independent mechanisms get their analytic RMSE (HDMM Prop. 4).
@@ -99,26 +135,39 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
         Seeded runs per data-dependent mechanism when ``x`` is given.
     seed : int
         Base seed of those runs (``SeedSequence([seed, trial])``).
+    objective : {"sum", "max"}
+        ``"sum"`` (default): rank by RMSE.  ``"max"``: add ``max_std``, the
+        largest per-query standard deviation (counts) of every
+        data-independent mechanism, ``sqrt(v·Δ²·max_i (W (AᵀA)⁺ Wᵀ)_ii)``
+        (computed implicitly for Kronecker and marginal strategies), and rank
+        by it.  Mechanisms with an ``objective`` parameter (ResidualPlanner)
+        are built for the chosen objective; OPT0, OPT⊗, OPT+, OPT_M, HDMM and
+        Eigen-Design keep optimising the total squared error.
 
     Returns
     -------
     pandas.DataFrame
         One row per mechanism, sorted by ``rmse`` (counts per query; NaN rows
-        last, with the reason in ``note``): ``mechanism``, ``label``, ``rmse``,
-        ``kind`` ("analytic" or "empirical"), ``ratio`` (rmse over the SVD
+        last, with the reason in ``note``), or by ``max_std`` for
+        ``objective="max"``: ``mechanism``, ``label``, ``rmse``, (``max_std``),
+        ``kind`` ("analytic", or "simulation" for the empirical RMSE of
+        data-dependent mechanisms on ``x``), ``ratio`` (rmse over the SVD
         bound), ``seconds`` (time to build the strategy, or per empirical
         run), ``rows`` (strategy queries), ``sensitivity`` (in the noise's
         norm), ``data_dependent``, ``description``, ``source``, ``note``.
         ``df.attrs`` holds ``svd_bound`` (RMSE lower bound, NaN if the
-        workload is too large), ``noise`` (label), ``m``, ``n``, ``workload``.
+        workload is too large), ``noise`` (label), ``m``, ``n``, ``workload``,
+        ``objective``.
 
     Raises
     ------
     KeyError
         If a named mechanism is not registered.
     ValueError
-        If ``x`` does not match the workload or ``trials < 1``.
+        If ``x`` does not match the workload, ``trials < 1`` or the objective is unknown.
     """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     W = as_matrix(W)
     cache = StrategyCache() if cache is None else cache
     mechanisms = registry.names() if mechanisms is None else list(mechanisms)
@@ -140,20 +189,30 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
                "rows": np.nan, "sensitivity": np.nan}
         if mech.data_dependent:
             r, seconds, note = _empirical(name, W, noise, x, trials, seed)
-            row.update(rmse=r, kind="empirical" if x is not None else "", seconds=seconds, note=note)
+            row.update(rmse=r, kind="simulation" if x is not None else "", seconds=seconds, note=note)
         else:
-            A, value, seconds, note = cache.entry(W, name, noise)
+            params = {"objective": objective} if "objective" in mech.params else {}
+            A, value, seconds, note = cache.entry(W, name, noise, params)
             r = math.sqrt(noise.variance_per_unit * value / W.m) if A is not None else math.nan
             row.update(rmse=r, kind="analytic", seconds=seconds, note=note)
             if A is not None:
                 row.update(rows=A.m, sensitivity=A.sensitivity(noise.norm))
+            if objective == "max":
+                worst, why = cache.max_variance(W, name, noise, params)
+                row["max_std"] = math.sqrt(noise.variance_per_unit * worst)
+                if why and not note:
+                    row["note"] = why
         row["ratio"] = r / bound if bound and not math.isnan(bound) else math.nan
         rows.append(row)
     cols = ["mechanism", "label", "rmse", "kind", "ratio", "seconds", "rows", "sensitivity",
             "data_dependent", "description", "source", "note"]
+    if objective == "max":
+        cols.insert(3, "max_std")
     df = pd.DataFrame(rows, columns=cols)
-    df = df.sort_values("rmse", na_position="last", kind="stable").reset_index(drop=True)
-    df.attrs.update(svd_bound=bound, noise=noise.label, m=W.m, n=W.n, workload=W.name)
+    key = "max_std" if objective == "max" else "rmse"
+    df = df.sort_values(key, na_position="last", kind="stable").reset_index(drop=True)
+    df.attrs.update(svd_bound=bound, noise=noise.label, m=W.m, n=W.n, workload=W.name,
+                    objective=objective)
     return df
 
 
@@ -174,4 +233,5 @@ def _empirical(name, W, noise, x, trials, seed):
     sq = np.asarray(sq)
     se = sq.std(ddof=1) / math.sqrt(trials) if trials > 1 else math.nan
     return (math.sqrt(sq.mean()), (time.perf_counter() - t0) / trials,
-            f"empirical over {trials} seeded runs (MSE standard error {se:.3g})")
+            f"simulation: empirical over {trials} seeded runs, seed {seed} (MSE standard error "
+            f"{se:.3g})")

@@ -32,7 +32,6 @@ datasets are in the same call.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
 import hashlib
 import importlib
 import inspect
@@ -49,12 +48,13 @@ import scipy.stats
 
 from . import datasets as _datasets
 from . import mechanism as _mechanism
-from . import registry
-from . import workloads as _workloads
-from .matrix import Matrix, as_matrix
-from .noise import Laplace
+from .core import registry
+from .core.parallel import blas_limit
+from .core.registry import NotApplicableError
 from .privacy import PrivateData
-from .registry import NotApplicableError
+from .privacy.noise import Laplace
+from .queries import workloads as _workloads
+from .queries.matrix import Matrix, as_matrix
 
 __all__ = [
     "evaluate", "uniform_ranges", "clustered_ranges", "large_clustered_ranges", "RangeWorkload",
@@ -76,7 +76,7 @@ RAW_COLUMNS = [
 
 #: Modules that register further mechanisms when imported; imported on demand
 #: when a name is not (yet) in the registry.
-_PLUGIN_MODULES = ("dpexplorer.dawa",)
+_PLUGIN_MODULES = ("dpexplorer.adaptive.dawa",)
 
 
 # ------------------------------------------------------------- workloads
@@ -89,12 +89,12 @@ class RangeWorkload:
     m : int
         Number of intervals per instance (DAWA Sec. 5.1 uses 2000).
     kind : {"uniform", "clustered", "large_clustered"}
-        See :func:`dpexplorer.workloads.random_ranges`.
+        See :func:`dpexplorer.queries.workloads.random_ranges`.
 
     Notes
     -----
     Calling it with a 2D data shape raises
-    :class:`~dpexplorer.registry.NotApplicableError` (intervals are 1D),
+    :class:`~dpexplorer.core.registry.NotApplicableError` (intervals are 1D),
     which :func:`evaluate` reports in its ``note`` column.
     """
 
@@ -432,20 +432,9 @@ def _data_arg(shape: tuple[int, ...]):
 
 
 # ------------------------------------------------------------- execution
-def _blas_limit(threads: int | None):
-    """Limit the BLAS thread pools to ``threads`` (threadpoolctl, if installed)."""
-    if threads is None:
-        return contextlib.nullcontext()
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - optional
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=threads, user_api="blas")
-
-
 def _init_worker(threads: int | None) -> None:
     """Initializer of the local worker processes: fix their BLAS threads for good."""
-    _blas_limit(threads)  # threadpool_limits applies on construction; the process is ours
+    blas_limit(threads)  # threadpool_limits applies on construction; the process is ours
 
 
 def _execute(tasks, payload, client, n_jobs, progress, mp_context, blas_threads):
@@ -585,7 +574,7 @@ def evaluate(mechanisms, datasets, workloads, epsilons, trials: int = 3, seed: i
     Parameters
     ----------
     mechanisms : list of str or (label, name, params)
-        Registry names (:func:`dpexplorer.registry.names`), or tuples to run
+        Registry names (:func:`dpexplorer.core.registry.names`), or tuples to run
         one mechanism under several parameter settings with distinct labels.
     datasets : dict, list of str, or path
         ``{name: x}`` with ``x`` an array of counts of shape ``(n,)`` or
@@ -655,7 +644,7 @@ def evaluate(mechanisms, datasets, workloads, epsilons, trials: int = 3, seed: i
           ``(1/m) Σ_i |ŷ_i − y_i|`` (DAWA's metric; counts, unscaled);
         * ``rmse``: ``sqrt`` of the mean over runs of the per-run mean
           squared error ``(1/m) Σ_i (ŷ_i − y_i)²`` (counts), comparable
-          to :func:`dpexplorer.error.rmse`;
+          to :func:`dpexplorer.core.error.rmse`;
         * ``rel``: mean over runs of ``(1/m) Σ_i |ŷ_i − y_i| / max(|y_i|, γ)``;
         * ``*_ci_low``, ``*_ci_high``: ``confidence`` intervals of the mean
           over the runs, ``mean ± t_{k−1} · s / sqrt(k)``
@@ -665,7 +654,7 @@ def evaluate(mechanisms, datasets, workloads, epsilons, trials: int = 3, seed: i
           interval covers the workload-sampling variation too;
         * ``seconds``: mean wall-clock seconds of one ``mechanism.run`` call;
         * ``note``: why runs are missing (e.g. a mechanism's
-          :class:`~dpexplorer.registry.NotApplicableError`), else None.
+          :class:`~dpexplorer.core.registry.NotApplicableError`), else None.
 
         ``df.attrs`` holds ``seed``, ``trials``, ``workload_seeds``,
         ``gamma``, ``confidence`` and ``methodology``.  With ``raw=True``,
@@ -777,7 +766,7 @@ def evaluate(mechanisms, datasets, workloads, epsilons, trials: int = 3, seed: i
         return data[task.dataset], instances[task.instances_key]
 
     results = dict((t.order, rows) for t, rows in skipped)
-    with _blas_limit(blas_threads):
+    with blas_limit(blas_threads):
         for task, rows in _execute(tasks, payload, client, n_jobs, progress, mp_context, blas_threads):
             results[task.order] = rows
 

@@ -1,142 +1,56 @@
 """Releases with the matrix mechanism: SELECT, MEASURE, RECONSTRUCT, answer.
 
-``release(x, W, "h2", Laplace(1.0), seed=7)`` selects the strategy ``A``
-(from the registry, or a given matrix), MEASUREs ``y = A x + noise`` through
-the privacy boundary (:class:`~dpexplorer.privacy.PrivateData`, which records
-the spend), RECONSTRUCTs ``x̂ = A⁺ y`` by least squares, and answers
-``W x̂`` (HDMM Sec. 10; Li et al. 2010 "matrix mechanism").  Only MEASURE
-sees ``x``; reconstruction and answers are post-processing of ``y``.
+``release(x, W, "h2", Laplace(1.0))`` selects the strategy ``A`` (from the
+registry, or a given matrix), MEASUREs ``y = A x + noise`` through the
+privacy boundary (:class:`~dpexplorer.privacy.PrivateData`, which checks the
+budget and records the spend), RECONSTRUCTs ``x̂ = A⁺ y`` by least squares,
+and answers ``W x̂`` (HDMM Sec. 10; Li et al. 2010 "matrix mechanism").
+Only MEASURE sees ``x``; reconstruction and answers are post-processing of
+``y``.
+
+Two modes that never mix (:mod:`dpexplorer.privacy.samplers`):
+
+* :func:`release` -- a **release**: noise from the OS CSPRNG through opendp's
+  vetted samplers; no seed exists, and nothing in the result or its
+  downloads lets anyone regenerate the noise;
+* :func:`simulate` -- a **simulation**: the same computation with a seeded
+  ``numpy.random.Generator``, reproducible bit for bit from ``seed``,
+  labelled ``"simulation"``; never a release.
+
+Every answer of a data-independent release comes with its analytic standard
+error and a confidence interval (:meth:`Release.confidence_intervals`).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import inspect
 import json
 import math
-import secrets
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-import scipy.sparse.linalg
 
-from . import error, registry
-from .error import GramInverse
-from .matrix import Dense, Identity, Kronecker, Matrix, Sparse, as_matrix
-from .noise import NoiseModel
-from .privacy import PrivacyLedger, PrivateData
+from .core import error, registry
+from .core.reconstruct import DENSE_RECONSTRUCT_LIMIT, Reconstructor, reconstruct
+from .privacy import (
+    OS_CSPRNG,
+    RELEASE,
+    SIMULATION,
+    PrivacyLedger,
+    PrivateData,
+    noise_sampler,
+    variance_factor,
+)
+from .privacy.noise import NoiseModel
+from .privacy.samplers import check_source
+from .privacy.tables import PrivateTable
+from .queries.domain import Table
+from .queries.matrix import Identity, Matrix, Ones, as_matrix
 
-__all__ = ["Reconstructor", "reconstruct", "run", "Release", "release", "DENSE_RECONSTRUCT_LIMIT"]
-
-#: Largest number of cells reconstructed through a dense Gram pseudo-inverse;
-#: larger non-Kronecker strategies use scipy's lsmr.
-DENSE_RECONSTRUCT_LIMIT = 4096
-
-
-class Reconstructor:
-    """Least squares ``x̂ = A⁺ y`` for one strategy, factorised once (RECONSTRUCT).
-
-    Parameters
-    ----------
-    A : Matrix or array, shape (p, n)
-        The strategy.
-    method : {"auto", "kron", "dense", "lsmr"}
-        ``kron``: ``(⊗A_i)⁺ = ⊗A_i⁺`` applied factor by factor (HDMM Thm 14);
-        ``dense``: ``(AᵀA)⁺ Aᵀ y``; ``lsmr``: scipy.sparse.linalg.lsmr from 0,
-        which converges to the minimum-norm least-squares solution.
-        ``custom``: the strategy's own ``A.reconstructor()`` (implicit
-        marginal or stacked strategies).
-        ``auto`` picks custom when the strategy has one, kron for Kronecker strategies, lsmr for sparse ones
-        (tree strategies: a few ms even when badly conditioned) and above
-        :data:`DENSE_RECONSTRUCT_LIMIT` cells, dense otherwise.
-    atol, btol : float
-        lsmr stopping tolerances.
-
-    Raises
-    ------
-    ValueError
-        If the method is unknown, or ``kron`` is asked for a non-Kronecker strategy.
-    """
-
-    def __init__(self, A, method: str = "auto", atol: float = 1e-10, btol: float = 1e-10):
-        A = as_matrix(A)
-        if method not in ("auto", "kron", "dense", "lsmr", "custom"):
-            raise ValueError(f"method must be 'auto', 'kron', 'dense' or 'lsmr', got {method!r}")
-        if method == "auto" and hasattr(A, "reconstructor"):
-            method = "custom"  # implicit strategies bring their own least squares
-        if method == "auto":
-            if isinstance(A, Identity):
-                method = "identity"
-            elif isinstance(A, Kronecker):
-                method = "kron"
-            elif A.n <= DENSE_RECONSTRUCT_LIMIT and not isinstance(A, Sparse):
-                method = "dense"
-            else:
-                method = "lsmr"
-        if method == "kron" and not isinstance(A, Kronecker):
-            raise ValueError("method='kron' needs a Kronecker strategy")
-        self.A, self.method, self.atol, self.btol = A, method, atol, btol
-        if method == "custom":
-            self._op = A.reconstructor()
-        elif method == "kron":
-            self._op = Kronecker([_factor_pinv(f) for f in A.factors])
-        elif method == "dense":
-            self._op = GramInverse(A.gram().dense()).pinv
-
-    def __call__(self, y) -> np.ndarray:
-        """``x̂`` (shape ``(n,)``, counts) for noisy answers ``y: (p,)``.
-
-        Raises
-        ------
-        ValueError
-            If ``y`` has the wrong length.
-        """
-        A = self.A
-        y = np.asarray(y, dtype=float)
-        if y.shape != (A.m,):
-            raise ValueError(f"y must have shape ({A.m},) to match the strategy, got {y.shape}")
-        if self.method == "identity":
-            return y.copy()
-        if self.method == "custom":
-            return np.asarray(self._op(y), dtype=float)
-        if self.method == "kron":
-            return self._op.matvec(y)
-        if self.method == "dense":
-            return self._op @ A.rmatvec(y)
-        result = scipy.sparse.linalg.lsmr(A.as_linear_operator(), y, atol=self.atol, btol=self.btol,
-                                          maxiter=max(10 * A.n, 1000))
-        return result[0]
-
-
-def reconstruct(A, y, method: str = "auto", atol: float = 1e-10, btol: float = 1e-10) -> np.ndarray:
-    """Least-squares estimate ``x̂ = A⁺ y`` (RECONSTRUCT); see :class:`Reconstructor`.
-
-    Parameters
-    ----------
-    A : Matrix or array, shape (p, n)
-    y : ndarray, shape (p,)
-    method : {"auto", "kron", "dense", "lsmr"}
-
-    Returns
-    -------
-    ndarray, shape (n,)
-        ``x̂``, in counts.
-
-    Raises
-    ------
-    ValueError
-        If ``y`` has the wrong length or the method is unknown.
-    """
-    return Reconstructor(A, method, atol, btol)(y)
-
-
-def _factor_pinv(f: Matrix) -> Matrix:
-    if isinstance(f, Identity):
-        return f
-    return Dense(GramInverse(f.gram().dense()).pinv @ f.dense().T)
-
+__all__ = ["Reconstructor", "reconstruct", "run", "Release", "release", "simulate",
+           "confidence_half_widths", "DENSE_RECONSTRUCT_LIMIT", "EXACT_CI_LIMIT"]
 
 #: Strategies and their factorisations kept for repeated runs (evaluate's trials).
 _PLANS: OrderedDict = OrderedDict()
@@ -178,22 +92,12 @@ def _json_safe(value):
     return repr(value)
 
 
-def _takes_seed(fn) -> bool:
-    """Whether a runner accepts ``seed=`` (explicitly or through ``**kwargs``)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "seed" or p.kind is p.VAR_KEYWORD for p in params)
-
-
-def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng: np.random.Generator,
-        seed: int | None = None, **params) -> registry.Estimate:
+def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng, **params) -> registry.Estimate:
     """Run any registered mechanism on private data: the uniform entry point.
 
     Data-independent mechanisms build their strategy ``A``, MEASURE it
-    through ``data`` (which records the spend) and RECONSTRUCT ``x̂ = A⁺y``;
-    data-dependent ones call their registered ``runner``.
+    through ``data`` (which checks the budget and records the spend) and
+    RECONSTRUCT ``x̂ = A⁺y``; data-dependent ones call their registered ``runner``.
 
     Parameters
     ----------
@@ -205,10 +109,8 @@ def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng: np.random.
         Workload (public).
     noise : NoiseModel
         Privacy parameters (ε, and δ for Gaussian noise) of the whole run.
-    rng : numpy.random.Generator
-        Seeded source of randomness.
-    seed : int, optional
-        The seed of ``rng``, recorded with every ledger entry of the run.
+    rng : numpy.random.Generator or OS_CSPRNG
+        A seeded Generator (simulation) or :data:`~dpexplorer.privacy.OS_CSPRNG` (release).
     **params
         Overrides of the mechanism's default parameters.
 
@@ -223,22 +125,22 @@ def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng: np.random.
     ------
     KeyError
         Unknown mechanism.
+    TypeError
+        If ``rng`` is not a source of randomness.
     NotApplicableError
         If the mechanism cannot handle this workload or noise model.
     """
     W = as_matrix(W)
+    check_source(rng)
     mech = registry.get(mechanism)
     unknown = sorted(set(params) - set(mech.params)) if mech.params or params else []
     if unknown and mech.runner is not None:
         raise ValueError(f"unknown parameter(s) {unknown} for {mechanism!r}; "
                          f"its parameters are {sorted(mech.params)}")
     if mech.runner is not None:
-        kwargs = {**mech.params, **params}
-        if _takes_seed(mech.runner):
-            kwargs["seed"] = seed
-        return mech.runner(data, W, noise, rng, **kwargs)
+        return mech.runner(data, W, noise, rng, **{**mech.params, **params})
     A, recon = _plan(mech, W, noise, params)  # public work, cached across trials
-    y = data.measure(A, noise, rng, label=f"{mechanism}: measure {A.m} strategy queries", seed=seed)
+    y = data.measure(A, noise, rng, label=f"{mechanism}: measure {A.m} strategy queries")
     return registry.Estimate(recon(y), {"strategy": A}, answers=_strategy_answers(A, W, y))
 
 
@@ -247,7 +149,7 @@ def _strategy_answers(A: Matrix, W: Matrix, y: np.ndarray) -> np.ndarray | None:
 
     Stacked OPT+ strategies answer every workload term from its own block
     (local least squares, HDMM Sec. 10 item 3): unbiased, with the analytic
-    error of :func:`dpexplorer.error.expected_tse`, which ``W x̂`` would not have.
+    error of :func:`dpexplorer.core.error.expected_tse`, which ``W x̂`` would not have.
     """
     hook = getattr(A, "answer", None)
     if hook is None:
@@ -259,9 +161,139 @@ def _strategy_answers(A: Matrix, W: Matrix, y: np.ndarray) -> np.ndarray | None:
     return answers
 
 
+# ======================================================= confidence intervals
+#: Largest ``m·p`` (and ``n·p``) for which a release finds the answers whose noise
+#: is one noisy strategy answer (exact Laplace intervals); larger ones use the bound.
+EXACT_CI_LIMIT = 2**22
+
+_CI_TEXT = {
+    "gaussian": "exact: Gaussian noise (answer ± z·std)",
+    "laplace_single": "exact: the answer's noise is one Laplace variable",
+    "laplace_gauss": ("bound: Gauss's inequality -- a sum of Laplace variables is symmetric and "
+                      "unimodal, so P(|error| ≥ λ·std) ≤ 4/(9λ²)"),
+    "discrete_laplace_single": "exact: the answer's noise is one discrete Laplace variable",
+    "discrete_laplace_chebyshev": "bound: Chebyshev -- P(|error| ≥ λ·std) ≤ 1/λ² (sums of discrete Laplace)",
+    "discrete_gaussian_subgaussian": ("bound: sub-Gaussian tail -- discrete Gaussian noise is "
+                                      "σ²-sub-Gaussian (Canonne, Kamath & Steinke 2020), so "
+                                      "P(|error| ≥ t) ≤ 2·exp(−t²/(2s²)) with s the continuous std"),
+    "none": "none: data-dependent mechanism (its error depends on the data)",
+}
+
+
+def _single_terms(W: Matrix, A: Matrix) -> np.ndarray | None:
+    """Per query, ``|c|`` when its noise is ``c`` times ONE strategy answer's noise, else 0.
+
+    ``c`` is the row of ``W A⁺`` (the map from strategy noise to answer
+    noise).  Computed densely only when ``m·p`` and ``n·p`` are at most
+    :data:`EXACT_CI_LIMIT`; ``None`` otherwise (or for strategies answering
+    the workload themselves).
+    """
+    if getattr(A, "answer", None) is not None or getattr(A, "reconstructor", None) is not None:
+        return None
+    if max(W.m * A.m, W.n * A.m) > EXACT_CI_LIMIT:
+        return None
+    try:
+        C = W.dense() @ np.linalg.pinv(A.dense())
+    except Exception:  # noqa: BLE001 - only an upgrade from the bound to exact
+        return None
+    mags = np.abs(C)
+    top = mags.max(axis=1, keepdims=True)
+    single = (mags > 1e-9 * np.maximum(top, 1e-300)).sum(axis=1) == 1
+    return np.where(single, top[:, 0], 0.0)
+
+
+def confidence_half_widths(W: Matrix, A: Matrix, noise: NoiseModel, sampler: str,
+                           level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Half-widths of level-``level`` intervals ``answer ± h`` for a release of ``W`` with ``A``.
+
+    The error of every answer is a fixed linear combination ``Σ_j c_j z_j``
+    of the i.i.d. strategy noise ``z`` (``c`` = row of ``W A⁺``), with standard
+    deviation ``s`` = :func:`dpexplorer.core.error.per_query_rmse` (times the
+    discrete sampler's variance factor).  With ``α = 1 − level``:
+
+    * Gaussian noise: exact, ``h = Φ⁻¹(1 − α/2)·s``.
+    * Laplace noise, one term: exact, ``h = |c|·b·ln(1/α)``.
+    * Laplace noise, a sum: Laplace densities are symmetric and unimodal and so
+      is any sum of them (Wintner 1938), so Gauss's inequality (Gauss 1823;
+      Pukelsheim 1994) gives ``P(|e| ≥ λs) ≤ 4/(9λ²)`` for ``λ ≥ 2/√3``:
+      ``h = 2s/(3√α)`` (2.98·s at 95 %), a valid bound.
+    * discrete Laplace, one term: exact, ``h = |c|·k`` with the smallest
+      whole ``k`` such that ``P(|Z| > k) = 2q^{k+1}/(1+q) ≤ α``.
+    * discrete Laplace, a sum: Chebyshev, ``h = s/√α``.
+    * discrete Gaussian: each term is σ²-sub-Gaussian (Canonne, Kamath &
+      Steinke 2020), so the sum is sub-Gaussian with the continuous
+      variance ``s_c²``: ``h = s_c·sqrt(2 ln(2/α))``.
+
+    Parameters
+    ----------
+    W : Matrix, shape (m, n)
+    A : Matrix, shape (p, n)
+    noise : NoiseModel
+    sampler : {"continuous", "discrete"}
+        The sampler MEASURE used (:func:`dpexplorer.privacy.noise_sampler`).
+    level : float
+        Coverage in (2/3, 1) (default 0.95).
+
+    Returns
+    -------
+    half_width : ndarray, shape (m,)
+        In counts.
+    method : ndarray of str, shape (m,)
+        Key of the method per answer (``Release.CI_METHODS`` explains them).
+
+    Raises
+    ------
+    ValueError
+        If ``level`` is outside (2/3, 1) or the sampler unknown.
+    """
+    import scipy.stats
+
+    level = float(level)
+    if not 2.0 / 3.0 < level < 1.0:
+        raise ValueError(f"the confidence level must be in (2/3, 1), got {level!r}")
+    if sampler not in ("continuous", "discrete"):
+        raise ValueError(f"sampler must be 'continuous' or 'discrete', got {sampler!r}")
+    alpha = 1.0 - level
+    s_cont = error.per_query_rmse(W, A, noise)
+    sens = A.sensitivity(noise.norm)
+    m = W.m
+    from .privacy.noise import Gaussian, Laplace
+
+    if isinstance(noise, Gaussian):
+        if sampler == "continuous":
+            return scipy.stats.norm.ppf(1 - alpha / 2) * s_cont, np.full(m, "gaussian")
+        return s_cont * math.sqrt(2.0 * math.log(2.0 / alpha)), np.full(m, "discrete_gaussian_subgaussian")
+    if not isinstance(noise, Laplace):
+        raise TypeError(f"no interval rule for {type(noise).__name__} noise")
+    b = noise.scale(sens)
+    single = _single_terms(W, A)
+    if sampler == "continuous":
+        h = 2.0 * s_cont / (3.0 * math.sqrt(alpha))
+        method = np.full(m, "laplace_gauss", dtype=object)
+        if single is not None:
+            one = single > 0
+            h = np.where(one, single * b * math.log(1.0 / alpha), h)
+            method[one] = "laplace_single"
+        return h, method.astype(str)
+    s = s_cont * math.sqrt(variance_factor(A, noise))
+    h = s / math.sqrt(alpha)
+    method = np.full(m, "discrete_laplace_chebyshev", dtype=object)
+    if single is not None:
+        q = math.exp(-1.0 / b)
+        # smallest whole k with 2 q^{k+1} / (1 + q) ≤ α
+        k = max(0, math.ceil(math.log(alpha * (1 + q) / 2.0) / math.log(q) - 1.0 - 1e-12))
+        while k > 0 and 2.0 * q ** k / (1.0 + q) <= alpha:
+            k -= 1
+        one = single > 0
+        h = np.where(one, single * k, h)
+        method[one] = "discrete_laplace_single"
+    return h, method.astype(str)
+
+
+# ================================================================== releases
 @dataclass
 class Release:
-    """A differentially private release of workload answers.
+    """Differentially private answers to a workload, from :func:`release` or :func:`simulate`.
 
     Attributes
     ----------
@@ -272,39 +304,63 @@ class Release:
     strategy : Matrix or None
         ``A: (p, n)``; ``None`` for data-dependent mechanisms.
     noise : NoiseModel
-    seed : int
-        Seed of the ``numpy.random.Generator`` that drew the noise.
+    mode : {"release", "simulation"}
+        A release (OS CSPRNG via opendp, no seed) or a simulation (seeded).
     y : ndarray, shape (p,), or None
         Noisy strategy answers (``None`` for data-dependent mechanisms).
-    x_hat : ndarray, shape (n,)
+    x_hat : ndarray, shape (n,), or None
         Least-squares estimate of the data vector (for a stacked OPT+
-        strategy: the global least-squares estimate ``A⁺y`` of the whole stack).
+        strategy: the global least-squares estimate ``A⁺y`` of the whole
+        stack); ``None`` for a release from a record table, whose full
+        domain is never formed.
     answers : ndarray, shape (m,)
         The noisy workload answers, in counts: ``W x̂``, or the strategy's own
         ``A.answer(W, y)`` when it has one (OPT+ answers every workload term
         from its own block by local least squares, HDMM Sec. 10 item 3, so
         ``answers`` then differs from ``W x̂`` and has the analytic error).
-    epsilon, delta : float
-        What this release spent.
+    epsilon, delta, rho : float
+        What this release spent: (ε, δ) and its zCDP cost ρ.
     analytic_rmse : float
-        Expected RMSE of the answers (HDMM Prop. 4); NaN for data-dependent mechanisms.
+        Expected RMSE of the answers (HDMM Prop. 4, with the sampler's exact
+        variance); NaN for data-dependent mechanisms.
+    sampler : str or None
+        ``"discrete"`` or ``"continuous"`` (the MEASURE of a data-independent mechanism).
+    params : dict
+        The mechanism's parameters.
     info : dict
-        Public by-products of a data-dependent mechanism (e.g. DAWA's partition).
+        Public by-products of a data-dependent mechanism (e.g. DAWA's
+        partition); kept in the object, never written to the downloads.
+    seed : int or None
+        Only for a simulation: the seed of its Generator.  ``None`` for a release.
+    table : Table or None
+        For a release from a record table: the table's public part is used
+        (its domain and name; the records never leave the kernel).
+    created : str
+        ISO time (UTC).
     """
 
     mechanism: str
     workload: Matrix
     strategy: Matrix | None
     noise: NoiseModel
-    seed: int
+    mode: str
     y: np.ndarray | None
-    x_hat: np.ndarray
+    x_hat: np.ndarray | None
     answers: np.ndarray
     epsilon: float
     delta: float
+    rho: float
     analytic_rmse: float
+    sampler: str | None = None
+    params: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
+    seed: int | None = None
+    table: Table | None = field(default=None, repr=False)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+    _intervals: dict = field(default_factory=dict, repr=False, compare=False)
+
+    #: What each confidence-interval method key means.
+    CI_METHODS = _CI_TEXT
 
     @property
     def data_dependent(self) -> bool:
@@ -314,6 +370,9 @@ class Release:
     def per_query_std(self) -> np.ndarray:
         """Analytic standard error of every answer, shape ``(m,)`` (counts).
 
+        The matrix mechanism's per-query variance (HDMM Prop. 4) times the
+        sampler's variance factor (1, or slightly less for discrete noise).
+
         Raises
         ------
         ValueError
@@ -321,118 +380,368 @@ class Release:
         """
         if self.strategy is None:
             raise ValueError(f"{self.mechanism!r} is data-dependent: its answers have no analytic error")
-        return error.per_query_rmse(self.workload, self.strategy, self.noise)
+        factor = variance_factor(self.strategy, self.noise) if self.sampler == "discrete" else 1.0
+        return error.per_query_rmse(self.workload, self.strategy, self.noise) * math.sqrt(factor)
 
-    def metadata(self) -> dict:
-        """JSON-ready description: mechanism, ε, δ, noise model, seed, workload spec, sizes."""
-        from . import spec as _spec
+    def confidence_intervals(self, level: float = 0.95) -> pd.DataFrame:
+        """Per answer: ``ci_low``, ``ci_high`` and the ``ci_method`` key (see :data:`CI_METHODS`).
+
+        Data-dependent releases get NaN bounds and method ``"none"``.
+
+        Raises
+        ------
+        ValueError
+            If ``level`` is outside (2/3, 1).
+        """
+        if self.strategy is None:
+            nan = np.full(self.answers.size, np.nan)
+            return pd.DataFrame({"ci_low": nan, "ci_high": nan, "ci_method": "none"})
+        if level not in self._intervals:
+            self._intervals[level] = confidence_half_widths(
+                self.workload, self.strategy, self.noise, self.sampler or "continuous", level)
+        h, method = self._intervals[level]
+        return pd.DataFrame({"ci_low": self.answers - h, "ci_high": self.answers + h,
+                             "ci_method": method})
+
+    def metadata(self, level: float = 0.95) -> dict:
+        """JSON-ready description of the release (no seed, no true answers, nothing else from ``x``).
+
+        Mechanism and parameters, noise model, calibration and sampler,
+        ε/δ/ρ spent, sensitivity, workload spec, package version, time, the
+        source of randomness and how the confidence intervals were made.
+        A simulation adds its ``seed`` and says it is not a release.
+        """
+        from . import __version__
+        from .queries import spec as _spec
 
         try:
             wspec = _spec.to_spec(self.workload)
         except ValueError:
             wspec = None
-        return {
+        sens = None if self.strategy is None else self.strategy.sensitivity(self.noise.norm)
+        if self.mode == RELEASE:
+            randomness = "OS CSPRNG via opendp"
+        else:
+            randomness = "numpy PCG64 Generator seeded by `seed` (simulation, NOT a release)"
+        meta = {
+            "dpexplorer_version": __version__,
+            "mode": self.mode,
+            "randomness": randomness,
             "mechanism": self.mechanism,
-            "epsilon": self.epsilon,
-            "delta": self.delta,
+            "params": _json_safe(self.params),
+            "data_dependent": self.data_dependent,
             "noise": type(self.noise).__name__,
             "noise_label": self.noise.label,
             "calibration": getattr(self.noise, "calibration", None),
-            "seed": self.seed,
+            "sampler": (self.sampler if self.sampler else "per stage, see the privacy ledger"),
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "rho": self.rho,
+            "sensitivity": sens,
+            "sensitivity_norm": f"L{self.noise.norm}",
+            "strategy_rows": None if self.strategy is None else self.strategy.m,
             "workload": self.workload.name,
             "workload_spec": wspec,
             "m": self.workload.m,
             "n": self.workload.n,
             "domain": list(self.workload.domain),
-            "data_dependent": self.data_dependent,
-            "strategy_rows": None if self.strategy is None else self.strategy.m,
-            "strategy_sensitivity": (None if self.strategy is None
-                                     else self.strategy.sensitivity(self.noise.norm)),
             "analytic_rmse": None if math.isnan(self.analytic_rmse) else self.analytic_rmse,
-            "info": _json_safe(self.info),
+            "confidence_level": level,
+            "confidence_methods": {k: v for k, v in _CI_TEXT.items()
+                                   if k in set(self.confidence_intervals(level)["ci_method"])},
             "created": self.created,
         }
+        if self.table is not None:
+            meta["table"] = {"name": self.table.name, "attributes": list(self.table.domain.names),
+                             "cells": [a.size for a in self.table.domain.attributes]}
+        if self.mode == SIMULATION:
+            meta["seed"] = self.seed
+        return meta
 
-    def to_frame(self, with_std: bool = True) -> pd.DataFrame:
-        """Answers as a table: ``query`` index, ``answer`` and (optionally) analytic ``std``."""
+    def marginals(self, level: float = 0.95) -> list[dict]:
+        """The answers as one table per workload marginal, with std and interval per cell.
+
+        For a workload that is a union of Kronecker products of identity and
+        total factors (marginals): one dict per term with ``attributes``
+        (names, or axis indices without a table), ``shape``, ``answer``,
+        ``std``, ``ci_low``, ``ci_high`` (arrays of that shape) and ``labels``
+        (per axis, the cell labels when the release is from a table).
+
+        Raises
+        ------
+        ValueError
+            If the workload is not a union of marginals.
+        """
+        terms = marginal_terms(self.workload)
+        if terms is None:
+            raise ValueError(f"workload {self.workload.name!r} is not a union of marginals")
+        frame = self.to_frame(level=level)
+        dom = self.table.domain if self.table is not None else None
+        out = []
+        for axes, rows in terms:
+            shape = tuple(self.workload.domain[i] for i in axes)
+            part = {"attributes": tuple(dom.names[i] for i in axes) if dom else axes, "shape": shape,
+                    "labels": [dom.attributes[i].labels() for i in axes] if dom else None}
+            for col in ("answer", "std", "ci_low", "ci_high"):
+                part[col] = frame[col].to_numpy()[rows].reshape(shape)
+            out.append(part)
+        return out
+
+    def query_labels(self) -> list[str] | None:
+        """A plain description of every answer, e.g. ``"Region=South, Segment=Consumer"`` or ``"[3, 17]"``.
+
+        ``None`` when the workload has no such structure (explicit rows).
+        """
+        terms = marginal_terms(self.workload)
+        if terms is not None:
+            names = (self.table.domain.names if self.table is not None
+                     else tuple(f"a{i}" for i in range(len(self.workload.domain))))
+            labels = ([a.labels() for a in self.table.domain.attributes] if self.table is not None
+                      else [[str(c) for c in range(n)] for n in self.workload.domain])
+            out = []
+            for axes, _ in terms:
+                if not axes:
+                    out.append("total")
+                    continue
+                grids = np.meshgrid(*[np.arange(self.workload.domain[i]) for i in axes], indexing="ij")
+                for cell in zip(*(g.ravel() for g in grids), strict=True):
+                    out.append(", ".join(f"{names[i]}={labels[i][c]}" for i, c in zip(axes, cell, strict=True)))
+            return out
+        ranges = getattr(self.workload, "ranges", None)
+        if callable(ranges) and len(self.workload.domain) == 1:
+            lo, hi = ranges()
+            return [f"[{a}, {b}]" for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+        return None
+
+    def to_frame(self, with_std: bool = True, level: float = 0.95) -> pd.DataFrame:
+        """Answers as a table: ``query``, ``answer`` and (with ``with_std``) ``std``, ``ci_low``, ``ci_high``, ``ci_method``.
+
+        A ``label`` column after ``query`` says what each answer counts
+        (:meth:`query_labels`) when the workload has that structure.
+        """
         df = pd.DataFrame({"query": np.arange(self.answers.size), "answer": self.answers})
-        if with_std and self.strategy is not None:
-            df["std"] = self.per_query_std()
+        labels = self.query_labels() if self.answers.size <= 10**6 else None
+        if labels is not None:
+            df.insert(1, "label", labels)
+        if with_std:
+            df["std"] = (np.full(self.answers.size, np.nan) if self.strategy is None
+                         else self.per_query_std())
+            df = pd.concat([df, self.confidence_intervals(level)], axis=1)
         return df
 
-    def to_json(self) -> str:
-        """Metadata and answers as a JSON document."""
-        return json.dumps({**self.metadata(), "answers": self.answers.tolist()})
+    def to_json(self, level: float = 0.95) -> str:
+        """Metadata and, per answer, value, std and confidence interval, as one JSON document."""
+        frame = self.to_frame(level=level)
+        rows = {("answers" if c == "answer" else c): _json_safe(frame[c].to_numpy())
+                for c in frame.columns if c not in ("query", "label")}
+        if "label" in frame:
+            rows["labels"] = frame["label"].tolist()
+        rows = {c: [None if isinstance(v, float) and math.isnan(v) else v for v in vals]
+                for c, vals in rows.items()}
+        return json.dumps({**self.metadata(level), **rows})
 
 
-def release(x, W, mechanism="identity", noise: NoiseModel | None = None, seed: int | None = None,
-            ledger: PrivacyLedger | None = None, params: dict | None = None) -> Release:
-    """Run the matrix mechanism on data ``x`` for workload ``W``.
+def _check_noise(noise) -> NoiseModel:
+    from .privacy.noise import NoiseModel as _Base
+
+    if noise is None:
+        raise ValueError("a release needs a noise model, e.g. dpx.Laplace(1.0)")
+    if not isinstance(noise, _Base):
+        raise TypeError(f"noise must be dpx.Laplace(ε) or dpx.Gaussian(ε, δ), got {type(noise).__name__}")
+    return noise
+
+
+def marginal_terms(W: Matrix):
+    """``[(axes, rows)]`` if ``W`` is a union of marginals (Kronecker products of identity and total factors).
+
+    ``axes`` are the attributes a term keeps (its identity factors), ``rows``
+    the slice of ``W``'s rows it answers (C order over ``axes``); ``None``
+    for any other workload.
+    """
+    terms = error.kron_terms(W)
+    if terms is None:
+        return None
+    out, start = [], 0
+    for _weight, factors in terms:
+        axes = []
+        for i, f in enumerate(factors):
+            if isinstance(f, Identity):
+                axes.append(i)
+            elif not (isinstance(f, Ones) and f.m == 1):
+                return None
+        rows = math.prod(factors[i].m for i in axes) if axes else 1
+        out.append((tuple(axes), slice(start, start + rows)))
+        start += rows
+    return out if start == W.m else None
+
+
+def _make_table(table, W, mechanism, noise, source, ledger, params, seed) -> Release:
+    """:func:`_make` for a record table: MEASURE from marginal counts, answers without ``x̂``."""
+    data = PrivateTable(table, ledger)
+    if tuple(W.domain) != tuple(table.shape):
+        raise ValueError(f"the workload's domain is {tuple(W.domain)} but the table {table.name!r} has "
+                         f"attributes {list(table.domain.names)} with {tuple(table.shape)} cells; build "
+                         "the workload over the table's domain")
+    if isinstance(mechanism, str):
+        mech = registry.get(mechanism)
+        if mech.data_dependent:
+            raise registry.NotApplicableError(
+                f"{mechanism!r} is data-dependent and needs the full data vector; a table release "
+                "measures marginals: use residual_planner")
+        A = mech.strategy(W, noise, **dict(params or {}))
+        name, params = mechanism, {**mech.params, **dict(params or {})}
+    else:
+        A, name = as_matrix(mechanism), as_matrix(mechanism).name
+    if getattr(A, "marginal_measure", None) is None or getattr(A, "answer", None) is None:
+        raise registry.NotApplicableError(
+            f"{name!r} cannot be measured from marginal counts (it needs the data vector of all "
+            f"{table.domain.cells:,} cells); use residual_planner with Gaussian noise")
+    tse = error.expected_tse(W, A, noise)  # raises if A does not support W
+    y = data.measure(A, noise, source, label=f"{name}: measure {A.m} strategy queries from "
+                                              f"marginals of {table.name!r}")
+    return Release(mechanism=name, workload=W, strategy=A, noise=noise,
+                   mode=RELEASE if source is OS_CSPRNG else SIMULATION, y=y, x_hat=None,
+                   answers=_strategy_answers(A, W, y), epsilon=noise.epsilon, delta=noise.delta,
+                   rho=noise.rho_per_unit, analytic_rmse=math.sqrt(tse / W.m), sampler="continuous",
+                   params=dict(params or {}), seed=seed, table=table)
+
+
+def _make(x, W, mechanism, noise, source, ledger, params, counts, seed) -> Release:
+    """The one computation behind :func:`release` (``source`` = OS CSPRNG) and :func:`simulate`."""
+    noise = _check_noise(noise)
+    W = as_matrix(W)
+    if isinstance(x, Table):
+        return _make_table(x, W, mechanism, noise, source, ledger, params, seed)
+    data = PrivateData(x, ledger, counts=counts)
+    if data.n != W.n:
+        raise ValueError(f"the data has {data.n} cells but the workload is over {W.n} cells")
+    if len(data.domain) > 1 and len(W.domain) > 1 and tuple(data.domain) != tuple(W.domain):
+        raise ValueError(f"the data has shape {tuple(data.domain)} but the workload's domain is "
+                         f"{tuple(W.domain)}")
+    if len(data.domain) > 1 and len(W.domain) == 1:
+        raise ValueError(f"the data has shape {tuple(data.domain)} but the workload is over a 1D "
+                         f"domain of {W.n} cells; flatten x or build a workload over that shape")
+    mode = RELEASE if source is OS_CSPRNG else SIMULATION
+    params = dict(params or {})
+    common = dict(noise=noise, mode=mode, epsilon=noise.epsilon, delta=noise.delta,
+                  rho=noise.rho_per_unit, seed=seed)
+    if isinstance(mechanism, str) and registry.get(mechanism).data_dependent:
+        mech = registry.get(mechanism)
+        data.ledger.check_cost(noise.epsilon, noise.delta, noise.rho_per_unit,
+                               label=f"{mechanism} release")  # refuse before any stage draws
+        est = run(mechanism, data, W, noise, source, **params)
+        x_hat = np.asarray(est.x_hat, dtype=float)
+        answers = W.matvec(x_hat) if est.answers is None else np.asarray(est.answers, dtype=float)
+        return Release(mechanism=mechanism, workload=W, strategy=None, y=None, x_hat=x_hat,
+                       answers=answers, analytic_rmse=math.nan, sampler=None,
+                       params={**mech.params, **params},
+                       info={k: v for k, v in est.info.items() if k != "strategy"}, **common)
+    if isinstance(mechanism, str):
+        name = mechanism
+        mech = registry.get(name)
+        A = mech.strategy(W, noise, **params)
+        params = {**mech.params, **params}
+    else:
+        A = as_matrix(mechanism)
+        name = A.name
+    tse = error.expected_tse(W, A, noise)  # raises if A does not support W
+    sampler = noise_sampler(A, noise, data.counts)
+    y = data.measure(A, noise, source, label=f"{name}: measure {A.m} strategy queries")
+    x_hat = reconstruct(A, y)
+    answers = _strategy_answers(A, W, y)
+    factor = variance_factor(A, noise, data.counts)
+    return Release(mechanism=name, workload=W, strategy=A, y=y, x_hat=x_hat,
+                   answers=W.matvec(x_hat) if answers is None else answers,
+                   analytic_rmse=math.sqrt(tse * factor / W.m), sampler=sampler,
+                   params=params, **common)
+
+
+def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
+            ledger: PrivacyLedger | None = None, params: dict | None = None, *,
+            counts: bool = True, **unexpected) -> Release:
+    """Release DP answers of workload ``W`` on data ``x`` (OS CSPRNG via opendp; no seed).
 
     Parameters
     ----------
-    x : array_like, shape (n,) or the workload's domain shape
-        Private counts.
+    x : array_like, shape (n,) or the workload's domain shape, or Table
+        Private counts (non-negative whole numbers; see ``counts``), or a
+        record :class:`~dpexplorer.queries.domain.Table` (pandas or dask):
+        the kernel then counts the marginals the strategy needs by group-by
+        and never forms ``x`` (strategies with ``marginal_measure``, i.e.
+        ``residual_planner``; the release has ``x_hat = None`` and
+        :meth:`Release.marginals`).
     W : Matrix or array, shape (m, n)
-        Workload.
+        Workload (over the table's domain for a table).
     mechanism : str or Matrix
         A registry name (``identity``, ``h2``, ``hb``, ``wavelet``,
         ``greedy_h``, ...; data-dependent ones such as ``dawa`` run through
         :func:`run`) or a strategy matrix ``A: (p, n)``.
     noise : NoiseModel
-        ``Laplace(ε)`` or ``Gaussian(ε, δ)``.
-    seed : int, optional
-        Seed of the noise Generator; a fresh one is drawn (and recorded) if omitted.
+        ``Laplace(ε)`` or ``Gaussian(ε, δ, calibration="zcdp")`` (a release's
+        Gaussian noise is accounted in zCDP).
     ledger : PrivacyLedger, optional
-        Ledger to record the spend in (a session's ledger).
+        The dataset's ledger: its budget is checked before any noise is drawn
+        and the spend recorded there.
     params : dict, optional
         Parameters for the registered mechanism's builder.
+    counts : bool
+        ``True`` (default): ``x`` must hold counts.  ``False`` accepts
+        fractional or signed weights (continuous samplers only).
 
     Returns
     -------
     Release
+        ``mode = "release"``, no seed; answers with analytic standard errors
+        and confidence intervals (data-independent mechanisms).
+
+    Raises
+    ------
+    TypeError
+        If a ``seed`` is passed (a release has none: use :func:`simulate`), or
+        ``noise``/``ledger`` have the wrong type.
+    ValueError
+        If ``x`` is not valid counts, does not match the workload's domain, no
+        noise model is given, or Gaussian noise is not zCDP-calibrated.
+    UnsupportedWorkloadError
+        If the strategy does not support the workload.
+    BudgetExceededError
+        If the ledger's budget would be exceeded (nothing is drawn).
+    """
+    if "seed" in unexpected:
+        raise TypeError("a release has no seed: its noise comes from the OS CSPRNG. For a "
+                        "reproducible run use dpx.simulate(x, W, mechanism, noise, seed=...)")
+    if unexpected:
+        raise TypeError(f"release() got unexpected argument(s) {sorted(unexpected)}")
+    return _make(x, W, mechanism, noise, OS_CSPRNG, ledger, params, counts, None)
+
+
+def simulate(x, W, mechanism="identity", noise: NoiseModel | None = None, seed: int | None = None,
+             ledger: PrivacyLedger | None = None, params: dict | None = None, *,
+             counts: bool = True) -> Release:
+    """A **simulation** of :func:`release`: the same mechanism with a seeded numpy Generator.
+
+    Reproducible bit for bit from ``seed``; labelled ``mode = "simulation"``
+    (its metadata carries the seed and says it is not a release).  For
+    empirical error, bands and teaching -- never for publication.
+
+    Parameters
+    ----------
+    x, W, mechanism, noise, ledger, params, counts
+        As for :func:`release` (any Gaussian calibration is allowed here).
+    seed : int
+        Seed of ``numpy.random.default_rng`` (required, ≥ 0).
+
+    Returns
+    -------
+    Release
+        ``mode = "simulation"``, ``seed`` set.
 
     Raises
     ------
     ValueError
-        If ``x`` does not match the workload's domain, or no noise model is given.
-    UnsupportedWorkloadError
-        If the strategy does not support the workload.
-    BudgetExceededError
-        If the ledger's budget would be exceeded.
+        If ``seed`` is missing or not a non-negative integer, or as :func:`release`.
     """
-    if noise is None:
-        raise ValueError("a release needs a noise model, e.g. dpx.Laplace(1.0)")
-    W = as_matrix(W)
-    data = PrivateData(x, ledger)
-    if data.n != W.n:
-        raise ValueError(f"the data has {data.n} cells but the workload is over {W.n} cells")
-    if seed is None:
-        seed = secrets.randbits(63)
-    if isinstance(mechanism, str) and registry.get(mechanism).data_dependent:
-        if ledger is not None:
-            ledger.check(noise.epsilon, noise.delta)  # refuse before any stage measures
-        est = run(mechanism, data, W, noise, np.random.default_rng(seed), seed=seed, **(params or {}))
-        x_hat = np.asarray(est.x_hat, dtype=float)
-        answers = W.matvec(x_hat) if est.answers is None else np.asarray(est.answers, dtype=float)
-        return Release(
-            mechanism=mechanism, workload=W, strategy=None, noise=noise, seed=int(seed), y=None,
-            x_hat=x_hat, answers=answers, epsilon=noise.epsilon, delta=noise.delta,
-            analytic_rmse=math.nan, info={k: v for k, v in est.info.items() if k != "strategy"})
-    if isinstance(mechanism, str):
-        name = mechanism
-        A = registry.get(name).strategy(W, noise, **(params or {}))
-    else:
-        A = as_matrix(mechanism)
-        name = A.name
-    tse = error.expected_tse(W, A, noise)  # raises if A does not support W
-    rng = np.random.default_rng(seed)
-    y = data.measure(A, noise, rng, label=f"{name}: measure {A.m} strategy queries", seed=seed)
-    x_hat = reconstruct(A, y)
-    answers = _strategy_answers(A, W, y)
-    return Release(
-        mechanism=name, workload=W, strategy=A, noise=noise, seed=int(seed), y=y, x_hat=x_hat,
-        answers=W.matvec(x_hat) if answers is None else answers,
-        epsilon=noise.epsilon, delta=noise.delta,
-        analytic_rmse=math.sqrt(tse / W.m),
-    )
+    if seed is None or isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ValueError(f"a simulation needs an explicit seed, a non-negative integer, got {seed!r}")
+    return _make(x, W, mechanism, noise, np.random.default_rng(int(seed)), ledger, params, counts,
+                 int(seed))

@@ -7,7 +7,6 @@ when chromium or playwright is missing).
 from __future__ import annotations
 
 import pytest
-
 from test_browser import _shot, _tab, browser, page, server  # noqa: F401
 
 pytestmark = pytest.mark.slow

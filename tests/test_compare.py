@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import registry, workloads
+from dpexplorer.core import error, registry
+from dpexplorer.queries import workloads
 
 
 def test_compare_table():
@@ -60,7 +61,7 @@ def test_empirical_rows_for_data_dependent_mechanisms():
     df = dpx.compare(W, dpx.Laplace(1.0), mechanisms=["identity", "dawa", "uniform"], x=x, trials=10)
     rows = df.set_index("mechanism")
     assert rows.loc["identity", "kind"] == "analytic"
-    assert rows.loc["dawa", "kind"] == "empirical" and rows.loc["dawa", "rmse"] > 0
+    assert rows.loc["dawa", "kind"] == "simulation" and rows.loc["dawa", "rmse"] > 0
     assert "10 seeded runs" in rows.loc["dawa", "note"]
     # reproducible from the seed
     again = dpx.compare(W, dpx.Laplace(1.0), mechanisms=["dawa"], x=x, trials=10)
@@ -89,3 +90,44 @@ def test_compare_does_not_rename_the_workload():
     assert W.name == "prefix"
     assert df.attrs["workload"] == "prefix"
     assert "workload" in set(df["mechanism"])
+
+
+def test_compare_max_objective():
+    """objective="max": the largest per-query std of every mechanism; ResidualPlanner optimises it."""
+    W = workloads.marginals((3, 4, 5), [1, 2])
+    noise = dpx.Gaussian(1.0, 1e-6)
+    cache = dpx.StrategyCache()
+    df = dpx.compare(W, noise, objective="max", cache=cache)
+    assert df.attrs["objective"] == "max"
+    assert list(df.columns[:4]) == ["mechanism", "label", "rmse", "max_std"]
+    analytic = df[df["max_std"].notna()]
+    assert analytic["max_std"].is_monotonic_increasing
+    assert analytic.iloc[0]["mechanism"] == "residual_planner"
+    assert len(analytic) >= 10
+    for _, row in analytic.iterrows():
+        mech = registry.get(row["mechanism"])
+        params = {"objective": "max"} if "objective" in mech.params else {}
+        A = mech.strategy(W, noise, **params)
+        worst = error.per_query_variance(W, A, noise).max()
+        assert row["max_std"] == pytest.approx(math.sqrt(worst), rel=1e-9)
+        assert row["max_std"] >= row["rmse"] * (1 - 1e-9)  # the worst query is at least the mean
+        assert row["rmse"] == pytest.approx(dpx.rmse(W, A, noise), rel=1e-10)
+    assert df[df["data_dependent"]]["max_std"].isna().all()
+    # the default objective keeps the table as it was, and ResidualPlanner minimises the total
+    total = dpx.compare(W, noise, cache=cache)
+    assert "max_std" not in total.columns and total.attrs["objective"] == "sum"
+    by_name = total.set_index("mechanism")["rmse"]
+    assert by_name["residual_planner"] == pytest.approx(total.attrs["svd_bound"], rel=1e-10)
+    assert by_name["residual_planner"] <= df.set_index("mechanism").loc["residual_planner", "rmse"]
+    with pytest.raises(ValueError, match="objective"):
+        dpx.compare(W, noise, objective="worst")
+
+
+def test_compare_max_objective_is_implicit_for_kronecker_and_marginal_strategies():
+    """CPS (n = 280,000): max per-query std without any n × n matrix (it would not fit)."""
+    W = workloads.kron([workloads.identity_total(n) for n in (50, 100, 7, 4, 2)])
+    noise = dpx.Gaussian(1.0, 1e-6)
+    names = ["identity", "h2", "wavelet", "opt_m", "datacube", "fourier", "residual_planner"]
+    df = dpx.compare(W, noise, mechanisms=names, objective="max").set_index("mechanism")
+    assert df["max_std"].notna().all(), df["note"].to_dict()
+    assert df["max_std"].idxmin() == "residual_planner"

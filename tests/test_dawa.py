@@ -1,6 +1,5 @@
 """DAWA (Li, Hay, Miklau, Wang, PVLDB 2014): partition, workload transformation, privacy accounting."""
 
-import itertools
 import math
 
 import numpy as np
@@ -9,9 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import dawa, partition as pt, strategies, workloads
-from dpexplorer.hilbert import hilbert_order
+from dpexplorer.adaptive import dawa
+from dpexplorer.adaptive import partition as pt
+from dpexplorer.adaptive.hilbert import hilbert_order
 from dpexplorer.privacy import PrivateData
+from dpexplorer.queries import workloads
+from dpexplorer.strategies import classic as strategies
 
 X_EXAMPLE = np.array([2, 3, 8, 1, 0, 2, 0, 4, 2, 4], dtype=float)  # DAWA Example 1 (Fig. 1)
 B_EXAMPLE = pt.Partition(np.array([0, 2, 3, 7, 10]))  # b1=[1,2], b2=[3,3], b3=[4,7], b4=[8,10]

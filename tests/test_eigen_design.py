@@ -15,10 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import eigen_design as ed
-from dpexplorer import error, mechanism, optimization, registry, workloads
-from dpexplorer.matrix import Dense, Sparse
+from dpexplorer import mechanism
+from dpexplorer.core import error, optimization, registry
 from dpexplorer.privacy import PrivateData
+from dpexplorer.queries import workloads
+from dpexplorer.queries.matrix import Dense, Sparse
+from dpexplorer.strategies import eigen_design as ed
 
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)
 
@@ -257,8 +259,7 @@ def test_empirical_rmse_matches_analytic():
     truth = W @ x
     sq = []
     for t in range(trials):  # run() builds the strategy once (cached plan), measures each trial
-        est = mechanism.run("eigen_design", PrivateData(x), W, GAUSSIAN, np.random.default_rng(2000 + t),
-                            seed=2000 + t)
+        est = mechanism.run("eigen_design", PrivateData(x), W, GAUSSIAN, np.random.default_rng(2000 + t))
         sq.append(np.mean((W @ est.x_hat - truth) ** 2))
     sq = np.asarray(sq)
     analytic = error.rmse(W, est.info["strategy"], GAUSSIAN) ** 2  # expected MSE per query
@@ -266,7 +267,7 @@ def test_empirical_rmse_matches_analytic():
     assert abs(sq.mean() - analytic) < 5 * se
     assert se < 0.1 * analytic  # the test has power
     # a release reports the same analytic error
-    r = dpx.release(x, W, est.info["strategy"], GAUSSIAN, seed=1)
+    r = dpx.simulate(x, W, est.info["strategy"], GAUSSIAN, seed=1)
     assert r.analytic_rmse**2 == pytest.approx(analytic, rel=1e-12)
 
 

@@ -6,8 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import error, strategies, workloads
-from dpexplorer.matrix import Dense, Kronecker
+from dpexplorer.core import error
+from dpexplorer.queries import workloads
+from dpexplorer.queries.matrix import Dense, Kronecker
+from dpexplorer.strategies import classic as strategies
 
 LAPLACE = dpx.Laplace(1.0)
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)
@@ -115,7 +117,7 @@ def test_per_query_variance_sums_to_tse():
     assert pq.sum() == pytest.approx(error.expected_tse(W, A, LAPLACE), rel=1e-10)
     # brute force on the dense matrices
     Wd, Ad = W.dense(), A.dense()
-    direct = 2 * A.sensitivity(1) ** 2 * np.diag(Wd @ np.linalg.pinv(Ad.T @ Ad) @ Wd.T)
+    direct = 2 * A.sensitivity(1) ** 2 * np.diag(Wd @ np.linalg.pinv(Ad.T @ Ad, rcond=1e-10, hermitian=True) @ Wd.T)
     np.testing.assert_allclose(pq, direct, rtol=1e-8)
 
 

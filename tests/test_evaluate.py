@@ -8,8 +8,9 @@ import pytest
 
 import dpexplorer as dpx
 from dpexplorer import evaluate as ev
-from dpexplorer import registry, workloads
+from dpexplorer.core import registry
 from dpexplorer.evaluate import RAW_COLUMNS, SUMMARY_COLUMNS, evaluate, uniform_ranges
+from dpexplorer.queries import workloads
 
 MECHS = ["identity", "h2", "hb", "greedy_h"]
 

@@ -1,13 +1,13 @@
-"""Structured Gram products (dpexplorer.gram_ops) against the dense Gram matrices."""
+"""Structured Gram products (dpexplorer.queries.gram_ops) against the dense Gram matrices."""
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpexplorer import workloads
-from dpexplorer.gram_ops import gram_operator, segment_sums, segmented_cumsum
-from dpexplorer.matrix import Dense, Diagonal, Kronecker, Product
+from dpexplorer.queries import workloads
+from dpexplorer.queries.gram_ops import gram_operator, segment_sums, segmented_cumsum
+from dpexplorer.queries.matrix import Dense, Diagonal, Kronecker, Product
 
 
 def structured(n, rng):

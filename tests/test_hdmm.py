@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 
 import dpexplorer as dpx
-from dpexplorer import error, hdmm, mechanism, optimization, registry, templates, workloads
+from dpexplorer import mechanism
+from dpexplorer.core import error, optimization, registry
 from dpexplorer.privacy import PrivateData
+from dpexplorer.queries import workloads
+from dpexplorer.strategies import hdmm, templates
 
 LAPLACE = dpx.Laplace(1.0)
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)
@@ -46,7 +49,7 @@ def test_hdmm_cps_tables_6_7(cps, wname, noise, paper):
     ran = {k: v for k, v in cands.items() if not math.isnan(v)}
     assert res.info["winner"] in ran and res.objective == min(ran.values())
     assert "opt0" in res.info["skipped"] and "280,000" in res.info["skipped"]["opt0"]
-    assert "opt_m" in ran  # marginal strategies compete (dpexplorer.marginals.opt_m)
+    assert "opt_m" in ran  # marginal strategies compete (dpexplorer.strategies.marginals.opt_m)
     if wname == "all_marginals" and noise == "laplace":
         assert res.info["winner"] == "opt_m"  # HDMM Table 6: OPT_M 4.84 < OPT⊗ 4.85
 
@@ -153,7 +156,7 @@ def test_release_empirical_error_matches_analytic(method, noise):
     trials = 400
     sq = np.empty(trials)
     for t in range(trials):
-        r = dpx.release(x, W, A, nz, seed=500 + t)
+        r = dpx.simulate(x, W, A, nz, seed=500 + t)
         sq[t] = np.mean((r.answers - truth) ** 2)
     analytic = r.analytic_rmse ** 2  # expected mean squared error per query
     se = sq.std(ddof=1) / math.sqrt(trials)  # the trials are i.i.d.
@@ -168,7 +171,7 @@ def test_release_empirical_error_matches_analytic(method, noise):
 def test_run_returns_local_answers_for_opt_plus():
     W = _union3d()
     x = np.arange(W.n, dtype=float)
-    est = mechanism.run("opt_plus", PrivateData(x), W, GAUSSIAN, np.random.default_rng(0), seed=0)
+    est = mechanism.run("opt_plus", PrivateData(x), W, GAUSSIAN, np.random.default_rng(0))
     assert est.answers is not None and est.answers.shape == (W.m,)
     A = est.info["strategy"]
     # the same noise again: measure, then answer term by term
@@ -184,7 +187,7 @@ def test_cps_release_with_opt_kron(cps):
     W = cps["all_marginals"]
     res = templates.opt_kron(W, LAPLACE)
     x = np.random.default_rng(0).poisson(2.0, size=W.n).astype(float)
-    r = dpx.release(x, W, res.strategy, LAPLACE, seed=11)
+    r = dpx.simulate(x, W, res.strategy, LAPLACE, seed=11)
     assert r.x_hat.shape == (280_000,) and r.answers.shape == (W.m,)
     expected = math.sqrt(2.0 * res.objective / W.m)  # v = 2/ε² (Laplace)
     assert r.analytic_rmse == pytest.approx(expected, rel=1e-12)

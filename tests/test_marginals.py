@@ -15,9 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import error, marginals, optimization, registry, strategies, workloads
-from dpexplorer.marginals import MarginalGram, MarginalStrategy
-from dpexplorer.matrix import Dense, Identity, Kronecker, Ones, Prefix, Total
+from dpexplorer.core import error, optimization, registry
+from dpexplorer.queries import workloads
+from dpexplorer.queries.matrix import Dense, Identity, Kronecker, Ones, Prefix, Total
+from dpexplorer.strategies import classic as strategies
+from dpexplorer.strategies import marginals
+from dpexplorer.strategies.marginals import MarginalGram, MarginalStrategy
 
 LAPLACE = dpx.Laplace(1.0)
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)
@@ -48,7 +51,7 @@ def adult_3d():
 
 def dense_pinv_gram(A):
     Ad = A.dense()
-    return np.linalg.pinv(Ad.T @ Ad)
+    return np.linalg.pinv(Ad.T @ Ad, rcond=1e-10, hermitian=True)
 
 
 def random_factor(rng, n, kind):
@@ -121,7 +124,7 @@ def test_marginal_strategy_products_gram_and_sensitivity(domain, seed):
     np.testing.assert_allclose(A.matvec(x), Ad @ x, atol=1e-10)
     np.testing.assert_allclose(A.rmatvec(y), Ad.T @ y, atol=1e-10)
     np.testing.assert_allclose(A.gram().dense(), Ad.T @ Ad, atol=1e-10)
-    np.testing.assert_allclose(A.gram().pinv().dense(), np.linalg.pinv(Ad.T @ Ad), atol=1e-8)
+    np.testing.assert_allclose(A.gram().pinv().dense(), np.linalg.pinv(Ad.T @ Ad, rcond=1e-10, hermitian=True), atol=1e-8)
     assert A.sensitivity(1) == pytest.approx(np.abs(Ad).sum(axis=0).max())
     assert A.sensitivity(2) == pytest.approx(np.sqrt((Ad**2).sum(axis=0)).max())
     np.testing.assert_allclose(A.column_norms(1), np.abs(Ad).sum(axis=0))
@@ -336,7 +339,7 @@ def test_opt_m_result_objective_trace_and_determinism(noise):
     # the objective is the unit TSE of the public error path (hook), and of the dense path
     assert res.objective == pytest.approx(error.unit_tse(W, A, noise.norm), rel=1e-9)
     Ad, Wd = A.dense(), W.dense()
-    dense = np.trace(Wd.T @ Wd @ np.linalg.pinv(Ad.T @ Ad))
+    dense = np.trace(Wd.T @ Wd @ np.linalg.pinv(Ad.T @ Ad, rcond=1e-10, hermitian=True))
     assert res.objective == pytest.approx(dense, rel=1e-6)
     assert res.restarts.shape == (3,) and res.objective == pytest.approx(res.restarts.min())
     assert res.trace.size >= 1 and res.trace[-1] == pytest.approx(res.objective, rel=1e-6)
@@ -492,7 +495,7 @@ def test_empirical_error_matches_analytic(noise):
     trials = 400
     sq = np.empty(trials)
     for t in range(trials):
-        r = dpx.release(x, W, A, noise, seed=2000 + t)
+        r = dpx.simulate(x, W, A, noise, seed=2000 + t)
         sq[t] = np.mean((r.answers - truth) ** 2)
     analytic = r.analytic_rmse**2
     se = sq.std(ddof=1) / math.sqrt(trials)  # i.i.d. trial means: 5 standard errors
@@ -510,7 +513,7 @@ def test_per_query_variance_empirical():
     noise = dpx.Laplace(1.0)
     x = np.arange(6, dtype=float)
     trials = 3000
-    answers = np.array([dpx.release(x, W, A, noise, seed=s).answers for s in range(trials)])
+    answers = np.array([dpx.simulate(x, W, A, noise, seed=s).answers for s in range(trials)])
     emp = ((answers - W @ x) ** 2).mean(axis=0)
     var = error.per_query_variance(W, A, noise)
     # each mean of squared errors has sd ≈ sqrt(Var(e²)/trials); Laplace-sum tails: allow 6 se
@@ -524,7 +527,7 @@ def test_release_on_the_cps_domain():
     rng = np.random.default_rng(0)
     x = rng.integers(0, 5, size=W.n).astype(float)  # 280,000 cells
     ledger = dpx.PrivacyLedger(epsilon_budget=1.0)
-    r = dpx.release(x, W, A, LAPLACE, seed=5, ledger=ledger)
+    r = dpx.simulate(x, W, A, LAPLACE, seed=5, ledger=ledger)
     assert r.answers.shape == (W.m,) and np.all(np.isfinite(r.answers))
     assert r.analytic_rmse == pytest.approx(4.84, rel=0.01)
     err = np.sqrt(np.mean((r.answers - W @ x) ** 2))

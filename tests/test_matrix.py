@@ -5,8 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpexplorer import matrix as mx
-from dpexplorer import strategies, workloads
+from dpexplorer.queries import matrix as mx
+from dpexplorer.queries import workloads
+from dpexplorer.strategies import classic as strategies
 
 
 def _cases():

@@ -9,10 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import strategies, workloads
-from dpexplorer.matrix import Dense, Kronecker
 from dpexplorer.mechanism import reconstruct
 from dpexplorer.privacy import PrivacyLedger, PrivateData
+from dpexplorer.queries import workloads
+from dpexplorer.queries.matrix import Dense, Kronecker
+from dpexplorer.strategies import classic as strategies
 
 
 @settings(max_examples=40, deadline=None)
@@ -64,7 +65,7 @@ def test_empirical_rmse_matches_analytic(mechanism, noise):
     A = dpx.registry.get(mechanism).strategy(W, noise)  # selected once, measured many times
     sq = []
     for t in range(trials):
-        r = dpx.release(x, W, A, noise, seed=1000 + t)
+        r = dpx.simulate(x, W, A, noise, seed=1000 + t)
         sq.append(np.mean((r.answers - truth) ** 2))
     sq = np.asarray(sq)
     analytic = r.analytic_rmse**2  # expected mean squared error per query
@@ -79,8 +80,8 @@ def test_per_query_error_bands():
     W = workloads.prefix(n)
     x = np.arange(n, dtype=float)
     noise = dpx.Laplace(1.0)
-    answers = np.array([dpx.release(x, W, "h2", noise, seed=s).answers for s in range(trials)])
-    r = dpx.release(x, W, "h2", noise, seed=0)
+    answers = np.array([dpx.simulate(x, W, "h2", noise, seed=s).answers for s in range(trials)])
+    r = dpx.simulate(x, W, "h2", noise, seed=0)
     std = r.per_query_std()
     emp = answers.std(axis=0, ddof=1)
     # relative standard error of a sample std ≈ sqrt((κ−1)/(4N)); answers are sums of Laplace
@@ -88,35 +89,46 @@ def test_per_query_error_bands():
     np.testing.assert_array_less(np.abs(emp / std - 1), 5 * math.sqrt(5 / (4 * trials)))
 
 
-def test_release_records_and_reproduces():
+def test_simulation_reproduces_and_records():
     W = workloads.prefix(16)
     x = np.arange(16.0)
     ledger = PrivacyLedger()
-    r1 = dpx.release(x, W, "hb", dpx.Laplace(0.5), seed=42, ledger=ledger)
-    r2 = dpx.release(x, W, "hb", dpx.Laplace(0.5), seed=42, ledger=ledger)
-    np.testing.assert_array_equal(r1.answers, r2.answers)
-    assert r1.seed == 42
+    r1 = dpx.simulate(x, W, "hb", dpx.Laplace(0.5), seed=42, ledger=ledger)
+    r2 = dpx.simulate(x, W, "hb", dpx.Laplace(0.5), seed=42, ledger=ledger)
+    np.testing.assert_array_equal(r1.answers, r2.answers)  # bit for bit from the seed
+    assert r1.seed == 42 and r1.mode == "simulation"
     assert ledger.epsilon == pytest.approx(1.0)
-    assert len(ledger) == 2 and ledger.to_frame()["seed"].tolist() == [42, 42]
-    r3 = dpx.release(x, W, "hb", dpx.Gaussian(0.5, 1e-6), ledger=ledger)
-    assert isinstance(r3.seed, int)
+    assert ledger.to_frame()["mode"].tolist() == ["simulation", "simulation"]
+    assert "seed" not in ledger.to_frame().columns
+    meta = r1.metadata()
+    assert meta["mode"] == "simulation" and meta["seed"] == 42 and "NOT a release" in meta["randomness"]
+
+
+def test_release_metadata_has_no_seed():
+    W = workloads.prefix(16)
+    x = np.arange(16.0)
+    ledger = PrivacyLedger()
+    r3 = dpx.release(x, W, "hb", dpx.Gaussian(0.5, 1e-6, "zcdp"), ledger=ledger)
+    assert r3.seed is None and r3.mode == "release"
     assert ledger.delta == pytest.approx(1e-6)
     meta = r3.metadata()
-    assert meta["seed"] == r3.seed and meta["epsilon"] == 0.5 and meta["delta"] == 1e-6
+    assert "seed" not in meta and meta["randomness"] == "OS CSPRNG via opendp"
+    assert meta["epsilon"] == 0.5 and meta["delta"] == 1e-6
+    assert meta["rho"] == pytest.approx(dpx.Gaussian(0.5, 1e-6, "zcdp").rho_per_unit)
     assert meta["workload_spec"]["products"][0]["factors"] == [{"type": "prefix"}]
+    assert meta["dpexplorer_version"] == dpx.__version__
     doc = json.loads(r3.to_json())
-    assert len(doc["answers"]) == 16
+    assert len(doc["answers"]) == 16 and len(doc["ci_low"]) == 16
     df = r3.to_frame()
-    assert list(df.columns) == ["query", "answer", "std"]
-
-
-def test_budget_is_enforced_before_noise():
-    ledger = PrivacyLedger(epsilon_budget=1.0)
-    x = np.ones(8)
-    dpx.release(x, workloads.identity(8), "identity", dpx.Laplace(0.6), seed=1, ledger=ledger)
-    with pytest.raises(dpx.BudgetExceededError, match="above the budget"):
-        dpx.release(x, workloads.identity(8), "identity", dpx.Laplace(0.6), seed=2, ledger=ledger)
-    assert len(ledger) == 1
+    assert list(df.columns) == ["query", "label", "answer", "std", "ci_low", "ci_high", "ci_method"]
+    assert df["label"].iloc[3] == "[0, 3]"  # prefix query 3: cells 0..3
+    assert (df["ci_method"] == "discrete_gaussian_subgaussian").all()
+    with pytest.raises(TypeError, match="no seed"):
+        dpx.release(x, W, "hb", dpx.Laplace(1.0), seed=3)
+    with pytest.raises(ValueError, match="zCDP"):
+        dpx.release(x, W, "hb", dpx.Gaussian(0.5, 1e-6))  # analytic calibration: not for releases
+    with pytest.raises(ValueError, match="explicit seed"):
+        dpx.simulate(x, W, "hb", dpx.Laplace(1.0))
 
 
 def test_measure_noise_scale_is_sensitivity_over_epsilon():
@@ -125,7 +137,10 @@ def test_measure_noise_scale_is_sensitivity_over_epsilon():
     data = PrivateData(np.zeros(4))
     A = Dense(3 * np.eye(4))
     y = np.concatenate([data.measure(A, dpx.Laplace(eps), np.random.default_rng(s)) for s in range(trials // 4)])
-    expected = 2 * (3 / eps) ** 2
+    # A = 3·I has whole entries: discrete Laplace with b = 6, variance 2q/(1−q)², q = e^{−1/6}
+    q = math.exp(-eps / 3)
+    expected = 2 * q / (1 - q) ** 2
+    assert expected == pytest.approx(2 * (3 / eps) ** 2 - 1 / 6, rel=1e-3)
     se = expected * math.sqrt(5 / y.size)
     assert abs(y.var() - expected) < 5 * se
     assert data.ledger.epsilon == pytest.approx(eps * (trials // 4))
@@ -140,27 +155,40 @@ def test_private_data_hides_x_and_validates():
     with pytest.raises(ValueError, match="empty"):
         PrivateData([])
     with pytest.raises(TypeError, match="Generator"):
-        d.measure(np.eye(3), dpx.Laplace(1.0), rng=np.random.RandomState(0))
+        d.measure(np.eye(3), dpx.Laplace(1.0), np.random.RandomState(0))
     with pytest.raises(ValueError, match="columns"):
-        d.measure(np.eye(4), dpx.Laplace(1.0), rng=np.random.default_rng(0))
+        d.measure(np.eye(4), dpx.Laplace(1.0), np.random.default_rng(0))
     with pytest.raises(ValueError, match="sensitivity 0"):
-        d.measure(np.zeros((2, 3)), dpx.Laplace(1.0), rng=np.random.default_rng(0))
+        d.measure(np.zeros((2, 3)), dpx.Laplace(1.0), np.random.default_rng(0))
+    with pytest.raises(ValueError, match="non-integer"):
+        PrivateData([1.5, 2])
+    with pytest.raises(ValueError, match="negative"):
+        PrivateData([1, -2])
+    w = PrivateData([1.5, -2.0], counts=False)  # fractional or signed weights, when asked for
+    assert w.counts is False
 
 
 def test_release_input_errors():
     W = workloads.prefix(8)
     with pytest.raises(ValueError, match="cells"):
-        dpx.release(np.ones(9), W, "identity", dpx.Laplace(1.0), seed=0)
+        dpx.release(np.ones(9), W, "identity", dpx.Laplace(1.0))
     with pytest.raises(ValueError, match="noise model"):
-        dpx.release(np.ones(8), W, "identity", None, seed=0)
+        dpx.release(np.ones(8), W, "identity", None)
+    with pytest.raises(TypeError, match="noise must be"):
+        dpx.release(np.ones(8), W, "identity", 1.0)
     with pytest.raises(dpx.UnsupportedWorkloadError):
-        dpx.release(np.ones(8), W, Dense(np.eye(8)[:3]), dpx.Laplace(1.0), seed=0)
+        dpx.release(np.ones(8), W, Dense(np.eye(8)[:3]), dpx.Laplace(1.0))
+    with pytest.raises(ValueError, match="shape"):
+        dpx.release(np.ones((2, 4)), W, "identity", dpx.Laplace(1.0))
+    W2 = workloads.marginals((4, 4), [1])
+    with pytest.raises(ValueError, match="shape"):
+        dpx.release(np.ones((2, 8)), W2, "identity", dpx.Laplace(1.0))
 
 
 def test_multidimensional_release():
     W = workloads.marginals((4, 5, 3), [1, 2])
     x = np.random.default_rng(2).integers(0, 20, size=(4, 5, 3))
-    r = dpx.release(x, W, "h2", dpx.Gaussian(1.0, 1e-6), seed=5)
+    r = dpx.release(x, W, "h2", dpx.Gaussian(1.0, 1e-6, "zcdp"))
     assert isinstance(r.strategy, Kronecker)
     assert r.answers.shape == (W.m,)
     assert r.per_query_std().shape == (W.m,)
@@ -175,21 +203,23 @@ def test_lsmr_matches_exact_least_squares_on_noisy_answers(which):
     np.testing.assert_allclose(reconstruct(A, y, method="lsmr"), reconstruct(A, y, method="dense"), atol=1e-6)
 
 
-def test_data_dependent_release_records_seed_and_metadata():
+def test_data_dependent_release_metadata_and_budget():
     x = np.random.default_rng(0).integers(0, 50, size=128)
     W = workloads.random_ranges(128, 100, seed=0)
     ledger = PrivacyLedger(epsilon_budget=1.5)
-    r = dpx.release(x, W, "dawa", dpx.Laplace(1.0), seed=11, ledger=ledger)
+    r = dpx.release(x, W, "dawa", dpx.Laplace(1.0), ledger=ledger)
     assert r.data_dependent and r.strategy is None and math.isnan(r.analytic_rmse)
-    assert [e.seed for e in ledger.entries] == [11, 11]  # both DAWA stages carry the seed
+    assert [e.mode for e in ledger.entries] == ["release", "release"]  # both DAWA stages
     assert ledger.epsilon == pytest.approx(1.0)
     meta = json.loads(r.to_json())
     assert meta["mechanism"] == "dawa" and meta["data_dependent"] and meta["analytic_rmse"] is None
-    assert "partition" in meta["info"]
+    assert "info" not in meta and "seed" not in meta  # only the answers leave, with the metadata
+    assert meta["ci_low"][0] is None and list(meta["confidence_methods"]) == ["none"]
+    assert "partition" in r.info  # the Python object keeps the public by-products
     np.testing.assert_allclose(r.answers, W @ r.x_hat)
     with pytest.raises(ValueError, match="no analytic error"):
         r.per_query_std()
     # the whole release is refused before any stage measures when the budget is short
-    with pytest.raises(dpx.BudgetExceededError):
-        dpx.release(x, W, "dawa", dpx.Laplace(1.0), seed=12, ledger=ledger)
+    with pytest.raises(dpx.BudgetExceededError, match="refused before any noise"):
+        dpx.release(x, W, "dawa", dpx.Laplace(1.0), ledger=ledger)
     assert len(ledger) == 2

@@ -1,4 +1,4 @@
-"""Tests of the declarative workload spec (dpexplorer.spec)."""
+"""Tests of the declarative workload spec (dpexplorer.queries.spec)."""
 
 import json
 
@@ -8,9 +8,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpexplorer import workloads as wl
-from dpexplorer.matrix import Dense, Kronecker
-from dpexplorer.spec import dumps, from_spec, load, loads, save, to_spec
+from dpexplorer.queries import workloads as wl
+from dpexplorer.queries.matrix import Dense, Kronecker
+from dpexplorer.queries.spec import dumps, from_spec, load, loads, save, to_spec
 
 WORKLOADS = {
     "prefix": lambda: wl.prefix(16),

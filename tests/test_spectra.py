@@ -1,4 +1,4 @@
-"""Structured spectra and the SVD bound (dpexplorer.spectra) against dense decompositions."""
+"""Structured spectra and the SVD bound (dpexplorer.core.spectra) against dense decompositions."""
 
 import numpy as np
 import pytest
@@ -6,8 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import error, spectra, workloads
-from dpexplorer.matrix import Dense, MatrixTooLargeError
+from dpexplorer.core import error, spectra
+from dpexplorer.queries import workloads
+from dpexplorer.queries.matrix import Dense, MatrixTooLargeError
+from dpexplorer.strategies import marginals
 
 
 def dense_svdb(W):
@@ -135,3 +137,16 @@ def test_svd_bound_tables_still_match():
     # HDMM Table 4: All Range, n = 64, Laplace ε = 1 → 3.22; Width 32, n = 1024 → 3.36
     assert round(dpx.svd_bound(workloads.all_range(64), dpx.Laplace(1.0)), 2) == 3.22
     assert round(dpx.svd_bound(workloads.width_range(1024, 32), dpx.Laplace(1.0)), 2) == 3.36
+
+
+def test_large_marginal_unions_are_left_to_the_marginal_algebra():
+    # Identity/Total factors only over more multi-indices than the grid holds: the structured
+    # rule declines (it is registered before strategies.marginals), and svdb gets the
+    # marginal algebra's closed form (HDMM Thm 12), equal to the grid sum on a small domain
+    big = workloads.marginals((2**9, 2**9, 2**9), 2)  # 2**27 cells
+    assert spectra.svdb_structured(big) is None
+    small = workloads.marginals((8, 6, 5), [1, 2])
+    value = spectra.svdb_structured(small)
+    assert value == pytest.approx(dense_svdb(small), rel=1e-10)
+    assert error.svdb(big) == pytest.approx(marginals.svdb_marginal(big), rel=1e-12)
+    assert np.isfinite(error.svdb(big))

@@ -1,4 +1,4 @@
-"""Tree-form inverse Grams (dpexplorer.trees, dpexplorer.intervals): H2, HB, GreedyH and Privelet errors against dense."""
+"""Tree-form inverse Grams (dpexplorer.queries.trees, dpexplorer.queries.intervals): H2, HB, GreedyH and Privelet errors against dense."""
 
 import numpy as np
 import pytest
@@ -6,10 +6,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpexplorer as dpx
-from dpexplorer import error, registry, strategies, workloads
-from dpexplorer.intervals import SegmentInverse
-from dpexplorer.matrix import Dense
-from dpexplorer.trees import HaarWavelet, IntervalTree
+from dpexplorer.core import error, registry
+from dpexplorer.queries import workloads
+from dpexplorer.queries.intervals import SegmentInverse
+from dpexplorer.queries.matrix import Dense
+from dpexplorer.queries.trees import HaarWavelet, IntervalTree
+from dpexplorer.strategies import classic as strategies
 
 LAPLACE = dpx.Laplace(1.0)
 GAUSSIAN = dpx.Gaussian(1.0, 1e-6)

@@ -12,8 +12,8 @@ import dpexplorer as dpx
 pn = pytest.importorskip("panel")
 hv = pytest.importorskip("holoviews")
 
-from dpexplorer.dawa import dawa  # noqa: E402
-from dpexplorer.partition import optimal_partition  # noqa: E402
+from dpexplorer.adaptive.dawa import dawa  # noqa: E402
+from dpexplorer.adaptive.partition import optimal_partition  # noqa: E402
 from dpexplorer.ui import data_view  # noqa: E402
 from dpexplorer.ui.data_view import DataView  # noqa: E402
 from dpexplorer.ui.session import Session  # noqa: E402
@@ -42,7 +42,7 @@ def _rects(overlay) -> hv.Rectangles:
 
 
 # ------------------------------------------------------------------ DAWA run
-def test_run_records_both_stages_in_session_ledger(session, view):
+def test_run_is_a_simulation_that_spends_nothing(session, view):
     session.epsilon, session.seed = 0.8, 5
     view.ratio = 0.4
     assert view.run() is True
@@ -50,13 +50,13 @@ def test_run_records_both_stages_in_session_ledger(session, view):
     run = view.last
     res = run.result
     assert res.epsilon1 == pytest.approx(0.4 * 0.8) and res.epsilon2 == pytest.approx(0.6 * 0.8)
-    entries = session.ledger.entries
-    assert len(entries) == 2
+    assert len(session.ledger) == 0  # the dataset's budget is untouched
+    entries = run.spends  # what a release would spend, from the run's throwaway ledger
+    assert len(entries) == 2 and all(e.mode == "simulation" for e in entries)
     assert [e.epsilon for e in entries] == pytest.approx([res.epsilon1, res.epsilon2])
-    assert session.ledger.epsilon == pytest.approx(0.8) == res.epsilon1 + res.epsilon2
-    assert session.ledger.delta == 0.0
-    assert all(e.seed == 5 for e in entries) and run.spends == entries
+    assert sum(e.epsilon for e in entries) == pytest.approx(0.8)
     assert "stage 1" in entries[0].label and "stage 2" in entries[1].label
+    assert "Simulation" in view.summary() and "nothing was spent" in view.summary()
 
 
 def test_run_uses_session_workload_and_matches_engine(session, view):
@@ -123,7 +123,8 @@ def test_2d_run_uses_random_rectangles_and_hilbert_order(session, view):
 def test_gaussian_session_runs_laplace(session, view):
     session.noise = "Gaussian"
     assert view.run()
-    assert session.ledger.delta == 0.0 and session.ledger.epsilon == pytest.approx(session.epsilon)
+    assert sum(e.delta for e in view.last.spends) == 0.0
+    assert sum(e.epsilon for e in view.last.spends) == pytest.approx(session.epsilon)
     assert "ε-DP" in view.last.noise_note and "Laplace" in view.summary()
 
 
@@ -134,19 +135,19 @@ def test_rerun_with_new_seed_advances_seed(session, view):
     assert session.seed == 10  # a plain run keeps the seed (reproducible)
     assert view.rerun_with_new_seed()
     assert session.seed == 11 and view.last.seed == 11 and view.last is not first
-    assert [e.seed for e in session.ledger.entries] == [10, 10, 11, 11]
+    assert first.seed == 10 and len(session.ledger) == 0
 
 
 def test_failed_run_keeps_last_result(session, view):
     assert view.run()
-    good, spent = view.last, len(session.ledger)
+    good = view.last
     big = np.zeros(5000)
     big[::7] = 3
     assert view.load_npy(_npy(big), "big.npy") is not None
     view.candidates = "all"  # not offered above 4096 cells
     assert view.run() is False
     assert "4096" in session.error and view.error == session.error
-    assert view.last is good and len(session.ledger) == spent
+    assert view.last is good
 
 
 def test_penalty_option_is_passed(session, view):
@@ -254,9 +255,9 @@ def test_layout_renders_and_redraws(session, view):
     layout = view.panel()
     assert layout.get_root() is not None
     buttons = {getattr(b, data_view._LABEL): b for b in layout.select(pn.widgets.Button)}
-    assert {"Run DAWA", "Re-run with a new seed"} <= set(buttons)
+    assert {"Run DAWA", "Re-run with the next simulation seed"} <= set(buttons)
     buttons["Run DAWA"].clicks += 1  # the button drives run()
-    assert view.last is not None and len(session.ledger) == 2
+    assert view.last is not None and len(session.ledger) == 0
     panes = [p for p in layout.select(pn.pane.HoloViews) if p.visible and p.object is not None]
     assert len(panes) >= 4
     session.dataset = dpx.datasets.DEFAULT_2D  # the data pane follows the session

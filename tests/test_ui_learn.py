@@ -65,12 +65,20 @@ def test_each_lesson_builds(view, session, key):
 
 
 def test_page_in_the_app(session):
-    from dpexplorer.ui.app import ExplorerApp
+    from dpexplorer.ui.app import PAGES, ExplorerApp
 
     app = ExplorerApp(session)
+    assert "Learn" not in app.pages  # built when first opened
+    app.tabs.active = [t for t, _, _ in PAGES].index("Learn")
     page = app.pages["Learn"]
-    assert isinstance(page, LearnView)
-    assert page.session is session
+    assert isinstance(page, LearnView) and page.session is session
+    # while hidden, a session change only marks the open lesson stale; shown again, it refreshes
+    app.tabs.active = 0
+    before = page.current.result
+    session.epsilon = 0.25
+    assert page.current.stale and page.current.result is before
+    app.tabs.active = [t for t, _, _ in PAGES].index("Learn")
+    assert not page.current.stale and page.current.result is not before
 
 
 # ---------------------------------------------------- lesson 1: noise
@@ -80,12 +88,16 @@ def test_noise_densities_match_engine(view, session, eps, delta, sens):
     session.param.update(epsilon=eps, delta=delta)
     lesson.sensitivity = sens
     r = lesson.result
-    lap, gau = dpx.Laplace(eps), dpx.Gaussian(eps, delta)
+    lap, gau = dpx.Laplace(eps), dpx.Gaussian(eps, delta, session.calibration)
+    assert session.calibration == "zcdp"  # the app's default: what releases use
     assert r["laplace_std"] ** 2 == pytest.approx(lap.variance(sens), rel=1e-12)
     assert r["gaussian_std"] ** 2 == pytest.approx(gau.variance(sens), rel=1e-12)
     assert r["laplace_scale"] == pytest.approx(sens / eps, rel=1e-12)
-    assert r["gaussian_sigma"] == pytest.approx(
+    assert r["gaussian_sigma"] == pytest.approx(sens * gau.sigma_per_unit, rel=1e-12)
+    session.calibration = "analytic"
+    assert lesson.result["gaussian_sigma"] == pytest.approx(
         sens * dpx.noise.analytic_gaussian_sigma(eps, delta), rel=1e-12)
+    session.calibration = "zcdp"
 
     curves = _elements(lesson.figure(), hv.Curve)
     assert len(curves) == 2
@@ -294,10 +306,10 @@ def test_epsilon_updates_every_lesson(view, session):
 def test_delta_and_noise_drive_gaussian(view, session):
     session.param.update(noise="Gaussian", delta=1e-3)
     lesson = view.show("bound")
-    assert lesson.result["noise"] == dpx.Gaussian(1.0, 1e-3)
+    assert lesson.result["noise"] == dpx.Gaussian(1.0, 1e-3, "zcdp")
     noise = view.show("noise")
     assert noise.result["delta"] == 1e-3
-    assert noise.result["gaussian_sigma"] == pytest.approx(dpx.noise.analytic_gaussian_sigma(1.0, 1e-3))
+    assert noise.result["gaussian_sigma"] == pytest.approx(dpx.Gaussian(1.0, 1e-3, "zcdp").sigma_per_unit)
 
 
 def test_seed_reruns_the_simulation(view, session):

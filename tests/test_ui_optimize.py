@@ -14,9 +14,9 @@ import dpexplorer as dpx
 pn = pytest.importorskip("panel")
 hv = pytest.importorskip("holoviews")
 
-from dpexplorer.optimization import OptimizationResult, progress, report  # noqa: E402
+from dpexplorer.core.optimization import OptimizationResult, progress, report  # noqa: E402
 from dpexplorer.ui import optimize_view as ov  # noqa: E402
-from dpexplorer.ui.optimize_view import (  # noqa: E402
+from dpexplorer.ui.optimize_view import (
     Cancelled,
     OptimizationProgress,
     ProgressRelay,

@@ -36,37 +36,37 @@ def test_defaults():
     assert set(dpx.registry.names()) <= set(v.param.mechanism.objects)
 
 
-def test_release_adds_one_ledger_entry_with_session_seed(session, view):
+def test_release_adds_one_ledger_entry_without_seed(session, view):
     session.seed, session.epsilon = 7, 0.5
     view.mechanism = "hb"
     assert view.run_release() is True, session.error
     assert session.error == "" and view.error == ""
     entries = session.ledger.entries
     assert len(entries) == 1
-    assert entries[0].seed == 7 and entries[0].epsilon == 0.5
+    assert entries[0].mode == "release" and entries[0].epsilon == 0.5
     rel = view.last.release
-    assert rel.seed == 7 and session.releases == [rel]
-    assert session.seed == 8  # the next release draws fresh noise
-    ref = dpx.release(session.data().x, session.workload, "hb", dpx.Laplace(0.5), seed=7)
-    np.testing.assert_array_equal(rel.answers, ref.answers)
+    assert rel.seed is None and rel.mode == "release" and session.releases == [rel]
+    assert session.seed == 7  # the simulation seed is not a release's
     np.testing.assert_array_equal(view.last.true_answers,
                                   session.workload.matvec(session.data().x))
-
-
-def test_advance_seed_can_be_switched_off(session, view):
-    view.advance_seed = False
-    assert view.run_release(trials=0)
-    assert session.seed == 0 and view.simulation is None
+    # the page shows every answer with its std and 95 % interval
+    frame = view.answers_frame()
+    assert list(frame.columns) == ["query", "label", "answer", "std", "ci_low", "ci_high", "ci_method"]
+    assert len(frame) == session.workload.m
+    assert np.all(frame["ci_low"] < frame["answer"]) and np.all(frame["answer"] < frame["ci_high"])
 
 
 def test_gaussian_release(session, view):
-    session.noise, session.delta, session.seed = "Gaussian", 1e-5, 4
+    session.noise, session.delta = "Gaussian", 1e-6
     view.mechanism = "identity"
-    assert view.run_release(trials=0)
+    assert view.run_release(trials=0), session.error
     e = session.ledger.entries[0]
-    assert e.delta == 1e-5 and e.seed == 4
-    ref = dpx.release(session.data().x, session.workload, "identity", dpx.Gaussian(1.0, 1e-5), seed=4)
-    np.testing.assert_array_equal(view.last.release.answers, ref.answers)
+    assert e.delta == 1e-6 and e.rho == pytest.approx(dpx.Gaussian(1.0, 1e-6, "zcdp").rho_per_unit)
+    assert view.last.release.noise.calibration == "zcdp"
+    # the analytic calibration is for study only: a release refuses it with a clear message
+    session.calibration = "analytic"
+    assert view.run_release(trials=0) is False
+    assert "zcdp" in session.error and len(session.ledger) == 1
 
 
 def test_trials_do_not_touch_session_ledger(session, view):
@@ -85,7 +85,7 @@ def test_trials_do_not_touch_session_ledger(session, view):
     assert len(s.shown) == release_view.MAX_SHOWN
 
 
-def test_trial_seeds_derived_from_session_seed(session, view):
+def test_trial_seeds_derived_from_simulation_seed(session, view):
     view.mechanism = "hb"
     assert view.run_trials(5, seed=3)
     a = view.simulation.trial_rmse.copy()
@@ -103,7 +103,7 @@ def test_trial_seeds_derived_from_session_seed(session, view):
 
 
 def test_empirical_rmse_close_to_analytic(session, view):
-    from dpexplorer.workloads import prefix
+    from dpexplorer.queries.workloads import prefix
     session.workload = prefix(256)
     view.mechanism = "h2"
     assert view.run_release(trials=200)
@@ -118,25 +118,32 @@ def test_downloads_contain_metadata(session, view):
     view.mechanism = "hb"
     assert view.run_release(trials=0)
     text = view.csv_text()
+    assert "seed" not in text.lower()  # no seed, no generator state
     header = [line for line in text.splitlines() if line.startswith("#")]
     meta = dict(line[2:].split(": ", 1) for line in header[1:])
-    assert meta["mechanism"] == "hb" and meta["seed"] == "11" and meta["epsilon"] == "2.0"
+    assert meta["mechanism"] == "hb" and meta["epsilon"] == "2.0" and meta["mode"] == "release"
+    assert meta["randomness"] == "OS CSPRNG via opendp"
+    assert meta["dpexplorer_version"] == dpx.__version__
+    assert "ε = 2" in meta["dataset_spent_after_release"]
     assert meta["delta"] == "0.0" and meta["noise"] == "Laplace"
     assert meta["noise_label"].startswith("Laplace") and meta["dataset"] == session.dataset
     assert json.loads(meta["workload_spec"])["name"] == "all_range"
     df = pd.read_csv(io.StringIO(text), comment="#")
-    assert list(df.columns[:2]) == ["query", "answer"]
+    assert list(df.columns) == ["query", "label", "answer", "std", "ci_low", "ci_high", "ci_method"]
     np.testing.assert_allclose(df["answer"].to_numpy(), view.last.release.answers)
     doc = json.loads(view.json_text())
-    for key in ("mechanism", "epsilon", "delta", "noise", "seed", "workload_spec", "answers"):
+    for key in ("mechanism", "epsilon", "delta", "rho", "noise", "workload_spec", "answers",
+                "std", "ci_low", "ci_high", "sensitivity", "created"):
         assert key in doc
-    assert doc["seed"] == 11 and doc["mechanism"] == "hb" and doc["dataset"] == session.dataset
+    assert "seed" not in doc
+    assert doc["mechanism"] == "hb" and doc["dataset"] == session.dataset
     np.testing.assert_allclose(doc["answers"], view.last.release.answers)
     # the FileDownload widgets serve the same bytes
     layout = view.panel()
     downloads = layout.select(pn.widgets.FileDownload)
-    assert {d.filename for d in downloads} == {"release_hb_eps2_seed11.csv",
-                                               "release_hb_eps2_seed11.json"}
+    names = {d.filename for d in downloads}
+    assert len(names) == 2 and all(n.startswith("release_hb_eps2_") for n in names)
+    assert "seed" not in " ".join(names)
     csv_dl = [d for d in downloads if d.filename.endswith(".csv")][0]
     assert csv_dl.callback().read().decode() == text
 
@@ -151,37 +158,35 @@ def test_mismatched_workload_reports_error(session, view):
     assert view.run_release() is False
     assert "100" in session.error and "256" in session.error and view.error == session.error
     assert len(session.ledger) == 0 and view.last is None and session.releases == []
-    assert session.seed == 0
     assert view.run_trials(3) is False and "100" in session.error
 
 
 def test_failed_release_keeps_last(session, view):
     assert view.run_release(trials=0)
     good = view.last
+    first = session.dataset
     session.dataset = dpx.datasets.DEFAULT_2D  # 4096 cells, workload over 256
     assert view.run_release() is False
-    assert view.last is good and len(session.ledger) == 1
+    assert view.last is good and len(session.ledger) == 0  # the 2D dataset's own ledger
+    assert len(session.ledgers[first]) == 1
 
 
 def test_data_dependent_release(session, view):
-    session.seed = 9
     view.mechanism = "dawa"
     assert view.run_release(trials=5), session.error
     rel = view.last.release
     assert isinstance(rel, DataDependentRelease) and view.last.data_dependent
     entries = session.ledger.entries
-    assert len(entries) == 2 and all(e.seed == 9 for e in entries)  # seed stamped
+    assert len(entries) == 2 and all(e.mode == "release" for e in entries)  # both stages
     assert session.ledger.epsilon == pytest.approx(1.0)
-    x, W = session.data().x, session.workload
-    est = mechanism.run("dawa", dpx.PrivateData(x), W, dpx.Laplace(1.0), np.random.default_rng(9))
-    np.testing.assert_allclose(rel.x_hat, est.x_hat)
-    np.testing.assert_allclose(rel.answers, W.matvec(est.x_hat))
-    assert np.isnan(rel.analytic_rmse)
+    W = session.workload
+    np.testing.assert_allclose(rel.answers, W.matvec(rel.x_hat))
+    assert np.isnan(rel.analytic_rmse) and rel.info["buckets"] == rel.info["partition"].k
     table = view.rmse_table()
     assert table["kind"].str.contains("data-dependent").any()
     doc = json.loads(view.json_text())
-    assert doc["mechanism"] == "dawa" and doc["seed"] == 9 and doc["data_dependent"] is True
-    assert doc["info"]["buckets"] == est.info["buckets"]
+    assert doc["mechanism"] == "dawa" and "seed" not in doc and doc["data_dependent"] is True
+    assert "info" not in doc  # only the answers (and metadata) leave
     assert "# mechanism: dawa" in view.csv_text()
     assert len(session.ledger) == 2  # the simulation stayed outside
 
@@ -194,32 +199,39 @@ def test_data_dependent_with_gaussian_reports(session, view):
 
 
 def test_budget_exceeded_is_reported(session, view):
-    session.ledger.epsilon_budget = 0.5
+    session.budget, session.budget_epsilon = "pure", 0.5
     view.mechanism = "dawa"
     assert view.run_release() is False
-    assert "budget" in session.error and len(session.ledger) == 0
+    assert "budget" in session.error and "left" in session.error and len(session.ledger) == 0
     view.mechanism = "hb"
     assert view.run_release() is False and len(session.ledger) == 0
+    session.epsilon = 0.3
+    assert view.run_release(trials=0) and len(session.ledger) == 1
+    assert "ε = 0.2 left" in session.ledger.remaining()
+    # a budget below what was spent is not applied
+    session.budget_epsilon = 0.1
+    assert "already spent" in session.error and session.ledger.budget.epsilon == 0.5
 
 
 def test_answers_plot_and_layout(session, view):
     layout = view.panel()
     assert layout.get_root() is not None
-    ledger_tables = [t for t in layout.select(pn.widgets.Tabulator) if "label" in t.value.columns]
+    ledger_tables = [t for t in layout.select(pn.widgets.Tabulator) if "mode" in t.value.columns]
     assert len(ledger_tables) == 1 and len(ledger_tables[0].value) == 0
     run = [b for b in layout.select(pn.widgets.Button)
            if getattr(b, release_view._LABEL) == "Run release"][0]
     run.clicks += 1
     assert view.last is not None and view.simulation is not None
     plot = view.answers_plot()
-    assert {type(e) for e in plot} == {hv.Area, hv.Scatter, hv.Curve}
+    assert {type(e) for e in plot} == {hv.Area, hv.ErrorBars, hv.Scatter, hv.Curve}
     scatter = [e for e in plot if isinstance(e, hv.Scatter)][0]
     assert len(scatter) == len(view.last.shown)
     np.testing.assert_allclose(np.sort(scatter.dimension_values("released")),
                                np.sort(view.last.release.answers[view.last.shown]))
     # the ledger table lists the release
     assert len(ledger_tables[0].value) == 1
-    assert ledger_tables[0].value["seed"].iloc[0] == 0
+    assert ledger_tables[0].value["mode"].iloc[0] == "release"
+    assert "seed" not in ledger_tables[0].value.columns
     assert "ε = 1" in view.ledger_text()
     assert layout.get_root() is not None
 
@@ -231,11 +243,31 @@ def test_small_workload_shows_all_queries(session, view):
     assert view._matches(view.simulation, view.last)
 
 
-def test_ledger_table_follows_other_pages(session, view):
+def test_ledger_table_follows_the_dataset(session, view):
     from dpexplorer.ui.data_view import DataView
 
     layout = view.panel()
-    table = [t for t in layout.select(pn.widgets.Tabulator) if "label" in t.value.columns][0]
+    table = [t for t in layout.select(pn.widgets.Tabulator) if "mode" in t.value.columns][0]
     assert len(table.value) == 0
-    assert DataView(session).run()  # the Data page spends from the same ledger
-    assert len(table.value) == 2 and "ε = 1" in view.ledger_text()
+    assert DataView(session).run()  # the Data page is a simulation: nothing spent
+    assert len(table.value) == 0
+    assert view.run_release(trials=0)
+    assert len(table.value) == 1 and "ε = 1" in view.ledger_text()
+    session.dataset = dpx.datasets.DEFAULT_2D  # another dataset, another ledger
+    assert len(table.value) == 0
+
+
+def test_sidebar_budget_controls(session):
+    col = session.controls()
+    selects = {getattr(w, release_view._LABEL): w for w in col.select(pn.widgets.Select)}
+    inputs = {getattr(w, release_view._LABEL): w for w in col.select(pn.widgets.FloatInput)}
+    assert "Budget of each dataset" in selects and {"Budget ε", "Budget δ", "Budget ρ"} <= set(inputs)
+    selects["Budget of each dataset"].value = "zcdp"
+    inputs["Budget ρ"].value = 0.25
+    assert session.ledger.budget == dpx.Budget.zcdp(0.25)
+    assert inputs["Budget ρ"].visible and not inputs["Budget ε"].visible
+    inputs["Budget ρ"].value = -1.0  # refused with a message, the value in use stays
+    assert session.budget_rho == 0.25 and inputs["Budget ρ"].value == 0.25 and session.error
+    seeds = [w for w in col.select(pn.widgets.IntInput)
+             if getattr(w, release_view._LABEL) == "Simulation seed"]
+    assert len(seeds) == 1 and "no seed" in seeds[0].description

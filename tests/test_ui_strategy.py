@@ -21,7 +21,12 @@ hv = pytest.importorskip("holoviews")
 from dpexplorer.ui import strategy_view  # noqa: E402
 from dpexplorer.ui.compare_view import ComparePage  # noqa: E402
 from dpexplorer.ui.session import Session  # noqa: E402
-from dpexplorer.ui.strategy_view import StrategyView, block_mean, drawable, heatmap_element  # noqa: E402
+from dpexplorer.ui.strategy_view import (  # noqa: E402
+    StrategyView,
+    block_mean,
+    drawable,
+    heatmap_element,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 

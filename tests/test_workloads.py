@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from dpexplorer import workloads as wl
+from dpexplorer.queries import workloads as wl
 
 
 @pytest.mark.parametrize("W,shape,name", [

@@ -1,6 +1,6 @@
 """Small fake strategy optimisers for the UI tests (registered for one test, then removed).
 
-They follow the engine's contract (dpexplorer.optimization): report progress
+They follow the engine's contract (dpexplorer.core.optimization): report progress
 with ``optimization.report`` and attach an ``OptimizationResult``.  The
 strategy is the Identity (or a stack of weighted Kronecker blocks), so the
 error shown by the pages can be checked against the engine.
@@ -15,8 +15,8 @@ import time
 import numpy as np
 
 import dpexplorer as dpx
-from dpexplorer import optimization
-from dpexplorer.matrix import Identity, Kronecker, Total, VStack, Weighted
+from dpexplorer.core import optimization
+from dpexplorer.queries.matrix import Identity, Kronecker, Total, VStack, Weighted
 
 
 class FakeOptimizer:

@@ -16,7 +16,7 @@ over the current domain:
 * predicates: a pasted or uploaded 0/1 matrix;
 * custom ranges brushed on the data histogram (a
   :class:`holoviews.streams.BoundsX` stream; each brush adds one interval);
-* a workload loaded from a declarative spec (:mod:`dpexplorer.spec`);
+* a workload loaded from a declarative spec (:mod:`dpexplorer.queries.spec`);
 * presets of the papers' schemas (:data:`PRESETS`, :meth:`WorkloadBuilder.load_preset`):
   CPS (income 50, age 100, marital 7, race 4, sex 2) with All Marginals
   ``⊗ [I; 1ᵀ]`` and All Prefix-Marginals ``[P50, P100, M7, M4, M2]``, and
@@ -28,7 +28,7 @@ sensitivities come from the factors (:func:`workload_sensitivity`), and no
 ``n × n`` preview is drawn beyond :data:`GRAM_MAX_N` cells -- the page says
 why and lists the workload's products instead.
 
-The terms are combined by :func:`dpexplorer.workloads.union` with one weight
+The terms are combined by :func:`dpexplorer.queries.workloads.union` with one weight
 per term.  The component is a :class:`param.Parameterized` driven without a
 browser through its methods (:meth:`WorkloadBuilder.add_term`,
 :meth:`~WorkloadBuilder.add_ranges`, :meth:`~WorkloadBuilder.add_brush`,
@@ -68,8 +68,8 @@ import panel as pn
 import param
 
 import dpexplorer as dpx
-from dpexplorer import spec as dspec
-from dpexplorer.matrix import Matrix, MatrixTooLargeError
+from dpexplorer.queries import spec as dspec
+from dpexplorer.queries.matrix import Matrix, MatrixTooLargeError
 
 from .session import Session, error_alert
 
@@ -135,7 +135,7 @@ FAMILIES = {
     "range_marginals": "k-way range marginals",
 }
 
-#: 1D blocks a family term or a product factor can use (named blocks of dpexplorer.workloads).
+#: 1D blocks a family term or a product factor can use (named blocks of dpexplorer.queries.workloads).
 BLOCK_TYPES = ["identity", "total", "identity_total", "prefix", "all_range", "width_range",
                "random_ranges", "ranges"]
 

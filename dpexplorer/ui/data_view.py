@@ -4,7 +4,7 @@ Shows the selected dataset's histogram (1D) or grid (2D), runs DAWA on it
 (Li, Hay, Miklau, Wang, PVLDB 2014) and draws what DAWA releases: its private
 partition into buckets, the estimate ``x̂`` against the data ``x``, and the
 budget of each stage.  Beside the private partition it draws the exact
-least-cost partition (:func:`dpexplorer.partition.optimal_partition`), which is
+least-cost partition (:func:`dpexplorer.adaptive.partition.optimal_partition`), which is
 **not private** and only shown for comparison.  Datasets can be uploaded as a
 CSV column (binned with :func:`dpexplorer.datasets.from_csv`) or a ``.npy``
 array of counts (:func:`dpexplorer.datasets.from_npy`).
@@ -18,10 +18,14 @@ and parameters, so it is tested without a browser::
     view.last.result.partition      # the DAWAResult of the last successful run
     view.load_csv(data_bytes, "people.csv"); view.add_csv_dataset("age", bins=64)
 
-Privacy: DAWA runs on ``PrivateData(x, session.ledger)``, so both stages
-(ε₁ for the partition, ε₂ for the bucket counts) are recorded in the session's
-ledger.  Runs only happen on a click (never on a parameter change), because
-every run spends budget.
+Privacy: this page is a **simulation** -- it shows the data owner what DAWA
+would do, next to things no release would show (the data and the exact
+partition).  DAWA runs on ``PrivateData(x, <throwaway ledger>)`` with a
+Generator seeded from the sidebar's simulation seed, so nothing is spent from
+the dataset's budget; both stages (ε₁ for the partition, ε₂ for the bucket
+counts) are listed as what a release would spend.  To release with DAWA, use
+the Release page (OS CSPRNG, the dataset's ledger).  Runs only happen on a
+click (never on a parameter change).
 """
 
 from __future__ import annotations
@@ -41,11 +45,11 @@ import panel as pn
 import param
 
 import dpexplorer as dpx
+from dpexplorer.adaptive.dawa import DAWAResult, dawa
+from dpexplorer.adaptive.partition import Partition, optimal_partition
 from dpexplorer.datasets import Dataset
-from dpexplorer.dawa import DAWAResult, dawa
-from dpexplorer.matrix import Matrix
-from dpexplorer.partition import Partition, optimal_partition
-from dpexplorer.privacy import PrivateData, Spend
+from dpexplorer.privacy import PrivacyLedger, PrivateData, Spend
+from dpexplorer.queries.matrix import Matrix
 
 from .session import Session, error_alert
 from .session import exception_message as _message
@@ -97,7 +101,9 @@ totals with a strategy fitted to the workload (stage 2, GreedyH) and spreads eac
 uniformly over its bucket to give the estimate **x̂**.  On smooth data few buckets are
 needed and the error drops far below data-independent mechanisms.  2D grids are laid
 out along a Hilbert curve so buckets are contiguous pieces of that curve.  DAWA is
-ε-DP (Laplace noise); every run is recorded in the session's privacy ledger.
+ε-DP (Laplace noise).  This page is a **simulation** on your data (seeded by the sidebar's
+simulation seed, nothing spent): it shows the data and the exact partition beside DAWA's,
+which a release never would.  To publish DAWA's answers, use the **Release** page.
 """
 
 
@@ -219,13 +225,13 @@ class DAWARun:
         The exact least-cost partition of ``x`` (in DAWA's cell order) and its
         cost -- NOT private, for comparison only.
     epsilon, seed : float, int
-        Total ε of the run and the seed of its Generator.
+        Total ε of the run and the simulation seed of its Generator.
     ratio, candidates, penalty
         The options used.
     noise_note : str
         Set when the session asked for Gaussian noise (DAWA is ε-DP: Laplace was used).
     spends : list of Spend
-        The ledger entries this run recorded.
+        What the run spent in its throwaway ledger (what a release would spend).
     workload_rmse : float
         RMSE of ``W x̂`` against ``W x`` over the workload (counts; computed from x, not private).
     """
@@ -307,26 +313,22 @@ class DataView(param.Parameterized):
                 f"{m} uniform random rectangles ({why})")
 
     def run(self) -> bool:
-        """Run DAWA on the selected dataset with the session's ε and seed.
+        """Simulate DAWA on the selected dataset with the session's ε and simulation seed.
 
-        Both stages are recorded in ``session.ledger``.  Returns ``True`` on
-        success; on failure reports the message (``session.report``), sets
-        :attr:`error` and keeps :attr:`last`.
+        Nothing is spent from the dataset's ledger (a throwaway ledger records
+        the two stages).  Returns ``True`` on success; on failure reports the
+        message (``session.report``), sets :attr:`error` and keeps :attr:`last`.
         """
         if not self._lock.acquire(blocking=False):
             self._fail(RuntimeError("DAWA is already running; wait for it to finish"))
             return False
         try:
             self._set(busy=True)
-            before = len(self.session.ledger)
             try:
                 result = self._compute()
             except Exception as exc:  # noqa: BLE001 - reported on the page, never raised
                 self._fail(exc)
                 return False
-            finally:
-                if len(self.session.ledger) != before:
-                    self.session.ledger_changed()
             self._set(last=result, error="")
             return True
         finally:
@@ -354,11 +356,10 @@ class DataView(param.Parameterized):
                     "δ is not used.")
         W, wnote = self.workload_for(ds)
         seed = int(self.session.seed)
-        ledger = self.session.ledger
-        before = len(ledger)
+        ledger = PrivacyLedger()  # a simulation: the dataset's ledger is not touched
         res = dawa(PrivateData(x, ledger), W, eps, np.random.default_rng(seed), ratio=self.ratio,
-                   candidates=self.candidates, seed=seed, penalty=self.penalty)
-        spends = list(ledger.entries[before:])
+                   candidates=self.candidates, penalty=self.penalty)
+        spends = list(ledger.entries)
         # Non-private, for comparison only: the exact least-cost partition of x in DAWA's order.
         xs = x.ravel() if res.order is None else x.ravel()[res.order]
         exact, cost = optimal_partition(xs, res.epsilon2, self.candidates)
@@ -571,8 +572,9 @@ class DataView(param.Parameterized):
         """Markdown: budget of each stage, bucket counts, workload, seed, ledger entries."""
         run = run or self.last
         if run is None:
-            return ("No DAWA run yet. Pick the options and click **Run DAWA** "
-                    f"(it spends ε = {self.session.epsilon:g} of the session's budget).")
+            return ("No DAWA run yet. Pick the options and click **Run DAWA**: a *simulation* "
+                    f"with ε = {self.session.epsilon:g} and the simulation seed "
+                    f"{self.session.seed}; nothing is spent (release with DAWA on the Release page).")
         res = run.result
         rows = [
             "| stage | budget | output |", "|---|---|---|",
@@ -584,13 +586,13 @@ class DataView(param.Parameterized):
         ]
         text = [
             f"**Dataset** `{run.dataset.name}` (n = {run.dataset.x.size:,} cells), "
-            f"**workload** {run.workload_note}, **seed** {run.seed}, ratio {run.ratio:g}, "
+            f"**workload** {run.workload_note}, **simulation seed** {run.seed}, ratio {run.ratio:g}, "
             f"penalty {run.penalty:g}.", "", *rows, "",
             f"**Exact optimal partition** (not private, for comparison): {run.exact.k} buckets, "
             f"cost {run.exact_cost:.4g}.  **Workload RMSE of x̂** (vs. the true answers): "
             f"{run.workload_rmse:.4g}.",
-            f"Recorded in the session ledger: {len(run.spends)} entries, "
-            f"ε = {sum(s.epsilon for s in run.spends):.4g}.",
+            f"*Simulation:* nothing was spent from the dataset's budget; a release would record "
+            f"{len(run.spends)} measurements, ε = {sum(s.epsilon for s in run.spends):.4g}.",
         ]
         if run.noise_note:
             text += ["", f"*{run.noise_note}*"]
@@ -610,7 +612,8 @@ class DataView(param.Parameterized):
             self.param.penalty, start=0.0, step=0.5, **{_LABEL: "penalty"},
             description=PENALTY_HELP)
         run = pn.widgets.Button(**{_LABEL: "Run DAWA"}, **{_BUTTON: "primary"})
-        rerun = pn.widgets.Button(**{_LABEL: "Re-run with a new seed"}, **{_BUTTON: "default"})
+        rerun = pn.widgets.Button(**{_LABEL: "Re-run with the next simulation seed"},
+                                  **{_BUTTON: "default"})
         run.on_click(lambda _: self.run())
         rerun.on_click(lambda _: self.rerun_with_new_seed())
         for b in (run, rerun):
@@ -626,7 +629,8 @@ class DataView(param.Parameterized):
 
     def _seed_text(self) -> str:
         s = self.session
-        text = f"Runs with ε = {s.epsilon:g} and seed {s.seed} (sidebar)."
+        text = (f"A simulation with ε = {s.epsilon:g} and simulation seed {s.seed} (sidebar); "
+                "nothing is spent.")
         if s.noise != "Laplace":
             text += " DAWA is ε-DP: Laplace(ε) is used, δ is ignored."
         return text
@@ -681,20 +685,22 @@ class DataView(param.Parameterized):
                                     visible=self.hilbert_plot() is not None)
 
         def redraw_run(*_):
-            run = self.last
-            summary.object = self.summary()
-            for pane, fn in ((private, self.private_partition_plot),
-                             (exact, self.exact_partition_plot), (hilbert, self.hilbert_plot)):
-                obj = fn(run) if run is not None else None
-                pane.object = obj
-                pane.visible = obj is not None
-            estimate.objects = self._estimate_panes(run)
-            estimate.visible = run is not None
+            with pn.io.hold():  # one message to the browser for all its changes
+                run = self.last
+                summary.object = self.summary()
+                for pane, fn in ((private, self.private_partition_plot),
+                                 (exact, self.exact_partition_plot), (hilbert, self.hilbert_plot)):
+                    obj = fn(run) if run is not None else None
+                    pane.object = obj
+                    pane.visible = obj is not None
+                estimate.objects = self._estimate_panes(run)
+                estimate.visible = run is not None
 
         def redraw_data(*_):
-            data_pane.object = self.data_plot()
-            data_info.object = self._data_text()
-            summary.object = self.summary()
+            with pn.io.hold():  # one message to the browser for all its changes
+                data_pane.object = self.data_plot()
+                data_info.object = self._data_text()
+                summary.object = self.summary()
 
         self.param.watch(redraw_run, "last")
         self.session.param.watch(lambda *_: self.gate.run("data", redraw_data), ["dataset"])

@@ -115,7 +115,7 @@ def rmse_grid(ns, noise: dpx.noise.NoiseModel, mechanisms=tuple(STRATEGIES)) -> 
 
     Equal to ``dpx.rmse(all_range(n), A, noise)``: the unit-noise TSE of each
     ``(n, strategy, norm)`` is computed once per process and multiplied by the
-    noise's variance, exactly as :func:`dpexplorer.error.rmse` does.
+    noise's variance, exactly as :func:`dpexplorer.core.error.rmse` does.
 
     Parameters
     ----------
@@ -145,12 +145,13 @@ def rmse_grid(ns, noise: dpx.noise.NoiseModel, mechanisms=tuple(STRATEGIES)) -> 
 
 
 def noise_densities(sensitivity: float, epsilon: float, delta: float, points: int = 801,
-                    width: float = 8.0) -> tuple[pd.DataFrame, dict]:
-    """Densities of Laplace and analytic-Gaussian noise for one sensitivity.
+                    width: float = 8.0, calibration: str = "analytic") -> tuple[pd.DataFrame, dict]:
+    """Densities of Laplace and Gaussian noise for one sensitivity.
 
     Laplace (ε-DP): scale ``b = Δ₁/ε``, standard deviation ``√2·b``.
-    Gaussian ((ε, δ)-DP): ``σ = Δ₂·c(ε, δ)`` with the analytic calibration
-    (Balle & Wang 2018).  The same number ``Δ`` is used as Δ₁ and Δ₂.
+    Gaussian ((ε, δ)-DP): ``σ = Δ₂·c(ε, δ)`` with ``calibration`` (the
+    analytic one of Balle & Wang 2018 by default, or ``"zcdp"``, what
+    releases use).  The same number ``Δ`` is used as Δ₁ and Δ₂.
 
     Parameters
     ----------
@@ -182,7 +183,7 @@ def noise_densities(sensitivity: float, epsilon: float, delta: float, points: in
     if not (math.isfinite(delta_) and delta_ > 0):
         raise ValueError(f"sensitivity must be a positive number, got {sensitivity!r}")
     lap = dpx.Laplace(epsilon)
-    gau = dpx.Gaussian(epsilon, delta)
+    gau = dpx.Gaussian(epsilon, delta, calibration)
     b = lap.scale(delta_)
     sigma = gau.scale(delta_)
     stats = {"laplace": lap, "gaussian": gau, "sensitivity": delta_, "laplace_scale": b,
@@ -432,13 +433,16 @@ A private answer is the true answer plus random noise, scaled to the query's
 **sensitivity** Δ: how much one person's record can change the answers.
 The **Laplace** mechanism (ε-DP) uses the L1 sensitivity Δ₁: scale b = Δ₁/ε,
 standard deviation √2·b.  The **Gaussian** mechanism ((ε, δ)-DP) uses the L2
-sensitivity Δ₂: σ = Δ₂·c(ε, δ), with c from the analytic calibration (Balle &
-Wang 2018).  When one record changes k answers by 1, Δ₁ = k but Δ₂ = √k,
+sensitivity Δ₂: σ = Δ₂·c(ε, δ), with c from the sidebar's calibration: zCDP
+(releases: the largest σ-budget whose zero-concentrated-DP guarantee converts
+to exactly (ε, δ)) or the analytic Gaussian (Balle & Wang 2018, a slightly
+smaller σ whose proof holds for ideal real-valued noise only).
+When one record changes k answers by 1, Δ₁ = k but Δ₂ = √k,
 which is why Gaussian noise pays off for large batches of queries.
 The curves use the sidebar's ε and δ; dashed lines mark ± one standard deviation."""
 
     inputs = ("sensitivity",)
-    session_inputs = ("epsilon", "delta", "noise")
+    session_inputs = ("epsilon", "delta", "noise", "calibration")
 
     sensitivity = param.Number(default=1.0, bounds=(0.1, 10.0), step=0.1, label="Sensitivity Δ",
                                doc="Δ, used as Δ₁ (Laplace) and Δ₂ (Gaussian).")
@@ -448,7 +452,8 @@ The curves use the sidebar's ε and δ; dashed lines mark ± one standard deviat
 
     def compute(self) -> dict:
         s = self.session
-        frame, stats = noise_densities(self.sensitivity, s.epsilon, s.delta)
+        frame, stats = noise_densities(self.sensitivity, s.epsilon, s.delta,
+                                       calibration=s.calibration)
         return {"frame": frame, **stats, "epsilon": s.epsilon, "delta": s.delta,
                 "session_noise": s.noise}
 

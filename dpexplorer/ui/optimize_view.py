@@ -2,14 +2,14 @@
 
 The strategy optimisers (HDMM's OPT0, OPT⊗, OPT+, OPT_M and HDMM itself;
 Eigen-Design) report their progress through
-:func:`dpexplorer.optimization.report` and attach an
-:class:`~dpexplorer.optimization.OptimizationResult` to the strategy they
+:func:`dpexplorer.core.optimization.report` and attach an
+:class:`~dpexplorer.core.optimization.OptimizationResult` to the strategy they
 return (``A.optimization``).  This module holds what the Compare and Strategy
 pages show of them:
 
 * :class:`OptimizationProgress` -- a progress bar and a status line fed by a
   :class:`ProgressRelay`, the per-thread callback installed with
-  :func:`dpexplorer.optimization.progress` around a build in a worker thread.
+  :func:`dpexplorer.core.optimization.progress` around a build in a worker thread.
   The relay throttles updates (the optimisers may report thousands of
   iterations a second) and posts them to the page's event loop; it raises
   :class:`Cancelled` -- which stops the optimiser -- when the page asks it to
@@ -44,7 +44,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from dpexplorer.matrix import Kronecker, Matrix, Weighted
+from dpexplorer.queries.matrix import Kronecker, Matrix, Weighted
 
 __all__ = ["Cancelled", "SHUTDOWN", "ProgressRelay", "OptimizationProgress", "convergence_frame",
            "convergence_plot", "marginal_weights_frame", "marginal_weights_plot",
@@ -78,7 +78,7 @@ class ProgressRelay:
     """The progress callback of one build: throttles, posts, and cancels on request.
 
     Install it for the worker thread with
-    ``with dpexplorer.optimization.progress(relay): ...``.
+    ``with dpexplorer.core.optimization.progress(relay): ...``.
 
     Parameters
     ----------
@@ -216,7 +216,7 @@ class OptimizationProgress(param.Parameterized):
 
 # ==================================================================== convergence
 def optimization_of(A: Matrix | None):
-    """The :class:`~dpexplorer.optimization.OptimizationResult` attached to ``A``, or None."""
+    """The :class:`~dpexplorer.core.optimization.OptimizationResult` attached to ``A``, or None."""
     if A is None:
         return None
     result = getattr(A, "optimization", None)

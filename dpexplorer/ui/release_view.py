@@ -1,25 +1,27 @@
 """ReleaseView: the "Release" page.
 
 One click makes **one real release** of the session workload's answers on the
-selected dataset: ``dpx.release(x, W, name, noise, seed=session.seed,
-ledger=session.ledger)`` for data-independent mechanisms (the matrix
-mechanism), or :func:`dpexplorer.mechanism.run` on ``PrivateData(x,
-session.ledger)`` for data-dependent ones (DAWA, MWEM, EFPA, ...), whose
-answers are ``W x̂``.  Only that release is recorded in the session's ledger.
+selected dataset: ``dpx.release(x, W, name, noise, ledger=session.ledger)``
+for every registered mechanism (the matrix mechanism, or a data-dependent one
+such as DAWA, MWEM or EFPA, whose answers are ``W x̂``).  Its noise comes from
+the operating system's CSPRNG through opendp's samplers -- there is no seed --
+and the dataset's ledger refuses it, before drawing anything, if it would go
+over the budget set in the sidebar.  Every answer comes with its standard
+error and a 95 % confidence interval (data-independent mechanisms).
 
 Beside it the page runs a **simulation**: repeated trials of the same
 mechanism on the same data with a throwaway ledger and seeds derived from the
-session seed, to show the spread of the answers (5–95 % bands) and the
-empirical RMSE next to the analytic one.  In a real deployment one would not
-re-run a mechanism on the private data for free -- the simulation is labelled
-as such and is not part of the release.
+sidebar's simulation seed, to show the spread of the answers (5–95 % bands)
+and the empirical RMSE next to the analytic one.  In a real deployment one
+would not re-run a mechanism on the private data for free -- the simulation is
+labelled as such and is not part of the release.
 
 Driven without a browser::
 
     view = ReleaseView(session)
     view.mechanism = "hb"; view.trials = 20
     view.run_release()            # True on success; errors go to session.report
-    view.last.release.answers     # the Release (or DataDependentRelease)
+    view.last.release.answers     # the Release
     view.csv_text(); view.json_text()
 """
 
@@ -42,9 +44,9 @@ from bokeh.models.widgets.tables import NumberFormatter
 
 import dpexplorer as dpx
 from dpexplorer import mechanism as _mechanism
-from dpexplorer import registry
-from dpexplorer.matrix import Matrix
+from dpexplorer.core import registry
 from dpexplorer.privacy import PrivacyLedger, PrivateData
+from dpexplorer.queries.matrix import Matrix
 
 from .session import Session, error_alert
 from .session import exception_message as _message
@@ -58,8 +60,7 @@ log = logging.getLogger(__name__)
 #: Most queries drawn in the answers chart; larger workloads show a fixed random sample.
 MAX_SHOWN = 2000
 
-#: Mixed into the session seed for the simulation's trials, so no trial re-uses the
-#: noise of the real release (``SeedSequence([seed, TRIAL_SEED_TAG]).spawn(trials)``).
+#: Mixed into the simulation seed for the trials (``SeedSequence([seed, TRIAL_SEED_TAG]).spawn(trials)``).
 TRIAL_SEED_TAG = 0x7E1A15
 
 _LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
@@ -71,10 +72,14 @@ HEADER = """\
 
 Release the answers of the **current workload** (built on the Workload page) on the
 selected dataset with one mechanism.  **Run release** spends the sidebar's ε (and δ
-for Gaussian noise) once, with the sidebar's seed, and records it in the session's
-privacy ledger (below); the sidebar seed then moves on so the next release draws fresh
-noise.  The **simulation** repeats the mechanism on the same data many times *outside*
-the ledger, only to show how much the answers vary: it is a teaching aid, not a release.
+for Gaussian noise) once from the dataset's budget and records it in its privacy
+ledger (below); a release that would go over the budget is refused before any noise
+is drawn.  The noise comes from the operating system's secure random generator through
+the vetted samplers of the OpenDP library: there is **no seed**, and nothing
+in the downloads lets anyone regenerate it.  Every answer comes with its standard error
+and a 95 % confidence interval.  The **simulation** repeats the mechanism on the same
+data many times with the sidebar's *simulation seed*, *outside* the ledger, only to show
+how much the answers vary: it is a teaching aid, not a release.
 """
 
 
@@ -84,14 +89,21 @@ the ledger, only to show how much the answers vary: it is a teaching aid, not a 
 DataDependentRelease = dpx.Release
 
 
+#: Short names of the confidence-interval methods for the page's table (the downloads keep the keys).
+_CI_SHORT = {"gaussian": "exact (Gaussian)", "laplace_single": "exact (Laplace)",
+             "laplace_gauss": "bound (Gauss)", "discrete_laplace_single": "exact (discrete Laplace)",
+             "discrete_laplace_chebyshev": "bound (Chebyshev)",
+             "discrete_gaussian_subgaussian": "bound (sub-Gaussian)", "none": "none (data-dependent)"}
+
+
 @dataclass
 class ReleaseRecord:
     """The last real release and what the page draws from it.
 
     Attributes
     ----------
-    release : Release or DataDependentRelease
-        What was released (answers, x̂, seed, ε, δ, metadata).
+    release : Release
+        What was released (answers, x̂, ε, δ, ρ, intervals, metadata; no seed).
     dataset : str
         Name of the dataset it was made on.
     true_answers : ndarray, shape (m,)
@@ -99,6 +111,8 @@ class ReleaseRecord:
     shown : ndarray of int
         Queries drawn in the chart (all, or a fixed random sample of :data:`MAX_SHOWN`).
     data_dependent : bool
+    spent : str
+        The dataset's ledger summary right after the release (total spent, budget left).
     """
 
     release: object
@@ -106,6 +120,7 @@ class ReleaseRecord:
     true_answers: np.ndarray
     shown: np.ndarray
     data_dependent: bool
+    spent: str = ""
 
     @property
     def rmse(self) -> float:
@@ -167,8 +182,6 @@ class ReleaseView(param.Parameterized):
         Registered mechanism to release with (data-dependent ones run through mechanism.run).""")
     trials = param.Integer(default=50, bounds=(0, 2000), doc="""
         Trials of the simulation (0: none).  Run on the data outside the session ledger.""")
-    advance_seed = param.Boolean(default=True, doc="""
-        After a release, move the session seed on by one (the next release gets fresh noise).""")
 
     last = param.ClassSelector(class_=ReleaseRecord, default=None, allow_None=True, constant=True,
                                precedence=-1, doc="The last real release (kept on errors).")
@@ -189,7 +202,7 @@ class ReleaseView(param.Parameterized):
         type(self).param.mechanism.objects = list(registry.REGISTRY)  # mechanisms registered later
         super().__init__(**params)
         # refresh when other pages spend too
-        self.session.param.watch(lambda *_: self._ledger_refreshed(), "ledger_version")
+        self.session.param.watch(lambda *_: self._ledger_refreshed(), ["ledger_version", "dataset"])
 
     # ================================================================ engine
     def _inputs(self):
@@ -236,12 +249,10 @@ class ReleaseView(param.Parameterized):
             self.session.releases.append(record.release)
             self._ledger_refreshed()
             self._set(last=record, simulation=None, error="")
-            if self.advance_seed:
-                self.session.seed = int(record.release.seed) + 1
             n = self.trials if trials is None else trials
             if n:
                 try:
-                    self._set(simulation=self._simulate(n, record.release.seed, record.shown))
+                    self._set(simulation=self._simulate(n, int(self.session.seed), record.shown))
                 except Exception as exc:  # noqa: BLE001
                     self._fail(RuntimeError(f"the release succeeded but the simulation failed: "
                                             f"{_message(exc)}"))
@@ -274,13 +285,14 @@ class ReleaseView(param.Parameterized):
         ds, x, W, noise = self._inputs()
         name = self.mechanism
         mech = registry.get(name)
-        seed = int(self.session.seed)
         # one call for every mechanism: dpx.release runs data-dependent ones through
-        # mechanism.run, records the seed with every ledger entry, and refuses an
-        # over-budget release before anything is measured
-        rel = dpx.release(x, W, name, noise, seed=seed, ledger=self.session.ledger)
+        # mechanism.run, draws from the OS CSPRNG (no seed), and refuses an over-budget
+        # release before anything is measured
+        led = self.session.ledger
+        rel = dpx.release(x, W, name, noise, ledger=led)
         true = W.matvec(x.ravel())
-        return ReleaseRecord(rel, ds.name, true, self.shown_queries(W.m), mech.data_dependent)
+        return ReleaseRecord(rel, ds.name, true, self.shown_queries(W.m), mech.data_dependent,
+                             led.summary())
 
     @staticmethod
     def shown_queries(m: int, limit: int = MAX_SHOWN) -> np.ndarray:
@@ -323,9 +335,10 @@ class ReleaseView(param.Parameterized):
         return self.last.release
 
     def metadata(self) -> dict:
-        """The last release's metadata plus the dataset name."""
+        """The last release's metadata plus the dataset name and what the dataset has spent in all."""
         rel = self._release_or_raise()
-        return {**rel.metadata(), "dataset": self.last.dataset}
+        return {**rel.metadata(), "dataset": self.last.dataset,
+                "dataset_spent_after_release": self.last.spent}
 
     def csv_text(self) -> str:
         """Answers as CSV (``release.to_frame()``) under ``# key: value`` metadata lines.
@@ -345,13 +358,15 @@ class ReleaseView(param.Parameterized):
         rel = self._release_or_raise()
         doc = json.loads(rel.to_json())
         doc["dataset"] = self.last.dataset
+        doc["dataset_spent_after_release"] = self.last.spent
         return json.dumps(doc)
 
     def _filename(self, ext: str) -> str:
         if self.last is None:
             return f"release.{ext}"
         rel = self.last.release
-        return f"release_{rel.mechanism}_eps{rel.epsilon:g}_seed{rel.seed}.{ext}"
+        stamp = "".join(ch for ch in rel.created if ch.isdigit())[:14]
+        return f"release_{rel.mechanism}_eps{rel.epsilon:g}_{stamp}.{ext}"
 
     def _download(self, text_fn):
         try:
@@ -366,7 +381,7 @@ class ReleaseView(param.Parameterized):
         rows = []
         rec, sim = self.last, self.simulation
         if rec is not None:
-            rows.append({"what": f"this release ({rec.release.mechanism}, seed {rec.release.seed})",
+            rows.append({"what": f"this release ({rec.release.mechanism})",
                          "rmse": rec.rmse, "kind": "empirical, 1 release"})
         if sim is not None:
             rows.append({"what": f"simulation: {sim.trials} trials ({sim.mechanism})",
@@ -384,10 +399,11 @@ class ReleaseView(param.Parameterized):
 
     def ledger_text(self) -> str:
         led = self.session.ledger
-        return (f"**Spent this session:** ε = {led.epsilon:.4g}, δ = {led.delta:.3g} over "
-                f"{len(led)} measurements ({len(self.session.releases)} releases; DAWA runs on the "
-                "Data page are included). Sequential composition: the ε and δ of all "
-                "measurements add up.")
+        return (f"**Spent on `{self.session.dataset}`:** {led.summary()}.\n\n"
+                "Every release's measurements are listed below with their ε, δ and zCDP cost ρ "
+                "(ε²/2 for an ε-DP step, Δ₂²/(2σ²) for Gaussian noise).  The total is the better "
+                "of two valid accountings: adding up ε (and δ), or adding up ρ and converting "
+                "to (ε, δ) (Canonne, Kamath & Steinke 2020).  Simulations spend nothing.")
 
     # =============================================================== plots
     def answers_plot(self):
@@ -411,8 +427,18 @@ class ReleaseView(param.Parameterized):
             layers.append(hv.Area(band, kdims=[kd], vdims=["q05", "q95"],
                                   label=f"5–95 % over {sim.trials} simulated trials").opts(
                 color="#4c72b0", alpha=0.35, line_alpha=0))
-        layers.append(hv.Scatter(df, kdims=[kd], vdims=["released", "query", "true"],
-                                 label="released (noisy)").opts(
+        if not rec.data_dependent:
+            ci = rec.release.confidence_intervals(0.95)
+            lo = ci["ci_low"].to_numpy()[shown][order]
+            hi = ci["ci_high"].to_numpy()[shown][order]
+            df["ci_low"], df["ci_high"] = lo, hi
+            err = pd.DataFrame({"rank": rank, "released": df["released"],
+                                "minus": df["released"] - lo, "plus": hi - df["released"]})
+            layers.append(hv.ErrorBars(err, kdims=[kd], vdims=["released", "minus", "plus"],
+                                       label="95 % confidence interval").opts(
+                color="#d95f02", alpha=0.35, line_width=1))
+        hover = [c for c in ("released", "query", "true", "ci_low", "ci_high") if c in df]
+        layers.append(hv.Scatter(df, kdims=[kd], vdims=hover, label="released (noisy)").opts(
             color="#d95f02", size=2.5, alpha=0.6, tools=["hover"]))
         layers.append(hv.Curve(df, kdims=[kd], vdims=["true", "query"],
                                label="true answer (not private)").opts(color="black", line_width=2))
@@ -434,15 +460,31 @@ class ReleaseView(param.Parameterized):
             s = self.session
             return (f"No release yet. **Run release** spends ε = {s.epsilon:g}"
                     + (f", δ = {s.delta:g}" if s.noise == "Gaussian" else "")
-                    + f" with seed {s.seed}.")
+                    + f" from the budget of `{s.dataset}` ({s.ledger.remaining()}).")
         r = rec.release
         text = (f"**Released** {r.answers.size:,} answers of `{r.workload.name}` on `{rec.dataset}` "
-                f"with **{r.mechanism}**, {r.noise.label}, seed {r.seed}"
-                f"{' (data-dependent: answers = W x̂)' if rec.data_dependent else ''}.")
+                f"with **{r.mechanism}**, {r.noise.label} (ρ = {r.rho:.4g}); randomness: OS CSPRNG "
+                f"via opendp ({r.sampler or 'per stage'} sampler)"
+                f"{'; data-dependent: answers = W x̂, no analytic error' if rec.data_dependent else ''}.")
+        if not rec.data_dependent:
+            methods = sorted(set(r.confidence_intervals(0.95)["ci_method"]))
+            text += ("  95 % intervals: " + "; ".join(r.CI_METHODS[m] for m in methods) + ".")
         if self.simulation is not None:
-            text += (f"  *Simulation: {self.simulation.trials} trials with seeds derived from "
-                     f"{self.simulation.seed}, outside the ledger.*")
+            text += (f"  *Simulation: {self.simulation.trials} trials with seeds derived from the "
+                     f"simulation seed {self.simulation.seed}, outside the ledger.*")
         return text
+
+    def answers_frame(self) -> pd.DataFrame:
+        """The last release's answers with std and 95 % interval (what the downloads hold)."""
+        if self.last is None:
+            return pd.DataFrame(columns=["query", "label", "answer", "std", "ci_low", "ci_high", "ci_method"])
+        return self.last.release.to_frame()
+
+    def _answers_shown(self) -> pd.DataFrame:
+        """:meth:`answers_frame` with the interval methods in short words (for the page's table)."""
+        df = self.answers_frame()
+        df["ci_method"] = df["ci_method"].map(lambda k: _CI_SHORT.get(k, k))
+        return df
 
     # =============================================================== layout
     def controls(self) -> pn.Column:
@@ -456,8 +498,6 @@ class ReleaseView(param.Parameterized):
                                                 **{_LABEL: "Simulation trials"},
                                                 description="Repeated runs outside the ledger "
                                                             "(for bands and the empirical RMSE).")
-        advance = pn.widgets.Checkbox.from_param(self.param.advance_seed,
-                                                 **{_LABEL: "Advance the seed after a release"})
         run = pn.widgets.Button(**{_LABEL: "Run release"}, **{_BUTTON: "primary"})
         sim = pn.widgets.Button(**{_LABEL: "Simulate only (no release)"})
         run.on_click(lambda _: self.run_release())
@@ -475,7 +515,7 @@ class ReleaseView(param.Parameterized):
             progress.active = e.new and self.progress == 0
         self.param.watch(on_progress, "progress")
         self.param.watch(on_busy, "busy")
-        return pn.Column(pn.pane.Markdown("### Release"), mech, about, trials, advance, run, sim,
+        return pn.Column(pn.pane.Markdown("### Release"), mech, about, trials, run, sim,
                          progress, width=300)
 
     def _about(self) -> str:
@@ -499,21 +539,33 @@ class ReleaseView(param.Parameterized):
         js = pn.widgets.FileDownload(callback=lambda: self._download(self.json_text),
                                      filename=self._filename("json"), **{_LABEL: "Download JSON"},
                                      **{_BUTTON: "default"}, disabled=self.last is None)
+        number = NumberFormatter(format="0,0.000")
+        answers = pn.widgets.Tabulator(
+            self._answers_shown(), show_index=False, disabled=True, sizing_mode="stretch_width",
+            layout="fit_data_stretch", pagination="local", page_size=10,
+            titles={"answer": "released answer", "std": "std error", "ci_low": "95 % low",
+                    "ci_high": "95 % high", "ci_method": "interval"},
+            formatters={c: number for c in ("answer", "std", "ci_low", "ci_high")})
 
         def redraw(*_):
-            summary.object = self._summary()
-            plot.object = self.answers_plot()
-            rmse.value = self.rmse_table()
-            for w, ext in ((csv, "csv"), (js, "json")):
-                w.filename = self._filename(ext)
-                w.disabled = self.last is None
+            with pn.io.hold():  # one message to the browser for all its changes
+                summary.object = self._summary()
+                plot.object = self.answers_plot()
+                rmse.value = self.rmse_table()
+                answers.value = self._answers_shown()
+                for w, ext in ((csv, "csv"), (js, "json")):
+                    w.filename = self._filename(ext)
+                    w.disabled = self.last is None
         self.param.watch(redraw, ["last", "simulation"])
         self.session.param.watch(
             lambda *_: self.gate.run("summary", lambda: setattr(summary, "object", self._summary())),
-            ["epsilon", "delta", "noise", "seed"])
+            ["epsilon", "delta", "noise", "dataset"])
         return pn.Column(summary, plot, pn.pane.Markdown(
-            "**RMSE per query** (empirical: against the true answers; analytic: expected value "
-            "for data-independent mechanisms)."), rmse, pn.Row(csv, js),
+            "**Released answers** with their analytic standard error and 95 % confidence interval "
+            "(exactly what the downloads hold; the true answers never leave)."), answers,
+            pn.pane.Markdown(
+                "**RMSE per query** (empirical: against the true answers; analytic: expected value "
+                "for data-independent mechanisms)."), rmse, pn.Row(csv, js),
             loading=self.param.busy, sizing_mode="stretch_width")
 
     def ledger_card(self) -> pn.Card:
@@ -524,11 +576,12 @@ class ReleaseView(param.Parameterized):
         refresh = pn.widgets.Button(**{_LABEL: "Refresh"}, **{_BUTTON: "light"}, width=100)
 
         def update(*_):
-            text.object = self.ledger_text()
-            table.value = self.ledger_frame()
+            with pn.io.hold():  # one message to the browser for all its changes
+                text.object = self.ledger_text()
+                table.value = self.ledger_frame()
         refresh.on_click(update)
         self._ledger_hooks.append(update)
-        return pn.Card(text, table, refresh, title="Privacy ledger (this session)",
+        return pn.Card(text, table, refresh, title="Privacy ledger (the selected dataset)",
                        sizing_mode="stretch_width", collapsed=False)
 
     def _ledger_refreshed(self) -> None:

@@ -1,10 +1,15 @@
-"""The explorer's shared state: privacy parameters, dataset, seed, workload, ledger.
+"""The explorer's shared state: privacy parameters, dataset, budget, ledgers, workload.
 
 One :class:`Session` per browser session (or notebook).  Every page takes it
-and reacts to its parameters, so the sidebar's ε, δ, noise, dataset and seed
-drive all pages at once.  Only public things live here except the data
-vectors of the datasets, which pages hand to the privacy kernel
+and reacts to its parameters, so the sidebar's ε, δ, noise, dataset and
+simulation seed drive all pages at once.  Only public things live here except
+the data vectors of the datasets, which pages hand to the privacy kernel
 (:class:`dpexplorer.privacy.PrivateData`) and never display raw in a release.
+
+Each dataset has its own privacy ledger (:attr:`Session.ledger` is the
+selected dataset's) with the budget set in the sidebar; a release that would
+exceed it is refused before any noise is drawn.  The seed is the
+**simulation** seed only: releases draw from the OS CSPRNG and have none.
 """
 
 from __future__ import annotations
@@ -76,7 +81,15 @@ class Session(param.Parameterized):
     dataset : str
         Name of the dataset pages run on (bundled, DPBench or uploaded).
     seed : int
-        Seed of the next release's noise Generator.
+        Simulation seed: comparisons on data, bands, DAWA and sum-query
+        simulations, lessons.  Releases have no seed.
+    calibration : {"zcdp", "analytic"}
+        Gaussian calibration: ``"zcdp"`` (what releases use) or the analytic
+        Gaussian of Balle & Wang (for study; releases refuse it).
+    budget : {"none", "pure", "approx", "zcdp"}
+        Kind of budget of every dataset's ledger: none, pure ε, (ε, δ) or ρ.
+    budget_epsilon, budget_delta, budget_rho : float
+        Its caps.
     dpbench_dir : str
         Folder of DPBench ``.npy`` histograms (``DPEXPLORER_DPBENCH`` by default).
     """
@@ -89,7 +102,18 @@ class Session(param.Parameterized):
                            doc="Laplace (ε-DP) or analytic Gaussian ((ε, δ)-DP).")
     dataset = param.Selector(default=dpx.datasets.DEFAULT_1D, objects=[dpx.datasets.DEFAULT_1D],
                              doc="Dataset the data pages and releases run on.")
-    seed = param.Integer(default=0, bounds=(0, None), doc="Seed of the next release.")
+    seed = param.Integer(default=0, bounds=(0, None), doc="""
+        Simulation seed (comparisons on data, bands, DAWA and sum simulations); releases have none.""")
+    calibration = param.Selector(default="zcdp", objects=["zcdp", "analytic"], doc="""
+        Gaussian calibration: zCDP (what releases use) or analytic (Balle & Wang, study only).""")
+    budget = param.Selector(default="approx", objects=["none", "pure", "approx", "zcdp"], doc="""
+        Budget of each dataset: none, pure ε, (ε, δ), or ρ (zCDP).""")
+    budget_epsilon = param.Number(default=5.0, bounds=(0, None), inclusive_bounds=(False, True),
+                                  doc="ε each dataset may spend in all (pure and (ε, δ) budgets).")
+    budget_delta = param.Number(default=1e-5, bounds=(0, 1), inclusive_bounds=(False, False),
+                                doc="δ each dataset may spend in all ((ε, δ) budget).")
+    budget_rho = param.Number(default=1.0, bounds=(0, None), inclusive_bounds=(False, True),
+                              doc="ρ each dataset may spend in all (zCDP budget).")
     dpbench_dir = param.String(default="", doc="Folder of DPBench histograms (optional).")
     workload = param.ClassSelector(class_=dpx.matrix.Matrix, default=None, allow_None=True, doc="""
         The current workload W (built on the Workload page; All Range over 256 cells at start).""")
@@ -101,7 +125,7 @@ class Session(param.Parameterized):
         self._datasets: dict[str, Dataset] = {}
         self._loaders: dict[str, object] = {}
         self.cache = dpx.StrategyCache()
-        self.ledger = dpx.PrivacyLedger()
+        self.ledgers: dict[str, dpx.PrivacyLedger] = {}
         self.releases: list = []
         if "dpbench_dir" not in params:
             params["dpbench_dir"] = os.environ.get("DPEXPLORER_DPBENCH", "")
@@ -120,8 +144,42 @@ class Session(param.Parameterized):
             If ε or δ is out of range.
         """
         if self.noise == "Gaussian":
-            return dpx.Gaussian(self.epsilon, self.delta)
+            return dpx.Gaussian(self.epsilon, self.delta, self.calibration)
         return dpx.Laplace(self.epsilon)
+
+    # ---------------------------------------------------------------- ledgers
+    def budget_object(self) -> dpx.Budget | None:
+        """The sidebar's budget as a :class:`dpexplorer.Budget` (``None`` for no budget)."""
+        if self.budget == "pure":
+            return dpx.Budget.pure(self.budget_epsilon)
+        if self.budget == "approx":
+            return dpx.Budget.approx(self.budget_epsilon, self.budget_delta)
+        if self.budget == "zcdp":
+            return dpx.Budget.zcdp(self.budget_rho)
+        return None
+
+    @property
+    def ledger(self) -> dpx.PrivacyLedger:
+        """The selected dataset's ledger (created with the sidebar's budget on first use)."""
+        led = self.ledgers.get(self.dataset)
+        if led is None:
+            led = self.ledgers[self.dataset] = dpx.PrivacyLedger(self.budget_object())
+        return led
+
+    @param.depends("budget", "budget_epsilon", "budget_delta", "budget_rho", watch=True)
+    def _apply_budget(self) -> None:
+        """Give the selected dataset's ledger the sidebar's budget, unless it already spent more."""
+        led = self.ledger
+        new = self.budget_object()
+        old = led.budget
+        led.budget = new
+        if led.entries and not led._fits(led.entries):
+            led.budget = old
+            self.report(f"not applied: the dataset {self.dataset!r} has already spent more than "
+                        f"{new.label} ({led.summary()}); its budget stays "
+                        f"{old.label if old else 'unset'}")
+            return
+        self.ledger_changed()
 
     # -------------------------------------------------------------- datasets
     @param.depends("dpbench_dir", watch=True)
@@ -175,6 +233,21 @@ class Session(param.Parameterized):
     # ------------------------------------------------------------------- UI
     def controls(self) -> pn.Column:
         """Sidebar widgets bound to the session (invalid values are refused with a message)."""
+        budget_kind = pn.widgets.Select(**_cap("Budget of each dataset"), value=self.budget,
+                                        options={"none": "none", "pure ε-DP": "pure",
+                                                 "(ε, δ)": "approx", "ρ (zCDP)": "zcdp"},
+                                        sizing_mode="stretch_width")
+        b_eps = pn.widgets.FloatInput(**_cap("Budget ε"), value=self.budget_epsilon, step=0.5,
+                                      visible=self.budget in ("pure", "approx"),
+                                      sizing_mode="stretch_width")
+        b_delta = pn.widgets.FloatInput(**_cap("Budget δ"), value=self.budget_delta, step=1e-6,
+                                        visible=self.budget == "approx", sizing_mode="stretch_width")
+        b_rho = pn.widgets.FloatInput(**_cap("Budget ρ"), value=self.budget_rho, step=0.1,
+                                      visible=self.budget == "zcdp", sizing_mode="stretch_width")
+        calib = pn.widgets.RadioButtonGroup(**_cap("Gaussian calibration"),
+                                            options={"zCDP (releases)": "zcdp",
+                                                     "analytic (study)": "analytic"},
+                                            value=self.calibration)
         eps = pn.widgets.FloatInput(**_cap("ε (> 0)"), value=self.epsilon, step=0.1, start=None, sizing_mode="stretch_width")
         delta = pn.widgets.FloatInput(**_cap("δ (0 < δ < 1)"), value=self.delta, step=1e-6,
                                       visible=self.noise == "Gaussian", sizing_mode="stretch_width")
@@ -182,7 +255,11 @@ class Session(param.Parameterized):
                                             value=self.noise)
         dataset = pn.widgets.Select(**_cap("Dataset"), options=self.param.dataset.objects,
                                     value=self.dataset, sizing_mode="stretch_width")
-        seed = pn.widgets.IntInput(**_cap("Seed"), value=self.seed, start=0, sizing_mode="stretch_width")
+        seed = pn.widgets.IntInput(**_cap("Simulation seed"), value=self.seed, start=0,
+                                   description="Seeds simulations only (bands, comparisons on data, "
+                                               "DAWA and sum-query simulations). Releases have no seed: "
+                                               "their noise comes from the OS CSPRNG.",
+                                   sizing_mode="stretch_width")
         folder = pn.widgets.TextInput(**_cap("DPBench folder"), value=self.dpbench_dir,
                                       placeholder="../shared/data/dpbench", sizing_mode="stretch_width")
 
@@ -199,7 +276,10 @@ class Session(param.Parameterized):
             widget.param.watch(apply, "value")
 
         for name, widget in [("epsilon", eps), ("delta", delta), ("noise", noise),
-                             ("dataset", dataset), ("seed", seed), ("dpbench_dir", folder)]:
+                             ("dataset", dataset), ("seed", seed), ("dpbench_dir", folder),
+                             ("budget", budget_kind), ("budget_epsilon", b_eps),
+                             ("budget_delta", b_delta), ("budget_rho", b_rho),
+                             ("calibration", calib)]:
             setter(name, widget)
 
         def sync(*events):
@@ -215,20 +295,31 @@ class Session(param.Parameterized):
                     seed.value = e.new
                 elif e.name == "dataset":
                     dataset.value = e.new
-        self.param.watch(sync, ["noise", "epsilon", "delta", "seed", "dataset"])
+                elif e.name == "budget":
+                    budget_kind.value = e.new
+                    b_eps.visible = e.new in ("pure", "approx")
+                    b_delta.visible = e.new == "approx"
+                    b_rho.visible = e.new == "zcdp"
+                elif e.name in ("budget_epsilon", "budget_delta", "budget_rho", "calibration"):
+                    {"budget_epsilon": b_eps, "budget_delta": b_delta, "budget_rho": b_rho,
+                     "calibration": calib}[e.name].value = e.new
+        self.param.watch(sync, ["noise", "epsilon", "delta", "seed", "dataset", "budget",
+                                "budget_epsilon", "budget_delta", "budget_rho", "calibration"])
         self.param.watch(lambda e: setattr(dataset, "options", list(e.new)), "dataset", what="objects")
         ledger = pn.pane.Markdown(self._ledger_text(), sizing_mode="stretch_width")
-        self.param.watch(lambda e: setattr(ledger, "object", self._ledger_text()), "seed")
+        self.param.watch(lambda e: setattr(ledger, "object", self._ledger_text()), "dataset")
         self._ledger_pane = ledger
         return pn.Column(
             pn.pane.Markdown("### Privacy"), noise, eps, delta,
             pn.pane.Markdown("### Data"), dataset, seed,
-            pn.Card(folder, title="Settings", collapsed=True, sizing_mode="stretch_width"),
-            ledger, sizing_mode="stretch_width")
+            pn.pane.Markdown("### Budget"), budget_kind, b_eps, b_delta, b_rho, ledger,
+            pn.Card(folder, calib, title="Settings", collapsed=True, sizing_mode="stretch_width"),
+            sizing_mode="stretch_width")
 
     def _ledger_text(self) -> str:
-        return (f"**Spent this session:** ε = {self.ledger.epsilon:.4g}, δ = {self.ledger.delta:.3g} "
-                f"over {len(self.ledger)} measurements")
+        led = self.ledger
+        return (f"**Spent on `{self.dataset}`:** {led.summary()}. Releases only; "
+                "simulations spend nothing.")
 
     def ledger_changed(self) -> None:
         """Refresh the sidebar's ledger summary (pages call this after a release)."""

@@ -46,7 +46,15 @@ import param
 import scipy.sparse
 
 import dpexplorer as dpx
-from dpexplorer.matrix import Dense, Identity, Kronecker, Matrix, Sparse, VStack, Weighted
+from dpexplorer.queries.matrix import (
+    Dense,
+    Identity,
+    Kronecker,
+    Matrix,
+    Sparse,
+    VStack,
+    Weighted,
+)
 
 from .compare_view import _LABEL, Jobs, _message, build_lock, check_workload
 from .optimize_view import (
@@ -343,7 +351,7 @@ class StrategyView(pn.viewable.Viewer):
         self._tokens = {s: 0 for s in SIDES}
         self._cancel = {s: False for s in SIDES}
         self._panes: dict = {}
-        #: Progress of the optimiser building each side (fed by dpexplorer.optimization.report).
+        #: Progress of the optimiser building each side (fed by dpexplorer.core.optimization.report).
         self.progress = {s: OptimizationProgress() for s in SIDES}
         super().__init__(**params)
         doc = pn.state.curdoc
@@ -623,17 +631,18 @@ class StrategyView(pn.viewable.Viewer):
         box = pn.Column(pane, visible=plot is not None)
 
         def redraw(*_):
-            info = self.info(side)
-            stats.object = self.stats(side)
-            msg = self.messages(side)
-            note.object, note.visible = msg, bool(msg)
-            b = info.blocks if info is not None else None
-            if b is not None:
-                btable.value = b
-            btable.visible = b is not None
-            rebuild.visible = bool(info is not None and info.error)
-            p = self.plot(side)
-            pane.object, box.visible = p, p is not None
+            with pn.io.hold():  # one message to the browser for all its changes
+                info = self.info(side)
+                stats.object = self.stats(side)
+                msg = self.messages(side)
+                note.object, note.visible = msg, bool(msg)
+                b = info.blocks if info is not None else None
+                if b is not None:
+                    btable.value = b
+                btable.visible = b is not None
+                rebuild.visible = bool(info is not None and info.error)
+                p = self.plot(side)
+                pane.object, box.visible = p, p is not None
         # a hidden page keeps its redraws until shown (dpexplorer.ui.shown)
         self.param.watch(lambda *_: self.gate.run(side, redraw), [f"{side}_info"])
         self.param.watch(lambda *_: self.gate.run(f"{side}_stats", lambda: setattr(

@@ -50,9 +50,10 @@ import param
 from bokeh.models.widgets.tables import NumberFormatter
 
 import dpexplorer as dpx
-from dpexplorer import datasets, sums
+from dpexplorer import datasets
 from dpexplorer.datasets import NumericalAttribute
-from dpexplorer.thresholds import SVTParams
+from dpexplorer.sums import mechanisms as sums
+from dpexplorer.sums.thresholds import SVTParams
 
 from .compare_view import Jobs
 from .session import Session, error_alert

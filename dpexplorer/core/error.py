@@ -1,0 +1,389 @@
+"""Analytic error of the matrix mechanism and the SVD lower bound.
+
+For a workload ``W: (m, n)``, a strategy ``A: (p, n)`` and a noise model with
+variance ``v`` per unit sensitivity in norm ``p`` (Laplace: ``v = 2/ε²``,
+L1; Gaussian: ``v = c(ε, δ)²``, L2), the matrix mechanism answers ``W x̂``
+with ``x̂ = A⁺(A x + noise)``.  Its expected total squared error is
+
+    TSE(W, A) = v · Δ_p(A)² · tr(WᵀW (AᵀA)⁺)
+
+(HDMM Prop. 4; Li & Miklau 2012 Prop. 3-4; MATH.md "Matrix mechanism"),
+``RMSE = sqrt(TSE / m)``, and the per-query variance is
+``v · Δ_p(A)² · diag(W (AᵀA)⁺ Wᵀ)``.  The answer is unbiased only if ``A``
+supports ``W`` (``W A⁺ A = W``); otherwise :class:`UnsupportedWorkloadError`.
+
+SVD bound (Li & Miklau 2012 Thm 2; HDMM Def. 11, Prop. 5): for every ``A``
+supporting ``W``, ``TSE ≥ v · (Σ σ_i(W))² / n``; for a Kronecker product the
+bound is the product of the factors' bounds.
+
+Implicit strategies plug in through two optional methods: ``A.workload_trace(W)``
+(``tr(WᵀW (AᵀA)⁺)``, raising :class:`UnsupportedWorkloadError`, or
+``NotImplemented`` to fall back) and ``A.workload_row_variances(W)``
+(``diag(W (AᵀA)⁺ Wᵀ)``); implicit SVD bounds through :func:`register_svdb_rule`.
+
+Kronecker structure is used wherever both sides have it:
+``tr((⊗G_i)(⊗X_i)⁺) = Π tr(G_i X_i⁺)`` and a union of weighted products
+sums ``w_j²`` times those products (MATH.md "Kronecker identities").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.linalg
+
+from ..privacy.noise import NoiseModel
+from ..queries.intervals import SegmentInverse, interval_variances
+from ..queries.matrix import (
+    DENSE_LIMIT,
+    Dense,
+    Identity,
+    Kronecker,
+    Matrix,
+    MatrixTooLargeError,
+    VStack,
+    Weighted,
+    as_matrix,
+)
+
+__all__ = [
+    "UnsupportedWorkloadError",
+    "kron_terms",
+    "GramInverse",
+    "supports",
+    "unit_tse",
+    "expected_tse",
+    "rmse",
+    "per_query_variance",
+    "per_query_rmse",
+    "svdb",
+    "svd_bound",
+    "register_svdb_rule",
+]
+
+
+class UnsupportedWorkloadError(ValueError):
+    """The strategy does not support the workload (``W A⁺ A ≠ W``)."""
+
+
+class GramInverse:
+    """Factorisation of a strategy Gram matrix ``X = AᵀA`` for repeated traces.
+
+    Uses a Cholesky factorisation when ``X`` is positive definite (LAPACK
+    ``potrf``/``potri``), else an eigendecomposition giving the
+    pseudo-inverse and the null space used by the support test.
+
+    Parameters
+    ----------
+    X : ndarray, shape (n, n)
+        Symmetric positive semi-definite Gram matrix.
+    """
+
+    def __init__(self, X: np.ndarray):
+        X = np.asarray(X, dtype=float)
+        self.n = X.shape[0]
+        self.null = np.zeros((self.n, 0))
+        self._lower = None  # lower triangle of X⁻¹ (Cholesky path)
+        self._pinv = None
+        c, info = scipy.linalg.lapack.dpotrf(X, lower=1, clean=1)
+        ok = info == 0
+        if ok:
+            d = np.diag(c)
+            ok = d.min() > 1e-7 * d.max()
+        if ok:
+            inv, info = scipy.linalg.lapack.dpotri(c, lower=1)
+            if info == 0:
+                # potri fills the lower triangle; clean=1 left zeros above it
+                self._lower = inv
+                return
+        w, V = np.linalg.eigh(X)
+        tol = max(w.max(initial=0.0), 0.0) * self.n * 1e-12 + 1e-300
+        keep = w > tol
+        Vk = V[:, keep]
+        self._pinv = (Vk / w[keep]) @ Vk.T
+        self.null = V[:, ~keep]
+
+    @property
+    def pinv(self) -> np.ndarray:
+        """``X⁺`` as a dense symmetric ``(n, n)`` array."""
+        if self._pinv is None:
+            L = self._lower
+            self._pinv = L + np.tril(L, -1).T
+        return self._pinv
+
+    def supports(self, G: np.ndarray, rtol: float = 1e-8) -> bool:
+        """Whether a workload with Gram ``G`` lies in the row space of ``A``."""
+        if self.null.shape[1] == 0:
+            return True
+        scale = max(np.abs(G).max(), 1e-300)
+        return bool(np.abs(G @ self.null).max() <= rtol * scale)
+
+    def trace(self, G: np.ndarray) -> float:
+        """``tr(G X⁺)`` for a symmetric ``G``."""
+        if self._pinv is None and self._lower is not None:
+            L = self._lower
+            return float(2.0 * np.einsum("ij,ij->", G, L) - np.dot(np.diag(G), np.diag(L)))
+        return float(np.einsum("ij,ij->", G, self.pinv))
+
+
+def kron_terms(W: Matrix, leaves: bool = False):
+    """``W`` as a list of ``(weight, [factors])`` if it is a (union of) Kronecker products, else ``None``.
+
+    A plain Kronecker product is one term of weight 1; ``Weighted`` multiplies
+    the weights; ``VStack`` concatenates the terms of its blocks (HDMM Eq. 3),
+    in ``W``'s row order.  With ``leaves=True`` any other matrix is a
+    one-factor term instead of making the answer ``None``.
+    """
+    if isinstance(W, Weighted):
+        inner = kron_terms(W.base, leaves)
+        return None if inner is None else [(W.weight * c, f) for c, f in inner]
+    if isinstance(W, Kronecker):
+        return [(1.0, W.factors)]
+    if isinstance(W, VStack):
+        out = []
+        for b in W.blocks:
+            t = kron_terms(b, leaves)
+            if t is None:
+                return None
+            out.extend(t)
+        return out
+    return [(1.0, [W])] if leaves else None
+
+
+def _aligned(W: Matrix, A: Matrix):
+    """Kronecker terms of ``W`` aligned factor by factor with ``A``, or ``None``."""
+    if not isinstance(A, Kronecker):
+        return None
+    terms = kron_terms(W)
+    if terms is None:
+        return None
+    sizes = [f.n for f in A.factors]
+    for _, factors in terms:
+        if [f.n for f in factors] != sizes:
+            return None
+    return terms
+
+
+def _dense_gram(M: Matrix, what: str) -> np.ndarray:
+    try:
+        return M.gram().dense()
+    except MatrixTooLargeError as exc:
+        raise MatrixTooLargeError(
+            f"{what}: the domain has n = {M.n:,} cells, too many for a dense n × n Gram "
+            f"matrix; use Kronecker-structured workloads and strategies"
+        ) from exc
+
+
+def _trace_and_support(W: Matrix, A: Matrix) -> float:
+    """``tr(WᵀW (AᵀA)⁺)``, raising if ``A`` does not support ``W``."""
+    if W.n != A.n:
+        raise ValueError(
+            f"workload has {W.n} cells but strategy has {A.n}: they must share the domain"
+        )
+    hook = getattr(A, "workload_trace", None)
+    if hook is not None:  # implicit strategies (marginals, stacked Kronecker products)
+        value = hook(W)
+        if value is not NotImplemented:
+            return float(value)
+    if isinstance(A, Identity):
+        return W.frobenius_squared()
+    terms = _aligned(W, A)
+    if terms is not None:
+        invs = [GramInverse(f.gram().dense()) for f in A.factors]
+        total = 0.0
+        for c, factors in terms:
+            prod = c * c
+            for inv, f in zip(invs, factors, strict=True):
+                G = f.gram().dense()
+                if not inv.supports(G):
+                    raise UnsupportedWorkloadError(
+                        f"strategy {A.name!r} does not support workload {W.name!r} "
+                        f"(factor {f.name!r} is outside the strategy's row space)"
+                    )
+                prod *= inv.trace(G)
+            total += prod
+        return total
+    G = _dense_gram(W, "expected error")
+    inv = GramInverse(_dense_gram(A, "expected error"))
+    if not inv.supports(G):
+        raise UnsupportedWorkloadError(
+            f"strategy {A.name!r} does not support workload {W.name!r}: some workload "
+            f"queries are outside the strategy's row space (W A⁺ A ≠ W), so the "
+            f"estimate would be biased"
+        )
+    return inv.trace(G)
+
+
+def supports(W, A) -> bool:
+    """Whether strategy ``A`` supports workload ``W`` (``W A⁺ A = W``, MATH.md).
+
+    Parameters
+    ----------
+    W : Matrix or array, shape (m, n)
+    A : Matrix or array, shape (p, n)
+    """
+    try:
+        _trace_and_support(as_matrix(W), as_matrix(A))
+    except UnsupportedWorkloadError:
+        return False
+    return True
+
+
+def unit_tse(W, A, norm: int = 1) -> float:
+    """``Δ_p(A)² · tr(WᵀW (AᵀA)⁺)``: the TSE for unit noise variance.
+
+    Multiply by a noise model's ``variance_per_unit`` to get the TSE, which is
+    how the explorer rescales errors when ε or δ changes without recomputing.
+
+    Parameters
+    ----------
+    W : Matrix or array, shape (m, n)
+    A : Matrix or array, shape (p, n)
+    norm : {1, 2}
+        Sensitivity norm (1 for Laplace, 2 for Gaussian).
+
+    Raises
+    ------
+    UnsupportedWorkloadError
+        If ``A`` does not support ``W``.
+    """
+    W, A = as_matrix(W), as_matrix(A)
+    return A.sensitivity(norm) ** 2 * _trace_and_support(W, A)
+
+
+def expected_tse(W, A, noise: NoiseModel) -> float:
+    """Expected total squared error ``v·Δ_p(A)²·tr(WᵀW (AᵀA)⁺)`` (HDMM Prop. 4).
+
+    Units: squared counts, summed over the ``m`` queries.
+
+    Raises
+    ------
+    UnsupportedWorkloadError
+        If ``A`` does not support ``W``.
+    """
+    return noise.variance_per_unit * unit_tse(W, A, noise.norm)
+
+
+def rmse(W, A, noise: NoiseModel) -> float:
+    """Root mean squared error per query, ``sqrt(TSE / m)``, in counts.
+
+    Reproduces HDMM Table 4 (Laplace, ε = 1) and Table 5 (Gaussian, ε = 1,
+    δ = 1e-6, analytic calibration); see ``tests/test_error.py``.
+
+    Raises
+    ------
+    UnsupportedWorkloadError
+        If ``A`` does not support ``W``.
+    """
+    W = as_matrix(W)
+    return math.sqrt(expected_tse(W, A, noise) / W.m)
+
+
+def per_query_variance(W, A, noise: NoiseModel) -> np.ndarray:
+    """Variance of every workload answer, ``v·Δ²·diag(W (AᵀA)⁺ Wᵀ)``, shape ``(m,)``.
+
+    Raises
+    ------
+    UnsupportedWorkloadError
+        If ``A`` does not support ``W``.
+    """
+    W, A = as_matrix(W), as_matrix(A)
+    scale = noise.variance_per_unit * A.sensitivity(noise.norm) ** 2
+    hook = getattr(A, "workload_row_variances", None)
+    if hook is not None:  # implicit strategies: diag(W (AᵀA)⁺ Wᵀ) without n × n matrices
+        value = hook(W)
+        if value is not NotImplemented:
+            return scale * np.asarray(value, dtype=float)
+    if isinstance(A, Identity):
+        value = interval_variances(W, SegmentInverse.identity(W.n))  # interval rows: lengths
+        if value is not NotImplemented:
+            return scale * value
+        terms = kron_terms(W)
+        if terms is not None:
+            eye = Kronecker([Dense(np.eye(f.n)) for f in terms[0][1]])
+            return scale * W.rows_quadratic(eye)
+        return scale * W.rows_quadratic(np.eye(W.n))
+    terms = _aligned(W, A)
+    if terms is not None:
+        _trace_and_support(W, A)
+        Xinv = Kronecker([Dense(GramInverse(f.gram().dense()).pinv) for f in A.factors])
+        return scale * W.rows_quadratic(Xinv)
+    G = _dense_gram(W, "per-query error")
+    inv = GramInverse(_dense_gram(A, "per-query error"))
+    if not inv.supports(G):
+        raise UnsupportedWorkloadError(
+            f"strategy {A.name!r} does not support workload {W.name!r}"
+        )
+    return scale * W.rows_quadratic(inv.pinv)
+
+
+def per_query_rmse(W, A, noise: NoiseModel) -> np.ndarray:
+    """Root of :func:`per_query_variance`: standard error of every answer, in counts."""
+    return np.sqrt(per_query_variance(W, A, noise))
+
+
+#: Functions ``rule(W) -> float | None`` tried in order by :func:`svdb` before
+#: the Kronecker and dense paths; ``None`` means "not my kind of workload".
+_SVDB_RULES: list = []
+
+
+def register_svdb_rule(rule) -> None:
+    """Add an implicit SVD-bound rule ``rule(W) -> float | None`` (tried first by :func:`svdb`)."""
+    if rule not in _SVDB_RULES:
+        _SVDB_RULES.append(rule)
+
+
+def svdb(W) -> float:
+    """The SVD bound on unit-noise TSE: ``(Σ_i σ_i(W))² / n`` (Li & Miklau 2012, Thm 2).
+
+    Singular values are the square roots of the eigenvalues of ``WᵀW``; for a
+    Kronecker product the bound is the product of the factors' bounds, and a
+    weight ``c`` multiplies it by ``c²`` (MATH.md, "SVD bound").
+
+    Raises
+    ------
+    MatrixTooLargeError
+        For a non-Kronecker workload whose domain is too large for a dense Gram.
+    """
+    W = as_matrix(W)
+    for rule in _SVDB_RULES:  # implicit forms (e.g. marginal workloads, dpexplorer.strategies.marginals)
+        value = rule(W)
+        if value is not None:
+            return float(value)
+    if isinstance(W, Weighted):
+        return W.weight**2 * svdb(W.base)
+    if isinstance(W, Kronecker):
+        return math.prod(svdb(f) for f in W.factors)
+    lam = _dense_gram_eigenvalues(W)
+    s = np.sqrt(np.clip(lam, 0.0, None)).sum()
+    return float(s * s / W.n)
+
+
+def _dense_gram_eigenvalues(W: Matrix) -> np.ndarray:
+    """Eigenvalues of ``WᵀW`` (the nonzero ones from ``WWᵀ`` when ``m < n``), dense.
+
+    An explicit matrix goes through BLAS ``syrk`` on the smaller side and
+    LAPACK's symmetric eigensolver (values only).
+    """
+    if isinstance(W, Dense) and W.array.flags.c_contiguous:
+        At = W.array.T  # Fortran-ordered view: syrk needs no copy
+        small = min(W.m, W.n)
+        if small * small > DENSE_LIMIT:
+            raise MatrixTooLargeError(
+                f"SVD bound: a dense {small} × {small} Gram is above the size limit")
+        C = scipy.linalg.blas.dsyrk(1.0, At, trans=0 if W.m >= W.n else 1, lower=1)
+        return scipy.linalg.eigvalsh(C, lower=True, overwrite_a=True, check_finite=False)
+    return scipy.linalg.eigvalsh(_dense_gram(W, "SVD bound"), check_finite=False)
+
+
+def svd_bound(W, noise: NoiseModel) -> float:
+    """SVD lower bound on the RMSE of any strategy: ``sqrt(v · SVDB(W) / m)``.
+
+    HDMM reports it with the same ``v`` for Laplace noise (valid since
+    ``Δ₁ ≥ Δ₂``).  Check: All Range, n = 64, Laplace ε = 1 gives 3.22
+    (HDMM Table 4).
+    """
+    W = as_matrix(W)
+    return math.sqrt(noise.variance_per_unit * svdb(W) / W.m)
+

@@ -1,0 +1,146 @@
+"""The mechanism registry: every mechanism the explorer can compare or run.
+
+A :class:`Mechanism` maps a short lowercase name from the papers (``identity``,
+``h2``, ``hb``, ``wavelet``, ``greedy_h``, ...) to a builder, its default
+parameters, a one-line description and its source.  Data-independent
+mechanisms of the matrix-mechanism family build a strategy ``A`` from the
+workload ``W`` (and the noise model, whose norm some optimisers need); the
+comparison and the app list whatever is registered, without special cases.
+Every family registers its own mechanisms when it is imported (the classic
+strategies in :mod:`dpexplorer.strategies.classic`, DAWA and its competitors in
+:mod:`dpexplorer.adaptive`, ...); this module only defines the registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..privacy.noise import NoiseModel
+from ..queries.matrix import Matrix, Weighted
+
+__all__ = ["Mechanism", "Estimate", "REGISTRY", "register", "get", "names", "NotApplicableError"]
+
+
+class NotApplicableError(ValueError):
+    """The mechanism cannot be used for this workload (e.g. a 1D-only method on 2D)."""
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """A registered mechanism.
+
+    Attributes
+    ----------
+    name : str
+        Short lowercase identifier from the papers.
+    label : str
+        Display name.
+    build : callable or None
+        ``build(W, noise, **params) -> A``: the strategy (shape ``(p, n)``)
+        for workload ``W: (m, n)`` of a data-independent mechanism.  Raises
+        :class:`NotApplicableError` when the workload is out of scope.
+    description : str
+        One line: what it does.
+    source : str
+        Paper, section, equation.
+    params : dict
+        Default parameters passed to ``build``.
+    data_dependent : bool
+        Whether the mechanism looks at the data (no analytic error then).
+    runner : callable or None
+        For data-dependent mechanisms: ``runner(data, W, noise, rng, **params)
+        -> Estimate`` with ``data`` a :class:`~dpexplorer.privacy.PrivateData`
+        (the only way to touch ``x``) and ``rng`` the source of randomness it
+        passes on to the kernel: a seeded ``numpy.random.Generator``
+        (simulation) or :data:`dpexplorer.privacy.OS_CSPRNG` (release).  Run
+        any mechanism with :func:`dpexplorer.mechanism.run`.
+    """
+
+    name: str
+    label: str
+    build: Callable[..., Matrix] | None
+    description: str
+    source: str
+    params: dict = field(default_factory=dict)
+    data_dependent: bool = False
+    runner: Callable[..., Estimate] | None = None
+
+    def strategy(self, W: Matrix, noise: NoiseModel, **params) -> Matrix:
+        """Build the strategy for ``W`` with the defaults overridden by ``params``.
+
+        Raises
+        ------
+        ValueError
+            If the mechanism is data-dependent (it has no fixed strategy).
+        """
+        if self.build is None:
+            raise ValueError(f"{self.name!r} is data-dependent: it has no data-independent strategy")
+        kwargs = {**self.params, **params}
+        A = self.build(W, noise, **kwargs)
+        if A is W:  # never rename the caller's workload
+            A = Weighted(W, 1.0)
+        A.name = self.name
+        return A
+
+
+@dataclass
+class Estimate:
+    """What a mechanism run returns: the estimate and its public by-products.
+
+    Attributes
+    ----------
+    x_hat : ndarray, shape (n,)
+        Estimate of the data vector (counts).
+    info : dict
+        Public, mechanism-specific outputs (e.g. DAWA's partition, per-stage
+        budgets, the strategy used).
+    answers : ndarray, shape (m,), or None
+        The workload answers when the mechanism does not answer ``W x̂``
+        (strategies with an ``answer(W, y)`` method, e.g. OPT+'s local least
+        squares, HDMM Sec. 10 item 3); ``None`` means ``W x̂``.
+    """
+
+    x_hat: np.ndarray
+    info: dict = field(default_factory=dict)
+    answers: np.ndarray | None = None
+
+
+REGISTRY: dict[str, Mechanism] = {}
+
+
+def register(mechanism: Mechanism, replace: bool = False) -> Mechanism:
+    """Add a mechanism to the registry.
+
+    Raises
+    ------
+    ValueError
+        If the name is taken (and ``replace`` is false) or is not a lowercase identifier.
+    """
+    if not mechanism.name.isidentifier() or mechanism.name.lower() != mechanism.name:
+        raise ValueError(f"mechanism names are lowercase identifiers, got {mechanism.name!r}")
+    if mechanism.name in REGISTRY and not replace:
+        raise ValueError(f"a mechanism named {mechanism.name!r} is already registered")
+    REGISTRY[mechanism.name] = mechanism
+    return mechanism
+
+
+def get(name: str) -> Mechanism:
+    """The registered mechanism called ``name``.
+
+    Raises
+    ------
+    KeyError
+        With the list of registered names, if there is none called ``name``.
+    """
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"no mechanism named {name!r}; registered: {sorted(REGISTRY)}") from None
+
+
+def names(data_dependent: bool | None = None) -> list[str]:
+    """Registered names, optionally only the data-(in)dependent ones."""
+    return [k for k, m in REGISTRY.items() if data_dependent is None or m.data_dependent == data_dependent]

@@ -1,0 +1,29 @@
+"""The privacy layer: the only code that touches private data, and what it spends.
+
+=============  ===============================================================
+``kernel``     :class:`PrivateData`, the only holder of ``x``: MEASURE, noisy
+               statistics, report-noisy-max, sparse vector, noisy optimum
+``ledger``     :class:`Spend`, :class:`PrivacyLedger` (ε, δ, ρ; budget checked
+               before drawing), :class:`BudgetExceededError`
+``accounting`` zCDP ρ of Laplace and Gaussian steps, the ρ → (ε, δ) conversion,
+               :class:`Budget`
+``noise``      the noise models ``Laplace(ε)`` and ``Gaussian(ε, δ)``
+``samplers``   seeded numpy (simulation) or OS CSPRNG via opendp (release)
+``tables``     :class:`PrivateTable`: record tables, marginals counted by group-by
+=============  ===============================================================
+
+Imports only :mod:`dpexplorer.queries` below it.
+"""
+
+from . import accounting, kernel, ledger, noise, samplers, tables
+from .accounting import Budget
+from .kernel import PrivateData, noise_sampler, validate_counts, variance_factor
+from .ledger import RELEASE, SIMULATION, BudgetExceededError, PrivacyLedger, Spend
+from .noise import Gaussian, Laplace, NoiseModel
+from .samplers import CSPRNG, OS_CSPRNG
+from .tables import PrivateTable
+
+__all__ = ["PrivateData", "PrivateTable", "tables", "PrivacyLedger", "Spend", "BudgetExceededError", "Budget", "Laplace",
+           "Gaussian", "NoiseModel", "OS_CSPRNG", "CSPRNG", "SIMULATION", "RELEASE",
+           "validate_counts", "noise_sampler", "variance_factor", "accounting", "kernel", "ledger",
+           "noise", "samplers"]

@@ -1,0 +1,440 @@
+"""The privacy boundary: the one module that touches the private data vector.
+
+:class:`PrivateData` holds ``x`` and never hands it out.  Its methods return
+*noisy* answers (or a noisy choice) only; each checks the ledger's budget
+**before** drawing any noise and then records what it spent in a
+:class:`~dpexplorer.privacy.ledger.PrivacyLedger`.  Everything else in dpexplorer -- workloads,
+strategies, reconstruction, plots -- works on public things.
+
+Two modes, chosen by the source of randomness every method takes
+(:mod:`dpexplorer.privacy.samplers`):
+
+* **simulation**: a seeded ``numpy.random.Generator``; reproducible, for
+  comparisons, bands, evaluations and tests; its spends are marked
+  ``"simulation"`` and it is never a release;
+* **release**: :data:`OS_CSPRNG`, the operating system's CSPRNG through
+  opendp's vetted samplers; no seed exists.  Before drawing, the kernel asks
+  opendp's own privacy map for the measurement's ε (or ρ) and refuses to draw
+  if it exceeds what the ledger is about to record.
+
+Accounting (:mod:`dpexplorer.privacy.accounting`): every spend carries ε, δ
+and its zCDP cost ρ (``ε²/2`` for ε-DP steps, ``Δ₂²/(2σ²)`` for Gaussian
+noise); the ledger (:mod:`dpexplorer.privacy.ledger`) composes them and checks
+its budget.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+
+import numpy as np
+
+from ..queries.matrix import as_matrix
+from . import accounting, samplers
+from .ledger import RELEASE, SIMULATION, PrivacyLedger, Spend
+from .noise import Gaussian, Laplace, NoiseModel
+
+__all__ = ["PrivateData", "validate_counts", "noise_sampler", "variance_factor"]
+
+
+def validate_counts(x, name: str = "x") -> np.ndarray:
+    """Check a data vector of counts: numeric, non-empty, finite, non-negative whole numbers.
+
+    Parameters
+    ----------
+    x : array_like, any shape
+        Counts (int, or float with whole values), e.g. a histogram over the
+        workload's domain.
+    name : str
+        Name used in error messages.
+
+    Returns
+    -------
+    ndarray, float64, same shape
+        A copy of ``x``.
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is not numeric, empty, has NaN/inf, negative or fractional
+        entries, or integers above 2**53 (not exact in float64).
+    """
+    a = np.asarray(x)
+    if a.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must hold numeric counts, got dtype {a.dtype}")
+    if a.size == 0:
+        raise ValueError(f"{name} is empty (shape {a.shape}); it needs at least one cell")
+    if a.dtype.kind in "iu" and np.abs(a).max() > samplers.MAX_EXACT_INTEGER:
+        raise ValueError(f"{name} has counts above 2**53 that float64 cannot hold exactly")
+    out = np.array(a, dtype=np.float64, copy=True)
+    for mask, what, allowed in (
+        (~np.isfinite(out), "NaN/inf", "counts must be finite"),
+        (out < 0, "negative", "counts must be >= 0"),
+        (out != np.round(out), "non-integer", "counts must be whole numbers"),
+        (np.abs(out) > samplers.MAX_EXACT_INTEGER, "too large", "counts must be below 2**53"),
+    ):
+        if mask.any():
+            n, first = int(mask.sum()), tuple(int(i) for i in np.argwhere(mask)[0])
+            where = f"{name}[{', '.join(map(str, first))}]" if first else name
+            raise ValueError(f"{name} has {n} {what} entr{'y' if n == 1 else 'ies'}, first "
+                             f"{where} = {out[first]}; {allowed}")
+    return out
+
+
+def noise_sampler(A, noise: NoiseModel, counts: bool = True) -> str:
+    """``"discrete"`` or ``"continuous"``: which sampler MEASURE uses for strategy ``A``.
+
+    Public (depends only on ``A``, the noise model and whether the data are
+    counts): the discrete Laplace / discrete Gaussian on ℤ when every strategy
+    answer is a whole number -- ``A`` has whole-number entries
+    (:attr:`Matrix.integral`) and ``x`` holds counts -- else the continuous
+    one (Canonne, Kamath & Steinke 2020; Ghosh et al. 2009).
+    """
+    A = as_matrix(A)
+    return "discrete" if counts and getattr(A, "integral", False) else "continuous"
+
+
+def variance_factor(A, noise: NoiseModel, counts: bool = True) -> float:
+    """Ratio of MEASURE's actual per-answer noise variance to ``noise.variance(Δ)``.
+
+    1 with the continuous samplers; with the discrete ones (:func:`noise_sampler`)
+    the discrete Laplace's ``2q/(1−q)²`` (``q = e^{−1/b}``) or the discrete
+    Gaussian's variance over the continuous ``2b²`` / ``σ²`` -- slightly below 1
+    (about ``1 − 1/(12b²)`` for Laplace).  Multiply any analytic variance of
+    the matrix mechanism by it to get the exact variance of a run.
+    """
+    A = as_matrix(A)
+    if noise_sampler(A, noise, counts) != "discrete":
+        return 1.0
+    sens = A.sensitivity(noise.norm)
+    return noise.discrete_variance(sens) / noise.variance(sens)
+
+
+class _Boundary:
+    """What every holder of private data shares: its ledger, and adding noise to exact answers.
+
+    Subclasses hold the data and compute exact answers; :meth:`_noisy` checks
+    the noise and the source, asks opendp's privacy map (release mode),
+    records the spend -- checking the budget first -- and only then draws.
+    """
+
+    ledger: PrivacyLedger
+
+    @staticmethod
+    def _mode(source) -> str:
+        samplers.check_source(source)
+        return RELEASE if samplers.is_release(source) else SIMULATION
+
+    def _record(self, label, source, epsilon, delta, rho, noise_text, queries, sensitivity) -> None:
+        self.ledger.record(Spend(
+            label=label, mode=self._mode(source), epsilon=float(epsilon), delta=float(delta),
+            rho=float(rho), noise=noise_text, queries=int(queries), sensitivity=float(sensitivity),
+            time=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")))
+
+    @staticmethod
+    def _crosscheck(source, claimed: float, opendp_value, what: str) -> None:
+        """In release mode, opendp's privacy map must not exceed what the kernel records."""
+        if samplers.is_release(source):
+            value = opendp_value()
+            if value > claimed * (1 + 1e-9) + 1e-15:
+                raise RuntimeError(f"opendp's privacy map gives {what} = {value:.6g} where the kernel "
+                                   f"would record {claimed:.6g}; nothing was drawn")
+
+    def _noisy(self, A, noise: NoiseModel, source, label: str, discrete: bool, exact_fn) -> np.ndarray:
+        """``exact_fn() + z`` for strategy ``A`` (its sensitivity scales ``z``); see :meth:`PrivateData.measure`."""
+        if not isinstance(noise, NoiseModel):
+            raise TypeError(f"noise must be dpx.Laplace(ε) or dpx.Gaussian(ε, δ), got "
+                            f"{type(noise).__name__}")
+        samplers.check_source(source)
+        if (samplers.is_release(source) and isinstance(noise, Gaussian)
+                and noise.calibration != "zcdp"):
+            raise ValueError(
+                f"a release with Gaussian noise is accounted in zCDP: use "
+                f"dpx.Gaussian({noise.epsilon:g}, {noise.delta:g}, calibration='zcdp') (the "
+                f"{noise.calibration!r} calibration's (ε, δ) is proved for the ideal continuous "
+                "Gaussian only)")
+        sens = A.sensitivity(noise.norm)
+        if not (math.isfinite(sens) and sens > 0):
+            raise ValueError(f"strategy {A.name!r} has sensitivity {sens}: it measures nothing")
+        scale = noise.scale(sens)
+        kind = "discrete " if discrete else ""
+        if isinstance(noise, Laplace):
+            rho = noise.rho_per_unit
+            self._crosscheck(source, noise.epsilon,
+                             lambda: samplers.opendp_laplace_epsilon(scale, sens, discrete), "ε")
+            text = f"{kind}Laplace(b = {scale:.4g}), ε = {noise.epsilon:g}"
+        else:
+            rho = accounting.rho_gaussian(sens, scale)
+            self._crosscheck(source, rho, lambda: samplers.opendp_gaussian_rho(scale, sens, discrete),
+                             "ρ")
+            text = f"{kind}Gaussian(σ = {scale:.4g}), {noise.calibration} calibration"
+        self._record(label, source, noise.epsilon, noise.delta, rho, text, A.m, sens)
+        exact = exact_fn()
+        if isinstance(noise, Laplace):
+            return samplers.laplace(exact, scale, source, discrete)
+        return samplers.gaussian(exact, scale, source, discrete)
+
+
+class PrivateData(_Boundary):
+    """The private data vector ``x`` behind the privacy boundary.
+
+    Parameters
+    ----------
+    x : array_like, shape (n,) or a d-dimensional grid
+        Counts (flattened in C order).
+    ledger : PrivacyLedger, optional
+        Where spends are recorded (a new, uncapped one by default).
+    counts : bool
+        ``True`` (default): ``x`` must hold non-negative whole counts
+        (:func:`validate_counts`); strategy answers with whole-number entries
+        are then measured with the discrete samplers.  ``False``: any finite
+        real weights are accepted (e.g. fractional or signed data a study
+        needs), always with the continuous samplers.
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is empty, not finite, or (with ``counts``) not non-negative whole numbers.
+    """
+
+    def __init__(self, x, ledger: PrivacyLedger | None = None, *, counts: bool = True):
+        if counts:
+            arr = validate_counts(x)
+        else:
+            arr = np.asarray(x, dtype=float)
+            if arr.size == 0:
+                raise ValueError("the data vector is empty")
+            if not np.all(np.isfinite(arr)):
+                raise ValueError("the data vector has NaN or infinite entries")
+        if ledger is not None and not isinstance(ledger, PrivacyLedger):
+            raise TypeError(f"ledger must be a dpexplorer.PrivacyLedger, got {type(ledger).__name__}")
+        self._x = arr.ravel()
+        self.domain = arr.shape
+        self.counts = bool(counts)
+        self.ledger = ledger if ledger is not None else PrivacyLedger()
+
+    @property
+    def n(self) -> int:
+        """Number of cells."""
+        return self._x.size
+
+    # ---------------------------------------------------------- primitives
+    def measure(self, A, noise: NoiseModel, source, label: str = "measure") -> np.ndarray:
+        """Noisy strategy answers ``y = A x + z`` (MEASURE of the matrix mechanism).
+
+        ``z`` is i.i.d. Laplace with scale ``b = Δ₁(A)/ε`` (ε-DP; HDMM Def. 10,
+        Prop. 4) or Gaussian with ``σ = Δ₂(A)·c(ε, δ)`` (ρ = Δ₂²/(2σ²)-zCDP,
+        Bun & Steinke 2016 Prop. 1.6), ``Δ`` the sensitivity of ``A`` under
+        add/remove-one-record (MATH.md "Noise and sensitivity").  Discrete
+        samplers on ℤ are used when every answer is a whole number
+        (:func:`noise_sampler`); their privacy is the same (Ghosh et al. 2009;
+        Canonne, Kamath & Steinke 2020, Thm 14).
+
+        Parameters
+        ----------
+        A : Matrix or array, shape (p, n)
+            Strategy queries.
+        noise : NoiseModel
+            ``Laplace(ε)`` or ``Gaussian(ε, δ)``; in release mode a Gaussian
+            must use ``calibration="zcdp"``.
+        source : numpy.random.Generator or OS_CSPRNG
+            Simulation (seeded) or release randomness.
+        label : str
+            Recorded in the ledger.
+
+        Returns
+        -------
+        ndarray, shape (p,)
+            Noisy answers, in counts.
+
+        Raises
+        ------
+        ValueError
+            If ``A`` does not have ``n`` columns, has zero sensitivity, or a
+            release is asked with a Gaussian calibration other than ``"zcdp"``.
+        TypeError
+            If ``noise`` is not a noise model or ``source`` not a source of randomness.
+        BudgetExceededError
+            If the ledger's budget would be exceeded (nothing is drawn).
+        """
+        A = as_matrix(A)
+        if A.n != self.n:
+            raise ValueError(f"strategy has {A.n} columns but the data vector has {self.n} cells")
+        discrete = noise_sampler(A, noise, self.counts) == "discrete" if isinstance(noise, NoiseModel) else False
+        return self._noisy(A, noise, source, label, discrete, lambda: A.matvec(self._x))
+
+    def measure_function(self, f, sensitivity: float, epsilon: float, source,
+                         label: str) -> np.ndarray:
+        """Laplace mechanism on any vector-valued ``f(x)`` with known L1 sensitivity.
+
+        Returns ``f(x) + Laplace(sensitivity/ε)`` per entry (Dwork et al.
+        2006), ε-DP, continuous sampler.  Used by data-dependent mechanisms for
+        their non-linear statistics (e.g. EFPA's retained Fourier coefficients).
+
+        Raises
+        ------
+        ValueError
+            If ``sensitivity`` is not positive or ``f(x)`` is not finite.
+        BudgetExceededError
+            If the ledger's budget would be exceeded.
+        """
+        if not (math.isfinite(float(sensitivity)) and sensitivity > 0):
+            raise ValueError(f"sensitivity must be a positive finite number, got {sensitivity}")
+        noise = Laplace(epsilon)
+        values = np.asarray(f(self._x.copy()), dtype=float)
+        if not np.all(np.isfinite(values)):
+            raise ValueError("the measured statistic has NaN or infinite values")
+        scale = sensitivity / noise.epsilon
+        self._crosscheck(source, noise.epsilon,
+                         lambda: samplers.opendp_laplace_epsilon(scale, sensitivity), "ε")
+        self._record(label, source, noise.epsilon, 0.0, noise.rho_per_unit,
+                     f"Laplace(b = {scale:.4g}), ε = {noise.epsilon:g}", values.size, sensitivity)
+        return samplers.laplace(values, scale, source).reshape(values.shape)
+
+    def noisy_max(self, scores_fn, sensitivity: float, epsilon: float, source, label: str) -> int:
+        """ε-DP selection: the index of the largest ``u_i + Exponential(2Δu/ε)``, ``u = scores_fn(x)``.
+
+        Report-noisy-max with exponential noise, equal in distribution to
+        permute-and-flip (McKenna & Sheldon, NeurIPS 2020, Thm 2): ε-DP for
+        utilities whose every entry changes by at most Δu between neighbours,
+        like the exponential mechanism (McSherry & Talwar, FOCS 2007, Thm 6)
+        and never less accurate.  Only the index leaves the boundary.
+
+        Returns
+        -------
+        int
+            The selected index.
+
+        Raises
+        ------
+        ValueError
+            If ``sensitivity`` is not positive or the utilities are empty or not finite.
+        BudgetExceededError
+            If the ledger's budget would be exceeded.
+        """
+        if not (math.isfinite(float(sensitivity)) and sensitivity > 0):
+            raise ValueError(f"sensitivity must be a positive finite number, got {sensitivity}")
+        noise = Laplace(epsilon)  # validates ε; ε-DP selection
+        u = np.asarray(scores_fn(self._x.copy()), dtype=float).ravel()
+        if u.size == 0 or not np.all(np.isfinite(u)):
+            raise ValueError("noisy max needs a non-empty vector of finite utilities")
+        scale = 2.0 * sensitivity / noise.epsilon
+        self._crosscheck(source, noise.epsilon,
+                         lambda: samplers.opendp_noisy_max_epsilon(scale, sensitivity), "ε")
+        self._record(label + " (report noisy max)", source, noise.epsilon, 0.0, noise.rho_per_unit,
+                     f"report-noisy-max over {u.size} candidates, Exponential({scale:.4g})", 1,
+                     sensitivity)
+        return samplers.noisy_max(u, scale, source)
+
+    def noisy_optimum(self, costs_fn, scale, select_fn, epsilon: float, source, label: str,
+                      sensitivity: float = float("nan")):
+        """Release only ``select_fn(costs_fn(x) + Z)``, ``Z_i`` independent Laplace(``scale_i``).
+
+        The noisy costs never leave this method; only what ``select_fn`` makes
+        of them (e.g. the least-cost partition) does.  The caller states the
+        theorem that makes this ``epsilon``-DP for its scales: DAWA's private
+        partition (Li et al. PVLDB 2014, Alg. 1, Thm 2, and the Remark after
+        it for per-bucket scales; see :func:`dpexplorer.adaptive.dawa.noise_scales`).
+        Noise with different scales is drawn as ``scale_i · (c_i/scale_i +
+        Laplace(1))``: one vetted draw of unit-scale noise in release mode.
+
+        Parameters
+        ----------
+        costs_fn : callable
+            ``x -> costs`` (ndarray).
+        scale : float or ndarray
+            Laplace scale of the noise on every cost (one per cost, or one for all).
+        select_fn : callable
+            ``noisy_costs -> output``; must not return the noisy costs themselves.
+        epsilon : float
+            Privacy cost of the release, per the caller's theorem.
+        source : numpy.random.Generator or OS_CSPRNG
+        label : str
+        sensitivity : float
+            Sensitivity of one cost (recorded in the ledger).
+
+        Raises
+        ------
+        ValueError
+            If ``scale`` is not positive or the costs are not finite.
+        BudgetExceededError
+            If the ledger's budget would be exceeded.
+        """
+        scale = np.asarray(scale, dtype=float)
+        if scale.size == 0 or not np.all(np.isfinite(scale) & (scale > 0)):
+            raise ValueError("noise scales must be positive finite numbers")
+        noise = Laplace(epsilon)
+        costs = np.asarray(costs_fn(self._x.copy()), dtype=float)
+        if not np.all(np.isfinite(costs)):
+            raise ValueError("the costs have NaN or infinite values")
+        scales = np.broadcast_to(scale, costs.shape)
+        self._record(label, source, noise.epsilon, 0.0, noise.rho_per_unit,
+                     f"Laplace(scale ≤ {scale.max():.4g}) on {costs.size} costs, argmin released", 1,
+                     sensitivity)
+        unit = samplers.laplace((costs / scales).ravel(), 1.0, source).reshape(costs.shape)
+        return select_fn(scales * unit)
+
+    def above_threshold(self, queries_fn, threshold: float, sensitivity: float, epsilon: float,
+                        source, label: str) -> int | None:
+        """Sparse vector technique, AboveThreshold: the first query whose noisy answer reaches a noisy threshold.
+
+        With ``q = queries_fn(x)`` (every entry changing by at most
+        ``sensitivity`` = Δ between neighbouring data vectors), draws
+        ``T̂ = threshold + Lap(2Δ/ε)`` and ``ν_i ~ Lap(4Δ/ε)`` and returns the
+        first ``i`` with ``q_i + ν_i ≥ T̂`` (``None`` if there is none).  Only
+        that index leaves the boundary; it is ε-DP however many queries there
+        are (Dwork & Roth 2014, Alg. 1 "AboveThreshold", Thm 3.23).  The
+        threshold must be public (data-independent).  Records ε.
+
+        Parameters
+        ----------
+        queries_fn : callable
+            ``x -> q``, a 1D array of query answers in the order they are asked.
+        threshold : float
+            Public threshold ``T``.
+        sensitivity : float
+            Δ > 0: bound on ``|q_i(x) − q_i(x')|`` for neighbours ``x, x'``.
+        epsilon : float
+            ε spent.
+        source : numpy.random.Generator or OS_CSPRNG
+        label : str
+            Recorded in the ledger.
+
+        Returns
+        -------
+        int or None
+            Index of the first query above the threshold, or ``None``.
+
+        Raises
+        ------
+        ValueError
+            If ``sensitivity`` is not a positive finite number, ``threshold`` is not finite, or
+            the queries are empty or not finite.
+        BudgetExceededError
+            If the ledger's budget would be exceeded.
+        """
+        try:
+            delta = float(sensitivity)
+        except (TypeError, ValueError):
+            raise ValueError(f"the sensitivity Δ must be a positive finite number, got {sensitivity!r}") from None
+        if not (math.isfinite(delta) and delta > 0):
+            raise ValueError(f"the sensitivity Δ must be a positive finite number (0 < Δ < ∞), got "
+                             f"{sensitivity!r}")
+        if not math.isfinite(float(threshold)):
+            raise ValueError(f"the threshold must be a finite number, got {threshold!r}")
+        noise = Laplace(epsilon)  # validates ε
+        q = np.asarray(queries_fn(self._x.copy()), dtype=float).ravel()
+        if q.size == 0 or not np.all(np.isfinite(q)):
+            raise ValueError("AboveThreshold needs a non-empty vector of finite query answers")
+        b_t, b_q = 2.0 * delta / noise.epsilon, 4.0 * delta / noise.epsilon
+        self._record(label + " (sparse vector, AboveThreshold)", source, noise.epsilon, 0.0,
+                     noise.rho_per_unit,
+                     f"AboveThreshold over {q.size} queries: Laplace({b_t:.4g}) on the threshold, "
+                     f"Laplace({b_q:.4g}) per query", 1, delta)
+        t_hat = float(samplers.laplace([float(threshold)], b_t, source)[0])
+        above = np.flatnonzero(samplers.laplace(q, b_q, source) >= t_hat)
+        return int(above[0]) if above.size else None
+
+    def __repr__(self) -> str:
+        return f"<PrivateData n={self.n} (hidden); {self.ledger!r}>"

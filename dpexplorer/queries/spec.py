@@ -1,0 +1,379 @@
+"""Declarative workload specs: load and save workloads built from named 1D blocks.
+
+A spec is a plain dict (JSON / YAML serialisable) describing a union of
+weighted Kronecker products of the named 1D blocks of
+:data:`dpexplorer.queries.workloads.BLOCKS`::
+
+    {"version": 1,
+     "name": "my workload",                      # optional
+     "domain": [50, 100, 7],                     # attribute sizes
+     "attributes": ["age", "income", "sex"],     # optional attribute names
+     "products": [
+        {"weight": 1.0, "factors": [{"type": "prefix"}, "identity", "total"]},
+        {"weight": 2.0, "factors": ["all_range", {"type": "width_range", "w": 8}, "total"]}]}
+
+A factor is a block spec (``{"type": ..., **params}``) or, for a
+parameter-free block, its type name.  Instead of ``products`` a spec may
+give ``"marginals": [orders]`` or ``"range_marginals": {"orders": [...],
+"kind": "all_range" | "prefix"}``; :func:`to_spec` always writes ``products``.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from . import workloads
+from .matrix import Kronecker, Matrix, RangeQueries, VStack, Weighted
+
+__all__ = ["VERSION", "from_spec", "to_spec", "dumps", "loads", "save", "load"]
+
+#: Version of the spec format written by :func:`to_spec`.
+VERSION = 1
+_TOP_KEYS = ("version", "name", "domain", "attributes", "products", "marginals", "range_marginals")
+_FORMATS = {"json": "json", "yaml": "yaml", "yml": "yaml"}
+#: to_spec checks that a block's spec rebuilds it exactly up to this many entries
+_CHECK_ENTRIES = 2**20
+
+
+# ------------------------------------------------------------------ helpers
+def _is_int(v) -> bool:
+    return isinstance(v, int | np.integer) and not isinstance(v, bool)
+
+
+def _orders(value, where: str, d: int) -> list[int]:
+    orders = [value] if _is_int(value) else value
+    if not isinstance(orders, list | tuple) or not orders or not all(_is_int(o) for o in orders):
+        raise ValueError(f"{where}: orders must be a whole number or a non-empty list of them, got {value!r}")
+    bad = [int(o) for o in orders if not 0 <= o <= d]
+    if bad:
+        raise ValueError(f"{where}: marginal orders {bad} are not in [0, {d}] for a {d}-attribute domain")
+    return [int(o) for o in orders]
+
+
+def _factor(f, n: int, where: str) -> Matrix:
+    """Build one 1D block of ``n`` cells, raising ValueError prefixed by ``where``."""
+    if isinstance(f, str):
+        f = {"type": f}
+    if not isinstance(f, Mapping) or not isinstance(f.get("type"), str):
+        raise ValueError(f"{where}: a factor is a block type name or a dict with a string 'type' "
+                         f"key, got {f!r}; known types: {sorted(workloads.BLOCKS)}")
+    kind = f["type"]
+    if kind in workloads.BLOCKS:
+        sig = inspect.signature(workloads.BLOCKS[kind]).parameters
+        allowed = [p for p in sig if p != "n"]
+        unknown = sorted(set(f) - {"type"} - set(allowed))
+        if unknown:
+            raise ValueError(f"{where}: unknown parameter(s) {unknown} for block {kind!r}; allowed: {allowed}")
+        missing = [p for p in allowed if sig[p].default is inspect.Parameter.empty and p not in f]
+        if missing:
+            raise ValueError(f"{where}: block {kind!r} needs parameter(s) {missing}")
+    if kind == "permuted":
+        _factor(f["base"], n, f"{where}.base")  # validate the base with its own path
+    try:
+        W = workloads.block(dict(f), n)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    if W.n != n:  # pragma: no cover - blocks check their own sizes
+        raise ValueError(f"{where}: block {kind!r} has {W.n} cells but the attribute has {n}")
+    return W
+
+
+# ---------------------------------------------------------------- from_spec
+def from_spec(spec: Mapping) -> Matrix:
+    """Build the workload described by a spec.
+
+    Parameters
+    ----------
+    spec : dict
+        ``{"version": 1, "name": str, "domain": [n_1, ..., n_d], "attributes":
+        [str, ...], "products": [{"weight": w, "factors": [f_1, ..., f_d]}, ...]}``
+        (``version``, ``name``, ``attributes`` and ``weight`` optional), or the
+        ``marginals`` / ``range_marginals`` shorthand instead of ``products``.
+
+    Returns
+    -------
+    Matrix
+        ``(m, n_1·...·n_d)`` workload with ``domain == tuple(spec["domain"])``:
+        the bare block for one product of one factor with weight 1, a
+        :class:`~dpexplorer.queries.matrix.Kronecker` for one product, else the
+        (weighted) union of the products in their order.
+
+    Raises
+    ------
+    ValueError
+        If the spec is not a mapping, has unknown top-level keys, an
+        unsupported version, a missing or invalid domain, bad attribute names,
+        not exactly one of ``products``/``marginals``/``range_marginals``, a
+        product with unknown keys, a number of factors other than the number of
+        attributes, a weight that is not a positive finite number, or a factor
+        with an unknown block type or bad parameters.  The message names the
+        offending part, e.g. ``products[1].factors[0]``.
+    """
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"a workload spec must be a mapping (dict), got {type(spec).__name__}")
+    unknown = sorted(str(k) for k in spec if k not in _TOP_KEYS)
+    if unknown:
+        raise ValueError(f"unknown top-level key(s) {unknown}; allowed: {list(_TOP_KEYS)}")
+    version = spec.get("version", VERSION)
+    if not _is_int(version) or version != VERSION:
+        raise ValueError(f"version: unsupported spec version {version!r}; supported: [{VERSION}]")
+    if "domain" not in spec:
+        raise ValueError("domain: missing; give the attribute sizes, e.g. \"domain\": [50, 100]")
+    domain = spec["domain"]
+    if not isinstance(domain, list | tuple) or not domain:
+        raise ValueError(f"domain: must be a non-empty list of attribute sizes, got {domain!r}")
+    for i, n in enumerate(domain):
+        if not _is_int(n) or n < 1:
+            raise ValueError(f"domain[{i}]: attribute sizes must be positive whole numbers, got {n!r}")
+    domain = [int(n) for n in domain]
+    d = len(domain)
+    attributes = spec.get("attributes")
+    if attributes is not None:
+        if (not isinstance(attributes, list | tuple) or len(attributes) != d
+                or not all(isinstance(a, str) for a in attributes) or len(set(attributes)) != d):
+            raise ValueError(f"attributes: must be {d} distinct names, one per domain attribute, got {attributes!r}")
+    name = spec.get("name")
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"name: must be a string, got {name!r}")
+    given = [k for k in ("products", "marginals", "range_marginals") if k in spec]
+    if len(given) != 1:
+        raise ValueError(f"a spec needs exactly one of 'products', 'marginals', 'range_marginals'; got {given}")
+
+    if given[0] == "marginals":
+        W = workloads.marginals(domain, _orders(spec["marginals"], "marginals", d))
+    elif given[0] == "range_marginals":
+        rm = spec["range_marginals"]
+        if not isinstance(rm, Mapping):
+            rm = {"orders": rm}
+        bad = sorted(str(k) for k in rm if k not in ("orders", "kind"))
+        if bad or "orders" not in rm:
+            raise ValueError(f"range_marginals: expected keys 'orders' (required) and 'kind', got {sorted(map(str, rm))}")
+        kind = rm.get("kind", "all_range")
+        if kind not in ("all_range", "prefix"):
+            raise ValueError(f"range_marginals.kind: must be 'all_range' or 'prefix', got {kind!r}")
+        W = workloads.range_marginals(domain, _orders(rm["orders"], "range_marginals.orders", d), kind)
+    else:
+        W = _products(spec["products"], domain)
+    if name is not None:
+        W.name = name
+    if attributes is not None:
+        W.attributes = tuple(attributes)
+    return W
+
+
+def _products(products, domain: list[int]) -> Matrix:
+    if not isinstance(products, list | tuple) or not products:
+        raise ValueError(f"products: must be a non-empty list of {{'weight', 'factors'}} dicts, got {products!r}")
+    terms, weights = [], []
+    for i, p in enumerate(products):
+        where = f"products[{i}]"
+        if not isinstance(p, Mapping):
+            raise ValueError(f"{where}: must be a dict with keys 'factors' and optional 'weight', got {p!r}")
+        bad = sorted(str(k) for k in p if k not in ("weight", "factors"))
+        if bad:
+            raise ValueError(f"{where}: unknown key(s) {bad}; allowed: ['weight', 'factors']")
+        w = p.get("weight", 1.0)
+        if isinstance(w, bool) or not isinstance(w, int | float | np.number) or not (math.isfinite(w) and w > 0):
+            raise ValueError(f"{where}.weight: must be a positive finite number, got {w!r}")
+        factors = p.get("factors")
+        if not isinstance(factors, list | tuple):
+            raise ValueError(f"{where}.factors: missing or not a list; give one 1D block per attribute")
+        if len(factors) != len(domain):
+            raise ValueError(f"{where}.factors: {len(factors)} factor(s) for a domain of {len(domain)} "
+                             f"attribute(s) {domain}; give one 1D block per attribute")
+        terms.append(workloads.kron([_factor(f, n, f"{where}.factors[{j}]")
+                                     for j, (f, n) in enumerate(zip(factors, domain, strict=True))]))
+        weights.append(float(w))
+    if len(terms) == 1 and weights[0] == 1.0:
+        return terms[0]
+    return workloads.union(terms, weights)
+
+
+# ------------------------------------------------------------------ to_spec
+def _plain(x):
+    """A JSON/YAML-safe deep copy: numpy scalars/arrays and tuples become Python types."""
+    if isinstance(x, Mapping):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple | np.ndarray):
+        return [_plain(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    return copy.deepcopy(x)
+
+
+def _terms(W: Matrix, where: str) -> list[tuple[float, list[tuple[dict, int]]]]:
+    """``[(weight, [(block spec, n), ...]), ...]``: ``W`` as a union of weighted products."""
+    if W.spec is not None and len(W.domain) == 1:
+        spec = W.spec if isinstance(W.spec, Mapping) else {"type": W.spec}
+        try:
+            B = workloads.block(_plain(spec), W.n)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{where}: the spec {spec!r} of {W!r} does not build a block: {exc}") from None
+        same = B.shape == W.shape
+        if same and W.m * W.n <= _CHECK_ENTRIES:
+            same = np.array_equal(B.dense(), W.dense())
+        elif same and isinstance(W, RangeQueries) and isinstance(B, RangeQueries):
+            same = np.array_equal(B.lo, W.lo) and np.array_equal(B.hi, W.hi)
+        if not same:
+            raise ValueError(f"{where}: the spec {spec!r} of {W!r} does not rebuild it "
+                             f"(got {B!r}); its spec is incomplete or stale")
+        return [(1.0, [(_plain(spec), W.n)])]
+    if W.spec is not None and not isinstance(W, Weighted | VStack | Kronecker):
+        raise ValueError(f"{where}: {W!r} has the 1D spec {W.spec!r} but the {len(W.domain)}-attribute "
+                         f"domain {W.domain}; a block spec describes one attribute")
+    if isinstance(W, Weighted):
+        if not (math.isfinite(W.weight) and W.weight > 0):
+            raise ValueError(f"{where}: weight {W.weight} is not positive; a spec holds positive finite weights only")
+        return [(W.weight * w, fs) for w, fs in _terms(W.base, f"{where}.base")]
+    if isinstance(W, VStack):
+        return [t for j, b in enumerate(W.blocks) for t in _terms(b, f"{where}.blocks[{j}]")]
+    if isinstance(W, Kronecker):
+        weight, factors = 1.0, []
+        for j, f in enumerate(W.factors):
+            ts = _terms(f, f"{where}.factors[{j}]")
+            if len(ts) != 1:
+                raise ValueError(f"{where}.factors[{j}]: a union of {len(ts)} products inside a Kronecker "
+                                 f"factor cannot be written as a spec; expand it into a union of products")
+            weight *= ts[0][0]
+            factors += ts[0][1]
+        return [(weight, factors)]
+    raise ValueError(f"{where}: {type(W).__name__} matrix {W.name!r} of shape {W.shape} has no spec; only "
+                     f"named 1D blocks {sorted(workloads.BLOCKS)}, their Kronecker products, weighted "
+                     f"versions and unions can be written as a spec")
+
+
+def to_spec(W: Matrix) -> dict:
+    """The canonical spec of a workload built from named 1D blocks (inverse of :func:`from_spec`).
+
+    Parameters
+    ----------
+    W : Matrix
+        ``(m, n)`` workload: a 1D block with a ``spec``, a ``Kronecker`` of
+        such blocks, a ``Weighted`` of those or a ``VStack`` of those (nested
+        unions are flattened in row order, nested weights multiplied).
+
+    Returns
+    -------
+    dict
+        ``{"version", "name", "domain", ["attributes",] "products"}`` with one
+        ``{"weight": float, "factors": [block spec, ...]}`` per product, such
+        that ``from_spec(to_spec(W)).dense()`` equals ``W.dense()``.
+
+    Raises
+    ------
+    ValueError
+        If a part of ``W`` has no spec (e.g. a ``Dense`` matrix built by hand;
+        the message gives its path such as ``W.blocks[1].factors[0]``), a weight
+        is not positive, a Kronecker factor is a union, or the products'
+        attribute sizes do not match ``W.domain``.
+    """
+    if not isinstance(W, Matrix):
+        raise ValueError(f"to_spec needs a dpexplorer Matrix, got {type(W).__name__}")
+    domain = [int(n) for n in W.domain]
+    products = []
+    for i, (w, fs) in enumerate(_terms(W, "W")):
+        sizes = [n for _, n in fs]
+        if sizes != domain:
+            raise ValueError(f"product {i} has attribute sizes {sizes} but the workload's domain is "
+                             f"{domain}; a spec needs one 1D block per attribute")
+        products.append({"weight": float(w), "factors": [s for s, _ in fs]})
+    out = {"version": VERSION, "name": W.name, "domain": domain}
+    attributes = getattr(W, "attributes", None)
+    if attributes is not None and len(attributes) == len(domain):
+        out["attributes"] = [str(a) for a in attributes]
+    out["products"] = products
+    return out
+
+
+# ---------------------------------------------------------------- text / IO
+def _format(fmt: str) -> str:
+    if fmt not in _FORMATS:
+        raise ValueError(f"unknown spec format {fmt!r}; use 'json' or 'yaml'")
+    return _FORMATS[fmt]
+
+
+def dumps(W: Matrix | Mapping, format: str = "json") -> str:
+    """The canonical spec of ``W`` (a workload, or a spec dict to normalise) as JSON or YAML text.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``format`` or a workload/spec that :func:`to_spec` /
+        :func:`from_spec` rejects.
+    """
+    fmt = _format(format)
+    spec = to_spec(from_spec(W) if isinstance(W, Mapping) else W)
+    if fmt == "json":
+        return json.dumps(spec, indent=2) + "\n"
+    return yaml.safe_dump(spec, sort_keys=False, default_flow_style=None, allow_unicode=True)
+
+
+def loads(text: str, format: str | None = None) -> Matrix:
+    """Build a workload from JSON or YAML spec text (``format=None``: JSON if it parses, else YAML).
+
+    Raises
+    ------
+    ValueError
+        If the text does not parse (with the parser's reason), or the spec is invalid.
+    """
+    fmt = None if format is None else _format(format)
+    if not isinstance(text, str):
+        raise ValueError(f"spec text must be a string, got {type(text).__name__}")
+    data, reason = None, None
+    if fmt in (None, "json"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            reason = f"cannot parse the spec as JSON: {exc}"
+    if fmt == "yaml" or (fmt is None and reason is not None):
+        try:
+            data, reason = yaml.safe_load(text), None
+        except yaml.YAMLError as exc:
+            reason = f"cannot parse the spec as {'YAML' if fmt else 'JSON or YAML'}: {exc}"
+    if reason is not None:
+        raise ValueError(reason)
+    return from_spec(data)
+
+
+def save(W: Matrix | Mapping, path: str | Path) -> Path:
+    """Write the spec of ``W`` to ``path``; the format comes from its suffix (.json, .yaml, .yml).
+
+    Raises
+    ------
+    ValueError
+        For another suffix, or a workload :func:`to_spec` rejects.
+    OSError
+        If the file cannot be written.
+    """
+    path = Path(path)
+    fmt = _FORMATS.get(path.suffix.lower().lstrip("."))
+    if fmt is None:
+        raise ValueError(f"cannot tell the spec format from the suffix of {str(path)!r}; use .json, .yaml or .yml")
+    path.write_text(dumps(W, fmt), encoding="utf-8")
+    return path
+
+
+def load(path: str | Path) -> Matrix:
+    """Read a workload spec file (.json, .yaml/.yml; other suffixes: auto-detected).
+
+    Raises
+    ------
+    ValueError
+        If the file does not parse or the spec is invalid (the message names the file).
+    OSError
+        If the file cannot be read.
+    """
+    path = Path(path)
+    fmt = _FORMATS.get(path.suffix.lower().lstrip("."))
+    try:
+        return loads(path.read_text(encoding="utf-8"), fmt)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
