@@ -125,3 +125,31 @@ def test_workloads_without_structure_fall_back():
     assert A.workload_row_variances(W) is NotImplemented
     assert error.expected_tse(W, A, LAPLACE) == pytest.approx(
         error.expected_tse(Dense(W.dense()), Dense(A.dense()), LAPLACE), rel=1e-10)
+
+
+def test_compare_takes_the_structured_paths():
+    # dpx.compare (the Compare page) at 2**14 cells: a dense Gram (2**28 entries) is above the
+    # size limit, so every finite figure below came from a structured path
+    n = 2**14
+    W = workloads.all_range(n)
+    names = ["identity", "h2", "hb", "wavelet", "greedy_h"]
+    df = dpx.compare(W, LAPLACE, mechanisms=names).set_index("mechanism")
+    for name in names:
+        A = registry.get(name).strategy(W, LAPLACE)
+        assert df.loc[name, "rmse"] == pytest.approx(dpx.rmse(W, A, LAPLACE), rel=1e-12)
+    assert df.attrs["svd_bound"] == pytest.approx(dpx.svd_bound(W, LAPLACE), rel=1e-12)
+    s = np.sqrt(dpx.spectra.all_range_eigenvalues(n)).sum()  # closed-form spectrum
+    assert df.attrs["svd_bound"] == pytest.approx(np.sqrt(2.0 * s * s / n / W.m), rel=1e-12)
+    # per-query errors through the tree forms (objective="max" ranks by the worst query)
+    P = workloads.prefix(n)
+    worst = dpx.compare(P, LAPLACE, mechanisms=names, objective="max").set_index("mechanism")
+    for name in names:
+        A = registry.get(name).strategy(P, LAPLACE)
+        assert worst.loc[name, "max_std"] == pytest.approx(dpx.per_query_rmse(P, A, LAPLACE).max(),
+                                                           rel=1e-12)
+    # OPT0 through the registry (what compare and HDMM build) uses the structured Gram
+    small = workloads.all_range(256)
+    cache = dpx.StrategyCache()
+    dpx.compare(small, LAPLACE, mechanisms=["opt0"], cache=cache)
+    A, _, _, note = cache.entry(small, "opt0", LAPLACE)
+    assert note == "" and A.optimization.info["gram"] == "structured"
