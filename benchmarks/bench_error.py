@@ -65,20 +65,15 @@ def test_all_range_rmse(benchmark, n, mechanism):
     assert value > 0
 
 
-@pytest.mark.parametrize("mechanism", STRATEGIES)
-def test_prefix_per_query_rmse(benchmark, mechanism):
-    W = dpx.workloads.prefix(2**16)
-    with threadpool_limits(1):
-        out = benchmark.pedantic(per_query_from_scratch, args=(W, mechanism), rounds=3,
-                                 iterations=1)
-    assert out.shape == (W.m,)
+PER_QUERY_CASES = ([("prefix", 2**16, m, 3) for m in STRATEGIES]
+                   + [("all_range", 2**12, m, 1) for m in ("h2", "greedy_h")])
 
 
-@pytest.mark.parametrize("mechanism", ["h2", "greedy_h"])
-def test_all_range_per_query_rmse(benchmark, mechanism):
-    W = dpx.workloads.all_range(2**12)
+@pytest.mark.parametrize("workload,n,mechanism,rounds", PER_QUERY_CASES)
+def test_per_query_rmse(benchmark, workload, n, mechanism, rounds):
+    W = getattr(dpx.workloads, workload)(n)
     with threadpool_limits(1):
-        out = benchmark.pedantic(per_query_from_scratch, args=(W, mechanism), rounds=1,
+        out = benchmark.pedantic(per_query_from_scratch, args=(W, mechanism), rounds=rounds,
                                  iterations=1)
     assert out.shape == (W.m,)
 
