@@ -19,10 +19,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import time
 
 import numpy as np
 import pytest
+from timing import best_of
 
 import dpexplorer as dpx
 from dpexplorer.core import error
@@ -46,16 +46,6 @@ def cps_prefix_marginals():
 
 def adult_3d():
     return workloads.marginals(ADULT, [0, 1, 2, 3])
-
-
-def best_of(fn, repeat):
-    """``(value, best seconds)`` of ``repeat`` calls of ``fn``."""
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        value = fn()
-        times.append(time.perf_counter() - t0)
-    return value, min(times)
 
 
 # ------------------------------------------------------------ pytest-benchmark
@@ -105,7 +95,7 @@ def main(repeat: int) -> None:
         y, t_measure = best_of(lambda A=A: A.matvec(x), repeat)
         rec, t_setup = best_of(lambda A=A: dpx.mechanism.Reconstructor(A), repeat)
         x_hat, t_rec = best_of(lambda rec=rec, y=y: rec(y), repeat)
-        r, t_release = best_of(lambda A=A, noise=noise: dpx.release(x, W, A, noise, seed=1), repeat)
+        r, t_release = best_of(lambda A=A, noise=noise: dpx.simulate(x, W, A, noise, seed=1), repeat)
         print(f"OPT_M {nname:<9} {len(A.marginals):>2} marginals, p = {A.m:>7,}: A x {t_measure:.3f} s, "
               f"reconstructor {t_setup:.4f} s, x̂ = A⁺y {t_rec:.3f} s "
               f"(max |x̂ − x| noiseless {np.abs(x_hat - x).max():.1e}), release {t_release:.3f} s")

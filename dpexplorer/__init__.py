@@ -35,12 +35,13 @@ from . import queries, privacy, core, strategies, adaptive, sums  # noqa: I001
 from . import datasets, evaluate, mechanism
 from .adaptive import dawa, efpa, hilbert, mwem, partition, uniform
 from .compare import StrategyCache, compare
-from .core import error, optimization, registry
+from .core import error, optimization, registry, spectra
 from .core.error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound
 from .mechanism import Release, reconstruct, release, simulate
 from .privacy import (OS_CSPRNG, Budget, BudgetExceededError, Gaussian, Laplace, PrivacyLedger,
                       PrivateData, accounting, noise, samplers)
-from .queries import Attribute, Domain, Table, domain, matrix, spec, workloads
+from .queries import (Attribute, Domain, Table, domain, gram_ops, intervals, matrix, spec, trees,
+                      workloads)
 from .queries.matrix import MatrixTooLargeError
 from .strategies import eigen_design, fourier, hdmm, kron_stack, marginals, residual, templates
 from .sums import thresholds
@@ -51,8 +52,9 @@ __all__ = [
     # layers
     "queries", "privacy", "core", "strategies", "adaptive", "sums",
     # modules by their short names
-    "matrix", "spec", "workloads", "accounting", "noise", "samplers", "error", "optimization",
-    "registry", "templates", "kron_stack", "hdmm", "marginals", "eigen_design", "fourier",
+    "matrix", "spec", "workloads", "gram_ops", "intervals", "trees", "accounting", "noise",
+    "samplers", "error", "spectra", "optimization", "registry", "templates", "kron_stack", "hdmm",
+    "marginals", "eigen_design", "fourier",
     "residual", "dawa", "partition", "hilbert", "mwem", "efpa", "uniform", "thresholds",
     "datasets", "evaluate", "mechanism",
     # the everyday API

@@ -83,7 +83,7 @@ def test_hdmm_bad_input():
     with pytest.raises(ValueError, match="restarts"):
         hdmm.hdmm(W, LAPLACE, restarts=-1)
     with pytest.raises(registry.NotApplicableError, match="no applicable"):
-        hdmm.hdmm(workloads.prefix(5000), LAPLACE, include=["opt0"])
+        hdmm.hdmm(workloads.prefix(20000), LAPLACE, include=["opt0"])
 
 
 # ----------------------------------------------------------------- registry

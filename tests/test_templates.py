@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import dpexplorer as dpx
 from dpexplorer.core import error, optimization, registry
 from dpexplorer.queries import workloads
+from dpexplorer.queries.gram_ops import gram_operator
 from dpexplorer.queries.matrix import Dense, Identity, Kronecker, Total, VStack
 from dpexplorer.strategies import templates
 
@@ -169,6 +170,68 @@ def test_default_p_and_exact_special_cases():
         assert isinstance(res.strategy, Identity) and res.objective == pytest.approx(n)
 
 
+# ------------------------------------------------------- structured Grams
+def test_structured_gram_kinds_match_dense():
+    n = 12
+    cases = {
+        "identity": 2.0 * workloads.identity(n),
+        "total": workloads.total(n),
+        "ij": workloads.identity_total(n),
+        "general": workloads.union([workloads.all_range(n), workloads.identity(n)]),
+    }
+    for kind, W in cases.items():
+        op = gram_operator(W)
+        assert templates._operator_kind(op) == templates._gram_kind(W.gram().dense()) == kind
+    # a single range query is rank one; a prefix workload is not
+    one = workloads.ranges(n, [(2, 7)])
+    np.testing.assert_allclose(templates._operator_rank_one(gram_operator(one)),
+                               templates._rank_one(one.gram().dense()))
+    assert templates._operator_rank_one(gram_operator(workloads.prefix(n))) is None
+    res = templates.opt0(one, LAPLACE)
+    assert res.info["exact"] == "single query" and res.objective == pytest.approx(1.0)
+    res = templates.opt0(workloads.identity_total(n), LAPLACE)
+    assert res.info["gram"] == "structured" and res.info["p"] == 1
+
+
+@settings(max_examples=20, deadline=None)
+@given(p=st.integers(1, 5), n=st.integers(1, 30), seed=st.integers(0, 2**31))
+def test_p_identity_implicit_matches_dense(p, n, seed):
+    rng = np.random.default_rng(seed)
+    theta = rng.random((p, n)) * (rng.random((p, 1)) < 0.8)  # some zero rows
+    A = templates.p_identity(theta)
+    D = np.vstack([np.eye(n), theta[theta.max(axis=1) > 0]]) / (1.0 + theta.sum(axis=0))
+    assert A.shape == D.shape
+    np.testing.assert_allclose(A.array, D)
+    X = rng.normal(size=(n, 2))
+    np.testing.assert_allclose(A.matvec(X), D @ X, atol=1e-12)
+    Y = rng.normal(size=(A.m, 2))
+    np.testing.assert_allclose(A.rmatvec(Y), D.T @ Y, atol=1e-12)
+    np.testing.assert_allclose(A.gram().dense(), D.T @ D, atol=1e-12)
+    for q in (1, 2):
+        np.testing.assert_allclose(A.column_norms(q), Dense(D).column_norms(q), rtol=1e-12)
+    for W in (workloads.all_range(n), workloads.union([workloads.prefix(n), workloads.total(n)]),
+              workloads.permuted(workloads.width_range(n, min(3, n)), seed=1)):
+        tse = error.expected_tse(W, A, GAUSSIAN)  # Woodbury with structured products
+        assert tse == pytest.approx(error.expected_tse(Dense(W.dense()), Dense(D), GAUSSIAN),
+                                    rel=1e-9)
+        np.testing.assert_allclose(
+            error.per_query_variance(W, A, LAPLACE),
+            error.per_query_variance(Dense(W.dense()), Dense(D), LAPLACE), rtol=1e-9)
+    # dense explicit workloads keep the dense path
+    assert A.workload_trace(Dense(np.ones((2, n)))) is NotImplemented
+
+
+@pytest.mark.parametrize("wname", ["all_range", "prefix", "width32", "permuted"])
+def test_opt0_structured_equals_dense_path(wname):
+    # the same L-BFGS iterates up to rounding: the Gram enters only through G·X products
+    W = WORKLOADS[wname](128)
+    a = templates.opt0(W, LAPLACE, restarts=1, seed=3)
+    b = templates.opt0(W.gram().dense(), LAPLACE, restarts=1, seed=3)
+    assert a.info["gram"] == "structured" and b.info["gram"] == "dense"
+    assert a.objective == pytest.approx(b.objective, rel=1e-9)
+    assert a.objective == pytest.approx(error.unit_tse(W, a.strategy, 1), rel=1e-12)
+
+
 @pytest.mark.parametrize("noise", ["laplace", "gaussian"])
 def test_singular_gram_strategy_supports_the_workload(noise):
     # Width 32 at n = 64 has 33 queries over 64 cells: WᵀW is singular
@@ -188,7 +251,10 @@ def test_opt0_accepts_a_gram_matrix():
     G = W.gram().dense()
     a = templates.opt0(G, LAPLACE, seed=5)
     b = templates.opt0(W, LAPLACE, seed=5)
-    np.testing.assert_array_equal(a.strategy.dense(), b.strategy.dense())
+    # the workload takes the structured-Gram path (O(p² n)): the same iterates up to rounding
+    assert (a.info["gram"], b.info["gram"]) == ("dense", "structured")
+    np.testing.assert_allclose(a.strategy.dense(), b.strategy.dense(), rtol=1e-9, atol=1e-9)
+    assert b.objective == pytest.approx(a.objective, rel=1e-12)
 
 
 def test_opt0_reports_progress_and_can_be_cancelled():
@@ -232,8 +298,10 @@ def test_opt0_bad_input():
         templates.opt0(np.ones((3, 4)), LAPLACE)
     with pytest.raises(ValueError, match="zero"):
         templates.opt0(np.zeros((3, 3)), LAPLACE)
-    with pytest.raises(registry.NotApplicableError, match="opt_kron"):
-        templates.opt0(workloads.prefix(5000), LAPLACE)
+    with pytest.raises(registry.NotApplicableError, match="opt_kron"):  # dense: 4096 cells
+        templates.opt0(Dense(np.ones((2, 5000))), LAPLACE)
+    with pytest.raises(registry.NotApplicableError, match="16,384"):  # structured Gram
+        templates.opt0(workloads.prefix(20000), LAPLACE)
     with pytest.raises(registry.NotApplicableError, match="2,048"):
         templates.opt0(workloads.prefix(3000), GAUSSIAN)
     with pytest.raises(ValueError, match="threads"):

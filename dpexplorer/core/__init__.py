@@ -5,6 +5,8 @@
                   ``register``/``get``/``names``, ``NotApplicableError``
 ``error``         the matrix mechanism's analytic error (TSE, RMSE, per query)
                   and the SVD lower bound
+``spectra``       closed-form and structured spectra of range workloads: the
+                  SVD bound without an ``n × n`` eigendecomposition
 ``reconstruct``   RECONSTRUCT: least squares ``x̂ = A⁺ y`` for any strategy
 ``optimization``  results and progress reporting of the strategy optimisers
 ``parallel``      BLAS thread limits for long numerical runs
@@ -14,6 +16,6 @@ Imports only :mod:`dpexplorer.queries` and :mod:`dpexplorer.privacy` (noise
 models) below it; the families above import it.
 """
 
-from . import error, optimization, parallel, reconstruct, registry
+from . import error, optimization, parallel, reconstruct, registry, spectra  # spectra: SVD bound rule
 
-__all__ = ["error", "optimization", "parallel", "reconstruct", "registry"]
+__all__ = ["error", "optimization", "parallel", "reconstruct", "registry", "spectra"]

@@ -34,7 +34,9 @@ import numpy as np
 import scipy.linalg
 
 from ..privacy.noise import NoiseModel
+from ..queries.intervals import SegmentInverse, interval_variances
 from ..queries.matrix import (
+    DENSE_LIMIT,
     Dense,
     Identity,
     Kronecker,
@@ -294,6 +296,9 @@ def per_query_variance(W, A, noise: NoiseModel) -> np.ndarray:
         if value is not NotImplemented:
             return scale * np.asarray(value, dtype=float)
     if isinstance(A, Identity):
+        value = interval_variances(W, SegmentInverse.identity(W.n))  # interval rows: lengths
+        if value is not NotImplemented:
+            return scale * value
         terms = kron_terms(W)
         if terms is not None:
             eye = Kronecker([Dense(np.eye(f.n)) for f in terms[0][1]])
@@ -350,10 +355,26 @@ def svdb(W) -> float:
         return W.weight**2 * svdb(W.base)
     if isinstance(W, Kronecker):
         return math.prod(svdb(f) for f in W.factors)
-    G = _dense_gram(W, "SVD bound")
-    lam = np.linalg.eigvalsh(G)
+    lam = _dense_gram_eigenvalues(W)
     s = np.sqrt(np.clip(lam, 0.0, None)).sum()
     return float(s * s / W.n)
+
+
+def _dense_gram_eigenvalues(W: Matrix) -> np.ndarray:
+    """Eigenvalues of ``WᵀW`` (the nonzero ones from ``WWᵀ`` when ``m < n``), dense.
+
+    An explicit matrix goes through BLAS ``syrk`` on the smaller side and
+    LAPACK's symmetric eigensolver (values only).
+    """
+    if isinstance(W, Dense) and W.array.flags.c_contiguous:
+        At = W.array.T  # Fortran-ordered view: syrk needs no copy
+        small = min(W.m, W.n)
+        if small * small > DENSE_LIMIT:
+            raise MatrixTooLargeError(
+                f"SVD bound: a dense {small} × {small} Gram is above the size limit")
+        C = scipy.linalg.blas.dsyrk(1.0, At, trans=0 if W.m >= W.n else 1, lower=1)
+        return scipy.linalg.eigvalsh(C, lower=True, overwrite_a=True, check_finite=False)
+    return scipy.linalg.eigvalsh(_dense_gram(W, "SVD bound"), check_finite=False)
 
 
 def svd_bound(W, noise: NoiseModel) -> float:

@@ -5,6 +5,10 @@
                 VStack, ...): products, Gram, sensitivity without materialising
 ``workloads``   workload builders (ranges, prefixes, marginals, unions, products)
 ``spec``        declarative JSON/YAML workload specs
+``gram_ops``    fast products with range-workload Grams (no ``n × n`` matrix)
+``intervals``   inverse Grams ``diag(d) + Σ γ_q u_q u_qᵀ`` with interval-supported
+                ``u_q``: traces and interval-query variances
+``trees``       tree strategies (H2, HB, GreedyH, Haar) with tree-form ``(AᵀA)⁻¹``
 ``domain``      public schemas of record tables (categorical and binned
                 attributes) and :class:`Table` (records over a domain)
 ==============  ==============================================================
@@ -13,8 +17,9 @@ The lowest layer: public linear algebra over the data domain; imports nothing
 else from dpexplorer.
 """
 
-from . import domain, matrix, spec, workloads
+from . import domain, gram_ops, intervals, matrix, spec, trees, workloads
 from .domain import Attribute, Domain, Table
 from .matrix import Matrix, MatrixTooLargeError, as_matrix
 
-__all__ = ["domain", "Attribute", "Domain", "Table", "matrix", "spec", "workloads", "Matrix", "MatrixTooLargeError", "as_matrix"]
+__all__ = ["domain", "Attribute", "Domain", "Table", "gram_ops", "intervals", "matrix", "spec", "trees",
+           "workloads", "Matrix", "MatrixTooLargeError", "as_matrix"]

@@ -569,6 +569,9 @@ class _Ranges(Matrix):
         S[1:, 1:] = np.cumsum(np.cumsum(M, axis=0), axis=1)
         return S[hi + 1, hi + 1] - S[lo, hi + 1] - S[hi + 1, lo] + S[lo, lo]
 
+    def frobenius_squared(self):
+        return float(self.lengths().sum())
+
     def lengths(self) -> np.ndarray:
         """Length ``hi - lo + 1`` of every interval, shape ``(m,)``."""
         lo, hi = self.ranges()

@@ -31,7 +31,9 @@ import numpy as np
 import scipy.sparse
 
 from ..core import registry
+from ..queries.gram_ops import gram_operator
 from ..queries.matrix import Identity, Kronecker, Matrix, Sparse, _check_size, as_matrix
+from ..queries.trees import HaarWavelet, IntervalTree
 
 __all__ = [
     "identity",
@@ -49,18 +51,13 @@ __all__ = [
 ]
 
 
-def _tree_levels(n: int, block_sizes) -> scipy.sparse.csr_array:
-    """Stack, for every block size ``s``, the intervals ``[k s, min((k+1)s, n) − 1]``."""
-    rows, cols = [], []
-    r = 0
-    for s in block_sizes:
-        blocks = np.arange(n) // s
-        rows.append(r + blocks)
-        cols.append(np.arange(n))
-        r += int(blocks[-1]) + 1
-    rows = np.concatenate(rows)
-    cols = np.concatenate(cols)
-    return scipy.sparse.csr_array((np.ones(rows.size), (rows, cols)), shape=(r, n))
+def _tree(n: int, block_sizes, name: str) -> IntervalTree:
+    """For every block size ``s`` (increasing), the unit-weight intervals ``[k s, min((k+1)s, n) − 1]``."""
+    levels = []
+    for size in block_sizes:
+        lo = np.arange(0, n, size)
+        levels.append((lo, np.minimum(lo + size, n) - 1, np.ones(lo.size)))
+    return IntervalTree(n, levels, name=name)
 
 
 def per_attribute(build, domain) -> Matrix:
@@ -109,7 +106,7 @@ def hierarchical(n: int, b: int = 2) -> Matrix:
     sizes = [1]
     while sizes[-1] < n:
         sizes.append(sizes[-1] * b)
-    A = Sparse(_tree_levels(n, sizes), name="h2" if b == 2 else f"hierarchical(b={b})")
+    A = _tree(n, sizes, name="h2" if b == 2 else f"hierarchical(b={b})")
     return A
 
 
@@ -152,7 +149,7 @@ def hb(n: int) -> Matrix:
     ``L1`` sensitivity ``h``.
     """
     b, h = hb_branching(n)
-    return Sparse(_tree_levels(n, [b**i for i in range(h)]), name="hb")
+    return _tree(n, [b**i for i in range(h)], name="hb")
 
 
 def wavelet(n: int) -> Matrix:
@@ -183,6 +180,8 @@ def wavelet(n: int) -> Matrix:
     M = scipy.sparse.csr_array(
         (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(r, n)
     )
+    if N == n:  # orthogonal rows: the error has an O(n log n) form (dpexplorer.queries.trees)
+        return HaarWavelet(M, name="wavelet")
     keep = np.flatnonzero(np.diff(M.indptr) > 0)
     return Sparse(M[keep], name="wavelet")
 
@@ -211,15 +210,16 @@ class GreedyHResult:
         self.trace = trace
 
     def strategy(self) -> Matrix:
-        """The scaled tree ``D_Y Y`` as a sparse strategy (rows with weight 0 dropped)."""
-        keep = self.weights > 0
-        lo, hi, w = self.lo[keep], self.hi[keep], self.weights[keep]
-        lengths = hi - lo + 1
-        indptr = np.concatenate([[0], np.cumsum(lengths)])
-        indices = np.arange(indptr[-1]) + np.repeat(lo - indptr[:-1], lengths)
-        data = np.repeat(w, lengths)
-        M = scipy.sparse.csr_array((data, indices, indptr), shape=(lo.size, self.n))
-        return Sparse(M, name="greedy_h")
+        """The scaled tree ``D_Y Y`` as a sparse strategy (rows with weight 0 dropped).
+
+        An :class:`~dpexplorer.queries.trees.IntervalTree`, whose error on structured
+        workloads needs no ``n × n`` matrix.
+        """
+        starts = np.flatnonzero(self.lo == 0)  # every level partitions the cells
+        ends = np.r_[starts[1:], self.lo.size]
+        levels = [(self.lo[s:e], self.hi[s:e], self.weights[s:e])
+                  for s, e in zip(starts, ends, strict=True)]
+        return IntervalTree(self.n, levels, name="greedy_h")
 
 
 _R_MAX = 1e4  # λ = r/(1+r) ≤ 0.9999 when a node can take (almost) all the weight
@@ -324,6 +324,19 @@ def greedy_h_factor(What, b: int = 2) -> GreedyHResult:
     """
     gram = _FactorGram(What)
     return _greedy_h(gram, gram.n, b)
+
+
+class _OperatorGram:
+    """Quadratic forms of node blocks of a structured Gram (:mod:`dpexplorer.queries.gram_ops`)."""
+
+    def __init__(self, op):
+        self.op = op
+
+    def diag(self):
+        return self.op.diag()
+
+    def blocks(self, v, lo, hi):
+        return self.op.interval_forms(v, lo, hi)
 
 
 class _DenseGram:
@@ -480,7 +493,11 @@ def greedy_h(W, b: int = 2) -> Matrix:
         raise ValueError(
             f"GreedyH is defined for ordered 1D domains; this workload's domain is {W.domain}"
         )
-    result = greedy_h_gram(W.gram().dense(), b)
+    op = gram_operator(W)
+    if op is not None and op.intervals:  # structured Gram: O(n) node forms, no n × n matrix
+        result = _greedy_h(_OperatorGram(op), W.n, b)
+    else:
+        result = greedy_h_gram(W.gram().dense(), b)
     A = result.strategy()
     A.greedy = result
     return A

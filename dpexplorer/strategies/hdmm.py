@@ -44,7 +44,9 @@ def hdmm(W, noise: NoiseModel, restarts: int | None = None, seed: int = 0,
     """HDMM: the lowest-error strategy among OPT0, OPT⊗, OPT+ and OPT_M (HDMM Sec. 9).
 
     Candidates: OPT0 when the domain has at most
-    ``templates.OPT0_MAX_CELLS[norm]`` cells (4096 Laplace, 2048 Gaussian); OPT⊗ (skipped for a 1D workload of
+    ``templates.OPT0_MAX_CELLS[norm]`` cells (4096 Laplace, 2048 Gaussian;
+    ``templates.OPT0_MAX_CELLS_STRUCTURED`` = 16384 for Laplace and a workload
+    whose Gram has fast products, such as ranges); OPT⊗ (skipped for a 1D workload of
     one term, where it is OPT0); OPT+ when the workload has several product
     terms; OPT_M.  A candidate that does not apply (``NotApplicableError``,
     too large, unsupported) is skipped with its reason.  All candidates use

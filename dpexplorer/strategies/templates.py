@@ -8,9 +8,11 @@ All three minimise the matrix mechanism's unit-noise total squared error
 strategies ``A``, working on public things only (the workload), never on data:
 
 * :func:`opt0` -- an explicit strategy for a workload given by its dense
-  ``n × n`` Gram matrix (HDMM Sec. 4).  Laplace: the p-Identity family
-  ``A(Θ) = [I; Θ]·D`` (Def. 13-14) optimised with L-BFGS-B, an analytic
-  gradient and random restarts.  Gaussian: the convex problem over
+  ``n × n`` Gram matrix (HDMM Sec. 4), or, for Laplace noise, by the fast
+  products of a structured Gram (ranges, prefixes, width-k, permuted ranges
+  and unions with Identity/Total; :mod:`dpexplorer.queries.gram_ops`).  Laplace: the
+  p-Identity family ``A(Θ) = [I; Θ]·D`` (Def. 13-14) optimised with L-BFGS-B,
+  an analytic gradient and random restarts.  Gaussian: the convex problem over
   ``X = AᵀA`` with ``diag(X) ≤ 1`` (Def. 12), parametrised by an upper
   triangular Cholesky factor and started from the SVD-bound strategy.
 * :func:`opt_kron` -- OPT⊗ (Def. 17-18): one Kronecker product
@@ -54,6 +56,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import math
 import threading
 import time
@@ -68,7 +71,9 @@ from threadpoolctl import threadpool_limits
 from ..core import error, optimization, registry
 from ..core.error import GramInverse, UnsupportedWorkloadError
 from ..privacy.noise import NoiseModel
+from ..queries.gram_ops import gram_operator
 from ..queries.matrix import (
+    DENSE_LIMIT,
     Dense,
     Identity,
     Kronecker,
@@ -76,18 +81,21 @@ from ..queries.matrix import (
     MatrixTooLargeError,
     Total,
     VStack,
+    _check_limit,
     as_matrix,
 )
 from .kron_stack import FactorInverse, KronStack, product_terms, term_matrix
 
 __all__ = [
     "OPT0_MAX_CELLS",
+    "OPT0_MAX_CELLS_STRUCTURED",
     "opt0",
     "opt_kron",
     "opt_plus",
     "KronStack",
     "product_terms",
     "p_identity",
+    "PIdentity",
     "default_p",
     "plus_weights",
     "FactorInverse",
@@ -96,6 +104,12 @@ __all__ = [
 #: Largest domain (cells) on which OPT0 builds and optimises a dense strategy,
 #: per sensitivity norm: Laplace costs O(p n²) per iteration, Gaussian O(n³).
 OPT0_MAX_CELLS = {1: 4096, 2: 2048}
+
+#: Largest domain on which Laplace OPT0 runs for a workload with a structured Gram
+#: (:func:`dpexplorer.queries.gram_ops.gram_operator`: ranges, prefixes, width-k, permuted ranges,
+#: their unions): O(p² n) per iteration with p = n/16, and Θ plus L-BFGS-B's history
+#: take about 25·p·n doubles (3.4 GB at 16384 cells).
+OPT0_MAX_CELLS_STRUCTURED = 16384
 
 #: Upper bound on p-Identity parameters: keeps ``AᵀA`` reasonably conditioned
 #: (condition number ≲ (1 + p·Θ_max)²) for low-rank workloads, where the
@@ -166,6 +180,63 @@ def _gram_kind(G: np.ndarray) -> str:
     if abs(a) <= tol:
         return "total"
     return "ij"
+
+
+#: Seeded probe vectors deciding the kind of a structured Gram (see :func:`_operator_kind`).
+_PROBES = 3
+
+
+def _operator_kind(op) -> str:
+    """:func:`_gram_kind` of a structured Gram from its diagonal and a few products.
+
+    ``G ∈ span{I, J}`` iff its diagonal is constant, its first column is
+    ``a e_0 + b 1`` and ``G x = a x + b (1ᵀx) 1`` for every ``x``; the last
+    condition is checked on seeded Gaussian probes, which a Gram outside that
+    span fails with probability one.  Tolerances as in :func:`_gram_kind`.
+    """
+    n = op.n
+    d = op.diag()
+    scale = float(np.abs(d).max()) if n else 0.0  # PSD: the largest entry is on the diagonal
+    if scale == 0.0:
+        return "zero"
+    tol = 1e-12 * scale * max(n, 1)
+    if np.ptp(d) > tol:
+        return "general"
+    if n == 1:
+        return "identity"
+    X = np.zeros((n, 1 + _PROBES))
+    X[0, 0] = 1.0
+    X[:, 1:] = np.random.default_rng(0).standard_normal((n, _PROBES))
+    Y = op.matmat(X)
+    off = Y[1:, 0]
+    if np.ptp(off) > tol:
+        return "general"
+    a, b = float(d[0] - off[0]), float(off[0])
+    P = X[:, 1:]
+    resid = Y[:, 1:] - a * P - b * P.sum(axis=0)
+    if np.abs(resid).max() > tol * np.abs(P).sum(axis=0).max():
+        return "general"
+    if abs(b) <= tol:
+        return "identity"
+    if abs(a) <= tol:
+        return "total"
+    return "ij"
+
+
+def _operator_rank_one(op) -> np.ndarray | None:
+    """:func:`_rank_one` of a structured Gram: ``G x = g (gᵀx)`` on seeded probes."""
+    d = op.diag()
+    k = int(np.argmax(d))
+    if d[k] <= 0:
+        return None
+    e = np.zeros((op.n, 1))
+    e[k] = 1.0
+    g = op.matmat(e)[:, 0] / math.sqrt(d[k])
+    P = np.random.default_rng(1).standard_normal((op.n, _PROBES))
+    resid = op.matmat(P) - np.outer(g, g @ P)
+    if np.abs(resid).max() > 1e-10 * float(d.max()) * np.abs(P).sum(axis=0).max():
+        return None
+    return g
 
 
 def _rank_one(G: np.ndarray) -> np.ndarray | None:
@@ -267,59 +338,189 @@ def p_identity(theta) -> Dense:
 
     Returns
     -------
-    Dense, shape (n + p', n)
-        ``p'`` the number of non-zero rows of ``Θ``.
+    PIdentity (a :class:`~dpexplorer.queries.matrix.Dense`), shape (n + p', n)
+        ``p'`` the number of non-zero rows of ``Θ``; implicit until its
+        ``array`` is asked for.
 
     Raises
     ------
     ValueError
         If ``Θ`` is not a finite non-negative 2D array.
     """
-    T = np.asarray(theta, dtype=float)
-    if T.ndim != 2 or not np.all(np.isfinite(T)) or np.any(T < 0):
-        raise ValueError("Θ must be a finite non-negative 2D array of shape (p, n)")
-    T = T[T.max(axis=1) > 0] if T.shape[0] else T
-    s = 1.0 + T.sum(axis=0)
-    return Dense(np.vstack([np.eye(T.shape[1]), T]) / s, name="p_identity")
+    return PIdentity(theta)
+
+
+class PIdentity(Dense):
+    """``A(Θ) = [I; Θ]·D`` kept implicit (HDMM Def. 13): ``O((n + p') n)`` storage is never needed.
+
+    A :class:`~dpexplorer.queries.matrix.Dense` whose ``array`` is materialised only
+    when asked for.  Products cost ``O(p' n)``; column norms are closed-form;
+    the matrix mechanism's error on a workload with a structured Gram
+    (:func:`dpexplorer.queries.gram_ops.gram_operator`) is the Woodbury form of
+    :class:`_PIdentityObjective` (``O(p'² n)``, no ``n × n`` matrix), other
+    workloads use the dense path of :mod:`dpexplorer.core.error`.  ``A`` has full
+    column rank (it contains ``D``), so it supports every workload.
+
+    Parameters
+    ----------
+    theta : array_like, shape (p, n)
+        Non-negative parameters; all-zero rows are dropped.
+    name : str
+
+    Attributes
+    ----------
+    Theta : ndarray, shape (p', n)
+        The non-zero rows of ``Θ`` (named apart from the marginal weights
+        ``theta`` of :class:`~dpexplorer.strategies.marginals.MarginalStrategy`).
+    s : ndarray, shape (n,)
+        ``1 + Σ_i Θ_ij``, so ``D = diag(1/s)``.
+
+    Raises
+    ------
+    ValueError
+        If ``Θ`` is not a finite non-negative 2D array.
+    """
+
+    def __init__(self, theta, name: str = "p_identity"):
+        T = np.asarray(theta, dtype=float)
+        if T.ndim != 2 or not np.all(np.isfinite(T)) or np.any(T < 0):
+            raise ValueError("Θ must be a finite non-negative 2D array of shape (p, n)")
+        T = T[T.max(axis=1) > 0] if T.shape[0] else T
+        self.Theta = T
+        self.s = 1.0 + T.sum(axis=0)
+        n = T.shape[1]
+        self.shape = (n + T.shape[0], n)
+        self._name = name
+
+    @functools.cached_property
+    def array(self) -> np.ndarray:
+        """``[I; Θ]·D`` as a dense ``(n + p', n)`` array (materialised on first use)."""
+        return np.vstack([np.eye(self.n), self.Theta]) / self.s
+
+    def _matmat(self, X):
+        Y = np.asarray(X, dtype=float) / self.s[:, None]
+        return np.vstack([Y, self.Theta @ Y])
+
+    def _rmatmat(self, Y):
+        Y = np.asarray(Y, dtype=float)
+        n = self.n
+        return (Y[:n] + self.Theta.T @ Y[n:]) / self.s[:, None]
+
+    def _dense(self):
+        return self.array
+
+    def _gram(self):
+        _check_limit((self.n, self.n), None, f"Gram matrix of {self.name!r}")
+        T = self.Theta
+        return Dense((np.eye(self.n) + T.T @ T) / np.outer(self.s, self.s))
+
+    def column_norms(self, p=1):
+        if p == 1:
+            return (1.0 + self.Theta.sum(axis=0)) / self.s
+        if p == 2:
+            return np.sqrt(1.0 + (self.Theta * self.Theta).sum(axis=0)) / self.s
+        return super().column_norms(p)
+
+    def workload_trace(self, W):
+        """``tr(WᵀW (AᵀA)⁻¹)`` by Woodbury for a structured Gram, else ``NotImplemented``."""
+        op = gram_operator(W)
+        if op is None or op.n != self.n:
+            return NotImplemented
+        return _PIdentityObjective(op, self.Theta.shape[0], 1.0).parts(self.Theta)[0]
+
+    def workload_row_variances(self, W):
+        """``diag(W (AᵀA)⁻¹ Wᵀ)`` with ``(AᵀA)⁻¹ = S (I − Θᵀ R Θ) S`` formed densely (``O(p' n²)``).
+
+        For workloads with a structured Gram up to :data:`~dpexplorer.queries.matrix.DENSE_LIMIT`
+        entries; else ``NotImplemented``.
+        """
+        W = as_matrix(W)
+        if gram_operator(W) is None or W.n != self.n or self.n * self.n > DENSE_LIMIT:
+            return NotImplemented
+        T = self.Theta
+        RT = _inv_spd(np.eye(T.shape[0]) + T @ T.T) @ T
+        Xinv = (np.eye(self.n) - T.T @ RT) * np.outer(self.s, self.s)
+        return W.rows_quadratic(0.5 * (Xinv + Xinv.T))
 
 
 class _PIdentityObjective:
-    """``f(Θ) = tr(G (A(Θ)ᵀA(Θ))⁻¹)`` and its gradient, O(p n²) (HDMM Def. 14).
+    """``f(Θ) = tr(G (A(Θ)ᵀA(Θ))⁻¹)`` and its gradient (HDMM Def. 14).
 
     With ``s = 1 + Σ_i Θ_i``, ``S = diag(s)`` and ``C = S G S``:
     ``(AᵀA)⁻¹ = S (I + ΘᵀΘ)⁻¹ S`` and, by Woodbury (MATH.md "OPT0, Laplace"),
     ``f = tr(C) − tr(C Θᵀ R Θ)`` with ``R = (I_p + ΘΘᵀ)⁻¹``.  Writing
     ``X = (I + ΘᵀΘ)⁻¹`` (never formed), the gradient is
-    ``∂f/∂Θ = −2 R Θ C X + 1·(2 diag(C X) / s)ᵀ``, where ``Θ C X`` and
-    ``diag(C X)`` need only ``K = Θ C`` (one ``p × n × n`` product).
+    ``∂f/∂Θ = −2 R Θ C X + 1·(2 diag(C X) / s)ᵀ``.  Everything follows from
+    ``K = Θ C``: ``R Θ C X = R K − (R Q R) Θ`` with ``Q = K Θᵀ`` and
+    ``diag(C X) = diag(C) − colsum((R K) ∘ Θ)``.  ``K = ((G (ΘS)ᵀ)ᵀ) S`` is the
+    only product with ``G``: ``O(p n²)`` for a dense Gram, ``O(p n)`` for a
+    structured one (:mod:`dpexplorer.queries.gram_ops`), so an evaluation costs
+    ``O(p n²)`` or ``O(p² n)`` (four ``p × n × p`` products).
     The value is divided by ``scale`` (the Identity strategy's ``tr G``) so
     that L-BFGS-B works on numbers of order one.
+
+    Parameters
+    ----------
+    G : ndarray, shape (n, n), or GramOperator
+    p : int
+    scale : float
     """
 
-    def __init__(self, G: np.ndarray, p: int, scale: float):
-        self.G, self.p, self.n, self.scale = G, p, G.shape[0], scale
-        self.diagG = np.diag(G).copy()
+    def __init__(self, G, p: int, scale: float):
+        self.G, self.p, self.scale = G, p, scale
+        if isinstance(G, np.ndarray):
+            self.n, self.diagG = G.shape[0], np.diag(G).copy()
+            self.left = lambda Y: Y @ G  # Y G for Y: (p, n)
+        else:
+            self.n, self.diagG = G.n, G.diag()
+            self.left = G.rows
+
+    def parts(self, T: np.ndarray):
+        """``(f, R, K, RK, diag C, q, s)`` at ``Θ = T``; ``f`` unscaled, ``q = colsum((RK) ∘ Θ)``."""
+        s = 1.0 + T.sum(axis=0)
+        M = blas.dsyrk(1.0, T, lower=1)  # ΘΘᵀ (lower triangle)
+        M[np.diag_indices_from(M)] += 1.0
+        R = _inv_spd(M)
+        K = self.left(T * s) * s  # Θ C
+        diagC = s * s * self.diagG
+        RK = R @ K
+        q = (RK * T).sum(axis=0)  # diag(C Θᵀ R Θ)
+        return float(diagC.sum() - q.sum()), R, K, RK, diagC, q, s
 
     def __call__(self, flat: np.ndarray):
-        p, n = self.p, self.n
-        T = flat.reshape(p, n)
-        s = 1.0 + T.sum(axis=0)
-        R = np.linalg.inv(np.eye(p) + T @ T.T)
-        K = ((T * s) @ self.G) * s  # Θ C
-        RK = R @ K
-        diagC = s * s * self.diagG
-        q = (RK * T).sum(axis=0)  # diag(C Θᵀ R Θ)
-        f = diagC.sum() - q.sum()
-        TCX = K - ((K @ T.T) @ R) @ T  # Θ C X
-        grad = -2.0 * (R @ TCX) + (2.0 * (diagC - q) / s)[None, :]
+        T = flat.reshape(self.p, self.n)
+        f, R, K, RK, diagC, q, s = self.parts(T)
+        Z = R @ (K @ T.T) @ R
+        grad = -2.0 * (RK - Z @ T) + (2.0 * (diagC - q) / s)[None, :]
         return f / self.scale, grad.ravel() / self.scale
 
 
+def _inv_spd(M: np.ndarray) -> np.ndarray:
+    """Inverse of a small symmetric positive definite matrix from its lower triangle (LAPACK potrf/potri)."""
+    c, info = lapack.dpotrf(M, lower=1, clean=1)
+    if info != 0:
+        raise np.linalg.LinAlgError("I + ΘΘᵀ is not positive definite")
+    inv, info = lapack.dpotri(c, lower=1)
+    return inv + np.tril(inv, -1).T
+
+
+def _p_identity_value(theta, G) -> float:
+    """Exact unit TSE of ``p_identity(theta)``: Cholesky for a dense Gram, Woodbury for a structured one.
+
+    The structured value is what :meth:`PIdentity.workload_trace` (hence
+    :func:`error.unit_tse`) computes for the workload.
+    """
+    A = p_identity(theta)
+    if isinstance(G, np.ndarray):
+        return _unit_tse_dense(A.array, G, 1)
+    return _PIdentityObjective(G, A.Theta.shape[0], 1.0).parts(A.Theta)[0]
+
+
 def _opt0_laplace(G, p, restarts, rng, maxiter, window, tol, stage):
-    n = G.shape[0]
-    scale = float(np.trace(G))
+    n = G.shape[0] if isinstance(G, np.ndarray) else G.n
+    scale = float(np.trace(G)) if isinstance(G, np.ndarray) else G.trace()
     fun = _PIdentityObjective(G, p, scale)
-    bounds = [(0.0, THETA_MAX)] * (p * n)
+    bounds = scipy.optimize.Bounds(np.zeros(p * n), np.full(p * n, THETA_MAX))
     best = None
     finals = []
     for r in range(restarts):
@@ -327,7 +528,7 @@ def _opt0_laplace(G, p, restarts, rng, maxiter, window, tol, stage):
         mon = _Monitor(f"{stage} restart {r + 1}/{restarts}", maxiter, scale, window, tol)
         res = _lbfgs(fun, x0, bounds, maxiter, mon)
         theta = np.maximum(res.x.reshape(p, n), 0.0)
-        value = _unit_tse_dense(p_identity(theta).array, G, 1)
+        value = _p_identity_value(theta, G)
         finals.append(value)
         if best is None or value < best[0]:
             best = (value, theta, np.asarray(mon.trace), int(res.nit))
@@ -433,18 +634,23 @@ def _opt0_gaussian(G, maxiter, window, tol, stage):
 # ===================================================================== OPT0
 def _opt0_gram(G, norm, p=None, restarts=None, rng=None, maxiter=None, window=None, tol=None,
                stage="opt0"):
-    """OPT0 on a dense Gram matrix: ``(A, objective, trace, finals, info)``."""
-    n = G.shape[0]
-    kind = _gram_kind(G)
+    """OPT0 on a dense Gram matrix or a structured one (a GramOperator, Laplace only).
+
+    Returns ``(A, objective, trace, finals, info)``.
+    """
+    dense = isinstance(G, np.ndarray)
+    n = G.shape[0] if dense else G.n
+    kind = _gram_kind(G) if dense else _operator_kind(G)
+    trace_g = float(np.trace(G)) if dense else G.trace()
     if kind == "zero":
         raise ValueError("the workload's Gram matrix is zero: there is nothing to answer")
     if kind == "identity":  # SVDB = tr(G): Identity is optimal
-        return Identity(n), float(np.trace(G)), np.asarray([np.trace(G)]), np.asarray([np.trace(G)]), \
+        return Identity(n), trace_g, np.asarray([trace_g]), np.asarray([trace_g]), \
             {"exact": "identity"}
     if kind == "total":  # G = b·J: Total has Δ = 1 and tr(bJ (11ᵀ)⁺) = b = SVDB, optimal
-        v = float(G[0, 0])
+        v = trace_g / n
         return Total(n), v, np.asarray([v]), np.asarray([v]), {"exact": "total"}
-    g = _rank_one(G)
+    g = _rank_one(G) if dense else _operator_rank_one(G)
     if g is not None:  # one query g: answering it directly is optimal (see _rank_one)
         M = float(np.abs(g).max())
         v = M * M
@@ -458,7 +664,7 @@ def _opt0_gram(G, norm, p=None, restarts=None, rng=None, maxiter=None, window=No
         A, value, trace, finals, info = _opt0_laplace(
             G, p, restarts, rng, maxiter, 50 if window is None else window,
             1e-3 if tol is None else tol, stage)
-        identity_value = float(np.trace(G))
+        identity_value = trace_g
         if identity_value < value:  # Θ = 0 is in the family: keep Identity when it is better
             A, value, info = Identity(n), identity_value, {**info, "exact": "identity"}
         return A, value, trace, finals, info
@@ -475,7 +681,9 @@ def opt0(W, noise: NoiseModel, p: int | None = None, restarts: int | None = None
 
     Laplace noise (L1): p-Identity strategies ``A(Θ) = [I; Θ]·D`` (Def.
     13-14), objective ``tr(WᵀW (AᵀA)⁻¹)`` evaluated by Woodbury in O(p n²)
-    with its analytic gradient, scipy L-BFGS-B with bounds ``Θ ≥ 0``, random
+    with its analytic gradient -- in O(p² n) when ``W``'s Gram has fast
+    products (:func:`dpexplorer.queries.gram_ops.gram_operator`; ``info["gram"]`` says
+    which; both give the same iterates up to rounding) -- scipy L-BFGS-B with bounds ``Θ ≥ 0``, random
     initialisation ``Θ ~ U[0, 1)`` from ``numpy.random.default_rng(seed)``
     (bounded above by :data:`THETA_MAX` for conditioning),
     ``restarts`` runs keeping the best.  Gaussian noise (L2): the convex form
@@ -518,7 +726,8 @@ def opt0(W, noise: NoiseModel, p: int | None = None, restarts: int | None = None
     -------
     OptimizationResult
         ``strategy``: :class:`~dpexplorer.queries.matrix.Dense`, shape ``(n + p', n)``
-        (Laplace) or ``(n, n)`` (Gaussian), sensitivity 1 in the noise's norm
+        (Laplace: a :class:`PIdentity`, implicit until its ``array`` is used)
+        or ``(n, n)`` (Gaussian), sensitivity 1 in the noise's norm
         (:class:`~dpexplorer.queries.matrix.Identity` or
         :class:`~dpexplorer.queries.matrix.Total` when the Gram is ∝ ``I`` or ∝ ``J``,
         which are optimal); ``objective`` = ``error.unit_tse(W, strategy,
@@ -532,7 +741,9 @@ def opt0(W, noise: NoiseModel, p: int | None = None, restarts: int | None = None
         that is not square, symmetric, finite and PSD, or is zero.
     NotApplicableError
         If the domain has more than ``OPT0_MAX_CELLS[norm]`` cells (4096 for
-        Laplace, 2048 for Gaussian): use :func:`opt_kron` / :func:`opt_plus`.
+        Laplace, 2048 for Gaussian), or more than
+        :data:`OPT0_MAX_CELLS_STRUCTURED` (16384) for Laplace noise and a
+        structured Gram: use :func:`opt_kron` / :func:`opt_plus`.
     """
     norm = _norm_of(noise)
     p = _check_count(p, "p")
@@ -541,25 +752,35 @@ def opt0(W, noise: NoiseModel, p: int | None = None, restarts: int | None = None
     seed = _check_seed(seed)
     if tol is not None and not (math.isfinite(tol) and tol >= 0):
         raise ValueError(f"tol must be a non-negative number, got {tol!r}")
-    n = W.shape[1] if isinstance(W, np.ndarray) else as_matrix(W).n
-    limit = OPT0_MAX_CELLS[norm]
+    op = None
+    if isinstance(W, np.ndarray):
+        n = W.shape[1]
+    else:
+        W = as_matrix(W)
+        n = W.n
+        if norm == 1:  # structured Gram: O(p² n) iterations, no n × n matrix
+            op = gram_operator(W)
+    limit = OPT0_MAX_CELLS[norm] if op is None else OPT0_MAX_CELLS_STRUCTURED
     if n > limit:
         raise registry.NotApplicableError(
-            f"OPT0 optimises a dense n × n strategy; this workload has n = {n:,} cells, above "
-            f"{limit:,} for {'Laplace' if norm == 1 else 'Gaussian'} noise: use opt_kron, "
-            f"opt_plus or hdmm, which work factor by factor")
+            f"OPT0 optimises an explicit strategy over every cell; this workload has n = {n:,} "
+            f"cells, above {limit:,} for {'Laplace' if norm == 1 else 'Gaussian'} noise"
+            f"{' and this workload' if op is not None else ''}: use opt_kron, opt_plus or hdmm, "
+            f"which work factor by factor")
     t0 = time.perf_counter()
     if isinstance(W, np.ndarray):
         G = _check_gram(W)
+    elif op is not None:
+        G = op
     else:
-        G = _dense_gram(as_matrix(W), "OPT0")
+        G = _dense_gram(W, "OPT0")
     if p is not None and norm == 1 and p > 4 * n:
         raise ValueError(f"p = {p} is far above the domain size n = {n}; use p <= n")
     rng = np.random.default_rng(seed)
     with _blas_threads(threads):
         A, value, trace, finals, info = _opt0_gram(G, norm, p, restarts, rng, maxiter, tol=tol)
     A.name = "opt0"
-    info = {"norm": norm, **info}
+    info = {"norm": norm, "gram": "dense" if op is None else "structured", **info}
     return optimization.OptimizationResult(
         strategy=A, objective=float(value), trace=np.asarray(trace, dtype=float),
         restarts=np.asarray(finals, dtype=float), seconds=time.perf_counter() - t0, seed=seed,
@@ -963,7 +1184,8 @@ for _m in [
     registry.Mechanism(
         "opt0", "OPT0", _build_opt0,
         "HDMM's explicit optimiser: p-Identity strategy (Laplace) or convex optimum over AᵀA "
-        "(Gaussian) for a dense Gram matrix (up to 4096 cells).",
+        "(Gaussian) for a dense Gram matrix (up to 4096 cells; Laplace on range workloads, "
+        "whose Gram has fast products, up to 16,384 cells).",
         "McKenna et al., HDMM, Sec. 4, Def. 12-14",
         params={"p": None, "restarts": None, "seed": 0, "maxiter": None}),
     registry.Mechanism(
