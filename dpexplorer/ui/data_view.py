@@ -104,6 +104,9 @@ out along a Hilbert curve so buckets are contiguous pieces of that curve.  DAWA 
 ε-DP (Laplace noise).  This page is a **simulation** on your data (seeded by the sidebar's
 simulation seed, nothing spent): it shows the data and the exact partition beside DAWA's,
 which a release never would.  To publish DAWA's answers, use the **Release** page.
+This page runs the paper's settings (adjustable below); the registered `dawa` of the
+Compare and Release pages uses defaults tuned on other DPBench data.  DAWA's *published*
+accuracy came from the authors' code, which was not private (see the **Audit** page).
 """
 
 
