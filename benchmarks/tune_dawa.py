@@ -102,7 +102,7 @@ def main(argv=None):
     pd.set_option("display.width", 250)
     if args.heldout:
         for eps, g in df.groupby("epsilon"):
-            print(f"\nε = {eps:g}: mean L1 error per query (counts; 95 % CI half-width)")
+            print(f"\nε = {eps:g}: mean L1 error per query (counts)")
             tab = g.pivot(index="dataset", columns="mechanism", values="l1").round(2)
             print(tab.to_string())
     else:

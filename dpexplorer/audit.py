@@ -56,6 +56,7 @@ says the simulation found no violation on that pair of inputs.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -92,8 +93,12 @@ MAX_THRESHOLDS = 2000
 
 #: Named statistics (what :func:`audit` accepts as ``statistic``, besides a function).
 STATISTICS = {
-    "auto": "the projection for estimates and arrays, the value itself for numbers",
+    "auto": ("strategy_projection for a strategy's estimate, projection for other estimates and "
+             "arrays, the value itself for numbers"),
     "projection": "⟨x̂, x₁ − x₀⟩: the estimate projected on the difference of the pair",
+    "strategy_projection": ("⟨A(x₁ − x₀), A x̂⟩ with A = info['strategy']: the fitted strategy "
+                            "answers weighted by how the pair moves them (the likelihood ratio "
+                            "of Gaussian noise)"),
     "bucket_size": "size of the DAWA bucket holding the first cell where x₀ and x₁ differ",
     "buckets": "number of DAWA buckets (info['buckets'])",
     "info:<key>": "a numeric entry of the run's public info (None counts as −∞)",
@@ -262,7 +267,8 @@ class AuditResult:
     p0, p1 : tuple of float
         ``(estimate, lo, hi)``: the event's probability under ``x₀`` and
         ``x₁`` with its Clopper–Pearson interval at ``confidence`` (each end
-        a one-sided bound at ``1 − α/2``).
+        a one-sided bound at ``1 − α/2``; for a given event without a
+        numerator, at ``1 − α/2`` and ``1 − α/4``, since both orders are bounded).
     seconds : float
         Wall-clock time of the audit.
     seed : int
@@ -386,19 +392,29 @@ class _Statistic:
         """The statistic's name for results: ``"auto"`` becomes what it means for ``out``."""
         if self.name != "auto":
             return self.name
-        if isinstance(out, registry.Estimate) or (isinstance(out, np.ndarray) and out.size > 1):
+        if isinstance(out, registry.Estimate):
+            return "strategy_projection" if self._strategy(out) is not None else "projection"
+        if isinstance(out, np.ndarray) and out.size > 1:
             return "projection"
         return "output"
+
+    def _strategy(self, out):
+        """The estimate's strategy ``A`` over the cells (``info['strategy']``), or ``None``."""
+        A = getattr(out, "info", {}).get("strategy") if isinstance(out, registry.Estimate) else None
+        return A if isinstance(A, Matrix) and A.n == self.diff.size else None
 
     def __call__(self, out) -> float:
         if self.fn is not None:
             return _number(self.fn(out), self.name)
-        name = self.name
-        if name == "auto":
-            if isinstance(out, registry.Estimate) or (isinstance(out, np.ndarray) and out.size > 1):
-                name = "projection"
-            else:
-                return _number(out, "the output (give statistic=...)")
+        name = self.resolved(out) if self.name == "auto" else self.name
+        if name == "output":
+            return _number(out, "the output (give statistic=...)")
+        if name == "strategy_projection":
+            A = self._strategy(out)
+            if A is None:
+                raise ValueError("statistic 'strategy_projection' needs an estimate with "
+                                 "info['strategy'] over the data's cells (a data-independent mechanism)")
+            return float(A.matvec(self.diff) @ A.matvec(np.asarray(out.x_hat, dtype=float).ravel()))
         if name == "projection":
             x_hat = out.x_hat if isinstance(out, registry.Estimate) else out
             x_hat = np.asarray(x_hat, dtype=float).ravel()
@@ -552,7 +568,7 @@ class AuditCase:
     x0: tuple
     x1: tuple
     W: Matrix
-    statistic: str = "projection"
+    statistic: str = "auto"
     claim_share: float = 1.0
     delta: float = 0.0
     params: dict = field(default_factory=dict)
@@ -570,8 +586,8 @@ class AuditCase:
 #: Gaussian mechanisms are audited at this δ.
 CASE_DELTA = 1e-6
 
-_ONE_CELL = "one record in a corner cell of a tiny domain: every column of these strategies has " \
-            "the same norm, so the change is as visible as any"
+_ONE_CELL = ("one record added to the cell whose column of the strategy has the largest norm "
+             "(the one that sets the sensitivity), on a tiny domain")
 _DAWA_PAIR = ((5, 5, 5, 5), (5, 6, 5, 5))
 _DAWA_WHY = ("the issue's pair: a flat histogram where one extra record changes the cost of every "
              "candidate bucket holding cell 1, so the partition is as sensitive as it gets")
@@ -579,6 +595,9 @@ _DAWA_WHY = ("the issue's pair: a flat histogram where one extra record changes 
 
 def cases(name: str) -> list[AuditCase]:
     """The standard audit cases of a registered mechanism (the first is the default).
+
+    Built once per name (a data-independent mechanism's strategy is built to
+    choose the pair).
 
     Hand-picked neighbouring pairs where the mechanism's privacy is tightest:
     a single-cell change on a tiny domain (data-independent strategies, whose
@@ -593,37 +612,47 @@ def cases(name: str) -> list[AuditCase]:
     KeyError
         For an unregistered name.
     """
+    registry.get(name)  # KeyError for an unknown name
+    return list(_cases(name))
+
+
+@functools.lru_cache(maxsize=None)
+def _cases(name: str) -> tuple[AuditCase, ...]:
     mech = registry.get(name)
     ranges4 = _workloads.all_range(4)
     marg = _workloads.marginals((2, 2), [1])
     if mech.data_dependent:
         if "ratio" in mech.params:  # DAWA and its Partition+X variants
             share = float(mech.params["ratio"])
-            return [AuditCase(*_DAWA_PAIR, ranges4, why=_DAWA_WHY),
+            return (AuditCase(*_DAWA_PAIR, ranges4, why=_DAWA_WHY),
                     AuditCase(*_DAWA_PAIR, ranges4, statistic="buckets", claim_share=share,
                               label="the partition alone (claim ε₁ = ratio·ε, Thm 2)",
-                              why=_DAWA_WHY)]
+                              why=_DAWA_WHY))
         if name == "mwem":
-            return [AuditCase((2, 0, 0, 0), (2, 1, 0, 0), ranges4, params={"T": 2},
+            return (AuditCase((2, 0, 0, 0), (2, 1, 0, 0), ranges4, params={"T": 2},
                               why="two rounds (each round's two steps then spend the most ε), "
-                                  "one record next to a small count")]
+                                  "one record next to a small count"),)
         if name == "efpa":
             share = float(mech.params.get("selection_share", 0.5))
-            return [AuditCase(*_DAWA_PAIR, ranges4, why="a flat histogram: one record changes every "
+            return (AuditCase(*_DAWA_PAIR, ranges4, why="a flat histogram: one record changes every "
                               "Fourier coefficient"),
                     AuditCase(*_DAWA_PAIR, ranges4, statistic="info:k", claim_share=share,
                               label="the number of coefficients alone (claim ε₁ = share·ε)",
-                              why="the exponential mechanism's choice on a flat histogram")]
-        return [AuditCase((0, 0, 0, 0), (1, 0, 0, 0), ranges4, why=_ONE_CELL)]
+                              why="the exponential mechanism's choice on a flat histogram"))
+        return (AuditCase((0, 0, 0, 0), (1, 0, 0, 0), ranges4,
+                          why="one record on a tiny domain: the noisy total moves by one"),)
     gaussian_only = name in ("eigen_design", "residual_planner")
     if name in ("datacube", "fourier", "opt_m", "residual_planner"):
         W = marg  # marginal workloads
     else:
         W = ranges4 if name not in ("hb", "h2", "wavelet", "greedy_h") else _workloads.all_range(8)
-    n = W.n
-    x0 = (0,) * n
-    x1 = (1,) + (0,) * (n - 1)
-    return [AuditCase(x0, x1, W, delta=CASE_DELTA if gaussian_only else 0.0, why=_ONE_CELL)]
+    delta = CASE_DELTA if gaussian_only else 0.0
+    noise = Gaussian(1.0, CASE_DELTA) if gaussian_only else Laplace(1.0)
+    A = mech.strategy(W, noise, **mech.params)  # public: the pair is chosen from the strategy
+    cell = int(np.argmax(np.round(A.column_norms(noise.norm), 12)))
+    x0 = (0,) * W.n
+    x1 = tuple(int(i == cell) for i in range(W.n))
+    return (AuditCase(x0, x1, W, delta=delta, why=_ONE_CELL),)
 
 
 # ===================================================================== audit
@@ -646,7 +675,7 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
           statistic="auto", event="auto", runs: int = DEFAULT_RUNS,
           selection_runs: int | None = None, confidence: float = DEFAULT_CONFIDENCE,
           seed: int = 0, claim: float | None = None, client=None, n_jobs: int | None = None,
-          params: dict | None = None, progress: bool = False,
+          params: dict | None = None, progress: bool = True,
           callback: Callable[[int, int], None] | None = None, chunk: int = DEFAULT_CHUNK,
           counts: bool = True) -> AuditResult:
     """Audit a mechanism's privacy claim on a neighbouring pair: a lower bound on its ε.
