@@ -81,7 +81,7 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="write the per-cell table to this CSV")
     args = ap.parse_args(argv)
     if args.heldout:
-        mechs = [("hb", "hb", {}), ("dawa (default)", "dawa", {}),
+        mechs = [("identity", "identity", {}), ("hb", "hb", {}), ("dawa (default)", "dawa", {}),
                  ("dawa (paper: ratio 0.25, penalty 0)", "dawa",
                   {"ratio": 0.25, "penalty": 0.0, "candidates": "pow2", "scaling": "greedy"}),
                  ("dawa_as_published (NOT PRIVATE)", "dawa_as_published", {})]
@@ -105,6 +105,10 @@ def main(argv=None):
             print(f"\nε = {eps:g}: mean L1 error per query (counts)")
             tab = g.pivot(index="dataset", columns="mechanism", values="l1").round(2)
             print(tab.to_string())
+            ratio = tab["identity"].to_frame("identity").join(
+                tab.drop(columns=["identity"]).rdiv(tab["identity"], axis=0).add_prefix("identity / "))
+            print(f"ε = {eps:g}: Identity's error over each mechanism's (the paper's Table 2 ratio)")
+            print(ratio.drop(columns=["identity"]).round(2).to_string())
     else:
         print(score(df).round(3).head(25).to_string())
     print(f"\n{seconds:.0f} s, load {os.getloadavg()[0]:.2f}")

@@ -186,7 +186,7 @@ class AuditView(param.Parameterized):
 
         try:
             res = todo["case"].run(todo["name"], todo["epsilon"], runs=todo["runs"],
-                                   confidence=todo["confidence"], seed=todo["seed"], n_jobs=1,
+                                   confidence=todo["confidence"], seed=todo["seed"], n_jobs=1, progress=False,
                                    callback=progress)
         except Stopped:
             post(lambda: self._set(busy=False, error="stopped: the page keeps the last audit"))
