@@ -41,7 +41,7 @@ from .core.error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_boun
 from .mechanism import Release, reconstruct, release, simulate
 from .privacy import (OS_CSPRNG, Budget, BudgetExceededError, Gaussian, Laplace, PrivacyLedger,
                       PrivateData, accounting, noise, samplers)
-from .queries import matrix, spec, workloads
+from .queries import Attribute, Domain, Table, domain, matrix, spec, workloads
 from .queries.matrix import MatrixTooLargeError
 from .strategies import eigen_design, fourier, hdmm, kron_stack, marginals, residual, templates
 from .sums import thresholds
@@ -60,4 +60,5 @@ __all__ = [
     "compare", "StrategyCache", "rmse", "per_query_rmse", "svd_bound", "UnsupportedWorkloadError",
     "MatrixTooLargeError", "Release", "release", "simulate", "reconstruct", "Laplace", "Gaussian",
     "PrivacyLedger", "PrivateData", "BudgetExceededError", "Budget", "OS_CSPRNG",
+    "domain", "Attribute", "Domain", "Table",
 ]

@@ -5,13 +5,16 @@
                 VStack, ...): products, Gram, sensitivity without materialising
 ``workloads``   workload builders (ranges, prefixes, marginals, unions, products)
 ``spec``        declarative JSON/YAML workload specs
+``domain``      public schemas of record tables (categorical and binned
+                attributes) and :class:`Table` (records over a domain)
 ==============  ==============================================================
 
 The lowest layer: public linear algebra over the data domain; imports nothing
 else from dpexplorer.
 """
 
-from . import matrix, spec, workloads
+from . import domain, matrix, spec, workloads
+from .domain import Attribute, Domain, Table
 from .matrix import Matrix, MatrixTooLargeError, as_matrix
 
-__all__ = ["matrix", "spec", "workloads", "Matrix", "MatrixTooLargeError", "as_matrix"]
+__all__ = ["domain", "Attribute", "Domain", "Table", "matrix", "spec", "workloads", "Matrix", "MatrixTooLargeError", "as_matrix"]
