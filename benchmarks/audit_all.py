@@ -68,7 +68,7 @@ def main(argv=None):
         for case in aud.cases(name):
             eps = 4.0 if name == "dawa_as_published" else args.epsilon
             r = case.run(name, eps, runs=args.runs, confidence=args.confidence, seed=args.seed,
-                         n_jobs=args.jobs)
+                         n_jobs=args.jobs, progress=False)
             rows.append({"mechanism": name, "audited": case.label, "epsilon": eps,
                          "claim": r.claim, "epsilon_lb": r.epsilon_lb, "violated": r.violated,
                          "statistic": r.statistic, "event": r.event.label, "runs": r.total_runs,
@@ -87,7 +87,7 @@ def main(argv=None):
                       ("private default noise (simulated)", _private_partition_size)):
         t0 = time.perf_counter()
         r = aud.audit(fn, X0, X1, 0.025, event=aud.Event(">=", 4, numerator=1), runs=args.exact_runs,
-                      confidence=args.confidence, seed=args.seed, n_jobs=args.jobs)
+                      confidence=args.confidence, seed=args.seed, n_jobs=args.jobs, progress=False)
         ratio = r.p1[0] / r.p0[0] if r.p0[0] else math.nan
         print(f"  {label}: P0 = {r.p0[0]:.5f} [{r.p0[1]:.5f}, {r.p0[2]:.5f}], "
               f"P1 = {r.p1[0]:.5f} [{r.p1[1]:.5f}, {r.p1[2]:.5f}], plug-in loss "
