@@ -183,7 +183,7 @@ def private_partition(data: PrivateData, epsilon1: float, epsilon2: float,
         :func:`noise_scales`.
     penalty : float
         Extra cost per bucket, in units of that bucket's noise scale (default
-        0: Alg. 1 as published).  Not in the paper: with the published costs
+        0: Alg. 1 as printed in the paper).  Not in the paper: with the paper's costs
         the least noisy-cost partition collects buckets whose noise is very
         negative, so at ε₂/ε₁ = 3 it has about n/2 buckets whatever the data.
         A data-independent offset leaves every bucket cost's sensitivity
