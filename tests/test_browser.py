@@ -331,14 +331,3 @@ def test_optimisers_in_compare_strategy_and_a_large_preset(page):
     print(f"HDMM row after {seconds:.2f} s; compare {t1 - t0:.1f} s, strategy {t2 - t1:.1f} s, "
           f"CPS preset {t3 - t2:.1f} s (click → structure shown {t_structure:.1f} s)")
     assert not [p for p in page.problems if "favicon" not in p], page.problems
-
-
-# ------------------------------------------------------------------ audit (issue 12)
-def test_audit_page_runs_an_audit(page):
-    _tab(page, "Audit")
-    assert page.locator(".alert-danger:has-text('could not be built')").count() == 0
-    page.get_by_role("button", name="Run audit").click()  # identity, ε = 1, 2,000 runs per dataset
-    page.wait_for_selector("text=/audited ε ≥ [0-9.]+/", timeout=120_000)
-    page.locator("text=no violation found").first.wait_for(timeout=30_000)
-    _shot(page, "audit")
-    assert not [p for p in page.problems if "favicon" not in p], page.problems

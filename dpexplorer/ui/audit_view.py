@@ -365,9 +365,10 @@ class AuditView(param.Parameterized):
         hist = pn.pane.HoloViews(self.histogram_plot(), sizing_mode="stretch_width", height=320)
 
         def redraw(*_):
-            summary.object = self.summary()
-            bound.object = self.bound_plot()
-            hist.object = self.histogram_plot()
+            with pn.io.hold():  # one message to the browser for all its changes
+                summary.object = self.summary()
+                bound.object = self.bound_plot()
+                hist.object = self.histogram_plot()
         self.param.watch(lambda *_: self.gate.run("result", redraw), ["result"])
         self.param.watch(lambda *_: self.gate.run(
             "summary", lambda: setattr(summary, "object", self.summary())),
