@@ -84,7 +84,7 @@ def main(argv=None):
     p1 = dawa.published_all_singletons_probability(X1, 0.1)
     print(f"  exact, authors' noise: P0 = {p0:.6f}, P1 = {p1:.6f}, loss = {math.log(p1 / p0) / 0.025:.3f}·ε₁")
     for label, fn in (("authors' noise (simulated)", _published_partition_size),
-                      ("private default noise (simulated)", _private_partition_size)):
+                      ("private noise, the Remark's scale (simulated)", _private_partition_size)):
         t0 = time.perf_counter()
         r = aud.audit(fn, X0, X1, 0.025, event=aud.Event(">=", 4, numerator=1), runs=args.exact_runs,
                       confidence=args.confidence, seed=args.seed, n_jobs=args.jobs, progress=False)
