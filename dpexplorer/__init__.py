@@ -21,7 +21,7 @@ Layers, lowest first; a module imports only from its own layer or below
 ``adaptive/``       data-dependent mechanisms (DAWA, MWEM, EFPA, Uniform)
 ``sums/``           sum queries on numerical attributes
 top level           ``mechanism`` (release, simulate, run), ``compare``,
-                    ``evaluate``, ``datasets``
+                    ``evaluate``, ``datasets``, ``audit`` (lower bounds on ε)
 ``ui/``             the Panel app (imports only this public API)
 ==================  ==========================================================
 
@@ -33,6 +33,7 @@ reachable by their short names (``dpx.matrix``, ``dpx.dawa``, ``dpx.marginals``,
 # the layers, lowest first (importing them registers every mechanism), then the top level
 from . import queries, privacy, core, strategies, adaptive, sums  # noqa: I001
 from . import datasets, evaluate, mechanism
+from . import audit  # noqa: I001  (after evaluate and mechanism, which it runs)
 from .adaptive import dawa, efpa, hilbert, mwem, partition, uniform
 from .compare import StrategyCache, compare
 from .core import error, optimization, registry, spectra
@@ -56,7 +57,7 @@ __all__ = [
     "samplers", "error", "spectra", "optimization", "registry", "templates", "kron_stack", "hdmm",
     "marginals", "eigen_design", "fourier",
     "residual", "dawa", "partition", "hilbert", "mwem", "efpa", "uniform", "thresholds",
-    "datasets", "evaluate", "mechanism",
+    "datasets", "evaluate", "mechanism", "audit",
     # the everyday API
     "compare", "StrategyCache", "rmse", "per_query_rmse", "svd_bound", "UnsupportedWorkloadError",
     "MatrixTooLargeError", "Release", "release", "simulate", "reconstruct", "Laplace", "Gaussian",

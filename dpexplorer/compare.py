@@ -126,7 +126,8 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
     noise : NoiseModel
         ``Laplace(epsilon)`` or ``Gaussian(epsilon, delta)``.
     mechanisms : iterable of str, optional
-        Registry names; default: every registered mechanism.
+        Registry names; default: every registered private mechanism (variants
+        registered as not private, e.g. ``dawa_as_published``, only when named).
     cache : StrategyCache, optional
         Reuse strategies across calls (the app passes one per session).
     x : array_like, shape (n,) or the workload's domain shape, optional
@@ -170,7 +171,7 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     W = as_matrix(W)
     cache = StrategyCache() if cache is None else cache
-    mechanisms = registry.names() if mechanisms is None else list(mechanisms)
+    mechanisms = registry.names(private=True) if mechanisms is None else list(mechanisms)
     for name in mechanisms:
         registry.get(name)  # KeyError for unknown names, before any work
     if x is not None:

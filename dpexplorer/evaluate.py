@@ -437,30 +437,45 @@ def _init_worker(threads: int | None) -> None:
     blas_limit(threads)  # threadpool_limits applies on construction; the process is ours
 
 
-def _execute(tasks, payload, client, n_jobs, progress, mp_context, blas_threads):
-    """Run ``tasks``; yield each task with its rows as they complete."""
+def _evaluate_keys(task) -> tuple:
+    """Dask scatter keys of :func:`_run_chunk`'s arguments: the data vector and the workload instances."""
+    return ("data", task.dataset), ("workload",) + task.instances_key
+
+
+def _execute(tasks, payload, client, n_jobs, progress, mp_context, blas_threads, *,
+             worker=_run_chunk, keys=_evaluate_keys, desc="evaluate", unit="task", weight=None):
+    """Run ``tasks``; yield each task with its result as they complete.
+
+    The parallel machinery of :func:`evaluate`, shared with
+    :func:`dpexplorer.audit.audit`: ``worker(task, *payload(task))`` runs
+    inline (``n_jobs == 1`` or one task), in local worker processes, or on a
+    Dask ``client`` (``keys(task)`` names each payload argument, so that
+    every distinct object is scattered once).  ``weight(task)`` is the task's
+    share of the tqdm bar (default 1).  The worker must be a picklable,
+    module-level function.
+    """
     from tqdm.auto import tqdm
 
     class _Bar(tqdm):
         monitor_interval = 0  # no monitor thread: local workers may be forked
 
-    bar = _Bar(total=len(tasks), disable=not progress, unit="task", desc="evaluate")
+    weight = weight or (lambda task: 1)
+    bar = _Bar(total=sum(weight(t) for t in tasks), disable=not progress, unit=unit, desc=desc)
     try:
         if client is not None:
-            yield from _execute_dask(tasks, payload, client, bar)
+            done = _execute_dask(tasks, payload, client, worker, keys)
         elif n_jobs == 1 or len(tasks) <= 1:
-            for task in tasks:
-                x, inst = payload(task)
-                rows = _run_chunk(task, x, inst)
-                bar.update()
-                yield task, rows
+            done = ((task, worker(task, *payload(task))) for task in tasks)
         else:
-            yield from _execute_pool(tasks, payload, n_jobs, bar, mp_context, blas_threads)
+            done = _execute_pool(tasks, payload, n_jobs, mp_context, blas_threads, worker)
+        for task, result in done:
+            bar.update(weight(task))
+            yield task, result
     finally:
         bar.close()
 
 
-def _execute_pool(tasks, payload, n_jobs, bar, mp_context, blas_threads):
+def _execute_pool(tasks, payload, n_jobs, mp_context, blas_threads, worker):
     ctx = None
     if mp_context is not None:
         import multiprocessing
@@ -468,7 +483,7 @@ def _execute_pool(tasks, payload, n_jobs, bar, mp_context, blas_threads):
         ctx = multiprocessing.get_context(mp_context) if isinstance(mp_context, str) else mp_context
     with cf.ProcessPoolExecutor(max_workers=min(n_jobs, len(tasks)), mp_context=ctx,
                                 initializer=_init_worker, initargs=(blas_threads,)) as ex:
-        futures = {ex.submit(_run_chunk, task, *payload(task)): task for task in tasks}
+        futures = {ex.submit(worker, task, *payload(task)): task for task in tasks}
         try:
             for fut in cf.as_completed(futures):
                 task = futures[fut]
@@ -477,7 +492,6 @@ def _execute_pool(tasks, payload, n_jobs, bar, mp_context, blas_threads):
                 except BaseException as exc:
                     _add_context(exc, task.context())
                     raise
-                bar.update()
                 yield task, rows
         except BaseException:
             for fut in futures:
@@ -485,7 +499,7 @@ def _execute_pool(tasks, payload, n_jobs, bar, mp_context, blas_threads):
             raise
 
 
-def _execute_dask(tasks, payload, client, bar):
+def _execute_dask(tasks, payload, client, worker, keys):
     try:
         from dask.distributed import as_completed
     except ImportError as exc:  # pragma: no cover - client given without dask installed
@@ -500,9 +514,8 @@ def _execute_dask(tasks, payload, client, bar):
 
     futures = {}
     for task in tasks:
-        x, inst = payload(task)
-        fut = client.submit(_run_chunk, task, remote(("data", task.dataset), x),
-                            remote(("workload",) + task.instances_key, inst), pure=False)
+        args = [remote(key, obj) for key, obj in zip(keys(task), payload(task), strict=True)]
+        fut = client.submit(worker, task, *args, pure=False)
         futures[fut] = task
     try:
         for fut in as_completed(list(futures)):
@@ -512,7 +525,6 @@ def _execute_dask(tasks, payload, client, bar):
             except BaseException as exc:
                 _add_context(exc, task.context())
                 raise
-            bar.update()
             yield task, rows
     except BaseException:
         client.cancel(list(futures))

@@ -44,7 +44,7 @@ from .privacy import (
     variance_factor,
 )
 from .privacy.noise import NoiseModel
-from .privacy.samplers import check_source
+from .privacy.samplers import check_source, is_release
 from .privacy.tables import PrivateTable
 from .queries.domain import Table
 from .queries.matrix import Identity, Matrix, Ones, as_matrix
@@ -127,12 +127,17 @@ def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng, **params) 
         Unknown mechanism.
     TypeError
         If ``rng`` is not a source of randomness.
+    ValueError
+        If ``rng`` is the OS CSPRNG (a release) and the mechanism is registered
+        as not private (``Mechanism.private`` false, e.g. ``dawa_as_published``).
     NotApplicableError
         If the mechanism cannot handle this workload or noise model.
     """
     W = as_matrix(W)
     check_source(rng)
     mech = registry.get(mechanism)
+    if is_release(rng):
+        _refuse_non_private(mech)
     unknown = sorted(set(params) - set(mech.params)) if mech.params or params else []
     if unknown and mech.runner is not None:
         raise ValueError(f"unknown parameter(s) {unknown} for {mechanism!r}; "
@@ -142,6 +147,15 @@ def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng, **params) 
     A, recon = _plan(mech, W, noise, params)  # public work, cached across trials
     y = data.measure(A, noise, rng, label=f"{mechanism}: measure {A.m} strategy queries")
     return registry.Estimate(recon(y), {"strategy": A}, answers=_strategy_answers(A, W, y))
+
+
+def _refuse_non_private(mech: registry.Mechanism) -> None:
+    """Raise ValueError for a mechanism registered as not private (study variants never release)."""
+    if not mech.private:
+        raise ValueError(
+            f"{mech.name!r} ({mech.label}) is registered as not differentially private, a variant "
+            f"kept for study and audits only: it cannot make a release. Study it with "
+            f"dpx.simulate(...) or dpx.audit.audit(...), or release with a private mechanism")
 
 
 def _strategy_answers(A: Matrix, W: Matrix, y: np.ndarray) -> np.ndarray | None:
@@ -701,7 +715,9 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
         ``noise``/``ledger`` have the wrong type.
     ValueError
         If ``x`` is not valid counts, does not match the workload's domain, no
-        noise model is given, or Gaussian noise is not zCDP-calibrated.
+        noise model is given, Gaussian noise is not zCDP-calibrated, or the
+        mechanism is registered as not private (``registry.Mechanism.private``,
+        e.g. ``dawa_as_published``).
     UnsupportedWorkloadError
         If the strategy does not support the workload.
     BudgetExceededError
@@ -712,6 +728,8 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
                         "reproducible run use dpx.simulate(x, W, mechanism, noise, seed=...)")
     if unexpected:
         raise TypeError(f"release() got unexpected argument(s) {sorted(unexpected)}")
+    if isinstance(mechanism, str):
+        _refuse_non_private(registry.get(mechanism))  # before anything is validated or drawn
     return _make(x, W, mechanism, noise, OS_CSPRNG, ledger, params, counts, None)
 
 

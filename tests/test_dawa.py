@@ -72,7 +72,7 @@ def test_transformation_proposition_4_6(n, seed):
 @given(x=st.lists(st.integers(0, 20), min_size=1, max_size=40), eps2=st.floats(0.05, 5))
 def test_candidate_costs_match_direct_deviation(x, eps2):
     x = np.array(x, dtype=float)
-    for cand in ("pow2", "all"):
+    for cand in ("pow2", "dyadic", "all"):
         lo, hi, cost = pt.candidate_costs(x, eps2, cand)
         plo, phi = dawa.candidate_intervals(x.size, cand)
         np.testing.assert_array_equal(lo, plo)
@@ -98,6 +98,10 @@ def test_exact_partition_against_brute_force(x, eps2):
     pow2 = [p for p in _all_partitions(x.size) if all((s & (s - 1)) == 0 for s in p.sizes)]
     best2 = min(pt.partition_cost(x, p, eps2) for p in pow2)
     assert pt.optimal_partition(x, eps2, "pow2")[1] == pytest.approx(best2)
+    # dyadic buckets: power-of-two lengths starting at a multiple of their length
+    dyadic = [p for p in pow2 if all(a % s == 0 for a, s in zip(p.lo, p.sizes, strict=True))]
+    best3 = min(pt.partition_cost(x, p, eps2) for p in dyadic)
+    assert pt.optimal_partition(x, eps2, "dyadic")[1] == pytest.approx(best3)
 
 
 def test_noise_scales():
@@ -143,7 +147,8 @@ def test_privacy_accounting(scaling):
     # stage 2 measures a strategy over the buckets with L1 sensitivity 1 (Eq. 5); the
     # unweighted hierarchy of Partition+Uniform has one unit per level instead
     levels = math.ceil(math.log2(res.partition.k)) + 1 if res.partition.k > 1 else 1
-    expected = levels if scaling == "uniform" else 1.0
+    # HB's tree over the buckets (Qardaji et al. 2013) has one unit per level, h levels
+    expected = {"uniform": levels, "hb": strategies.hb_branching(res.partition.k)[1]}.get(scaling, 1.0)
     assert entries[1].sensitivity == pytest.approx(expected)
     assert res.strategy.sensitivity(1) == pytest.approx(expected)
     assert res.x_hat.shape == (128,)
@@ -251,3 +256,59 @@ def test_penalty_is_a_public_offset():
     assert ks[3.0] < ks[0.0]
     with pytest.raises(ValueError, match="penalty"):
         dawa.private_partition(PrivateData(x), 0.25, 0.75, np.random.default_rng(0), penalty=-1)
+
+
+def test_dyadic_candidates_are_aligned_and_few():
+    for n in (1, 5, 16, 100):
+        lo, hi = dawa.candidate_intervals(n, "dyadic")
+        L = hi - lo + 1
+        assert np.all(lo % L == 0) and np.all((L & (L - 1)) == 0) and np.all(hi < n)
+        assert lo.size < 2 * n and np.sum(L == 1) == n  # every cell is a candidate
+
+
+def test_published_noise_scales_are_the_authors():
+    # DPComp cutil.cpp: (2 − 1/L − 1/n)/ε₁ for L > 1, none for single cells
+    L = np.array([1, 2, 4, 8])
+    np.testing.assert_allclose(dawa.published_noise_scales(L, 8, 0.5),
+                               [0.0, (2 - 0.5 - 0.125) / 0.5, (2 - 0.25 - 0.125) / 0.5,
+                                (2 - 0.125 - 0.125) / 0.5])
+    # about half the Remark's (Δbcost + Δ_b)/ε₁ = (4 − 2/L)/ε₁ for long buckets
+    assert dawa.published_noise_scales(np.array([1024]), 4096, 1.0)[0] == pytest.approx(
+        dawa.noise_scales(np.array([1024]), 1.0)[0] / 2, rel=1e-3)
+
+
+def test_published_partition_has_noise_free_singletons_and_clamped_costs(monkeypatch):
+    seen = []
+    real = dawa.least_cost_partition
+
+    def spy(n, lo, hi, cost):
+        seen.append((np.asarray(hi) - np.asarray(lo) + 1, np.array(cost)))
+        return real(n, lo, hi, cost)
+    monkeypatch.setattr(dawa, "least_cost_partition", spy)
+    x = np.random.default_rng(0).integers(0, 20, size=64)
+    data = PrivateData(x)
+    eps1, eps2 = 0.1, 0.3
+    p = dawa.published_partition(data, eps1, eps2, np.random.default_rng(1))
+    (L, cost), = seen
+    assert np.all(cost[L == 1] == 1 / eps2)  # dev = 0 and no noise: exactly 1/ε₂
+    assert cost.min() >= 1 / eps2 and np.any(cost[L > 1] == 1 / eps2)  # the clamp bites
+    assert p.n == 64
+    (spend,) = data.ledger.entries
+    assert spend.epsilon == pytest.approx(eps1) and "NOT ε₁-DP" in spend.label
+
+
+def test_as_published_options_and_registration():
+    data, W = PrivateData(np.ones(8)), workloads.prefix(8)
+    with pytest.raises(ValueError, match="partition"):
+        dawa.dawa(data, W, 1.0, np.random.default_rng(0), partition="magic")
+    with pytest.raises(ValueError, match="private"):
+        dawa.dawa(data, W, 1.0, np.random.default_rng(0), partition="as_published", penalty=1.0)
+    mech = dpx.registry.get("dawa_as_published")
+    assert not mech.private and "NOT PRIVATE" in mech.label and mech.data_dependent
+    assert all(dpx.registry.get(n).private for n in ("dawa", "partition_laplace", "mwem", "efpa"))
+    # the registered dawa runs with the tuned defaults; its stage 2 can be chosen
+    assert dpx.registry.get("dawa").params == {**dawa.DEFAULTS, "scaling": dawa.DEFAULT_SCALING}
+    assert dpx.registry.get("partition_laplace").params == dawa.DEFAULTS
+    est = dpx.mechanism.run("dawa", PrivateData(np.arange(16)), workloads.prefix(16), dpx.Laplace(1.0),
+                            np.random.default_rng(0), scaling="greedy")
+    assert est.x_hat.shape == (16,)

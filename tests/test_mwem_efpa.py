@@ -244,9 +244,9 @@ def test_mwem_large_implicit_workload():
 def test_mwem_options_and_public_total():
     x = _blocks(scale=1000.0)
     kw = dict(W=W_RANGES, eps=1.0, seeds=range(3))
-    avg = _mean_error("mwem", x, T=20, total=1000.0, **kw)
-    last = _mean_error("mwem", x, T=20, total=1000.0, average=False, **kw)
-    reuse = _mean_error("mwem", x, T=20, total=1000.0, average=False, updates_per_round=5, **kw)
+    avg = _mean_error("mwem", x, T=20, total=1000.0, average=True, updates_per_round=1, **kw)
+    last = _mean_error("mwem", x, T=20, total=1000.0, average=False, updates_per_round=1, **kw)
+    reuse = _mean_error("mwem", x, T=20, total=1000.0, **kw)  # default: 100 passes, last iterate
     assert reuse < last < avg  # reusing past measurements and the last iterate help here
     est = run("mwem", PrivateData(x), W_RANGES, dpx.Laplace(1.0), np.random.default_rng(0),
               T=5, total=1000.0)
@@ -330,8 +330,8 @@ def test_easy_data_beats_identity():
     # MWEM (learning rate 1/(2N)) nor EFPA (low-frequency noise adds up over long ranges) beat it.
     x = np.full(N, round(100_000.0 / N))
     ident = _mean_error("identity", x)
-    for T in (10, 20):
-        assert _mean_error("mwem", x, T=T) < ident
+    for T in (10, 20):  # Algorithm 1 as printed: from the uniform start, one update per round
+        assert _mean_error("mwem", x, T=T, updates_per_round=1, average=True) < ident
     assert _mean_error("efpa", x) < ident
     # EFPA also wins on smooth, low-frequency data once ranges are long enough for Identity's
     # noise to add up (n = 1024; at n = 256 the two are within a few per cent of each other)
@@ -341,3 +341,47 @@ def test_easy_data_beats_identity():
     W = dpx.workloads.random_ranges(n, 2000, seed=0)
     seeds = range(10)
     assert _mean_error("efpa", smooth, W=W, seeds=seeds) < _mean_error("identity", smooth, W=W, seeds=seeds)
+
+
+def _mw_reference(logA, Q, m, N, passes):
+    """Algorithm 1's update, one query at a time, in numpy (the definition)."""
+    for _ in range(passes):
+        for q, mi in zip(Q, m, strict=True):
+            A = N * np.exp(logA - logA.max()) / np.exp(logA - logA.max()).sum()
+            logA = logA + q * (mi - q @ A) / (2 * N)
+            logA = logA - logA.max()
+    return logA
+
+
+@pytest.mark.parametrize("passes", [1, 3, 40])
+def test_multiplicative_weights_kernel_matches_the_definition(passes):
+    rng = np.random.default_rng(passes)
+    n, N = 60, 5000.0
+    logA = rng.normal(size=n)
+    Q = (rng.random((6, n)) < 0.3).astype(float)
+    Q[2] *= 2.5  # a weighted query
+    m = rng.random(6) * 2000
+    np.testing.assert_allclose(mwem.multiplicative_weights(logA, Q, m, N, passes),
+                               _mw_reference(logA, Q, m, N, passes), atol=1e-9)
+
+
+def test_multiplicative_weights_survives_extreme_weights():
+    # noisy answers outside [0, N] push cells by ≥ ½ per update: after 5000 passes the weights
+    # span e^5000, far beyond float64, and the log-weights stay exact (no underflow for good)
+    n, N = 8, 1e6
+    Q = np.zeros((2, n))
+    Q[0, :4] = 1.0
+    Q[1, 4:] = 1.0
+    out = mwem.multiplicative_weights(np.zeros(n), Q, np.array([2 * N, -N]), N, 5000)
+    assert np.all(np.isfinite(out)) and out[:4].max() == 0.0 and out[4:].max() < -1000
+    np.testing.assert_allclose(out, _mw_reference(np.zeros(n), Q, np.array([2 * N, -N]), N, 5000))
+    with pytest.raises(ValueError, match="do not match"):
+        mwem.multiplicative_weights(np.zeros(n), Q, np.zeros(3), N, 1)
+
+
+def test_mwem_defaults_are_the_public_implementations():
+    # DPComp's mwemND_engine: updateround = 100 passes over all measurements, last iterate
+    params = registry.get("mwem").params
+    assert params["updates_per_round"] == mwem.DEFAULT_UPDATES_PER_ROUND == 100
+    assert params["average"] is False and params["total"] is None
+    assert params["total_share"] == mwem.DEFAULT_TOTAL_SHARE == 0.05

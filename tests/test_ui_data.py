@@ -294,3 +294,62 @@ def test_session_updates_wait_while_the_page_is_hidden(session, view):
     assert "data" in view.gate.pending
     view.gate.show(True)  # shown again: the pending redraw is applied
     assert "cities" in info.object and not view.gate.pending
+
+
+# ----------------------------------------------- issue 17 item 12: what the user sees
+def _smooth_npy(session, view, n=1024):
+    """A smooth histogram (a few long plateaus) that needs few buckets, added as a dataset."""
+    x = np.repeat(np.array([400, 100, 900, 50]), n // 4)
+    assert view.load_npy(_npy(x), "plateaus.npy") is not None
+    return x
+
+
+def test_explanation_states_private_exact_and_published_partitions(session, view):
+    x = _smooth_npy(session, view)
+    session.epsilon, session.seed = 1.0, 4
+    assert view.explanation() == ""  # nothing before a run
+    assert view.run(), session.error
+    run = view.last
+    p, exact = run.result.partition, run.exact
+    # the smooth data needs few buckets; the private partition at the paper's settings has many
+    assert exact.k <= 8 and p.k > 4 * exact.k
+    # the authors' (NOT private) partition on the same data and seed, as the engine draws it
+    ref = dpx.dawa.published_partition(dpx.PrivateData(x), run.result.epsilon1,
+                                       run.result.epsilon2, np.random.default_rng(4), "pow2")
+    np.testing.assert_array_equal(run.published.edges, ref.edges)
+    text = view.explanation()
+    assert f"private partition has {p.k:,} buckets" in text
+    assert f"{int(np.sum(p.sizes == 1)):,} of them single cells" in text
+    assert f"exact least-cost partition** of the same data has **{exact.k:,}**" in text
+    assert f"{run.published.k:,} buckets** (exact: {exact.k:,})" in text
+    # why: the noise scales of DAWA's stage 1 (Remark after Thm 2) against the bucket cost 1/ε₂
+    eps1, eps2 = run.result.epsilon1, run.result.epsilon2
+    assert f"1/ε₂ = {1 / eps2:.3g}" in text
+    assert f"scale {2 / eps1:.3g} (single cells) to {(4 - 2 / x.size) / eps1:.3g} counts" in text
+    assert "Why so many more" in text and "ε₁-DP" in text
+    assert "NOT private" in text and "Audit" in text and "not differentially private" in text
+    # the header no longer promises few buckets; it points at the explanation
+    assert "few buckets are\nneeded" not in data_view.HEADER and "What you see" in data_view.HEADER
+
+
+def test_explanation_follows_the_penalty(session, view):
+    _smooth_npy(session, view)
+    assert view.run(), session.error
+    k0 = view.last.result.partition.k
+    view.penalty = 3.0  # what the page says brings the number of buckets down
+    assert view.run(), session.error
+    text = view.explanation()
+    k3 = view.last.result.partition.k
+    assert "penalty 3" in text and f"has {k3:,} buckets" in text
+    assert k3 < k0 / 2
+
+
+def test_explanation_pane_in_the_layout(session, view):
+    layout = view.panel()
+    panes = [m for m in layout.select(pn.pane.Markdown) if str(m.object).startswith("### What you see")
+             or (m.object == "" and not m.visible)]
+    assert len(panes) == 1 and not panes[0].visible  # hidden and empty before a run
+    assert view.run()
+    panes = [m for m in layout.select(pn.pane.Markdown) if str(m.object).startswith("### What you see")]
+    assert len(panes) == 1 and panes[0].visible
+    assert panes[0].object == view.explanation()

@@ -33,7 +33,8 @@ def view(session):
 def test_defaults():
     v = ReleaseView(Session())
     assert v.trials == 50
-    assert set(dpx.registry.names()) <= set(v.param.mechanism.objects)
+    assert set(dpx.registry.names(private=True)) <= set(v.param.mechanism.objects)
+    assert "dawa_as_published" not in v.param.mechanism.objects  # never offered for releases
 
 
 def test_release_adds_one_ledger_entry_without_seed(session, view):

@@ -15,8 +15,18 @@ a synthetic data vector ``A`` (counts, summing to the number of records
 3. **update** ``A`` multiplicatively towards the measurement:
    ``A(j) ∝ A(j)·exp(q(j)·(m − q(A)) / (2N))``, renormalised to sum ``N``.
 
-The estimate is the average of the iterates (Algorithm 1's output) or,
-optionally, the last one.
+Published strength (the public implementations).  The paper's practical
+improvements (Sec. 3.3 of Hardt, Ligett, McSherry) reuse past measurements;
+DPBench/DPComp's ``mwemND_engine`` -- the code behind the MWEM figures of the
+DAWA paper and of DPBench -- runs ``updateround = 100`` multiplicative-weights
+passes over *all* measurements taken so far after each round's measurement
+and returns the last iterate, with the number of records taken as public.
+The registered ``mwem`` does the same by default (``updates_per_round=100``,
+``average=False``; :data:`DEFAULT_UPDATES_PER_ROUND`) but measures the number
+of records with a stated share of ε (``total_share``, 5 %) unless it is given
+as public (``total=N``).  ``updates_per_round=1, average=True`` is Algorithm 1
+as printed (one update with the new measurement; average of the iterates).
+The passes are post-processing of the noisy measurements: they cost no ε.
 
 Budget (all in ε, one run, sequential composition):
 
@@ -47,6 +57,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import numba
 import numpy as np
 
 from ..core import registry
@@ -71,10 +82,15 @@ from ..queries.matrix import (
     _Ranges,
 )
 
-__all__ = ["mwem", "max_abs_entry", "split_epsilon", "DEFAULT_TOTAL_SHARE", "SCAN_CHUNK_ENTRIES"]
+__all__ = ["mwem", "max_abs_entry", "split_epsilon", "multiplicative_weights",
+           "DEFAULT_TOTAL_SHARE", "DEFAULT_UPDATES_PER_ROUND", "SCAN_CHUNK_ENTRIES"]
 
 #: Fraction of ε spent on the noisy record count when ``total=None``.
 DEFAULT_TOTAL_SHARE = 0.05
+
+#: Multiplicative-weights passes over all measurements per round: DPComp ``mwemND_engine``'s
+#: ``updateround = 100`` (the public implementation behind DPBench's and DAWA's MWEM figures).
+DEFAULT_UPDATES_PER_ROUND = 100
 
 #: Largest block (entries) materialised at once when scanning an unstructured
 #: implicit matrix column block by column block.
@@ -199,17 +215,84 @@ def _distribution(logA: np.ndarray, N: float) -> np.ndarray:
     return N * p / p.sum()
 
 
-def _mw_update(logA: np.ndarray, q: np.ndarray, m: float, N: float) -> np.ndarray:
-    """One multiplicative-weights step (Algorithm 1, step 3), in the log domain."""
-    A = _distribution(logA, N)
-    out = logA + q * (m - float(q @ A)) / (2.0 * N)
-    return out - out.max()
+@numba.njit(cache=True)
+def _mw_passes(logA, Q, m, N, passes):
+    """``passes`` sweeps of multiplicative-weights updates over the rows of ``Q`` (in order).
+
+    Each update is Algorithm 1's step 3 for one measured query ``q`` with
+    noisy answer ``m``: ``A(j) ∝ A(j)·exp(q(j)·(m − q(A))/(2N))``,
+    renormalised to sum ``N``.  Kept in the log domain (``logA``, exact);
+    the linear weights ``w = exp(logA − shift)`` are refreshed from it at
+    every sweep, so cells far below the others never underflow for good.
+    """
+    n = logA.size
+    k = Q.shape[0]
+    w = np.empty(n)
+    for _ in range(passes):
+        shift = logA.max()
+        total = 0.0
+        for j in range(n):
+            w[j] = math.exp(logA[j] - shift)
+            total += w[j]
+        for i in range(k):
+            qa = 0.0
+            for j in range(n):
+                qa += Q[i, j] * w[j]
+            c = (m[i] - N * qa / total) / (2.0 * N)
+            for j in range(n):
+                qj = Q[i, j]
+                if qj != 0.0:
+                    step = qj * c
+                    logA[j] += step
+                    grown = w[j] * math.exp(step)
+                    total += grown - w[j]
+                    w[j] = grown
+            if not (total > 1e-200 and total < 1e200):  # rescale before the float range ends
+                shift = logA.max()
+                total = 0.0
+                for j in range(n):
+                    w[j] = math.exp(logA[j] - shift)
+                    total += w[j]
+    return logA - logA.max()
+
+
+def multiplicative_weights(logA: np.ndarray, queries: np.ndarray, answers: np.ndarray, N: float,
+                           passes: int = 1) -> np.ndarray:
+    """Multiplicative-weights updates of a synthetic histogram (Hardt et al. 2012, Alg. 1 step 3).
+
+    Post-processing of noisy answers: public inputs only.
+
+    Parameters
+    ----------
+    logA : ndarray, shape (n,)
+        Log-weights of the synthetic data (any additive constant).
+    queries : ndarray, shape (k, n)
+        The measured queries, one per row, in the order they are applied.
+    answers : ndarray, shape (k,)
+        Their noisy answers (counts).
+    N : float
+        Number of records the synthetic data sums to (> 0).
+    passes : int
+        Sweeps over all ``k`` queries (≥ 1).
+
+    Returns
+    -------
+    ndarray, shape (n,)
+        The updated log-weights (max 0); ``N·softmax`` of it is the synthetic data.
+    """
+    Q = np.ascontiguousarray(np.atleast_2d(np.asarray(queries, dtype=float)))
+    m = np.ascontiguousarray(np.asarray(answers, dtype=float).ravel())
+    if Q.shape[0] != m.size or Q.shape[1] != np.size(logA):
+        raise ValueError(f"queries of shape {Q.shape} do not match {m.size} answers over "
+                         f"{np.size(logA)} cells")
+    return _mw_passes(np.array(logA, dtype=float), Q, m, float(N), int(passes))
 
 
 # -------------------------------------------------------------- mechanism
 def mwem(data: PrivateData, W: Matrix, noise: NoiseModel, rng: np.random.Generator,
          T: int = 10, total: float | None = None, total_share: float = DEFAULT_TOTAL_SHARE,
-         average: bool = True, updates_per_round: int = 1) -> registry.Estimate:
+         average: bool = False,
+         updates_per_round: int = DEFAULT_UPDATES_PER_ROUND) -> registry.Estimate:
     """Run MWEM (Hardt, Ligett, McSherry, NeurIPS 2012, Algorithm 1) on a workload.
 
     Parameters
@@ -236,15 +319,17 @@ def mwem(data: PrivateData, W: Matrix, noise: NoiseModel, rng: np.random.Generat
         Laplace(1/(total_share·ε))`` (Total sensitivity 1), clipped below at
         1 record (post-processing) so the multiplicative weights stay defined.
     average : bool
-        ``True`` (default): return the average of the iterates
-        ``A_1, ..., A_T`` (Algorithm 1's output averages the iterates; see
-        Notes for the index convention).  ``False``: the final iterate ``A_T``.
+        ``False`` (default, as DPComp's ``mwemND_engine``): return the final
+        iterate ``A_T``.  ``True``: the average of the iterates
+        ``A_1, ..., A_T`` (Algorithm 1's output; see Notes for the index
+        convention).
     updates_per_round : int
-        Multiplicative-weights passes per round.  ``1`` (default) is
-        Algorithm 1: one update, with the new measurement.  ``k > 1`` adds
-        ``k − 1`` passes over *all* measurements taken so far, in the order
-        taken -- the paper's practical improvement of reusing past
-        measurements (post-processing: no extra ε).
+        Multiplicative-weights passes per round.  ``1`` is Algorithm 1: one
+        update, with the new measurement.  ``k > 1`` runs ``k`` passes over
+        *all* measurements taken so far, in the order taken -- the paper's
+        practical improvement of reusing past measurements, as DPComp's
+        ``mwemND_engine`` does with ``updateround = 100`` (the default,
+        :data:`DEFAULT_UPDATES_PER_ROUND`).  Post-processing: no extra ε.
 
     Returns
     -------
@@ -310,6 +395,8 @@ def mwem(data: PrivateData, W: Matrix, noise: NoiseModel, rng: np.random.Generat
     acc = np.zeros(n)
     selected: list[int] = []
     history: list[tuple[np.ndarray, float]] = []
+    Q = np.zeros((T, n))  # measured queries, one row per round (public)
+    answers = np.zeros(T)
     for t in range(T):
         eps_sel, eps_meas = rounds[2 * t], rounds[2 * t + 1]
         WA = W.matvec(A)  # public: answers of the synthetic data
@@ -325,10 +412,11 @@ def mwem(data: PrivateData, W: Matrix, noise: NoiseModel, rng: np.random.Generat
                                           label=f"mwem round {t + 1}/{T}: measure query {i}")[0])
         selected.append(i)
         history.append((q, m_i))
-        logA = _mw_update(logA, q, m_i, N)
-        for _ in range(updates_per_round - 1):
-            for qs, ms in history:
-                logA = _mw_update(logA, qs, ms, N)
+        Q[t], answers[t] = q, m_i
+        if updates_per_round == 1:  # Algorithm 1: one update with the new measurement
+            logA = _mw_passes(logA, Q[t:t + 1], answers[t:t + 1], N, 1)
+        else:  # passes over all measurements so far (DPComp's updateround)
+            logA = _mw_passes(logA, Q[:t + 1], answers[:t + 1], N, updates_per_round)
         A = _distribution(logA, N)
         acc += A
 
@@ -355,8 +443,8 @@ if "mwem" not in registry.REGISTRY:
         "mwem", "MWEM", None,
         "Exponential mechanism picks the worst-answered query, Laplace measures it, "
         "multiplicative weights update a synthetic histogram.",
-        "Hardt, Ligett, McSherry, NeurIPS 2012, Algorithm 1",
-        params={"T": 10, "total": None, "total_share": DEFAULT_TOTAL_SHARE, "average": True,
-                "updates_per_round": 1},
+        "Hardt, Ligett, McSherry, NeurIPS 2012, Algorithm 1 (updates as DPComp's mwemND_engine)",
+        params={"T": 10, "total": None, "total_share": DEFAULT_TOTAL_SHARE, "average": False,
+                "updates_per_round": DEFAULT_UPDATES_PER_ROUND},
         data_dependent=True, runner=_runner,
     ))

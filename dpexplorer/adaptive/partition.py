@@ -177,10 +177,12 @@ def candidate_costs(x, epsilon2: float, candidates: str = "pow2"):
         Data vector (counts).
     epsilon2 : float
         Budget of DAWA's second stage; each bucket costs ``1/ε₂`` of noise.
-    candidates : {"pow2", "all"}
+    candidates : {"pow2", "dyadic", "all"}
         ``pow2``: intervals whose length is a power of two, at every start
-        (``Σ_L (n − L + 1)`` buckets, O(n log² n)); ``all``: every interval
-        (``n(n+1)/2`` buckets, O(n² log n)).
+        (``Σ_L (n − L + 1)`` buckets, O(n log² n)); ``dyadic``: those whose
+        start is a multiple of their length (the nodes of a binary tree,
+        fewer than ``2n``); ``all``: every interval (``n(n+1)/2`` buckets,
+        O(n² log n)).
 
     Returns
     -------
@@ -198,17 +200,20 @@ def candidate_costs(x, epsilon2: float, candidates: str = "pow2"):
     if not (np.isfinite(epsilon2) and epsilon2 > 0):
         raise ValueError(f"epsilon2 must be a positive number, got {epsilon2}")
     rank, sorted_vals = _ranks(x)
-    if candidates == "pow2":
+    if candidates in ("pow2", "dyadic"):
         lengths = []
         L = 1
         while L <= x.size:
             lengths.append(L)
             L *= 2
         lo, hi, dev = _window_devs(x, rank, sorted_vals, np.array(lengths, dtype=np.int64))
+        if candidates == "dyadic":  # aligned: start a multiple of the length
+            keep = lo % (hi - lo + 1) == 0
+            lo, hi, dev = lo[keep], hi[keep], dev[keep]
     elif candidates == "all":
         lo, hi, dev = _all_interval_devs(x, rank, sorted_vals)
     else:
-        raise ValueError(f"candidates must be 'pow2' or 'all', got {candidates!r}")
+        raise ValueError(f"candidates must be 'pow2', 'dyadic' or 'all', got {candidates!r}")
     return lo, hi, dev + 1.0 / epsilon2
 
 

@@ -57,6 +57,12 @@ class Mechanism:
         passes on to the kernel: a seeded ``numpy.random.Generator``
         (simulation) or :data:`dpexplorer.privacy.OS_CSPRNG` (release).  Run
         any mechanism with :func:`dpexplorer.mechanism.run`.
+    private : bool
+        Whether the mechanism is differentially private as registered
+        (default ``True``).  ``False`` marks a variant kept only for study
+        (e.g. ``dawa_as_published``, the authors' partition noise, which an
+        audit shows is not ε₁-DP): :func:`dpexplorer.release` refuses it;
+        simulations, comparisons and :func:`dpexplorer.audit.audit` may run it.
     """
 
     name: str
@@ -67,6 +73,7 @@ class Mechanism:
     params: dict = field(default_factory=dict)
     data_dependent: bool = False
     runner: Callable[..., Estimate] | None = None
+    private: bool = True
 
     def strategy(self, W: Matrix, noise: NoiseModel, **params) -> Matrix:
         """Build the strategy for ``W`` with the defaults overridden by ``params``.
@@ -141,6 +148,8 @@ def get(name: str) -> Mechanism:
         raise KeyError(f"no mechanism named {name!r}; registered: {sorted(REGISTRY)}") from None
 
 
-def names(data_dependent: bool | None = None) -> list[str]:
-    """Registered names, optionally only the data-(in)dependent ones."""
-    return [k for k, m in REGISTRY.items() if data_dependent is None or m.data_dependent == data_dependent]
+def names(data_dependent: bool | None = None, private: bool | None = None) -> list[str]:
+    """Registered names, optionally only the data-(in)dependent ones and/or only the (non-)private ones."""
+    return [k for k, m in REGISTRY.items()
+            if (data_dependent is None or m.data_dependent == data_dependent)
+            and (private is None or m.private == private)]

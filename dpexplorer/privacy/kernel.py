@@ -333,9 +333,16 @@ class PrivateData(_Boundary):
 
         The noisy costs never leave this method; only what ``select_fn`` makes
         of them (e.g. the least-cost partition) does.  The caller states the
-        theorem that makes this ``epsilon``-DP for its scales: DAWA's private
-        partition (Li et al. PVLDB 2014, Alg. 1, Thm 2, and the Remark after
-        it for per-bucket scales; see :func:`dpexplorer.adaptive.dawa.noise_scales`).
+        theorem that makes this ``epsilon``-DP for its scales and passes the
+        scales itself.  DAWA's private partition (Li et al. PVLDB 2014, Alg. 1,
+        Thm 2) passes, by default, the per-bucket scales of the Remark after
+        Thm 2, ``(Δbcost + Δ_b)/ε₁`` with ``Δbcost = 2`` and ``Δ_b = 2 − 2/L``
+        for a bucket of length ``L`` (so ``2/ε₁`` for a single cell up to
+        ``4/ε₁``); Alg. 1's uniform ``2·Δbcost/ε₁ = 4/ε₁`` is its
+        ``refined=False`` option (:func:`dpexplorer.adaptive.dawa.noise_scales`).
+        This method checks only that the scales are positive: the guarantee
+        is the caller's theorem, and an audit
+        (:func:`dpexplorer.audit.audit`) is how a wrong one is caught.
         Noise with different scales is drawn as ``scale_i · (c_i/scale_i +
         Laplace(1))``: one vetted draw of unit-scale noise in release mode.
 

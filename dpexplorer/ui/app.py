@@ -40,6 +40,7 @@ PAGES = [
     ("Data & DAWA", "dpexplorer.ui.data_view", "DataView"),
     ("Release", "dpexplorer.ui.release_view", "ReleaseView"),
     ("Sum queries", "dpexplorer.ui.sums_view", "SumsView"),
+    ("Audit", "dpexplorer.ui.audit_view", "AuditView"),
     ("Learn", "dpexplorer.ui.learn", "LearnView"),
 ]
 

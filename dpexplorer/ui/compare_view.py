@@ -537,7 +537,7 @@ class ComparePage(pn.viewable.Viewer):
                 self._set(busy=False, status="")
                 self._fail(_message(exc))
                 return False
-            key = (W, noise.norm, tuple(dpx.registry.names()))
+            key = (W, noise.norm, tuple(dpx.registry.names(private=True)))
             base = self._bases.get(key)
             if base is None:
                 if self._pending != key:

@@ -674,7 +674,7 @@ benchmark data treated as public (as in DPBench): mean absolute error over
 All Range queries, over seeded runs with a throwaway ledger; nothing is spent
 from the session.  DAWA is ε-DP, so every mechanism here uses Laplace noise
 at the sidebar's ε.  The bucket penalty is an engine option (0 = DAWA's
-Alg. 1 as published; larger values give fewer buckets)."""
+Alg. 1 as printed in the paper; larger values give fewer buckets)."""
 
     inputs = ("pair", "n", "trials", "penalty")
     session_inputs = ("epsilon", "seed", "dpbench_dir")

@@ -171,14 +171,14 @@ class Simulation:
 
 def _mechanism_options() -> dict[str, str]:
     return {f"{m.label} ({name}){' — data-dependent' if m.data_dependent else ''}": name
-            for name, m in registry.REGISTRY.items()}
+            for name, m in registry.REGISTRY.items() if m.private}  # study variants never release
 
 
 # ==================================================================== view
 class ReleaseView(param.Parameterized):
     """The "Release" page around one :class:`~dpexplorer.ui.session.Session`."""
 
-    mechanism = param.Selector(default="hb", objects=list(registry.REGISTRY), doc="""
+    mechanism = param.Selector(default="hb", objects=registry.names(private=True), doc="""
         Registered mechanism to release with (data-dependent ones run through mechanism.run).""")
     trials = param.Integer(default=50, bounds=(0, 2000), doc="""
         Trials of the simulation (0: none).  Run on the data outside the session ledger.""")
@@ -199,7 +199,7 @@ class ReleaseView(param.Parameterized):
         self._layout = None
         self._ledger_hooks: list = []
         self.gate = ShownGate()  # redraws wait while the page's tab is hidden (ExplorerApp)
-        type(self).param.mechanism.objects = list(registry.REGISTRY)  # mechanisms registered later
+        type(self).param.mechanism.objects = registry.names(private=True)  # registered later too
         super().__init__(**params)
         # refresh when other pages spend too
         self.session.param.watch(lambda *_: self._ledger_refreshed(), ["ledger_version", "dataset"])

@@ -1,0 +1,883 @@
+"""Audit a privacy claim: a statistically valid lower bound on ε from simulated runs.
+
+:func:`audit` runs a mechanism many times on two neighbouring data vectors
+``x₀`` and ``x₁`` (one record added or removed) and returns a lower bound on
+the ε it really has, at a stated confidence.  A mechanism that is (ε, δ)-DP
+satisfies, for every set of outputs ``E`` and both orders of the pair,
+
+    P[M(x₀) ∈ E] ≤ e^ε · P[M(x₁) ∈ E] + δ,
+
+so estimating the two probabilities of one event gives
+``ε ≥ ln((P₀(E) − δ)/P₁(E))``.  With one-sided Clopper–Pearson bounds
+(``p₀ ≥ p₀_lo``, ``p₁ ≤ p₁_hi``, each at level ``1 − α/2``, jointly at
+``1 − α`` by the union bound)
+
+    ε_lb = ln((p₀_lo − δ)/p₁_hi)
+
+is a lower bound that holds with probability at least ``1 − α`` (Jagielski,
+Ullman & Oprea, "Auditing differentially private machine learning", NeurIPS
+2020, Sec. 3; Nasr, Song, Thakurta, Papernot & Carlini, "Adversary
+instantiation: lower bounds for differentially private machine learning",
+IEEE S&P 2021, Sec. 3 and their (ε, δ) form).  If it exceeds the claimed ε,
+the claim is refuted at that confidence.
+
+**Events.**  The outputs are reduced to one number by a *statistic* (the
+projection ``⟨x̂, x₁ − x₀⟩`` of the estimate by default; the number of DAWA
+buckets; the size of the bucket holding the changed cell; any numeric entry
+of the run's public ``info``; or a function) and the events are thresholds on
+it, ``{s ≥ t}`` or ``{s ≤ t}``.  As in Ding, Wang, Wang, Zhang & Kifer,
+"Detecting violations of differential privacy" (CCS 2018, Sec. 4), the event
+is chosen on a first batch of runs (every threshold, both directions, both
+orders of the pair; the one with the largest bound on that batch) and then
+**fixed** before a second, independent batch on which the bound is computed --
+so choosing the event costs no confidence.  An event can also be given
+(:class:`Event`, or a function of the output returning a bool).
+
+**Runs.**  Every run is a simulation: a fresh
+:class:`~dpexplorer.privacy.PrivateData` and a ``numpy.random.Generator``
+seeded from ``SeedSequence([seed, tag, batch, side, chunk])``.  The
+simulation samplers draw the same distributions as the release samplers
+(:mod:`dpexplorer.privacy.samplers`, tested with KS / χ² tests), so the bound
+is a bound for releases too.  Chunks of runs go through the parallel
+machinery of :func:`dpexplorer.evaluate.evaluate` (inline, local processes,
+or a Dask ``client``); results depend on ``seed`` and ``chunk`` only, not on
+the number of workers.  Progress: a tqdm bar, or ``callback(done, total)``.
+
+Example::
+
+    import dpexplorer as dpx
+    r = dpx.audit.audit("identity", [0, 0], [1, 0], epsilon=1.0, runs=20_000, seed=0)
+    r.epsilon_lb, r.claim, r.event, r.p0, r.p1      # bound, claim, event, intervals
+    r.violated                                       # True iff epsilon_lb > claim
+
+An audit can only refute a claim, never prove one: a bound below the claim
+says the simulation found no violation on that pair of inputs.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import scipy.stats
+
+from . import evaluate as _evaluate
+from . import mechanism as _mechanism
+from .core import registry
+from .privacy import PrivateData
+from .privacy.kernel import validate_counts
+from .privacy.noise import Gaussian, Laplace, NoiseModel
+from .queries import workloads as _workloads
+from .queries.matrix import Matrix, as_matrix
+
+__all__ = ["audit", "AuditResult", "AuditCase", "Event", "cases", "clopper_pearson",
+           "epsilon_lower_bound", "select_event", "STATISTICS", "CASE_DELTA", "DEFAULT_RUNS",
+           "DEFAULT_CONFIDENCE", "DEFAULT_CHUNK"]
+
+#: Runs per data vector in the second (bound) batch.
+DEFAULT_RUNS = 10_000
+#: Confidence of the lower bound (1 − α).
+DEFAULT_CONFIDENCE = 0.95
+#: Runs per chunk (one task of the parallel machinery; one Generator per chunk).
+DEFAULT_CHUNK = 500
+#: Mixed into every seed of an audit.
+AUDIT_SEED_TAG = 0xA0D17
+#: Most thresholds tried when choosing the event (quantiles of the first batch beyond that).
+MAX_THRESHOLDS = 2000
+
+#: Named statistics (what :func:`audit` accepts as ``statistic``, besides a function).
+STATISTICS = {
+    "auto": ("strategy_projection for a strategy's estimate, projection for other estimates and "
+             "arrays, the value itself for numbers"),
+    "projection": "⟨x̂, x₁ − x₀⟩: the estimate projected on the difference of the pair",
+    "strategy_projection": ("⟨A(x₁ − x₀), A x̂⟩ with A = info['strategy']: the fitted strategy "
+                            "answers weighted by how the pair moves them (the likelihood ratio "
+                            "of Gaussian noise)"),
+    "bucket_size": "size of the DAWA bucket holding the first cell where x₀ and x₁ differ",
+    "buckets": "number of DAWA buckets (info['buckets'])",
+    "info:<key>": "a numeric entry of the run's public info (None counts as −∞)",
+}
+
+
+# ================================================================ statistics
+def clopper_pearson(k, n, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """Two-sided Clopper–Pearson interval of a binomial proportion (Clopper & Pearson 1934).
+
+    Each end is a one-sided bound at level ``1 − α/2`` (``α = 1 − confidence``):
+    ``lo = Beta⁻¹(α/2; k, n − k + 1)`` (0 when ``k = 0``) and
+    ``hi = Beta⁻¹(1 − α/2; k + 1, n − k)`` (1 when ``k = n``).
+
+    Parameters
+    ----------
+    k : int or array of int
+        Successes (events observed), ``0 ≤ k ≤ n``.
+    n : int
+        Trials (runs).
+    confidence : float
+        In (0, 1).
+
+    Returns
+    -------
+    lo, hi : ndarray
+        Same shape as ``k``.
+    """
+    k = np.asarray(k, dtype=float)
+    a = 1.0 - float(confidence)
+    with np.errstate(invalid="ignore"):
+        lo = np.where(k > 0, scipy.stats.beta.ppf(a / 2, np.maximum(k, 1e-300), n - k + 1), 0.0)
+        hi = np.where(k < n, scipy.stats.beta.ppf(1 - a / 2, k + 1, np.maximum(n - k, 1e-300)), 1.0)
+    return lo, hi
+
+
+def epsilon_lower_bound(p_num_lo, p_den_hi, delta: float = 0.0) -> np.ndarray:
+    """``max(0, ln((p_num_lo − δ)/p_den_hi))``: the ε an (ε, δ) claim needs (0 if no evidence).
+
+    From ``P_num(E) ≤ e^ε P_den(E) + δ`` (Jagielski et al. 2020; Nasr et al.
+    2021) with a lower bound on the larger probability and an upper bound on
+    the smaller one.
+    """
+    num = np.asarray(p_num_lo, dtype=float) - float(delta)
+    den = np.asarray(p_den_hi, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where((num > 0) & (den > 0), np.log(np.maximum(num, 1e-300) / np.maximum(den, 1e-300)),
+                       0.0)
+    return np.maximum(out, 0.0)
+
+
+# ==================================================================== events
+@dataclass(frozen=True)
+class Event:
+    """A threshold event on the statistic: ``{s ≥ threshold}`` or ``{s ≤ threshold}``.
+
+    Attributes
+    ----------
+    op : {">=", "<="}
+    threshold : float
+    numerator : {0, 1} or None
+        The data vector (``x₀`` or ``x₁``) under which the event is claimed to
+        be more likely: the bound is ``ln((P_num − δ)/P_other)``.  ``None``
+        (a given event): both orders are bounded, each at confidence
+        ``1 − α/2``, and the larger is reported.
+    """
+
+    op: str
+    threshold: float
+    numerator: int | None = None
+
+    def __post_init__(self):
+        if self.op not in (">=", "<="):
+            raise ValueError(f"an event's op must be '>=' or '<=', got {self.op!r}")
+        if not isinstance(self.threshold, int | float | np.number) or math.isnan(float(self.threshold)):
+            raise ValueError(f"an event's threshold must be a number, got {self.threshold!r}")
+        if self.numerator not in (None, 0, 1):
+            raise ValueError(f"numerator must be 0, 1 or None, got {self.numerator!r}")
+
+    def contains(self, values) -> np.ndarray:
+        """Whether each statistic value is in the event (bool array)."""
+        v = np.asarray(values, dtype=float)
+        return v >= self.threshold if self.op == ">=" else v <= self.threshold
+
+    @property
+    def label(self) -> str:
+        return f"s {'≥' if self.op == '>=' else '≤'} {self.threshold:g}"
+
+
+def select_event(v0, v1, confidence: float, delta: float = 0.0,
+                 max_thresholds: int = MAX_THRESHOLDS) -> tuple[Event, float]:
+    """The threshold event with the largest ε lower bound on a (first) batch of statistic values.
+
+    Tries ``{s ≥ t}`` and ``{s ≤ t}`` for every distinct value ``t`` of the
+    pooled batch (at most ``max_thresholds`` quantiles), with either data
+    vector as the numerator, and scores each by :func:`epsilon_lower_bound`
+    of its Clopper–Pearson bounds at ``confidence``; ties (e.g. all 0) go to
+    the largest smoothed log-ratio ``ln((k_num + ½)/(k_den + ½))``.
+
+    Parameters
+    ----------
+    v0, v1 : array_like of float
+        The statistic on runs with ``x₀`` and with ``x₁``.
+    confidence, delta : float
+        As :func:`audit`.
+    max_thresholds : int
+
+    Returns
+    -------
+    (Event, float)
+        The event (with its numerator) and its score on this batch.
+    """
+    a = np.sort(np.asarray(v0, dtype=float))
+    b = np.sort(np.asarray(v1, dtype=float))
+    pooled = np.unique(np.concatenate([a, b]))
+    if pooled.size > max_thresholds:
+        pooled = np.unique(np.quantile(pooled, np.linspace(0, 1, max_thresholds)))
+    counts = {}
+    for name, s in (("a", a), ("b", b)):
+        counts[(name, ">=")] = s.size - np.searchsorted(s, pooled, side="left")
+        counts[(name, "<=")] = np.searchsorted(s, pooled, side="right")
+    best = None
+    for op in (">=", "<="):
+        ka, kb = counts[("a", op)], counts[("b", op)]
+        lo_a, hi_a = clopper_pearson(ka, a.size, confidence)
+        lo_b, hi_b = clopper_pearson(kb, b.size, confidence)
+        for num, (lo_n, hi_d, kn, nn, kd, nd) in enumerate(
+                [(lo_a, hi_b, ka, a.size, kb, b.size), (lo_b, hi_a, kb, b.size, ka, a.size)]):
+            score = epsilon_lower_bound(lo_n, hi_d, delta)
+            smooth = np.log((kn + 0.5) / (nn + 1.0)) - np.log((kd + 0.5) / (nd + 1.0))
+            i = int(np.lexsort((smooth, score))[-1])
+            key = (float(score[i]), float(smooth[i]))
+            if best is None or key > best[0]:
+                best = (key, Event(op, float(pooled[i]), num))
+    return best[1], best[0][0]
+
+
+# ==================================================================== result
+@dataclass
+class AuditResult:
+    """What :func:`audit` found.
+
+    Attributes
+    ----------
+    mechanism : str
+        Registry name, or the function's name.
+    epsilon, delta : float
+        The privacy parameters the mechanism ran with.
+    claim : float
+        The ε claimed for the audited output (``epsilon`` unless a part of
+        the output with its own guarantee was audited, e.g. DAWA's partition).
+    epsilon_lb : float
+        Lower bound on the mechanism's ε (≥ 0), valid with probability ``confidence``.
+    confidence : float
+        1 − α.
+    statistic : str
+        What was thresholded.
+    event : Event
+        The event of the bound (chosen on the first batch unless given).
+    k0, k1 : int
+        Runs of the second batch inside the event, with ``x₀`` and ``x₁``.
+    runs : int
+        Runs per data vector in the second batch (the bound's sample).
+    selection_runs : int
+        Runs per data vector in the first batch (0 for a given event).
+    p0, p1 : tuple of float
+        ``(estimate, lo, hi)``: the event's probability under ``x₀`` and
+        ``x₁`` with its Clopper–Pearson interval at ``confidence`` (each end
+        a one-sided bound at ``1 − α/2``; for a given event without a
+        numerator, at ``1 − α/2`` and ``1 − α/4``, since both orders are bounded).
+    seconds : float
+        Wall-clock time of the audit.
+    seed : int
+        Seed of all the runs (simulation mode).
+    x0, x1 : ndarray
+        The neighbouring pair.
+    values0, values1 : ndarray
+        The statistic on every run of the second batch (for the histograms).
+    selection_score : float
+        The chosen event's bound on the first batch (NaN for a given event).
+    ledger_epsilon : float
+        ε the privacy kernel recorded for one run (the mechanism's own accounting).
+    """
+
+    mechanism: str
+    epsilon: float
+    delta: float
+    claim: float
+    epsilon_lb: float
+    confidence: float
+    statistic: str
+    event: Event
+    k0: int
+    k1: int
+    runs: int
+    selection_runs: int
+    p0: tuple[float, float, float]
+    p1: tuple[float, float, float]
+    seconds: float
+    seed: int
+    x0: np.ndarray
+    x1: np.ndarray
+    values0: np.ndarray = field(repr=False)
+    values1: np.ndarray = field(repr=False)
+    selection_score: float = math.nan
+    ledger_epsilon: float = math.nan
+
+    @property
+    def violated(self) -> bool:
+        """Whether the audit refutes the claim: ``epsilon_lb > claim``."""
+        return self.epsilon_lb > self.claim
+
+    @property
+    def total_runs(self) -> int:
+        """Mechanism runs of the whole audit (both batches, both data vectors)."""
+        return 2 * (self.runs + self.selection_runs)
+
+    def summary(self) -> str:
+        """One paragraph: the bound against the claim, the event and its two intervals."""
+        verdict = ("VIOLATION: the claim is refuted" if self.violated
+                   else "no violation found (an audit cannot prove a claim)")
+        num = self.event.numerator
+        return (f"{self.mechanism}: audited ε ≥ {self.epsilon_lb:.4g} at {self.confidence:.4g} "
+                f"confidence vs claimed ε = {self.claim:g}"
+                + (f", δ = {self.delta:g}" if self.delta else "")
+                + f" — {verdict}. Event {self.event.label} on {self.statistic}"
+                + (f" (more likely under x{num})" if num is not None else "")
+                + f": P0 = {self.p0[0]:.4g} [{self.p0[1]:.4g}, {self.p0[2]:.4g}], "
+                f"P1 = {self.p1[0]:.4g} [{self.p1[1]:.4g}, {self.p1[2]:.4g}] over {self.runs:,} runs "
+                f"each (+{self.selection_runs:,} to choose the event); {self.seconds:.1f} s, seed {self.seed}.")
+
+    def histograms(self, bins: int = 40) -> pd.DataFrame:
+        """The statistic's distribution under ``x₀`` and ``x₁`` (second batch).
+
+        Returns
+        -------
+        DataFrame
+            Columns ``left``, ``right`` (bin edges; equal for a discrete
+            statistic with at most ``bins`` values, one bin per value),
+            ``count0``, ``count1``.  Values ±∞ are counted in the first/last bin.
+        """
+        v0, v1 = np.asarray(self.values0, float), np.asarray(self.values1, float)
+        both = np.concatenate([v0, v1])
+        finite = both[np.isfinite(both)]
+        if finite.size == 0:
+            finite = np.zeros(1)
+        uniq = np.unique(finite)
+        if uniq.size <= bins:
+            left = right = uniq
+            idx0 = np.searchsorted(uniq, np.clip(v0, uniq[0], uniq[-1]))
+            idx1 = np.searchsorted(uniq, np.clip(v1, uniq[0], uniq[-1]))
+            # values between distinct ones cannot happen (uniq holds every finite value)
+            c0 = np.bincount(idx0, minlength=uniq.size)
+            c1 = np.bincount(idx1, minlength=uniq.size)
+        else:
+            edges = np.linspace(finite.min(), finite.max(), bins + 1)
+            if edges[0] == edges[-1]:
+                edges = edges + np.linspace(-0.5, 0.5, bins + 1)
+            c0, _ = np.histogram(np.clip(v0, edges[0], edges[-1]), edges)
+            c1, _ = np.histogram(np.clip(v1, edges[0], edges[-1]), edges)
+            left, right = edges[:-1], edges[1:]
+        return pd.DataFrame({"left": left, "right": right, "count0": c0, "count1": c1})
+
+    def to_dict(self) -> dict:
+        """The figures of the audit as plain numbers (a table row)."""
+        return {"mechanism": self.mechanism, "epsilon": self.epsilon, "delta": self.delta,
+                "claim": self.claim, "epsilon_lb": self.epsilon_lb, "violated": self.violated,
+                "confidence": self.confidence, "statistic": self.statistic,
+                "event": self.event.label, "numerator": self.event.numerator,
+                "p0": self.p0[0], "p0_lo": self.p0[1], "p0_hi": self.p0[2],
+                "p1": self.p1[0], "p1_lo": self.p1[1], "p1_hi": self.p1[2],
+                "runs": self.runs, "selection_runs": self.selection_runs,
+                "total_runs": self.total_runs, "seconds": self.seconds, "seed": self.seed}
+
+
+# ============================================================== what one run does
+def _first_difference(x0: np.ndarray, x1: np.ndarray) -> int:
+    return int(np.flatnonzero(x0.ravel() != x1.ravel())[0])
+
+
+@dataclass(frozen=True)
+class _Statistic:
+    """A picklable statistic ``output -> float`` (named, or the user's function)."""
+
+    name: str
+    diff: np.ndarray
+    cell: int
+    fn: Callable | None = None
+
+    def resolved(self, out) -> str:
+        """The statistic's name for results: ``"auto"`` becomes what it means for ``out``."""
+        if self.name != "auto":
+            return self.name
+        if isinstance(out, registry.Estimate):
+            return "strategy_projection" if self._strategy(out) is not None else "projection"
+        if isinstance(out, np.ndarray) and out.size > 1:
+            return "projection"
+        return "output"
+
+    def _strategy(self, out):
+        """The estimate's strategy ``A`` over the cells (``info['strategy']``), or ``None``."""
+        A = getattr(out, "info", {}).get("strategy") if isinstance(out, registry.Estimate) else None
+        return A if isinstance(A, Matrix) and A.n == self.diff.size else None
+
+    def __call__(self, out) -> float:
+        if self.fn is not None:
+            return _number(self.fn(out), self.name)
+        name = self.resolved(out) if self.name == "auto" else self.name
+        if name == "output":
+            return _number(out, "the output (give statistic=...)")
+        if name == "strategy_projection":
+            A = self._strategy(out)
+            if A is None:
+                raise ValueError("statistic 'strategy_projection' needs an estimate with "
+                                 "info['strategy'] over the data's cells (a data-independent mechanism)")
+            return float(A.matvec(self.diff) @ A.matvec(np.asarray(out.x_hat, dtype=float).ravel()))
+        if name == "projection":
+            x_hat = out.x_hat if isinstance(out, registry.Estimate) else out
+            x_hat = np.asarray(x_hat, dtype=float).ravel()
+            if x_hat.size != self.diff.size:
+                raise ValueError(f"the output has {x_hat.size} values but the data {self.diff.size} "
+                                 "cells: give statistic=... for this mechanism")
+            return float(x_hat @ self.diff)
+        info = _info(out, name)
+        if name == "bucket_size":
+            part = info.get("partition")
+            if part is None:
+                raise ValueError("statistic 'bucket_size' needs a DAWA-style output with "
+                                 "info['partition']")
+            order = info.get("order")
+            pos = self.cell if order is None else int(np.flatnonzero(np.asarray(order) == self.cell)[0])
+            return float(part.sizes[part.bucket_of[pos]])
+        key = "buckets" if name == "buckets" else name[len("info:"):]
+        if key not in info:
+            raise ValueError(f"statistic {self.name!r}: the output's info has no {key!r} "
+                             f"(keys: {sorted(info)})")
+        return _number(info[key], f"info[{key!r}]")
+
+
+def _info(out, name: str) -> dict:
+    info = getattr(out, "info", None)
+    if not isinstance(info, dict):
+        raise ValueError(f"statistic {name!r} needs an output with an info dict (a registered "
+                         f"data-dependent mechanism), got {type(out).__name__}")
+    return info
+
+
+def _number(value, what: str) -> float:
+    if value is None:
+        return -math.inf
+    if isinstance(value, bool | np.bool_):
+        return float(value)
+    arr = np.asarray(value, dtype=float) if isinstance(value, int | float | np.ndarray | np.number) else None
+    if arr is None or arr.size != 1:
+        raise ValueError(f"{what} is not a single number (got {type(value).__name__}); give "
+                         "statistic=... (a function of the output returning a float)")
+    return float(arr.ravel()[0])
+
+
+@dataclass(frozen=True)
+class _Runner:
+    """One run: a registered mechanism (``W``, noise, params) or a function ``f(data, rng)``."""
+
+    name: str
+    fn: Callable | None
+    W: Matrix | None
+    noise: NoiseModel | None
+    params: dict
+    statistic: _Statistic
+    counts: bool
+
+    def output(self, x: np.ndarray, rng: np.random.Generator):
+        """One run's output and the ε its ledger recorded."""
+        data = PrivateData(x, counts=self.counts)
+        if self.fn is None:
+            out = _mechanism.run(self.name, data, self.W, self.noise, rng, **self.params)
+        else:
+            out = self.fn(data, rng)
+        return out, data.ledger.epsilon
+
+    def __call__(self, x: np.ndarray, rng: np.random.Generator) -> tuple[float, float]:
+        out, spent = self.output(x, rng)
+        return self.statistic(out), spent
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """One task: ``size`` runs on ``x_side`` of batch ``batch``."""
+
+    batch: int
+    side: int
+    index: int
+    size: int
+    seed: int
+    name: str
+
+    def context(self) -> str:
+        return (f"while auditing {self.name!r}: batch {self.batch}, runs on x{self.side}, "
+                f"chunk {self.index}")
+
+
+def _audit_chunk(chunk: _Chunk, runner: _Runner, x: np.ndarray) -> tuple[np.ndarray, float]:
+    """Run one chunk (a pure function of its arguments: shipped to processes or Dask)."""
+    from .core.registry import REGISTRY
+
+    if runner.fn is None and runner.name not in REGISTRY:
+        _evaluate._ensure_registered(runner.name, ())
+    rng = np.random.default_rng(np.random.SeedSequence(
+        [int(chunk.seed), AUDIT_SEED_TAG, chunk.batch, chunk.side, chunk.index]))
+    values = np.empty(chunk.size)
+    spent = math.nan
+    for i in range(chunk.size):
+        values[i], spent = runner(x, rng)
+    return values, spent
+
+
+def _batch(runner, x0, x1, runs, batch, seed, chunk, client, n_jobs, progress, callback,
+           done, total, name):
+    """The statistic on ``runs`` runs with each of ``x0`` and ``x1`` (one batch)."""
+    tasks = []
+    for side in (0, 1):
+        for i, start in enumerate(range(0, runs, chunk)):
+            tasks.append(_Chunk(batch, side, i, min(chunk, runs - start), seed, name))
+    xs = (x0, x1)
+    out = {0: [None] * len(tasks), 1: [None] * len(tasks)}
+    spent = math.nan
+    for task, (values, eps) in _evaluate._execute(
+            tasks, lambda t: (runner, xs[t.side]), client, n_jobs, progress, None, 1,
+            worker=_audit_chunk, keys=lambda t: (("audit-runner", id(runner)), ("audit-x", t.side)),
+            desc=f"audit {name} ({'choose event' if batch == 0 else 'bound'})", unit="run",
+            weight=lambda t: t.size):
+        out[task.side][task.index] = values
+        spent = eps if math.isnan(spent) else spent
+        done[0] += task.size
+        if callback is not None:
+            callback(done[0], total)
+    return (np.concatenate([v for v in out[0] if v is not None]),
+            np.concatenate([v for v in out[1] if v is not None]), spent)
+
+
+# ============================================================ standard cases
+@dataclass(frozen=True)
+class AuditCase:
+    """A neighbouring pair on which a mechanism's privacy is tightest, and how to audit it.
+
+    Attributes
+    ----------
+    x0, x1 : tuple of int
+        The pair (one record added in one cell).
+    W : Matrix
+        Workload the mechanism runs on.
+    statistic : str
+        What the events threshold (see :data:`STATISTICS`).
+    claim_share : float
+        The claim is ``claim_share·ε``: 1 for the whole output; the partition
+        stage's share for DAWA's partition alone (Thm 2: ε₁-DP).
+    delta : float
+        δ of the claim (Gaussian mechanisms).
+    params : dict
+        Parameters of the mechanism for the audit.
+    label : str
+        What is audited, in words.
+    why : str
+        Why this pair.
+    """
+
+    x0: tuple
+    x1: tuple
+    W: Matrix
+    statistic: str = "auto"
+    claim_share: float = 1.0
+    delta: float = 0.0
+    params: dict = field(default_factory=dict)
+    label: str = "the whole output"
+    why: str = ""
+
+    def run(self, mechanism: str, epsilon: float, **kwargs) -> AuditResult:
+        """:func:`audit` of ``mechanism`` at ``epsilon`` on this case (``kwargs`` passed on)."""
+        params = {**self.params, **kwargs.pop("params", {})}
+        return audit(mechanism, self.x0, self.x1, epsilon, self.delta, W=self.W,
+                     statistic=self.statistic, claim=self.claim_share * epsilon,
+                     params=params or None, **kwargs)
+
+
+#: Gaussian mechanisms are audited at this δ.
+CASE_DELTA = 1e-6
+
+_ONE_CELL = ("one record added to the cell whose column of the strategy has the largest norm "
+             "(the one that sets the sensitivity), on a tiny domain")
+_DAWA_PAIR = ((5, 5, 5, 5), (5, 6, 5, 5))
+_DAWA_WHY = ("the issue's pair: a flat histogram where one extra record changes the cost of every "
+             "candidate bucket holding cell 1, so the partition is as sensitive as it gets")
+
+
+def cases(name: str) -> list[AuditCase]:
+    """The standard audit cases of a registered mechanism (the first is the default).
+
+    Built once per name (a data-independent mechanism's strategy is built to
+    choose the pair).
+
+    Hand-picked neighbouring pairs where the mechanism's privacy is tightest:
+    a single-cell change on a tiny domain (data-independent strategies, whose
+    columns all have the same norm), DAWA's flat histogram where one record
+    changes every candidate bucket over that cell (also audited for the
+    partition alone against ε₁), a count at the threshold of the sparse
+    vector (sum queries, in the tests), and so on.  Gaussian mechanisms use
+    δ = :data:`CASE_DELTA`.
+
+    Raises
+    ------
+    KeyError
+        For an unregistered name.
+    """
+    registry.get(name)  # KeyError for an unknown name
+    return list(_cases(name))
+
+
+@functools.lru_cache(maxsize=None)
+def _cases(name: str) -> tuple[AuditCase, ...]:
+    mech = registry.get(name)
+    ranges4 = _workloads.all_range(4)
+    marg = _workloads.marginals((2, 2), [1])
+    if mech.data_dependent:
+        if "ratio" in mech.params:  # DAWA and its Partition+X variants
+            share = float(mech.params["ratio"])
+            return (AuditCase(*_DAWA_PAIR, ranges4, why=_DAWA_WHY),
+                    AuditCase(*_DAWA_PAIR, ranges4, statistic="buckets", claim_share=share,
+                              label="the partition alone (claim ε₁ = ratio·ε, Thm 2)",
+                              why=_DAWA_WHY))
+        if name == "mwem":
+            return (AuditCase((2, 0, 0, 0), (2, 1, 0, 0), ranges4, params={"T": 2},
+                              why="two rounds (each round's two steps then spend the most ε), "
+                                  "one record next to a small count"),)
+        if name == "efpa":
+            share = float(mech.params.get("selection_share", 0.5))
+            return (AuditCase(*_DAWA_PAIR, ranges4, why="a flat histogram: one record changes every "
+                              "Fourier coefficient"),
+                    AuditCase(*_DAWA_PAIR, ranges4, statistic="info:k", claim_share=share,
+                              label="the number of coefficients alone (claim ε₁ = share·ε)",
+                              why="the exponential mechanism's choice on a flat histogram"))
+        return (AuditCase((0, 0, 0, 0), (1, 0, 0, 0), ranges4,
+                          why="one record on a tiny domain: the noisy total moves by one"),)
+    gaussian_only = name in ("eigen_design", "residual_planner")
+    if name in ("datacube", "fourier", "opt_m", "residual_planner"):
+        W = marg  # marginal workloads
+    else:
+        W = ranges4 if name not in ("hb", "h2", "wavelet", "greedy_h") else _workloads.all_range(8)
+    delta = CASE_DELTA if gaussian_only else 0.0
+    noise = Gaussian(1.0, CASE_DELTA) if gaussian_only else Laplace(1.0)
+    A = mech.strategy(W, noise, **mech.params)  # public: the pair is chosen from the strategy
+    cell = int(np.argmax(np.round(A.column_norms(noise.norm), 12)))
+    x0 = (0,) * W.n
+    x1 = tuple(int(i == cell) for i in range(W.n))
+    return (AuditCase(x0, x1, W, delta=delta, why=_ONE_CELL),)
+
+
+# ===================================================================== audit
+def _vector(x, name: str, counts: bool) -> np.ndarray:
+    if counts:
+        return validate_counts(x, name)
+    arr = np.asarray(x, dtype=float)
+    if arr.size == 0 or not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be a non-empty vector of finite numbers")
+    return arr
+
+
+def _positive_int(value, what: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
+          statistic="auto", event="auto", runs: int = DEFAULT_RUNS,
+          selection_runs: int | None = None, confidence: float = DEFAULT_CONFIDENCE,
+          seed: int = 0, claim: float | None = None, client=None, n_jobs: int | None = None,
+          params: dict | None = None, progress: bool = True,
+          callback: Callable[[int, int], None] | None = None, chunk: int = DEFAULT_CHUNK,
+          counts: bool = True) -> AuditResult:
+    """Audit a mechanism's privacy claim on a neighbouring pair: a lower bound on its ε.
+
+    Parameters
+    ----------
+    mechanism : str or callable
+        A registered name (run with ``Laplace(epsilon)``, or
+        ``Gaussian(epsilon, delta)`` when ``delta > 0``, on workload ``W``),
+        or a function ``f(data, rng) -> output`` whose noisy steps all go
+        through the privacy kernel (``data`` is a
+        :class:`~dpexplorer.privacy.PrivateData`, ``rng`` a seeded Generator);
+        with local processes it must be picklable (a module-level function).
+    x0, x1 : array_like, shape (n,)
+        Neighbouring data vectors: counts that differ by one record in one
+        cell (add/remove-one-record, the neighbouring relation of every
+        mechanism here).
+    epsilon : float
+        ε the mechanism runs with (> 0); the claim unless ``claim`` is given.
+    delta : float
+        δ of the claim (0 for pure ε-DP; ``0 < δ < 1`` selects Gaussian noise
+        for a registered mechanism, with the analytic calibration).
+    W : Matrix, shape (m, n), optional
+        Workload of a registered mechanism (default: all ranges over ``n``
+        cells).
+    statistic : str or callable
+        What the events threshold: ``"auto"``, ``"projection"``,
+        ``"bucket_size"``, ``"buckets"``, ``"info:<key>"`` (see
+        :data:`STATISTICS`) or a function ``output -> float``.
+    event : "auto", Event, or callable
+        ``"auto"``: chosen on a first batch of ``selection_runs`` runs per
+        data vector and then fixed (see the module docstring).  An
+        :class:`Event` on the statistic, or a function ``output -> bool``
+        (the set of outputs), skips the first batch.
+    runs : int
+        Runs per data vector in the batch the bound is computed on.
+    selection_runs : int, optional
+        Runs per data vector of the first batch (default ``runs // 4``, at least 100).
+    confidence : float
+        Confidence ``1 − α`` of the bound, in (0, 1).  To keep a suite of
+        ``K`` audits of private mechanisms under a false-alarm rate ``r``, use
+        ``α ≤ r/K`` (union bound).
+    seed : int
+        Base seed of every run (≥ 0); recorded in the result.
+    claim : float, optional
+        The ε claimed for the audited output (default ``epsilon``).  Give the
+        guarantee of the part the statistic reads when it has its own: e.g.
+        DAWA's partition (``statistic="buckets"`` or ``"bucket_size"``) is
+        ε₁-DP with ``ε₁ = ratio·ε`` (Li et al. 2014, Thm 2).
+    client : dask.distributed.Client, optional
+        Run the chunks on a Dask cluster.
+    n_jobs : int, optional
+        Local worker processes (default ``os.cpu_count()``; 1 runs inline).
+    params : dict, optional
+        Parameters of the registered mechanism.
+    progress : bool
+        Show a tqdm bar over the runs.
+    callback : callable, optional
+        ``callback(done, total)`` after every chunk (runs done so far, in
+        both batches); raising from it stops the audit.
+    chunk : int
+        Runs per task (one Generator per task).
+    counts : bool
+        ``x0``, ``x1`` hold counts (default); ``False`` allows real weights.
+
+    Returns
+    -------
+    AuditResult
+
+    Raises
+    ------
+    ValueError
+        If ``x0`` and ``x1`` are not neighbours (shapes differ, or they do not
+        differ by exactly 1 in exactly one cell), ε, δ, the claim, the runs or
+        the confidence are out of range, the statistic is unknown or does not
+        apply to the output, or the mechanism is unknown.
+    TypeError
+        If ``mechanism`` is neither a name nor a callable.
+    NotApplicableError
+        If the registered mechanism cannot run on ``W`` with this noise.
+    RuntimeError
+        If the kernel recorded, for a registered mechanism, another ε than ``epsilon``.
+
+    References
+    ----------
+    Ding, Wang, Wang, Zhang, Kifer. Detecting violations of differential
+    privacy. CCS 2018.  Jagielski, Ullman, Oprea. Auditing differentially
+    private machine learning: how private is private SGD? NeurIPS 2020.
+    Nasr, Song, Thakurta, Papernot, Carlini. Adversary instantiation: lower
+    bounds for differentially private machine learning. IEEE S&P 2021.
+    Clopper, Pearson. The use of confidence or fiducial limits illustrated in
+    the case of the binomial. Biometrika 1934.
+    """
+    t0 = time.perf_counter()
+    x0 = _vector(x0, "x0", counts)
+    x1 = _vector(x1, "x1", counts)
+    if x0.shape != x1.shape:
+        raise ValueError(f"x0 and x1 must have the same shape, got {x0.shape} and {x1.shape}")
+    diff = (x1 - x0).ravel()
+    changed = np.flatnonzero(diff)
+    if changed.size != 1 or abs(diff[changed[0]]) != 1:
+        raise ValueError("x0 and x1 must be neighbours: differ by exactly one record (±1) in exactly "
+                         f"one cell; they differ in {changed.size} cell(s)"
+                         + (f" by {diff[changed].tolist()}" if 0 < changed.size <= 5 else ""))
+    try:
+        epsilon = float(epsilon)
+        delta = float(delta)
+    except (TypeError, ValueError):
+        raise ValueError(f"epsilon and delta must be numbers, got {epsilon!r}, {delta!r}") from None
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")
+    if not 0.0 <= delta < 1.0:
+        raise ValueError(f"delta must be in [0, 1), got {delta!r}")
+    claim = epsilon if claim is None else claim
+    if not (isinstance(claim, int | float | np.number) and math.isfinite(claim) and claim > 0):
+        raise ValueError(f"the claimed ε must be a positive finite number, got {claim!r}")
+    if not (isinstance(confidence, float | int) and 0 < confidence < 1):
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    runs = _positive_int(runs, "runs")
+    if selection_runs is None:
+        selection_runs = max(100, runs // 4)
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    chunk = _positive_int(chunk, "chunk")
+    n_jobs = _positive_int((os.cpu_count() or 1) if n_jobs is None else n_jobs, "n_jobs")
+
+    # ---- the statistic and the event
+    given_event = None
+    if isinstance(event, Event):
+        given_event = event
+    elif callable(event):
+        statistic, given_event = event, Event(">=", 0.5)  # the indicator of the set
+    elif event != "auto":
+        raise ValueError(f"event must be 'auto', an Event or a function output -> bool, got {event!r}")
+    if callable(statistic):
+        stat_name = getattr(statistic, "__name__", type(statistic).__name__)
+        stat = _Statistic(stat_name, diff, int(changed[0]), statistic)
+    elif isinstance(statistic, str) and (statistic in STATISTICS or statistic.startswith("info:")) \
+            and statistic != "info:<key>":
+        stat_name = statistic
+        stat = _Statistic(statistic, diff, int(changed[0]))
+    else:
+        raise ValueError(f"unknown statistic {statistic!r}; use one of {sorted(STATISTICS)} "
+                         "(info:<key> with a key of the run's info) or a function output -> float")
+
+    # ---- what one run does
+    if isinstance(mechanism, str):
+        mech = registry.get(mechanism)  # KeyError with the registered names
+        noise = Gaussian(epsilon, delta) if delta > 0 else Laplace(epsilon)
+        if W is None:
+            if x0.ndim != 1:
+                raise ValueError(f"give W for data of shape {x0.shape} (the default is all ranges "
+                                 "over a 1D domain)")
+            W = _workloads.all_range(x0.size)
+        W = as_matrix(W)
+        if W.n != x0.size:
+            raise ValueError(f"the workload is over {W.n} cells but the data vectors have {x0.size}")
+        runner = _Runner(mech.name, None, W, noise, dict(params or {}), stat, counts)
+        name = mech.name
+    elif callable(mechanism):
+        if params:
+            raise ValueError("params apply to registered mechanisms; bind them into your function")
+        runner = _Runner(getattr(mechanism, "__name__", type(mechanism).__name__), mechanism, None,
+                         None, {}, stat, counts)
+        name = runner.name
+    else:
+        raise TypeError(f"mechanism must be a registered name or a function f(data, rng), got "
+                        f"{type(mechanism).__name__}")
+    # one run in this process first: clear errors (not applicable, bad statistic) before any pool
+    out, _ = runner.output(x0, np.random.default_rng(np.random.SeedSequence([seed, AUDIT_SEED_TAG, 99])))
+    stat(out)
+    stat_name = stat.resolved(out)
+
+    total = 2 * (runs + (0 if given_event is not None else selection_runs))
+    done = [0]
+    common = (seed, chunk, client, n_jobs, progress, callback, done, total, name)
+    score = math.nan
+    if given_event is None:
+        s0, s1, _ = _batch(runner, x0, x1, selection_runs, 0, *common)
+        chosen, score = select_event(s0, s1, confidence, delta)
+    else:
+        chosen, selection_runs = given_event, 0
+    v0, v1, spent = _batch(runner, x0, x1, runs, 1, *common)
+    if runner.fn is None and not math.isclose(spent, epsilon, rel_tol=1e-9, abs_tol=1e-12):
+        raise RuntimeError(f"privacy accounting mismatch while auditing {name!r}: the kernel recorded "
+                           f"ε = {spent!r} per run, the mechanism was run with ε = {epsilon!r}")
+
+    k0, k1 = int(chosen.contains(v0).sum()), int(chosen.contains(v1).sum())
+    level = confidence if chosen.numerator is not None else 1.0 - (1.0 - confidence) / 2
+    lo0, hi0 = (float(v) for v in clopper_pearson(k0, runs, level))
+    lo1, hi1 = (float(v) for v in clopper_pearson(k1, runs, level))
+    if chosen.numerator == 0:
+        lb = float(epsilon_lower_bound(lo0, hi1, delta))
+    elif chosen.numerator == 1:
+        lb = float(epsilon_lower_bound(lo1, hi0, delta))
+    else:  # a given event: both orders, each at 1 − α/2 (union bound)
+        lb0, lb1 = float(epsilon_lower_bound(lo0, hi1, delta)), float(epsilon_lower_bound(lo1, hi0, delta))
+        chosen = Event(chosen.op, chosen.threshold, 0 if lb0 >= lb1 else 1)
+        lb = max(lb0, lb1)
+    return AuditResult(
+        mechanism=name, epsilon=epsilon, delta=delta, claim=float(claim), epsilon_lb=lb,
+        confidence=float(confidence), statistic=stat_name, event=chosen, k0=k0, k1=k1, runs=runs,
+        selection_runs=int(selection_runs), p0=(k0 / runs, lo0, hi0), p1=(k1 / runs, lo1, hi1),
+        seconds=time.perf_counter() - t0, seed=int(seed), x0=x0, x1=x1, values0=v0, values1=v1,
+        selection_score=float(score), ledger_epsilon=float(spent))
