@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import scipy.sparse
 
 from .core import error, registry
 from .core.reconstruct import DENSE_RECONSTRUCT_LIMIT, Reconstructor, reconstruct
@@ -40,11 +41,14 @@ from .privacy import (
     SIMULATION,
     PrivacyLedger,
     PrivateData,
+    check_noise,
+    check_shape,
     noise_sampler,
     variance_factor,
 )
 from .privacy.noise import NoiseModel
 from .privacy.samplers import check_source
+from .queries import limits
 from .queries.matrix import Matrix, as_matrix
 
 __all__ = ["Reconstructor", "reconstruct", "run", "Release", "release", "simulate",
@@ -124,17 +128,17 @@ def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng, **params) 
     KeyError
         Unknown mechanism.
     TypeError
-        If ``rng`` is not a source of randomness.
+        If ``rng`` is not a source of randomness or ``noise`` not a noise model.
+    ValueError
+        For a parameter the mechanism does not take.
     NotApplicableError
         If the mechanism cannot handle this workload or noise model.
     """
     W = as_matrix(W)
     check_source(rng)
+    check_noise(noise)
     mech = registry.get(mechanism)
-    unknown = sorted(set(params) - set(mech.params)) if mech.params or params else []
-    if unknown and mech.runner is not None:
-        raise ValueError(f"unknown parameter(s) {unknown} for {mechanism!r}; "
-                         f"its parameters are {sorted(mech.params)}")
+    mech.check_params(params)
     if mech.runner is not None:
         return mech.runner(data, W, noise, rng, **{**mech.params, **params})
     A, recon = _plan(mech, W, noise, params)  # public work, cached across trials
@@ -278,8 +282,8 @@ def confidence_half_widths(W: Matrix, A: Matrix, noise: NoiseModel, sampler: str
     method = np.full(m, "discrete_laplace_chebyshev", dtype=object)
     if single is not None:
         q = math.exp(-1.0 / b)
-        # smallest whole k with 2 q^{k+1} / (1 + q) ≤ α
-        k = max(0, math.ceil(math.log(alpha * (1 + q) / 2.0) / math.log(q) - 1.0 - 1e-12))
+        # smallest whole k with 2 q^{k+1} / (1 + q) ≤ α (log q = −1/b; q = 0 for a tiny b: k = 0)
+        k = 0 if q == 0.0 else max(0, math.ceil(-b * math.log(alpha * (1 + q) / 2.0) - 1.0 - 1e-12))
         while k > 0 and 2.0 * q ** k / (1.0 + q) <= alpha:
             k -= 1
         one = single > 0
@@ -466,31 +470,33 @@ class Release:
         return json.dumps({**self.metadata(level), **rows})
 
 
-def _check_noise(noise) -> NoiseModel:
-    from .privacy.noise import NoiseModel as _Base
+def _make(x, W, mechanism, noise, source, ledger, params, counts, seed) -> Release:
+    """The one computation behind :func:`release` (``source`` = OS CSPRNG) and :func:`simulate`.
 
+    Every argument is checked before the data is looked at or anything large
+    is built: the noise model, the mechanism and its parameters, the sizes
+    of the answers and of the strategy (limits ``queries``, ``strategy_rows``),
+    then the data (:func:`~dpexplorer.privacy.validate_counts`, the
+    workload's domain shape exactly).
+    """
     if noise is None:
         raise ValueError("a release needs a noise model, e.g. dpx.Laplace(1.0)")
-    if not isinstance(noise, _Base):
-        raise TypeError(f"noise must be dpx.Laplace(ε) or dpx.Gaussian(ε, δ), got {type(noise).__name__}")
-    return noise
-
-
-def _make(x, W, mechanism, noise, source, ledger, params, counts, seed) -> Release:
-    """The one computation behind :func:`release` (``source`` = OS CSPRNG) and :func:`simulate`."""
-    noise = _check_noise(noise)
+    noise = check_noise(noise)
     W = as_matrix(W)
-    data = PrivateData(x, ledger, counts=counts)
-    if data.n != W.n:
-        raise ValueError(f"the data has {data.n} cells but the workload is over {W.n} cells")
-    if len(data.domain) > 1 and len(W.domain) > 1 and tuple(data.domain) != tuple(W.domain):
-        raise ValueError(f"the data has shape {tuple(data.domain)} but the workload's domain is "
-                         f"{tuple(W.domain)}")
-    if len(data.domain) > 1 and len(W.domain) == 1:
-        raise ValueError(f"the data has shape {tuple(data.domain)} but the workload is over a 1D "
-                         f"domain of {W.n} cells; flatten x or build a workload over that shape")
-    mode = RELEASE if source is OS_CSPRNG else SIMULATION
+    if params is not None and not isinstance(params, dict):
+        raise TypeError(f"params must be a dict of the mechanism's parameters, got {type(params).__name__} "
+                        f"{params!r}")
     params = dict(params or {})
+    if isinstance(mechanism, str):
+        registry.get(mechanism).check_params(params)
+    elif not isinstance(mechanism, Matrix | np.ndarray) and not scipy.sparse.issparse(mechanism):
+        raise TypeError(f"mechanism must be a registered name (str, e.g. 'hb'; see "
+                        f"dpx.registry.names()) or a strategy matrix, got {type(mechanism).__name__} "
+                        f"{mechanism!r}")
+    limits.check("queries", W.m, f"release: answers (queries of workload {W.name!r})")
+    data = PrivateData(x, ledger, counts=counts)
+    check_shape(data.domain, W.domain, "x")
+    mode = RELEASE if source is OS_CSPRNG else SIMULATION
     common = dict(noise=noise, mode=mode, epsilon=noise.epsilon, delta=noise.delta,
                   rho=noise.rho_per_unit, seed=seed)
     if isinstance(mechanism, str) and registry.get(mechanism).data_dependent:
@@ -512,6 +518,7 @@ def _make(x, W, mechanism, noise, source, ledger, params, counts, seed) -> Relea
     else:
         A = as_matrix(mechanism)
         name = A.name
+    limits.check("strategy_rows", A.m, f"release: rows of strategy {name!r}")
     tse = error.expected_tse(W, A, noise)  # raises if A does not support W
     sampler = noise_sampler(A, noise, data.counts)
     y = data.measure(A, noise, source, label=f"{name}: measure {A.m} strategy queries")
@@ -532,7 +539,8 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
     Parameters
     ----------
     x : array_like, shape (n,) or the workload's domain shape
-        Private counts (non-negative whole numbers; see ``counts``).
+        Private counts (non-negative whole numbers at most 2**53; see
+        ``counts``).  A grid of another shape with as many cells is refused.
     W : Matrix or array, shape (m, n)
         Workload.
     mechanism : str or Matrix
@@ -549,7 +557,8 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
         Parameters for the registered mechanism's builder.
     counts : bool
         ``True`` (default): ``x`` must hold counts.  ``False`` accepts
-        fractional or signed weights (continuous samplers only).
+        fractional or signed weights of magnitude at most 2**53 (continuous
+        samplers only).
 
     Returns
     -------
@@ -561,10 +570,18 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
     ------
     TypeError
         If a ``seed`` is passed (a release has none: use :func:`simulate`), or
-        ``noise``/``ledger`` have the wrong type.
+        ``noise``, ``ledger``, ``mechanism`` or ``params`` have the wrong type.
     ValueError
-        If ``x`` is not valid counts, does not match the workload's domain, no
-        noise model is given, or Gaussian noise is not zCDP-calibrated.
+        If ``x`` is not valid counts (:func:`~dpexplorer.privacy.validate_counts`),
+        does not have the workload's domain shape (or its flattening), no
+        noise model is given, a parameter is unknown to the mechanism, or
+        Gaussian noise is not zCDP-calibrated.
+    KeyError
+        If the mechanism name is not registered.
+    LimitExceededError
+        If the workload has more queries than the ``queries`` limit (its
+        answers are materialised) or the strategy more rows than
+        ``strategy_rows`` -- checked before any noise is drawn.
     UnsupportedWorkloadError
         If the strategy does not support the workload.
     BudgetExceededError
@@ -604,7 +621,7 @@ def simulate(x, W, mechanism="identity", noise: NoiseModel | None = None, seed: 
     ValueError
         If ``seed`` is missing or not a non-negative integer, or as :func:`release`.
     """
-    if seed is None or isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ValueError(f"a simulation needs an explicit seed, a non-negative integer, got {seed!r}")
-    return _make(x, W, mechanism, noise, np.random.default_rng(int(seed)), ledger, params, counts,
-                 int(seed))
+    if seed is None:
+        raise ValueError("a simulation needs an explicit seed, a whole number >= 0 (seed=0, 1, ...)")
+    seed = limits.whole_number(seed, "simulate: seed", minimum=0)
+    return _make(x, W, mechanism, noise, np.random.default_rng(seed), ledger, params, counts, seed)
