@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..privacy.noise import NoiseModel
+from ..privacy.noise import NoiseModel, check_noise
 from ..queries.matrix import Matrix, Weighted
 
 __all__ = ["Mechanism", "Estimate", "REGISTRY", "register", "get", "names", "NotApplicableError"]
@@ -75,10 +75,14 @@ class Mechanism:
         Raises
         ------
         ValueError
-            If the mechanism is data-dependent (it has no fixed strategy).
+            If the mechanism is data-dependent (it has no fixed strategy) or a
+            parameter is unknown (:meth:`check_params`).
+        TypeError
+            If ``noise`` is not a noise model.
         """
         if self.build is None:
             raise ValueError(f"{self.name!r} is data-dependent: it has no data-independent strategy")
+        check_noise(noise)
         self.check_params(params)
         kwargs = {**self.params, **params}
         A = self.build(W, noise, **kwargs)
