@@ -33,11 +33,7 @@ def _hb_branching_every_b(n):
         return 2, 1
     best = None
     for b in range(2, n + 1):
-        h, p = 0, 1
-        while p < n:
-            p *= b
-            h += 1
-        cost = (b - 1) * h**3 - 2 * (b + 1) * h**2 / 3
+        cost, h = strategies._hb_cost(n, b)
         if best is None or cost < best[0] - 1e-12:
             best = (cost, b, h)
     return best[1], best[2]

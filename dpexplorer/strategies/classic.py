@@ -153,14 +153,19 @@ def hb_branching(n: int) -> tuple[int, int]:
         candidates.add(b)
     best = None
     for b in sorted(candidates):
-        h, p = 0, 1
-        while p < n:
-            p *= b
-            h += 1
-        cost = (b - 1) * h**3 - 2 * (b + 1) * h**2 / 3
+        cost, h = _hb_cost(n, b)
         if best is None or cost < best[0] - 1e-12:
             best = (cost, b, h)
     return best[1], best[2]
+
+
+def _hb_cost(n: int, b: int) -> tuple[float, int]:
+    """HB's objective ``(b − 1)·h³ − 2(b + 1)·h²/3`` and the height ``h = ⌈log_b n⌉``."""
+    h, p = 0, 1
+    while p < n:
+        p *= b
+        h += 1
+    return (b - 1) * h**3 - 2 * (b + 1) * h**2 / 3, h
 
 
 def hb(n: int) -> Matrix:
