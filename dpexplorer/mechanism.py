@@ -489,10 +489,17 @@ def _make(x, W, mechanism, noise, source, ledger, params, counts, seed) -> Relea
     params = dict(params or {})
     if isinstance(mechanism, str):
         registry.get(mechanism).check_params(params)
-    elif not isinstance(mechanism, Matrix | np.ndarray) and not scipy.sparse.issparse(mechanism):
-        raise TypeError(f"mechanism must be a registered name (str, e.g. 'hb'; see "
-                        f"dpx.registry.names()) or a strategy matrix, got {type(mechanism).__name__} "
-                        f"{mechanism!r}")
+    elif isinstance(mechanism, Matrix | np.ndarray) or scipy.sparse.issparse(mechanism):
+        mechanism = as_matrix(mechanism)  # ValueError for NaN/inf entries
+    else:
+        given = mechanism
+        try:  # nested lists of numbers are a strategy matrix; ['hb'] or 12 are mistakes
+            mechanism = as_matrix(given) if isinstance(given, list | tuple) else None
+        except (TypeError, ValueError):
+            mechanism = None
+        if mechanism is None:
+            raise TypeError("mechanism must be a registered name (str, e.g. 'hb'; see dpx.registry.names()) "
+                            f"or a strategy matrix of numbers, got {type(given).__name__} {given!r:.80}")
     limits.check("queries", W.m, f"release: answers (queries of workload {W.name!r})")
     data = PrivateData(x, ledger, counts=counts)
     check_shape(data.domain, W.domain, "x")
