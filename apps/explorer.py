@@ -2,11 +2,17 @@
 
     panel serve apps/explorer.py
 
-Every JS/CSS file is served by the Panel server itself (``BOKEH_RESOURCES``
-is forced to ``server``: under ``cdn`` or ``inline`` Panel would point
-component stylesheets at cdn.holoviz.org) and the Bootstrap template loads no
-web fonts.  One :class:`~dpexplorer.ui.app.ExplorerApp` (and so one session
-state, strategy cache and privacy ledger) is built per browser session.
+Every JS/CSS file is served by the Panel server itself: ``BOKEH_RESOURCES``
+is forced to ``server`` and Panel's ``inline`` mode is not used.  Panel 1.9
+keeps its resource mode in one process-wide variable that rendering a page
+in ``inline`` (or ``cdn``) mode switches for a moment
+(``panel.io.resources.set_resource_mode``); a component built meanwhile by
+another session's thread then points its stylesheets at cdn.holoviz.org.
+With every session in ``server`` mode there is nothing to race.  The
+Bootstrap template loads no web fonts.  One
+:class:`~dpexplorer.ui.app.ExplorerApp` (one session state, strategy cache
+and set of privacy ledgers) is built per browser session; its pages are built
+when first opened.
 """
 
 import os
@@ -18,6 +24,6 @@ import panel as pn  # noqa: E402
 
 from dpexplorer.ui.app import ExplorerApp  # noqa: E402
 
-pn.extension("tabulator", notifications=True, inline=True, nthreads=2)
+pn.extension("tabulator", notifications=True, nthreads=2)
 
 ExplorerApp().template().servable(title="dpexplorer")

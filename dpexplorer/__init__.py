@@ -40,7 +40,7 @@ from .core.error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_boun
 from .mechanism import Release, reconstruct, release, simulate
 from .privacy import (OS_CSPRNG, Budget, BudgetExceededError, Gaussian, Laplace, PrivacyLedger,
                       PrivateData, accounting, noise, samplers)
-from .queries import limits, matrix, spec, workloads
+from .queries import Attribute, Domain, Table, domain, limits, matrix, spec, workloads
 from .queries.limits import LimitExceededError
 from .queries.matrix import MatrixTooLargeError
 from .strategies import eigen_design, fourier, hdmm, kron_stack, marginals, residual, templates
@@ -60,4 +60,5 @@ __all__ = [
     "compare", "StrategyCache", "rmse", "per_query_rmse", "svd_bound", "UnsupportedWorkloadError",
     "MatrixTooLargeError", "LimitExceededError", "Release", "release", "simulate", "reconstruct",
     "Laplace", "Gaussian", "PrivacyLedger", "PrivateData", "BudgetExceededError", "Budget", "OS_CSPRNG",
+    "domain", "Attribute", "Domain", "Table",
 ]

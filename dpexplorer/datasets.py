@@ -992,3 +992,105 @@ def load_numerical(name: str, **options) -> NumericalAttribute:
     if name not in NUMERICAL:
         raise UnknownDatasetError(f"unknown numerical attribute {name!r}; available: {sorted(NUMERICAL)}")
     return NUMERICAL[name](**options)
+
+
+# ================================================================ record tables
+#: Public domain of the bundled Superstore orders table: six categorical attributes (their
+#: categories are the published schema of Tableau's "Sample - Superstore" data) and Sales and
+#: Profit in fixed, data-independent log-spaced bins (USD).  120,000 × 32 × 24 ≈ 9.2·10⁷ cells.
+SUPERSTORE_TABLE_ATTRIBUTES = {
+    "Ship Mode": ("First Class", "Same Day", "Second Class", "Standard Class"),
+    "Segment": ("Consumer", "Corporate", "Home Office"),
+    "Region": ("Central", "East", "South", "West"),
+    "Category": ("Furniture", "Office Supplies", "Technology"),
+    "Sub-Category": ("Accessories", "Appliances", "Art", "Binders", "Bookcases", "Chairs", "Copiers",
+                     "Envelopes", "Fasteners", "Furnishings", "Labels", "Machines", "Paper", "Phones",
+                     "Storage", "Supplies", "Tables"),
+    "State": ("Alabama", "Arizona", "Arkansas", "California", "Colorado", "Connecticut", "Delaware",
+              "District of Columbia", "Florida", "Georgia", "Idaho", "Illinois", "Indiana", "Iowa",
+              "Kansas", "Kentucky", "Louisiana", "Maine", "Maryland", "Massachusetts", "Michigan",
+              "Minnesota", "Mississippi", "Missouri", "Montana", "Nebraska", "Nevada", "New Hampshire",
+              "New Jersey", "New Mexico", "New York", "North Carolina", "North Dakota", "Ohio",
+              "Oklahoma", "Oregon", "Pennsylvania", "Rhode Island", "South Carolina", "South Dakota",
+              "Tennessee", "Texas", "Utah", "Vermont", "Virginia", "Washington", "West Virginia",
+              "Wisconsin", "Wyoming"),
+}
+#: Sales bins: 0, then 31 log-spaced edges from 0.25 to 23040 USD (the Sales range above).
+SUPERSTORE_TABLE_SALES_EDGES = (0.0, *np.geomspace(0.25, SUPERSTORE_SALES_RANGE[1], 32).tolist())
+#: Profit bins: 0 and 12 log-spaced edges on each side, from 1 USD to the ends of the Profit range (24 bins).
+SUPERSTORE_TABLE_PROFIT_EDGES = (*(-np.geomspace(1.0, -SUPERSTORE_PROFIT_RANGE[0], 12))[::-1].tolist(), 0.0,
+                                 *np.geomspace(1.0, SUPERSTORE_PROFIT_RANGE[1], 12).tolist())
+
+
+def superstore_domain():
+    """The public :class:`~dpexplorer.queries.domain.Domain` of :func:`superstore_table`."""
+    from .queries.domain import Attribute, Domain
+
+    attrs = [Attribute(name, categories=cats) for name, cats in SUPERSTORE_TABLE_ATTRIBUTES.items()]
+    attrs.append(Attribute("Sales", edges=SUPERSTORE_TABLE_SALES_EDGES))
+    attrs.append(Attribute("Profit", edges=SUPERSTORE_TABLE_PROFIT_EDGES))
+    return Domain(tuple(attrs))
+
+
+def superstore_table(dask_partitions: int | None = None):
+    """The Superstore orders (bokeh-sampledata) as a record :class:`Table` over 8 attributes.
+
+    9,994 orders; domain :func:`superstore_domain` (Ship Mode, Segment,
+    Region, Category, Sub-Category, State, Sales and Profit binned), about
+    9.2·10⁷ cells -- releases count its marginals by group-by, never the full
+    vector.
+
+    Parameters
+    ----------
+    dask_partitions : int, optional
+        Return the records as a ``dask.dataframe`` with this many partitions.
+
+    Raises
+    ------
+    ImportError
+        If ``dask_partitions`` is given and dask is not installed.
+    """
+    from .queries.domain import Table
+
+    dom = superstore_domain()
+    frame = _superstore_frame()[list(dom.names)].copy()
+    if dask_partitions is not None:
+        import dask.dataframe as dd
+
+        frame = dd.from_pandas(frame, npartitions=int(dask_partitions))
+    return Table(frame, dom, "superstore_orders",
+                 "9,994 Tableau Sample Superstore orders (bokeh-sampledata sample_superstore): "
+                 "Ship Mode, Segment, Region, Category, Sub-Category, State, Sales (32 log bins, USD), "
+                 "Profit (24 symmetric log bins, USD)", source="bokeh-sampledata")
+
+
+#: Record tables bundled with the package: name -> loader.
+TABLES: dict[str, Callable] = {"superstore_orders": superstore_table}
+
+
+def table_from_csv(path_or_buffer, attributes, bins: dict | None = None, ranges: dict | None = None,
+                   name: str = "uploaded table"):
+    """A record :class:`Table` from a CSV file: chosen columns, numeric ones binned.
+
+    See :meth:`dpexplorer.queries.domain.Table.from_dataframe` (categories
+    and default ranges are read from the file: declare a :class:`Domain`
+    yourself when they are not public).
+
+    Raises
+    ------
+    ValueError
+        If the file is empty or not CSV, or a column is missing or unusable.
+    """
+    from .queries.domain import Table
+
+    try:
+        df = pd.read_csv(path_or_buffer)
+    except pd.errors.EmptyDataError:
+        raise ValueError("the CSV file is empty") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ValueError(f"could not read the file as CSV: {exc}") from None
+    if df.empty:
+        raise ValueError("the CSV file has no rows")
+    return Table.from_dataframe(df, list(attributes), bins=bins, ranges=ranges, name=name,
+                                description=f"uploaded CSV, {len(df):,} records")
+

@@ -48,8 +48,10 @@ from .privacy import (
 )
 from .privacy.noise import NoiseModel
 from .privacy.samplers import check_source
+from .privacy.tables import PrivateTable
 from .queries import limits
-from .queries.matrix import Matrix, as_matrix
+from .queries.domain import Table
+from .queries.matrix import Identity, Matrix, Ones, as_matrix
 
 __all__ = ["Reconstructor", "reconstruct", "run", "Release", "release", "simulate",
            "confidence_half_widths", "DENSE_RECONSTRUCT_LIMIT", "EXACT_CI_LIMIT"]
@@ -310,9 +312,11 @@ class Release:
         A release (OS CSPRNG via opendp, no seed) or a simulation (seeded).
     y : ndarray, shape (p,), or None
         Noisy strategy answers (``None`` for data-dependent mechanisms).
-    x_hat : ndarray, shape (n,)
+    x_hat : ndarray, shape (n,), or None
         Least-squares estimate of the data vector (for a stacked OPT+
-        strategy: the global least-squares estimate ``A⁺y`` of the whole stack).
+        strategy: the global least-squares estimate ``A⁺y`` of the whole
+        stack); ``None`` for a release from a record table, whose full
+        domain is never formed.
     answers : ndarray, shape (m,)
         The noisy workload answers, in counts: ``W x̂``, or the strategy's own
         ``A.answer(W, y)`` when it has one (OPT+ answers every workload term
@@ -332,6 +336,9 @@ class Release:
         partition); kept in the object, never written to the downloads.
     seed : int or None
         Only for a simulation: the seed of its Generator.  ``None`` for a release.
+    table : Table or None
+        For a release from a record table: the table's public part is used
+        (its domain and name; the records never leave the kernel).
     created : str
         ISO time (UTC).
     """
@@ -342,7 +349,7 @@ class Release:
     noise: NoiseModel
     mode: str
     y: np.ndarray | None
-    x_hat: np.ndarray
+    x_hat: np.ndarray | None
     answers: np.ndarray
     epsilon: float
     delta: float
@@ -352,6 +359,7 @@ class Release:
     params: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
     seed: int | None = None
+    table: Table | None = field(default=None, repr=False)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
     _intervals: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -447,13 +455,78 @@ class Release:
                                    if k in set(self.confidence_intervals(level)["ci_method"])},
             "created": self.created,
         }
+        if self.table is not None:
+            meta["table"] = {"name": self.table.name, "attributes": list(self.table.domain.names),
+                             "cells": [a.size for a in self.table.domain.attributes]}
         if self.mode == SIMULATION:
             meta["seed"] = self.seed
         return meta
 
+    def marginals(self, level: float = 0.95) -> list[dict]:
+        """The answers as one table per workload marginal, with std and interval per cell.
+
+        For a workload that is a union of Kronecker products of identity and
+        total factors (marginals): one dict per term with ``attributes``
+        (names, or axis indices without a table), ``shape``, ``answer``,
+        ``std``, ``ci_low``, ``ci_high`` (arrays of that shape) and ``labels``
+        (per axis, the cell labels when the release is from a table).
+
+        Raises
+        ------
+        ValueError
+            If the workload is not a union of marginals.
+        """
+        terms = marginal_terms(self.workload)
+        if terms is None:
+            raise ValueError(f"workload {self.workload.name!r} is not a union of marginals")
+        frame = self.to_frame(level=level)
+        dom = self.table.domain if self.table is not None else None
+        out = []
+        for axes, rows in terms:
+            shape = tuple(self.workload.domain[i] for i in axes)
+            part = {"attributes": tuple(dom.names[i] for i in axes) if dom else axes, "shape": shape,
+                    "labels": [dom.attributes[i].labels() for i in axes] if dom else None}
+            for col in ("answer", "std", "ci_low", "ci_high"):
+                part[col] = frame[col].to_numpy()[rows].reshape(shape)
+            out.append(part)
+        return out
+
+    def query_labels(self) -> list[str] | None:
+        """A plain description of every answer, e.g. ``"Region=South, Segment=Consumer"`` or ``"[3, 17]"``.
+
+        ``None`` when the workload has no such structure (explicit rows).
+        """
+        terms = marginal_terms(self.workload)
+        if terms is not None:
+            names = (self.table.domain.names if self.table is not None
+                     else tuple(f"a{i}" for i in range(len(self.workload.domain))))
+            labels = ([a.labels() for a in self.table.domain.attributes] if self.table is not None
+                      else [[str(c) for c in range(n)] for n in self.workload.domain])
+            out = []
+            for axes, _ in terms:
+                if not axes:
+                    out.append("total")
+                    continue
+                grids = np.meshgrid(*[np.arange(self.workload.domain[i]) for i in axes], indexing="ij")
+                for cell in zip(*(g.ravel() for g in grids), strict=True):
+                    out.append(", ".join(f"{names[i]}={labels[i][c]}" for i, c in zip(axes, cell, strict=True)))
+            return out
+        ranges = getattr(self.workload, "ranges", None)
+        if callable(ranges) and len(self.workload.domain) == 1:
+            lo, hi = ranges()
+            return [f"[{a}, {b}]" for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+        return None
+
     def to_frame(self, with_std: bool = True, level: float = 0.95) -> pd.DataFrame:
-        """Answers as a table: ``query``, ``answer`` and (with ``with_std``) ``std``, ``ci_low``, ``ci_high``, ``ci_method``."""
+        """Answers as a table: ``query``, ``answer`` and (with ``with_std``) ``std``, ``ci_low``, ``ci_high``, ``ci_method``.
+
+        A ``label`` column after ``query`` says what each answer counts
+        (:meth:`query_labels`) when the workload has that structure.
+        """
         df = pd.DataFrame({"query": np.arange(self.answers.size), "answer": self.answers})
+        labels = self.query_labels() if self.answers.size <= 10**6 else None
+        if labels is not None:
+            df.insert(1, "label", labels)
         if with_std:
             df["std"] = (np.full(self.answers.size, np.nan) if self.strategy is None
                          else self.per_query_std())
@@ -464,10 +537,68 @@ class Release:
         """Metadata and, per answer, value, std and confidence interval, as one JSON document."""
         frame = self.to_frame(level=level)
         rows = {("answers" if c == "answer" else c): _json_safe(frame[c].to_numpy())
-                for c in frame.columns if c != "query"}
+                for c in frame.columns if c not in ("query", "label")}
+        if "label" in frame:
+            rows["labels"] = frame["label"].tolist()
         rows = {c: [None if isinstance(v, float) and math.isnan(v) else v for v in vals]
                 for c, vals in rows.items()}
         return json.dumps({**self.metadata(level), **rows})
+
+
+def marginal_terms(W: Matrix):
+    """``[(axes, rows)]`` if ``W`` is a union of marginals (Kronecker products of identity and total factors).
+
+    ``axes`` are the attributes a term keeps (its identity factors), ``rows``
+    the slice of ``W``'s rows it answers (C order over ``axes``); ``None``
+    for any other workload.
+    """
+    terms = error.kron_terms(W)
+    if terms is None:
+        return None
+    out, start = [], 0
+    for _weight, factors in terms:
+        axes = []
+        for i, f in enumerate(factors):
+            if isinstance(f, Identity):
+                axes.append(i)
+            elif not (isinstance(f, Ones) and f.m == 1):
+                return None
+        rows = math.prod(factors[i].m for i in axes) if axes else 1
+        out.append((tuple(axes), slice(start, start + rows)))
+        start += rows
+    return out if start == W.m else None
+
+
+def _make_table(table, W, mechanism, noise, source, ledger, params, seed) -> Release:
+    """:func:`_make` for a record table: MEASURE from marginal counts, answers without ``x̂``."""
+    data = PrivateTable(table, ledger)
+    if tuple(W.domain) != tuple(table.shape):
+        raise ValueError(f"the workload's domain is {tuple(W.domain)} but the table {table.name!r} has "
+                         f"attributes {list(table.domain.names)} with {tuple(table.shape)} cells; build "
+                         "the workload over the table's domain")
+    if isinstance(mechanism, str):
+        mech = registry.get(mechanism)
+        if mech.data_dependent:
+            raise registry.NotApplicableError(
+                f"{mechanism!r} is data-dependent and needs the full data vector; a table release "
+                "measures marginals: use residual_planner")
+        A = mech.strategy(W, noise, **dict(params or {}))
+        name, params = mechanism, {**mech.params, **dict(params or {})}
+    else:
+        A, name = as_matrix(mechanism), as_matrix(mechanism).name
+    limits.check("strategy_rows", A.m, f"release: rows of strategy {name!r}")
+    if getattr(A, "marginal_measure", None) is None or getattr(A, "answer", None) is None:
+        raise registry.NotApplicableError(
+            f"{name!r} cannot be measured from marginal counts (it needs the data vector of all "
+            f"{table.domain.cells:,} cells); use residual_planner with Gaussian noise")
+    tse = error.expected_tse(W, A, noise)  # raises if A does not support W
+    y = data.measure(A, noise, source, label=f"{name}: measure {A.m} strategy queries from "
+                                              f"marginals of {table.name!r}")
+    return Release(mechanism=name, workload=W, strategy=A, noise=noise,
+                   mode=RELEASE if source is OS_CSPRNG else SIMULATION, y=y, x_hat=None,
+                   answers=_strategy_answers(A, W, y), epsilon=noise.epsilon, delta=noise.delta,
+                   rho=noise.rho_per_unit, analytic_rmse=math.sqrt(tse / W.m), sampler="continuous",
+                   params=dict(params or {}), seed=seed, table=table)
 
 
 def _make(x, W, mechanism, noise, source, ledger, params, counts, seed) -> Release:
@@ -501,6 +632,8 @@ def _make(x, W, mechanism, noise, source, ledger, params, counts, seed) -> Relea
             raise TypeError("mechanism must be a registered name (str, e.g. 'hb'; see dpx.registry.names()) "
                             f"or a strategy matrix of numbers, got {type(given).__name__} {given!r:.80}")
     limits.check("queries", W.m, f"release: answers (queries of workload {W.name!r})")
+    if isinstance(x, Table):
+        return _make_table(x, W, mechanism, noise, source, ledger, params, seed)
     data = PrivateData(x, ledger, counts=counts)
     check_shape(data.domain, W.domain, "x")
     mode = RELEASE if source is OS_CSPRNG else SIMULATION
@@ -545,11 +678,16 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
 
     Parameters
     ----------
-    x : array_like, shape (n,) or the workload's domain shape
+    x : array_like, shape (n,) or the workload's domain shape, or Table
         Private counts (non-negative whole numbers at most 2**53; see
-        ``counts``).  A grid of another shape with as many cells is refused.
+        ``counts``; a grid of another shape with as many cells is refused), or a
+        record :class:`~dpexplorer.queries.domain.Table` (pandas or dask):
+        the kernel then counts the marginals the strategy needs by group-by
+        and never forms ``x`` (strategies with ``marginal_measure``, i.e.
+        ``residual_planner``; the release has ``x_hat = None`` and
+        :meth:`Release.marginals`).
     W : Matrix or array, shape (m, n)
-        Workload.
+        Workload (over the table's domain for a table).
     mechanism : str or Matrix
         A registry name (``identity``, ``h2``, ``hb``, ``wavelet``,
         ``greedy_h``, ...; data-dependent ones such as ``dawa`` run through

@@ -105,6 +105,22 @@ def _shot(pg, name):
     pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True, timeout=120_000)
 
 
+def _open_card(pg, title, inside, tries=4):
+    """Expand the card ``title`` until ``inside`` (a locator in it) is visible.
+
+    The tabs are dynamic: a page is drawn again when its tab is opened, and a click on a
+    header still being drawn can be lost, so the click is repeated until the content shows.
+    """
+    for _ in range(tries):
+        pg.locator(".card-header", has_text=title).first.click()
+        try:
+            inside.wait_for(state="visible", timeout=10_000)
+            return
+        except playwright_api.TimeoutError:
+            continue
+    inside.wait_for(state="visible", timeout=10_000)
+
+
 def _tab(pg, title):
     pg.locator(".bk-tab", has_text=title).first.click()
     pg.wait_for_timeout(1500)
@@ -295,11 +311,11 @@ def test_optimisers_in_compare_strategy_and_a_large_preset(page):
     t2 = time.perf_counter()
 
     _tab(page, "Workload")
-    page.locator(".card-header", has_text="Presets").first.click()
-    page.wait_for_timeout(500)
+    load = page.get_by_role("button", name="Load preset (replaces the terms)")
+    _open_card(page, "Presets", load)
     m0 = _queries(page)
     t_click = time.perf_counter()
-    page.get_by_role("button", name="Load preset (replaces the terms)").click()
+    load.click()
     assert _wait_queries(page, m0, timeout=60) == 618_120  # 51·101·8·5·3 over 280,000 cells
     try:  # no n × n preview at n = 280,000: the reason and the product structure instead
         page.locator("text=Structure instead").first.wait_for(timeout=60_000)

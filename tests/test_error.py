@@ -117,7 +117,7 @@ def test_per_query_variance_sums_to_tse():
     assert pq.sum() == pytest.approx(error.expected_tse(W, A, LAPLACE), rel=1e-10)
     # brute force on the dense matrices
     Wd, Ad = W.dense(), A.dense()
-    direct = 2 * A.sensitivity(1) ** 2 * np.diag(Wd @ np.linalg.pinv(Ad.T @ Ad) @ Wd.T)
+    direct = 2 * A.sensitivity(1) ** 2 * np.diag(Wd @ np.linalg.pinv(Ad.T @ Ad, rcond=1e-10, hermitian=True) @ Wd.T)
     np.testing.assert_allclose(pq, direct, rtol=1e-8)
 
 

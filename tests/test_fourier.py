@@ -231,5 +231,5 @@ def test_a_tiny_but_nonzero_marginal_is_measured_and_supported():
     assert 0b01 in A.masks and 0b10 in A.masks
     # the error is the dense one (exact support, no eigenspace left out)
     G, Ad = W.gram().dense(), A.dense()
-    dense = np.trace(G @ np.linalg.pinv(Ad.T @ Ad))
+    dense = np.trace(G @ np.linalg.pinv(Ad.T @ Ad, rcond=1e-10, hermitian=True))
     assert A.workload_trace(W) == pytest.approx(dense, rel=1e-9)

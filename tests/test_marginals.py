@@ -51,7 +51,7 @@ def adult_3d():
 
 def dense_pinv_gram(A):
     Ad = A.dense()
-    return np.linalg.pinv(Ad.T @ Ad)
+    return np.linalg.pinv(Ad.T @ Ad, rcond=1e-10, hermitian=True)
 
 
 def random_factor(rng, n, kind):
@@ -124,7 +124,7 @@ def test_marginal_strategy_products_gram_and_sensitivity(domain, seed):
     np.testing.assert_allclose(A.matvec(x), Ad @ x, atol=1e-10)
     np.testing.assert_allclose(A.rmatvec(y), Ad.T @ y, atol=1e-10)
     np.testing.assert_allclose(A.gram().dense(), Ad.T @ Ad, atol=1e-10)
-    np.testing.assert_allclose(A.gram().pinv().dense(), np.linalg.pinv(Ad.T @ Ad), atol=1e-8)
+    np.testing.assert_allclose(A.gram().pinv().dense(), np.linalg.pinv(Ad.T @ Ad, rcond=1e-10, hermitian=True), atol=1e-8)
     assert A.sensitivity(1) == pytest.approx(np.abs(Ad).sum(axis=0).max())
     assert A.sensitivity(2) == pytest.approx(np.sqrt((Ad**2).sum(axis=0)).max())
     np.testing.assert_allclose(A.column_norms(1), np.abs(Ad).sum(axis=0))
@@ -339,7 +339,7 @@ def test_opt_m_result_objective_trace_and_determinism(noise):
     # the objective is the unit TSE of the public error path (hook), and of the dense path
     assert res.objective == pytest.approx(error.unit_tse(W, A, noise.norm), rel=1e-9)
     Ad, Wd = A.dense(), W.dense()
-    dense = np.trace(Wd.T @ Wd @ np.linalg.pinv(Ad.T @ Ad))
+    dense = np.trace(Wd.T @ Wd @ np.linalg.pinv(Ad.T @ Ad, rcond=1e-10, hermitian=True))
     assert res.objective == pytest.approx(dense, rel=1e-6)
     assert res.restarts.shape == (3,) and res.objective == pytest.approx(res.restarts.min())
     assert res.trace.size >= 1 and res.trace[-1] == pytest.approx(res.objective, rel=1e-6)

@@ -141,7 +141,8 @@ def test_release_metadata_has_no_seed():
     doc = json.loads(r3.to_json())
     assert len(doc["answers"]) == 16 and len(doc["ci_low"]) == 16
     df = r3.to_frame()
-    assert list(df.columns) == ["query", "answer", "std", "ci_low", "ci_high", "ci_method"]
+    assert list(df.columns) == ["query", "label", "answer", "std", "ci_low", "ci_high", "ci_method"]
+    assert df["label"].iloc[3] == "[0, 3]"  # prefix query 3: cells 0..3
     assert (df["ci_method"] == "discrete_gaussian_subgaussian").all()
     with pytest.raises(TypeError, match="no seed"):
         dpx.release(x, W, "hb", dpx.Laplace(1.0), seed=3)

@@ -204,9 +204,9 @@ def test_seed_attack_fails_on_a_release_and_works_on_a_simulation():
     # and it carries no true answers: its only per-query columns are the released ones
     doc = json.loads(rel.to_json())
     per_query = {k for k, v in doc.items() if isinstance(v, list) and len(v) == W.m}
-    assert per_query == {"answers", "std", "ci_low", "ci_high", "ci_method"}
+    assert per_query == {"answers", "labels", "std", "ci_low", "ci_high", "ci_method"}
     frame = pd.read_csv(io.StringIO(text.split("\n", 1)[1]), comment="#")
-    assert list(frame.columns) == ["query", "answer", "std", "ci_low", "ci_high", "ci_method"]
+    assert list(frame.columns) == ["query", "label", "answer", "std", "ci_low", "ci_high", "ci_method"]
 
 
 def test_release_noise_differs_between_releases():

@@ -29,7 +29,7 @@ def cps_all_marginals():
 def dense_variances(W, A):
     """``diag(W (AᵀA)⁺ Wᵀ)`` and ``(AᵀA)⁺`` of the dense matrix mechanism (numpy only)."""
     D = A.dense()
-    X = np.linalg.pinv(D.T @ D)
+    X = np.linalg.pinv(D.T @ D, rcond=1e-10, hermitian=True)
     Wd = W.dense()
     return np.einsum("ij,jk,ik->i", Wd, X, Wd), X
 
@@ -130,7 +130,7 @@ def test_marginal_variance_and_covariance_match_dense(name):
     A = residual.residual_planner(W, GAUSSIAN)
     plan = A.plan
     D = A.dense()
-    X = np.linalg.pinv(D.T @ D)
+    X = np.linalg.pinv(D.T @ D, rcond=1e-10, hermitian=True)
     domain = plan.domain
     sets = [s for s in all_sets(len(domain), range(len(domain) + 1))
             if all(b in plan.residuals or math.prod(domain[i] - 1 for i in b) == 0
@@ -426,7 +426,7 @@ def test_registered_and_releases_through_the_kernel():
     Wd = Dense(np.random.default_rng(0).normal(size=(7, W.m)) @ W.dense())  # in the row space
     A = r.strategy
     D = A.dense()
-    X = np.linalg.pinv(D.T @ D)
+    X = np.linalg.pinv(D.T @ D, rcond=1e-10, hermitian=True)
     assert error.unit_tse(Wd, A, 2) == pytest.approx(np.trace(Wd.array @ X @ Wd.array.T), rel=1e-9)
     y = np.random.default_rng(1).normal(size=A.m)
     np.testing.assert_allclose(A.answer(Wd, y), Wd.array @ np.linalg.pinv(D) @ y, atol=1e-9)

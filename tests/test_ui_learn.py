@@ -65,12 +65,20 @@ def test_each_lesson_builds(view, session, key):
 
 
 def test_page_in_the_app(session):
-    from dpexplorer.ui.app import ExplorerApp
+    from dpexplorer.ui.app import PAGES, ExplorerApp
 
     app = ExplorerApp(session)
+    assert "Learn" not in app.pages  # built when first opened
+    app.tabs.active = [t for t, _, _ in PAGES].index("Learn")
     page = app.pages["Learn"]
-    assert isinstance(page, LearnView)
-    assert page.session is session
+    assert isinstance(page, LearnView) and page.session is session
+    # while hidden, a session change only marks the open lesson stale; shown again, it refreshes
+    app.tabs.active = 0
+    before = page.current.result
+    session.epsilon = 0.25
+    assert page.current.stale and page.current.result is before
+    app.tabs.active = [t for t, _, _ in PAGES].index("Learn")
+    assert not page.current.stale and page.current.result is not before
 
 
 # ---------------------------------------------------- lesson 1: noise

@@ -51,7 +51,7 @@ def test_release_adds_one_ledger_entry_without_seed(session, view):
                                   session.workload.matvec(session.data().x))
     # the page shows every answer with its std and 95 % interval
     frame = view.answers_frame()
-    assert list(frame.columns) == ["query", "answer", "std", "ci_low", "ci_high", "ci_method"]
+    assert list(frame.columns) == ["query", "label", "answer", "std", "ci_low", "ci_high", "ci_method"]
     assert len(frame) == session.workload.m
     assert np.all(frame["ci_low"] < frame["answer"]) and np.all(frame["answer"] < frame["ci_high"])
 
@@ -129,7 +129,7 @@ def test_downloads_contain_metadata(session, view):
     assert meta["noise_label"].startswith("Laplace") and meta["dataset"] == session.dataset
     assert json.loads(meta["workload_spec"])["name"] == "all_range"
     df = pd.read_csv(io.StringIO(text), comment="#")
-    assert list(df.columns) == ["query", "answer", "std", "ci_low", "ci_high", "ci_method"]
+    assert list(df.columns) == ["query", "label", "answer", "std", "ci_low", "ci_high", "ci_method"]
     np.testing.assert_allclose(df["answer"].to_numpy(), view.last.release.answers)
     doc = json.loads(view.json_text())
     for key in ("mechanism", "epsilon", "delta", "rho", "noise", "workload_spec", "answers",
@@ -216,7 +216,7 @@ def test_budget_exceeded_is_reported(session, view):
 def test_answers_plot_and_layout(session, view):
     layout = view.panel()
     assert layout.get_root() is not None
-    ledger_tables = [t for t in layout.select(pn.widgets.Tabulator) if "label" in t.value.columns]
+    ledger_tables = [t for t in layout.select(pn.widgets.Tabulator) if "mode" in t.value.columns]
     assert len(ledger_tables) == 1 and len(ledger_tables[0].value) == 0
     run = [b for b in layout.select(pn.widgets.Button)
            if getattr(b, release_view._LABEL) == "Run release"][0]
@@ -247,7 +247,7 @@ def test_ledger_table_follows_the_dataset(session, view):
     from dpexplorer.ui.data_view import DataView
 
     layout = view.panel()
-    table = [t for t in layout.select(pn.widgets.Tabulator) if "label" in t.value.columns][0]
+    table = [t for t in layout.select(pn.widgets.Tabulator) if "mode" in t.value.columns][0]
     assert len(table.value) == 0
     assert DataView(session).run()  # the Data page is a simulation: nothing spent
     assert len(table.value) == 0

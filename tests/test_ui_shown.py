@@ -115,17 +115,34 @@ def test_no_update_is_lost_when_requests_race_with_showing():
 
 
 # ------------------------------------------------------------------ the app
-def _app():
+TITLES = [t for t, _, _ in PAGES]
+
+
+def _app(*opened):
+    """An app with the pages ``opened`` built (opened once, then back to the Workload page)."""
     app = ExplorerApp()
+    for title in opened:
+        app.tabs.active = TITLES.index(title)
+    app.tabs.active = 0
     for page in app.pages.values():
         if hasattr(page, "wait"):
             assert page.wait(300)
     return app
 
 
-def test_only_the_active_tab_is_shown():
+def test_pages_are_built_when_first_opened():
     app = ExplorerApp()
-    titles = [t for t, _, _ in PAGES]
+    assert list(app.pages) == ["Workload"]  # only the first page at load
+    assert [len(app._slots[t]) for t in TITLES] == [1] + [0] * (len(TITLES) - 1)
+    app.tabs.active = TITLES.index("Release")
+    assert list(app.pages) == ["Workload", "Release"] and len(app._slots["Release"]) == 1
+    app.tabs.active = 0
+    assert app.page_for("Release") is app.pages["Release"]  # built once
+
+
+def test_only_the_active_tab_is_shown():
+    titles = TITLES
+    app = _app(*titles)
     gated = {t: p.gate for t, p in app.pages.items() if getattr(p, "gate", None) is not None}
     assert {"Compare", "Strategy", "Data & DAWA", "Release", "Learn"} <= set(gated)
     for active in range(len(titles)):
@@ -135,7 +152,7 @@ def test_only_the_active_tab_is_shown():
 
 
 def test_a_hidden_compare_page_redraws_when_it_is_shown():
-    app = _app()
+    app = _app("Compare")
     compare = app.pages["Compare"]
     compare.auto_optimize = False  # the classic strategies are enough here
     compare.panel()
@@ -147,14 +164,14 @@ def test_a_hidden_compare_page_redraws_when_it_is_shown():
     # the comparison is computed (the page's state) but its table widget is not redrawn
     assert compare.table.attrs["m"] == 64 and "results" in compare.gate.pending
     assert table.value.equals(before)
-    app.tabs.active = list(app.pages).index("Compare")
+    app.tabs.active = TITLES.index("Compare")
     assert not compare.gate.pending
     assert table.value.equals(compare._table_value())
     assert not table.value.equals(before)
 
 
 def test_a_hidden_strategy_page_redraws_when_it_is_shown():
-    app = _app()
+    app = _app("Strategy")
     strategy = app.pages["Strategy"]
     strategy.panel()
     plot = strategy._panes["left_plot"]
@@ -163,12 +180,12 @@ def test_a_hidden_strategy_page_redraws_when_it_is_shown():
     assert strategy.wait(300)
     assert strategy.left_info.W.m == 32  # built (the page's state) but not drawn
     assert {"left", "right"} <= set(strategy.gate.pending) and plot.object is before
-    app.tabs.active = list(app.pages).index("Strategy")
+    app.tabs.active = TITLES.index("Strategy")
     assert plot.object is not before and not strategy.gate.pending
 
 
 def test_the_learn_page_refreshes_its_lesson_only_when_shown():
-    app = ExplorerApp()
+    app = _app("Learn")
     learn = app.pages["Learn"]
     lesson = learn.current
     refreshes = []
@@ -180,5 +197,5 @@ def test_the_learn_page_refreshes_its_lesson_only_when_shown():
     lesson.refresh = counted
     app.session.epsilon = 0.25
     assert refreshes == [] and lesson.stale
-    app.tabs.active = list(app.pages).index("Learn")
+    app.tabs.active = TITLES.index("Learn")
     assert refreshes == [1] and not lesson.stale

@@ -9,19 +9,21 @@
                :class:`Budget`
 ``noise``      the noise models ``Laplace(ε)`` and ``Gaussian(ε, δ)``
 ``samplers``   seeded numpy (simulation) or OS CSPRNG via opendp (release)
+``tables``     :class:`PrivateTable`: record tables, marginals counted by group-by
 =============  ===============================================================
 
 Imports only :mod:`dpexplorer.queries` below it.
 """
 
-from . import accounting, kernel, ledger, noise, samplers
+from . import accounting, kernel, ledger, noise, samplers, tables
 from .accounting import Budget
 from .kernel import PrivateData, check_shape, noise_sampler, validate_counts, variance_factor
 from .ledger import RELEASE, SIMULATION, BudgetExceededError, PrivacyLedger, Spend
 from .noise import Gaussian, Laplace, NoiseModel, check_noise
 from .samplers import CSPRNG, OS_CSPRNG
+from .tables import PrivateTable
 
-__all__ = ["PrivateData", "PrivacyLedger", "Spend", "BudgetExceededError", "Budget", "Laplace",
+__all__ = ["PrivateData", "PrivateTable", "tables", "PrivacyLedger", "Spend", "BudgetExceededError", "Budget", "Laplace",
            "Gaussian", "NoiseModel", "OS_CSPRNG", "CSPRNG", "SIMULATION", "RELEASE",
            "validate_counts", "check_shape", "check_noise", "noise_sampler", "variance_factor", "accounting", "kernel", "ledger",
            "noise", "samplers"]

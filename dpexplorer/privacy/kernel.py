@@ -150,7 +150,71 @@ def variance_factor(A, noise: NoiseModel, counts: bool = True) -> float:
     return noise.discrete_variance(sens) / noise.variance(sens)
 
 
-class PrivateData:
+class _Boundary:
+    """What every holder of private data shares: its ledger, and adding noise to exact answers.
+
+    Subclasses hold the data and compute exact answers; :meth:`_noisy` checks
+    the noise and the source, asks opendp's privacy map (release mode),
+    records the spend -- checking the budget first -- and only then draws.
+    """
+
+    ledger: PrivacyLedger
+
+    @staticmethod
+    def _mode(source) -> str:
+        samplers.check_source(source)
+        return RELEASE if samplers.is_release(source) else SIMULATION
+
+    def _record(self, label, source, epsilon, delta, rho, noise_text, queries, sensitivity) -> None:
+        self.ledger.record(Spend(
+            label=label, mode=self._mode(source), epsilon=float(epsilon), delta=float(delta),
+            rho=float(rho), noise=noise_text, queries=int(queries), sensitivity=float(sensitivity),
+            time=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")))
+
+    @staticmethod
+    def _crosscheck(source, claimed: float, opendp_value, what: str) -> None:
+        """In release mode, opendp's privacy map must not exceed what the kernel records."""
+        if samplers.is_release(source):
+            value = opendp_value()
+            if value > claimed * (1 + 1e-9) + 1e-15:
+                raise RuntimeError(f"opendp's privacy map gives {what} = {value:.6g} where the kernel "
+                                   f"would record {claimed:.6g}; nothing was drawn")
+
+    def _noisy(self, A, noise: NoiseModel, source, label: str, discrete: bool, exact_fn) -> np.ndarray:
+        """``exact_fn() + z`` for strategy ``A`` (its sensitivity scales ``z``); see :meth:`PrivateData.measure`."""
+        check_noise(noise)
+        samplers.check_source(source)
+        limits.check("strategy_rows", A.m, f"measure: rows of strategy {A.name!r}")
+        if (samplers.is_release(source) and isinstance(noise, Gaussian)
+                and noise.calibration != "zcdp"):
+            raise ValueError(
+                f"a release with Gaussian noise is accounted in zCDP: use "
+                f"dpx.Gaussian({noise.epsilon:g}, {noise.delta:g}, calibration='zcdp') (the "
+                f"{noise.calibration!r} calibration's (ε, δ) is proved for the ideal continuous "
+                "Gaussian only)")
+        sens = A.sensitivity(noise.norm)
+        if not (math.isfinite(sens) and sens > 0):
+            raise ValueError(f"strategy {A.name!r} has sensitivity {sens}: it measures nothing")
+        scale = noise.scale(sens)
+        kind = "discrete " if discrete else ""
+        if isinstance(noise, Laplace):
+            rho = noise.rho_per_unit
+            self._crosscheck(source, noise.epsilon,
+                             lambda: samplers.opendp_laplace_epsilon(scale, sens, discrete), "ε")
+            text = f"{kind}Laplace(b = {scale:.4g}), ε = {noise.epsilon:g}"
+        else:
+            rho = accounting.rho_gaussian(sens, scale)
+            self._crosscheck(source, rho, lambda: samplers.opendp_gaussian_rho(scale, sens, discrete),
+                             "ρ")
+            text = f"{kind}Gaussian(σ = {scale:.4g}), {noise.calibration} calibration"
+        self._record(label, source, noise.epsilon, noise.delta, rho, text, A.m, sens)
+        exact = exact_fn()
+        if isinstance(noise, Laplace):
+            return samplers.laplace(exact, scale, source, discrete)
+        return samplers.gaussian(exact, scale, source, discrete)
+
+
+class PrivateData(_Boundary):
     """The private data vector ``x`` behind the privacy boundary.
 
     Parameters
@@ -186,27 +250,6 @@ class PrivateData:
     def n(self) -> int:
         """Number of cells."""
         return self._x.size
-
-    # --------------------------------------------------------------- helpers
-    @staticmethod
-    def _mode(source) -> str:
-        samplers.check_source(source)
-        return RELEASE if samplers.is_release(source) else SIMULATION
-
-    def _record(self, label, source, epsilon, delta, rho, noise_text, queries, sensitivity) -> None:
-        self.ledger.record(Spend(
-            label=label, mode=self._mode(source), epsilon=float(epsilon), delta=float(delta),
-            rho=float(rho), noise=noise_text, queries=int(queries), sensitivity=float(sensitivity),
-            time=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")))
-
-    @staticmethod
-    def _crosscheck(source, claimed: float, opendp_value, what: str) -> None:
-        """In release mode, opendp's privacy map must not exceed what the kernel records."""
-        if samplers.is_release(source):
-            value = opendp_value()
-            if value > claimed * (1 + 1e-9) + 1e-15:
-                raise RuntimeError(f"opendp's privacy map gives {what} = {value:.6g} where the kernel "
-                                   f"would record {claimed:.6g}; nothing was drawn")
 
     # ---------------------------------------------------------- primitives
     def measure(self, A, noise: NoiseModel, source, label: str = "measure") -> np.ndarray:
@@ -250,39 +293,11 @@ class PrivateData:
             If the ledger's budget would be exceeded (nothing is drawn).
         """
         A = as_matrix(A)
-        check_noise(noise)
-        samplers.check_source(source)
         if A.n != self.n:
             raise ValueError(f"strategy has {A.n} columns but the data vector has {self.n} cells")
-        limits.check("strategy_rows", A.m, f"measure: rows of strategy {A.name!r}")
-        if (samplers.is_release(source) and isinstance(noise, Gaussian)
-                and noise.calibration != "zcdp"):
-            raise ValueError(
-                f"a release with Gaussian noise is accounted in zCDP: use "
-                f"dpx.Gaussian({noise.epsilon:g}, {noise.delta:g}, calibration='zcdp') (the "
-                f"{noise.calibration!r} calibration's (ε, δ) is proved for the ideal continuous "
-                "Gaussian only)")
-        sens = A.sensitivity(noise.norm)
-        if not (math.isfinite(sens) and sens > 0):
-            raise ValueError(f"strategy {A.name!r} has sensitivity {sens}: it measures nothing")
+        check_noise(noise)
         discrete = noise_sampler(A, noise, self.counts) == "discrete"
-        scale = noise.scale(sens)
-        kind = "discrete " if discrete else ""
-        if isinstance(noise, Laplace):
-            rho = noise.rho_per_unit
-            self._crosscheck(source, noise.epsilon,
-                             lambda: samplers.opendp_laplace_epsilon(scale, sens, discrete), "ε")
-            text = f"{kind}Laplace(b = {scale:.4g}), ε = {noise.epsilon:g}"
-        else:
-            rho = accounting.rho_gaussian(sens, scale)
-            self._crosscheck(source, rho, lambda: samplers.opendp_gaussian_rho(scale, sens, discrete),
-                             "ρ")
-            text = f"{kind}Gaussian(σ = {scale:.4g}), {noise.calibration} calibration"
-        self._record(label, source, noise.epsilon, noise.delta, rho, text, A.m, sens)
-        exact = A.matvec(self._x)
-        if isinstance(noise, Laplace):
-            return samplers.laplace(exact, scale, source, discrete)
-        return samplers.gaussian(exact, scale, source, discrete)
+        return self._noisy(A, noise, source, label, discrete, lambda: A.matvec(self._x))
 
     def measure_function(self, f, sensitivity: float, epsilon: float, source,
                          label: str) -> np.ndarray:

@@ -7,15 +7,18 @@
                 VStack, ...): products, Gram, sensitivity without materialising
 ``workloads``   workload builders (ranges, prefixes, marginals, unions, products)
 ``spec``        declarative JSON/YAML workload specs
+``domain``      public schemas of record tables (categorical and binned
+                attributes) and :class:`Table` (records over a domain)
 ==============  ==============================================================
 
 The lowest layer: public linear algebra over the data domain; imports nothing
 else from dpexplorer.
 """
 
-from . import limits, matrix, spec, workloads
+from . import domain, limits, matrix, spec, workloads
+from .domain import Attribute, Domain, Table
 from .limits import LimitExceededError
 from .matrix import Matrix, MatrixTooLargeError, as_matrix
 
-__all__ = ["limits", "matrix", "spec", "workloads", "Matrix", "MatrixTooLargeError", "as_matrix",
-           "LimitExceededError"]
+__all__ = ["domain", "Attribute", "Domain", "Table", "limits", "matrix", "spec", "workloads", "Matrix",
+           "MatrixTooLargeError", "as_matrix", "LimitExceededError"]

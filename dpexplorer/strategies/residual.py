@@ -1280,6 +1280,15 @@ class ResidualStrategy(Matrix):
 
         return apply
 
+    def marginal_measure(self):
+        """``(sets, answers)``: the marginals MEASURE needs and ``tables -> A x`` (:meth:`ResidualPlan.measure_answers`).
+
+        Lets the privacy kernel measure this strategy from marginal counts of
+        records (:class:`dpexplorer.privacy.PrivateTable`) without the full
+        data vector.
+        """
+        return self.plan.needed, self.plan.measure_answers
+
     def answer(self, W, y) -> np.ndarray:
         """Workload answers ``W A⁺ y``, shape ``(m,)``: closed form per product (:meth:`ResidualPlan.answer`).
 

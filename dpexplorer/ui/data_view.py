@@ -685,20 +685,22 @@ class DataView(param.Parameterized):
                                     visible=self.hilbert_plot() is not None)
 
         def redraw_run(*_):
-            run = self.last
-            summary.object = self.summary()
-            for pane, fn in ((private, self.private_partition_plot),
-                             (exact, self.exact_partition_plot), (hilbert, self.hilbert_plot)):
-                obj = fn(run) if run is not None else None
-                pane.object = obj
-                pane.visible = obj is not None
-            estimate.objects = self._estimate_panes(run)
-            estimate.visible = run is not None
+            with pn.io.hold():  # one message to the browser for all its changes
+                run = self.last
+                summary.object = self.summary()
+                for pane, fn in ((private, self.private_partition_plot),
+                                 (exact, self.exact_partition_plot), (hilbert, self.hilbert_plot)):
+                    obj = fn(run) if run is not None else None
+                    pane.object = obj
+                    pane.visible = obj is not None
+                estimate.objects = self._estimate_panes(run)
+                estimate.visible = run is not None
 
         def redraw_data(*_):
-            data_pane.object = self.data_plot()
-            data_info.object = self._data_text()
-            summary.object = self.summary()
+            with pn.io.hold():  # one message to the browser for all its changes
+                data_pane.object = self.data_plot()
+                data_info.object = self._data_text()
+                summary.object = self.summary()
 
         self.param.watch(redraw_run, "last")
         self.session.param.watch(lambda *_: self.gate.run("data", redraw_data), ["dataset"])

@@ -477,7 +477,7 @@ class ReleaseView(param.Parameterized):
     def answers_frame(self) -> pd.DataFrame:
         """The last release's answers with std and 95 % interval (what the downloads hold)."""
         if self.last is None:
-            return pd.DataFrame(columns=["query", "answer", "std", "ci_low", "ci_high", "ci_method"])
+            return pd.DataFrame(columns=["query", "label", "answer", "std", "ci_low", "ci_high", "ci_method"])
         return self.last.release.to_frame()
 
     def _answers_shown(self) -> pd.DataFrame:
@@ -548,13 +548,14 @@ class ReleaseView(param.Parameterized):
             formatters={c: number for c in ("answer", "std", "ci_low", "ci_high")})
 
         def redraw(*_):
-            summary.object = self._summary()
-            plot.object = self.answers_plot()
-            rmse.value = self.rmse_table()
-            answers.value = self._answers_shown()
-            for w, ext in ((csv, "csv"), (js, "json")):
-                w.filename = self._filename(ext)
-                w.disabled = self.last is None
+            with pn.io.hold():  # one message to the browser for all its changes
+                summary.object = self._summary()
+                plot.object = self.answers_plot()
+                rmse.value = self.rmse_table()
+                answers.value = self._answers_shown()
+                for w, ext in ((csv, "csv"), (js, "json")):
+                    w.filename = self._filename(ext)
+                    w.disabled = self.last is None
         self.param.watch(redraw, ["last", "simulation"])
         self.session.param.watch(
             lambda *_: self.gate.run("summary", lambda: setattr(summary, "object", self._summary())),
@@ -575,8 +576,9 @@ class ReleaseView(param.Parameterized):
         refresh = pn.widgets.Button(**{_LABEL: "Refresh"}, **{_BUTTON: "light"}, width=100)
 
         def update(*_):
-            text.object = self.ledger_text()
-            table.value = self.ledger_frame()
+            with pn.io.hold():  # one message to the browser for all its changes
+                text.object = self.ledger_text()
+                table.value = self.ledger_frame()
         refresh.on_click(update)
         self._ledger_hooks.append(update)
         return pn.Card(text, table, refresh, title="Privacy ledger (the selected dataset)",

@@ -1,0 +1,154 @@
+"""The privacy kernel for record tables: marginals counted by group-by, never the full domain.
+
+:class:`PrivateTable` holds a :class:`~dpexplorer.queries.domain.Table` (records
+in a pandas or dask DataFrame over a public domain) and, like
+:class:`~dpexplorer.privacy.PrivateData`, returns only noisy answers.  A
+strategy it can measure tells it which marginals it needs and how its answers
+follow from their count tables (``A.marginal_measure()``, e.g. ResidualPlanner's
+plan); the kernel counts those marginals (group-by over the records' cell
+codes), forms the exact strategy answers, and adds the noise through the same
+path as :meth:`PrivateData.measure` (sensitivity of the strategy, budget
+checked before drawing, opendp's privacy map asked in release mode).  The
+data vector of the full domain -- up to 10¹⁵ cells for census schemas -- is
+never formed.
+
+With a ``dask.dataframe`` the counts are computed on its cluster (one
+bincount per partition, summed): the same numbers as with pandas.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..queries.domain import Table
+from ..queries.matrix import as_matrix
+from .kernel import _Boundary
+from .ledger import PrivacyLedger
+
+__all__ = ["PrivateTable", "MAX_MARGINAL_CELLS"]
+
+#: Largest marginal table (cells) the kernel counts.
+MAX_MARGINAL_CELLS = 2**27
+
+
+def _bincount_frame(frame, domain, axes, sizes) -> np.ndarray:
+    """Counts of every cell of the marginal on ``axes`` in a pandas frame, flat C order (``()``: the total)."""
+    flat = np.zeros(len(frame), dtype=np.int64)
+    for ax, size in zip(axes, sizes, strict=True):
+        attr = domain.attributes[ax]
+        flat = flat * size + attr.encode(frame[attr.name].to_numpy())
+    return np.bincount(flat, minlength=math.prod(sizes)).astype(np.int64)
+
+
+class PrivateTable(_Boundary):
+    """Records of a :class:`~dpexplorer.queries.domain.Table` behind the privacy boundary.
+
+    Parameters
+    ----------
+    table : Table
+        Records (pandas or dask DataFrame) and their public domain.
+    ledger : PrivacyLedger, optional
+        Where spends are recorded (a new, uncapped one by default).
+
+    Raises
+    ------
+    TypeError
+        If ``table`` is not a Table or ``ledger`` not a PrivacyLedger.
+    """
+
+    counts = True  # marginal counts are whole numbers
+
+    def __init__(self, table: Table, ledger: PrivacyLedger | None = None):
+        if not isinstance(table, Table):
+            raise TypeError(f"table must be a dpexplorer Table, got {type(table).__name__}")
+        if ledger is not None and not isinstance(ledger, PrivacyLedger):
+            raise TypeError(f"ledger must be a dpexplorer.PrivacyLedger, got {type(ledger).__name__}")
+        self._table = table
+        self.domain = table.domain
+        self.shape = table.domain.shape
+        self.name = table.name
+        self.ledger = ledger if ledger is not None else PrivacyLedger()
+        self._cache: dict = {}
+
+    @property
+    def n(self) -> int:
+        """Cells of the full domain (never allocated)."""
+        return self.domain.cells
+
+    def _marginal(self, axes: tuple[int, ...]) -> np.ndarray:
+        """Exact counts of the marginal on ``axes``, shape ``(n_i for i in axes)`` (inside the kernel)."""
+        axes = tuple(sorted(axes))
+        if axes in self._cache:
+            return self._cache[axes]
+        sizes = tuple(self.shape[i] for i in axes)
+        cells = math.prod(sizes)
+        if cells > MAX_MARGINAL_CELLS:
+            raise ValueError(f"the marginal on {[self.domain.names[i] for i in axes]} has {cells:,} "
+                             f"cells, above the limit of {MAX_MARGINAL_CELLS:,}")
+        records = self._table.records
+        domain = self.domain
+        if hasattr(records, "to_delayed") and hasattr(records, "npartitions"):  # dask: one bincount per partition
+            import dask
+
+            parts = [dask.delayed(_bincount_frame)(part, domain, axes, sizes)
+                     for part in records.to_delayed()]
+            counts = np.sum(np.stack(dask.compute(*parts)), axis=0)
+        else:
+            counts = _bincount_frame(records, domain, axes, sizes)
+        out = counts.reshape(sizes).astype(float)
+        self._cache[axes] = out
+        return out
+
+    def measure(self, A, noise, source, label: str = "measure") -> np.ndarray:
+        """Noisy strategy answers ``y = A x + z`` from marginal counts of the records.
+
+        ``A`` must tell which marginals it needs, ``A.marginal_measure()`` →
+        ``(sets, answers)`` with ``answers({attrs: table}) = A x``; the noise is
+        that of :meth:`dpexplorer.privacy.PrivateData.measure` (same
+        sensitivity, same budget check, same samplers).
+
+        Parameters
+        ----------
+        A : Matrix, shape (p, n)
+            A strategy over the table's domain with ``marginal_measure``
+            (e.g. ResidualPlanner's).
+        noise : NoiseModel
+        source : numpy.random.Generator or OS_CSPRNG
+        label : str
+
+        Returns
+        -------
+        ndarray, shape (p,)
+
+        Raises
+        ------
+        NotImplementedError
+            If ``A`` cannot be measured from marginals (it needs the full data vector).
+        ValueError
+            If ``A``'s domain is not the table's, or as :meth:`PrivateData.measure`.
+        BudgetExceededError
+            If the ledger's budget would be exceeded (nothing is drawn).
+        """
+        A = as_matrix(A)
+        hook = getattr(A, "marginal_measure", None)
+        if hook is None:
+            raise NotImplementedError(
+                f"strategy {A.name!r} cannot be measured from marginal counts of the records; on a "
+                f"table use ResidualPlanner (residual_planner), or release from the full data vector")
+        if tuple(A.domain) != tuple(self.shape):
+            raise ValueError(f"the strategy is over a domain of shape {tuple(A.domain)}, the table's "
+                             f"is {tuple(self.shape)}")
+        sets, answers = hook()
+
+        def exact():
+            return np.asarray(answers({tuple(s): self._marginal(tuple(s)) for s in sets}), dtype=float)
+
+        # the answers of marginal-based strategies here are real-valued (orthonormal bases,
+        # weights): the continuous samplers
+        return self._noisy(A, noise, source, label, False, exact)
+
+    def __repr__(self) -> str:
+        return (f"<PrivateTable {self.name!r}: {len(self.domain)} attributes, {self.n:,} cells "
+                f"(records hidden); {self.ledger!r}>")
