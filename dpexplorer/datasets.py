@@ -1080,15 +1080,13 @@ def table_from_csv(path_or_buffer, attributes, bins: dict | None = None, ranges:
     ------
     ValueError
         If the file is empty or not CSV, or a column is missing or unusable.
+    LimitExceededError
+        If the file is above the ``upload_bytes`` limit (checked before
+        reading), or bins or attributes above their limits.
     """
     from .queries.domain import Table
 
-    try:
-        df = pd.read_csv(path_or_buffer)
-    except pd.errors.EmptyDataError:
-        raise ValueError("the CSV file is empty") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise ValueError(f"could not read the file as CSV: {exc}") from None
+    df = read_csv(path_or_buffer)
     if df.empty:
         raise ValueError("the CSV file has no rows")
     return Table.from_dataframe(df, list(attributes), bins=bins, ranges=ranges, name=name,
