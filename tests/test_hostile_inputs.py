@@ -578,6 +578,53 @@ CASES: list[Case] = [
       "progress=False)", "ValueError: confidence"),
     C("evaluate_shape_mismatch_note", "df = evaluate(['identity'], {'a': np.ones((8, 32))}, "
       "{'w': wl.kron([wl.identity(16)] * 2)}, [1.0], progress=False, n_jobs=1)", "ValueError: shape"),
+    # ------------------------------------------------------------ record tables (queries/domain, privacy/tables)
+    C("attribute_1e9_categories", "dpx.Attribute('a', categories=range(10**9))", "LimitExceededError: cells"),
+    C("attribute_1e9_edges", "dpx.Attribute('a', edges=range(10**9))", "LimitExceededError: cells"),
+    C("attribute_categories_str", "dpx.Attribute('a', categories='abc')", "TypeError: categories"),
+    C("attribute_edges_words", "dpx.Attribute('a', edges=['x', 'y'])", "ValueError: edges"),
+    C("attribute_edges_nan", "dpx.Attribute('a', edges=[0, float('nan')])", "ValueError: edges"),
+    C("attribute_no_name", "dpx.Attribute('', categories=[1])", "TypeError: name"),
+    C("domain_100_attributes",
+      "dpx.Domain(tuple(dpx.Attribute(f'a{i}', categories=(0, 1)) for i in range(100)))",
+      "LimitExceededError: attributes"),
+    C("domain_one_attribute_not_list", "dpx.Domain(dpx.Attribute('a', categories=(0, 1)))",
+      "TypeError: sequence of Attribute"),
+    C("domain_2x40_ok", "d = dpx.Domain(tuple(dpx.Attribute(f'a{i}', categories=(0, 1)) for i in range(40)))\n"
+      "assert d.cells == 2**40", "ok"),
+    C("table_bins_1e9", "dpx.Table.from_dataframe(pd.DataFrame({'a': np.arange(100.5)}), ['a'], bins={'a': 10**9})",
+      "LimitExceededError: bins"),
+    C("table_bins_float", "dpx.Table.from_dataframe(pd.DataFrame({'a': np.arange(100.5)}), ['a'], bins={'a': 2.5})",
+      "ValueError: bins"),
+    C("table_range_not_pair",
+      "dpx.Table.from_dataframe(pd.DataFrame({'a': np.arange(100.5)}), ['a'], ranges={'a': 5})",
+      "ValueError: range"),
+    C("table_attributes_str", "dpx.Table.from_dataframe(pd.DataFrame({'a': [1]}), 'a')",
+      "TypeError: attributes"),
+    C("table_records_list", "dpx.Table([1, 2], dpx.Domain((dpx.Attribute('a', categories=(0, 1)),)))",
+      "TypeError: records"),
+    C("table_csv_empty", "ds.table_from_csv(io.StringIO(''), ['a'])", "ValueError: empty"),
+    C("table_csv_over_upload_limit", "with dpx.limits.override(upload_bytes=10):\n"
+      "    ds.table_from_csv(io.StringIO('a,b\\n' + '1,2\\n' * 10), ['a'])", "LimitExceededError: upload_bytes"),
+    C("table_release_identity_refused",
+      "t = dpx.Table(pd.DataFrame({'a': [0, 1]}), dpx.Domain((dpx.Attribute('a', categories=(0, 1)),)))\n"
+      "dpx.simulate(t, wl.identity(2), 'identity', L, seed=0)", "NotApplicableError: marginal"),
+    C("table_release_wrong_domain",
+      "t = dpx.Table(pd.DataFrame({'a': [0, 1]}), dpx.Domain((dpx.Attribute('a', categories=(0, 1)),)))\n"
+      "dpx.simulate(t, wl.identity(4), 'residual_planner', dpx.Gaussian(1.0, 1e-6), seed=0)", "ValueError: domain"),
+    C("table_release_seed_str",
+      "t = dpx.Table(pd.DataFrame({'a': [0, 1]}), dpx.Domain((dpx.Attribute('a', categories=(0, 1)),)))\n"
+      "dpx.simulate(t, wl.identity(2), 'residual_planner', dpx.Gaussian(1.0, 1e-6), seed='abc')",
+      "ValueError: seed"),
+    C("table_noise_float",
+      "t = dpx.Table(pd.DataFrame({'a': [0, 1]}), dpx.Domain((dpx.Attribute('a', categories=(0, 1)),)))\n"
+      "dpx.simulate(t, wl.identity(2), 'residual_planner', 1.0, seed=0)", "TypeError: noise"),
+    C("private_table_marginal_over_cells",
+      "from dpexplorer.privacy import PrivateTable\n"
+      "t = dpx.Table(pd.DataFrame({'a': [0], 'b': [0]}), dpx.Domain((dpx.Attribute('a', categories=tuple(range(5000))),"
+      " dpx.Attribute('b', categories=tuple(range(5000))))))\n"
+      "PrivateTable(t)._marginal((0, 1))", "LimitExceededError: cells"),
+
 ]
 
 _BY_ID = {c.id: c for c in CASES}
