@@ -578,6 +578,13 @@ CASES: list[Case] = [
       "progress=False)", "ValueError: confidence"),
     C("evaluate_shape_mismatch_note", "df = evaluate(['identity'], {'a': np.ones((8, 32))}, "
       "{'w': wl.kron([wl.identity(16)] * 2)}, [1.0], progress=False, n_jobs=1)", "ValueError: shape"),
+    # ------------------------------------------------------------ Kronecker domains above the cells limit
+    C("kron_column_norms_1e9_cells", "W = wl.kron([wl.all_range(1000)] * 3)\nW.column_norms(1)",
+      "LimitExceededError: cells"),
+    C("kron_weighted_sensitivity_1e9_cells",
+      "W = wl.union([wl.kron([wl.all_range(1000)] * 3)], [2.0])\nassert W.sensitivity(1) > 0", "ok"),
+    C("compare_identity_1e9_cells", "df = dpx.compare(wl.kron([wl.all_range(1000)] * 3), L, ['identity', 'hb'])\n"
+      "assert np.isfinite(df['rmse']).all()", "ok"),
     # ------------------------------------------------------------ record tables (queries/domain, privacy/tables)
     C("attribute_1e9_categories", "dpx.Attribute('a', categories=range(10**9))", "LimitExceededError: cells"),
     C("attribute_1e9_edges", "dpx.Attribute('a', edges=range(10**9))", "LimitExceededError: cells"),

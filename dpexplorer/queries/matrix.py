@@ -825,6 +825,9 @@ class Weighted(Matrix):
     def column_norms(self, p=1):
         return abs(self.weight) * self.base.column_norms(p)
 
+    def sensitivity(self, p=1):
+        return abs(self.weight) * self.base.sensitivity(p)
+
     def trace(self):
         return self.weight * self.base.trace()
 
@@ -1009,6 +1012,8 @@ class Kronecker(Matrix):
         return Kronecker([f.gram() for f in self.factors])
 
     def column_norms(self, p=1):
+        _check_p(p)
+        limits.check("cells", self.n, f"column norms of {self.name!r} (one per cell)")
         out = np.ones(1)
         for f in self.factors:
             out = np.kron(out, f.column_norms(p))
