@@ -24,6 +24,6 @@ import panel as pn  # noqa: E402
 
 from dpexplorer.ui.app import ExplorerApp  # noqa: E402
 
-pn.extension("tabulator", notifications=True, nthreads=2)
+pn.extension("tabulator", "filedropper", notifications=True, nthreads=2)
 
 ExplorerApp().template().servable(title="dpexplorer")
