@@ -10,7 +10,6 @@ dataset, ε/δ, ledgers -- is as it was.  The size cases run under
 
 from __future__ import annotations
 
-import io
 import logging
 import subprocess
 import sys
