@@ -18,14 +18,12 @@ import os
 import signal
 import statistics
 import subprocess
-import sys
 import time
 import urllib.parse
-import urllib.request
 
 import pytest
 
-from test_browser import CHROMIUM, FLAGS, ROOT, _free_port, playwright_api  # noqa: F401 (skips)
+from test_browser import CHROMIUM, FLAGS, playwright_api, start_server  # skips without chromium
 
 pytestmark = pytest.mark.slow
 
@@ -36,27 +34,7 @@ LOAD_DEADLINE = 900.0
 
 
 def _serve(log_path):
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "BOKEH_RESOURCES": "server"}
-    log = open(log_path, "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "panel", "serve", "apps/explorer.py", "--port", str(port),
-         "--address", "127.0.0.1", f"--allow-websocket-origin=127.0.0.1:{port}"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/explorer"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5):
-                break
-        except urllib.error.HTTPError:
-            break  # the server answers (a 404 at /)
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail(f"panel serve did not start:\n{open(log_path).read()[-3000:]}")
-    return proc, url, log
+    return start_server(log_path, wait_path="/")
 
 
 def _tab(pg, title):
