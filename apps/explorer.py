@@ -12,7 +12,8 @@ With every session in ``server`` mode there is nothing to race.  The
 Bootstrap template loads no web fonts.  One
 :class:`~dpexplorer.ui.app.ExplorerApp` (one session state, strategy cache
 and set of privacy ledgers) is built per browser session; its pages are built
-when first opened.
+when first opened.  SIGTERM ends the process within seconds, even while a
+session's optimiser runs (:mod:`dpexplorer.ui.server`).
 """
 
 import os
@@ -23,7 +24,10 @@ if os.environ.get("BOKEH_RESOURCES") not in ("server", "server-dev"):
 import panel as pn  # noqa: E402
 
 from dpexplorer.ui.app import ExplorerApp  # noqa: E402
+from dpexplorer.ui.server import exit_promptly_on_sigterm  # noqa: E402
 
-pn.extension("tabulator", notifications=True, nthreads=2)
+exit_promptly_on_sigterm()  # SIGTERM ends the server within seconds, even while optimisers run
+
+pn.extension("tabulator", "filedropper", notifications=True, nthreads=2)
 
 ExplorerApp().template().servable(title="dpexplorer")

@@ -41,8 +41,9 @@ from .core.error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_boun
 from .mechanism import Release, reconstruct, release, simulate
 from .privacy import (OS_CSPRNG, Budget, BudgetExceededError, Gaussian, Laplace, PrivacyLedger,
                       PrivateData, accounting, noise, samplers)
-from .queries import (Attribute, Domain, Table, domain, gram_ops, intervals, matrix, spec, trees,
-                      workloads)
+from .queries import (Attribute, Domain, Table, domain, gram_ops, intervals, limits, matrix, spec,
+                      trees, workloads)
+from .queries.limits import LimitExceededError
 from .queries.matrix import MatrixTooLargeError
 from .strategies import eigen_design, fourier, hdmm, kron_stack, marginals, residual, templates
 from .sums import thresholds
@@ -53,14 +54,14 @@ __all__ = [
     # layers
     "queries", "privacy", "core", "strategies", "adaptive", "sums",
     # modules by their short names
-    "matrix", "spec", "workloads", "gram_ops", "intervals", "trees", "accounting", "noise",
+    "limits", "matrix", "spec", "workloads", "gram_ops", "intervals", "trees", "accounting", "noise",
     "samplers", "error", "spectra", "optimization", "registry", "templates", "kron_stack", "hdmm",
     "marginals", "eigen_design", "fourier",
     "residual", "dawa", "partition", "hilbert", "mwem", "efpa", "uniform", "thresholds",
     "datasets", "evaluate", "mechanism", "audit",
     # the everyday API
     "compare", "StrategyCache", "rmse", "per_query_rmse", "svd_bound", "UnsupportedWorkloadError",
-    "MatrixTooLargeError", "Release", "release", "simulate", "reconstruct", "Laplace", "Gaussian",
-    "PrivacyLedger", "PrivateData", "BudgetExceededError", "Budget", "OS_CSPRNG",
+    "MatrixTooLargeError", "LimitExceededError", "Release", "release", "simulate", "reconstruct",
+    "Laplace", "Gaussian", "PrivacyLedger", "PrivateData", "BudgetExceededError", "Budget", "OS_CSPRNG",
     "domain", "Attribute", "Domain", "Table",
 ]

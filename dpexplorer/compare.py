@@ -18,8 +18,9 @@ import pandas as pd
 
 from . import mechanism
 from .core import error, registry
-from .privacy import PrivateData
+from .privacy import PrivateData, check_noise, validate_counts
 from .privacy.noise import NoiseModel
+from .queries import limits
 from .queries.matrix import Matrix, MatrixTooLargeError, as_matrix
 
 __all__ = ["compare", "StrategyCache", "OBJECTIVES"]
@@ -98,7 +99,7 @@ class StrategyCache:
                 try:
                     var = error.per_query_variance(W, A, noise)
                     self._max[key] = (float(np.max(var)) / noise.variance_per_unit, "")
-                except MatrixTooLargeError as exc:
+                except (MatrixTooLargeError, limits.LimitExceededError) as exc:
                     self._max[key] = (math.nan, f"max per-query error: {exc}")
         return self._max[key]
 
@@ -125,17 +126,21 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
         The workload.
     noise : NoiseModel
         ``Laplace(epsilon)`` or ``Gaussian(epsilon, delta)``.
-    mechanisms : iterable of str, optional
-        Registry names; default: every registered private mechanism (variants
-        registered as not private, e.g. ``dawa_as_published``, only when named).
+    mechanisms : str or iterable of str, optional
+        Registry names (one name alone is one mechanism); default: every
+        registered private mechanism (variants registered as not private,
+        e.g. ``dawa_as_published``, only when named).
     cache : StrategyCache, optional
         Reuse strategies across calls (the app passes one per session).
     x : array_like, shape (n,) or the workload's domain shape, optional
-        Benchmark data for the empirical RMSE of data-dependent mechanisms.
+        Benchmark counts for the empirical RMSE of data-dependent mechanisms,
+        checked as a release checks its data
+        (:func:`~dpexplorer.privacy.validate_counts`: non-negative whole numbers
+        at most 2**53, the workload's domain shape or its flattening).
     trials : int
-        Seeded runs per data-dependent mechanism when ``x`` is given.
+        Seeded runs per data-dependent mechanism when ``x`` is given (>= 1).
     seed : int
-        Base seed of those runs (``SeedSequence([seed, trial])``).
+        Base seed of those runs (``SeedSequence([seed, trial])``), a whole number >= 0.
     objective : {"sum", "max"}
         ``"sum"`` (default): rank by RMSE.  ``"max"``: add ``max_std``, the
         largest per-query standard deviation (counts) of every
@@ -164,22 +169,29 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
     ------
     KeyError
         If a named mechanism is not registered.
+    TypeError
+        If ``noise`` is not a noise model, ``cache`` not a :class:`StrategyCache`
+        or a mechanism name not a string.
     ValueError
-        If ``x`` does not match the workload, ``trials < 1`` or the objective is unknown.
+        If ``x`` is not valid counts over the workload's domain, ``trials`` or
+        ``seed`` is not a whole number (>= 1, >= 0), or the objective is unknown.
     """
+    check_noise(noise)
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     W = as_matrix(W)
+    if cache is not None and not isinstance(cache, StrategyCache):
+        raise TypeError(f"cache must be a dpx.StrategyCache, got {type(cache).__name__}")
     cache = StrategyCache() if cache is None else cache
+    if isinstance(mechanisms, str):
+        mechanisms = [mechanisms]
     mechanisms = registry.names(private=True) if mechanisms is None else list(mechanisms)
     for name in mechanisms:
-        registry.get(name)  # KeyError for unknown names, before any work
+        registry.get(name)  # TypeError/KeyError for bad names, before any work
+    trials = limits.whole_number(trials, "compare: trials")
+    seed = limits.whole_number(seed, "compare: seed", minimum=0)
     if x is not None:
-        x = np.asarray(x, dtype=float)
-        if x.size != W.n:
-            raise ValueError(f"x has {x.size} cells but the workload is over {W.n}")
-        if trials < 1:
-            raise ValueError(f"trials must be at least 1, got {trials}")
+        x = validate_counts(x, "x", domain=W.domain)
     # SVD bound on the RMSE: sqrt(v · SVDB(W) / m) (HDMM Def. 11); SVDB is cached per workload
     bound = math.sqrt(noise.variance_per_unit * cache.svdb(W) / W.m)
     rows = []

@@ -13,7 +13,11 @@ A data vector is a 1D histogram (shape ``(n,)``) or a 2D grid (shape
   :func:`load_numerical`, :func:`numerical_attribute`, :func:`bucket_values`.
 
 Validation is loud: bad input raises ``ValueError`` saying what is wrong and
-what is allowed; nothing is clipped, dropped or coerced silently.
+what is allowed; nothing is clipped, dropped or coerced silently.  Sizes are
+checked before anything is allocated (:mod:`dpexplorer.queries.limits`): the
+bytes of a CSV file (``upload_bytes``), the bins of a histogram (``bins``, all
+axes multiplied) and the cells an ``.npy`` header declares (``cells``, read
+from the header before the data).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from .privacy import validate_counts
+from .queries import limits
 
 PAPER_NAMES = {
     "ADULTFRANK.n4096": "ADULT", "HEPTH.n4096": "HEPTH", "INCOME.n4096": "INCOME",
@@ -94,11 +99,22 @@ def _values(values, name: str) -> np.ndarray:
     return a
 
 
-def _edges(a: np.ndarray, bins, range, name: str) -> np.ndarray:
-    """Bin edges for values ``a`` (all of which must fall inside them)."""
-    if isinstance(bins, (int, np.integer)) and not isinstance(bins, (bool, np.bool_)):
+def _bin_count(bins, name: str) -> int:
+    """Number of bins asked for by ``bins`` (a count or edges), before any edge is computed."""
+    if isinstance(bins, (bool, np.bool_)):
+        raise ValueError(f"bins for {name} must be a whole number of bins or a sequence of edges, "
+                         f"got {bins!r}")
+    if isinstance(bins, (int, np.integer)):
         if bins < 1:
             raise ValueError(f"bins for {name} must be >= 1, got {bins}")
+        return int(bins)
+    return max(len(bins) - 1, 1) if hasattr(bins, "__len__") else 1
+
+
+def _edges(a: np.ndarray, bins, range, name: str) -> np.ndarray:
+    """Bin edges for values ``a`` (all of which must fall inside them)."""
+    limits.check("bins", _bin_count(bins, name), f"bins for {name}")
+    if isinstance(bins, (int, np.integer)):
         if range is None:
             return np.histogram_bin_edges(a, int(bins))
         try:
@@ -156,6 +172,8 @@ def histogram(values, bins, range=None) -> tuple[np.ndarray, np.ndarray]:
     ValueError
         Empty, non-numeric or NaN/inf values (with how many), bins < 1,
         non-increasing edges, or values outside the explicit edges/range.
+    LimitExceededError
+        For more bins than the ``bins`` limit.
     """
     a = _values(values, "values")
     edges = _edges(a, bins, range, "values")
@@ -186,6 +204,8 @@ def histogram2d(x_values, y_values, bins, range=None) -> tuple[np.ndarray, np.nd
     ------
     ValueError
         As :func:`histogram` for each axis, or if the lengths differ.
+    LimitExceededError
+        If ``n1·n2`` is above the ``bins`` limit (checked before any edge is made).
     """
     x, y = _values(x_values, "x_values"), _values(y_values, "y_values")
     if x.size != y.size:
@@ -196,6 +216,8 @@ def histogram2d(x_values, y_values, bins, range=None) -> tuple[np.ndarray, np.nd
         bins = (bins, bins)  # same bins (count or edges) on both axes
     elif len(bins) != 2:
         raise ValueError(f"bins must give one entry per axis (2), got {len(bins)}")
+    cells = _bin_count(bins[0], "x_values") * _bin_count(bins[1], "y_values")
+    limits.check("bins", cells, "histogram2d: bins (n1·n2)")
     ranges = (None, None) if range is None else range
     xe, ye = _edges(x, bins[0], ranges[0], "x_values"), _edges(y, bins[1], ranges[1], "y_values")
     return np.histogram2d(x, y, bins=(xe, ye))[0].astype(np.float64), xe, ye
@@ -241,6 +263,8 @@ def numeric_column(df: pd.DataFrame, column: str) -> np.ndarray:
     """
     if column not in df.columns:
         raise ValueError(f"column {column!r} not found; available columns: {list(df.columns)}")
+    if len(df) == 0:
+        raise ValueError(f"the table is empty: column {column!r} has no rows")
     s = df[column]
     if not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
         raise ValueError(f"column {column!r} must be numeric, got dtype {s.dtype}")
@@ -266,13 +290,63 @@ def from_csv(path_or_buffer, column: str, bins, range=None) -> tuple[np.ndarray,
     Raises
     ------
     ValueError
-        As :func:`from_dataframe`.
+        As :func:`from_dataframe`, or if the file is empty, not UTF-8 text or
+        not a CSV table (pandas' reason is given).
+    LimitExceededError
+        If the file is larger than the ``upload_bytes`` limit (checked before
+        reading) or for more bins than the ``bins`` limit.
     """
-    return from_dataframe(pd.read_csv(path_or_buffer), column, bins, range)
+    return from_dataframe(read_csv(path_or_buffer), column, bins, range)
+
+
+def read_csv(path_or_buffer) -> pd.DataFrame:
+    """``pandas.read_csv`` of a file or buffer within the ``upload_bytes`` limit, with clear errors.
+
+    Raises
+    ------
+    ValueError
+        If the file is empty, not UTF-8 text or not a CSV table.
+    LimitExceededError
+        If it is larger than the ``upload_bytes`` limit (checked before reading).
+    """
+    name = _source_name(path_or_buffer, "the CSV")
+    size = _source_size(path_or_buffer)
+    if size is not None:
+        limits.check("upload_bytes", size, f"{name}: bytes")
+    try:
+        return pd.read_csv(path_or_buffer)
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"{name} is empty: a CSV needs a header row and data rows") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{name} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except pd.errors.ParserError as exc:
+        raise ValueError(f"{name} is not a CSV table pandas can read: {str(exc).strip()}") from None
+
+
+def _source_name(source, default: str) -> str:
+    if isinstance(source, (str, os.PathLike)):
+        return str(source)
+    return str(getattr(source, "name", default))
+
+
+def _source_size(source) -> int | None:
+    """Bytes left to read in a path or a seekable buffer (``None`` when it cannot be told)."""
+    if isinstance(source, (str, os.PathLike)):
+        return os.stat(source).st_size
+    try:
+        here = source.tell()
+        end = source.seek(0, os.SEEK_END)
+        source.seek(here)
+    except (AttributeError, OSError, ValueError):
+        return None
+    return end - here
 
 
 def from_npy(path_or_buffer) -> np.ndarray:
     """Load a data vector from a ``.npy`` file (``numpy.load``, ``allow_pickle=False``).
+
+    The header is read and checked first (:func:`npy_shape`), so a file that
+    declares a huge array is refused before its data is read.
 
     Returns
     -------
@@ -282,13 +356,78 @@ def from_npy(path_or_buffer) -> np.ndarray:
     Raises
     ------
     ValueError
-        As :func:`check_counts`, for object arrays, or for an ``.npz`` archive.
+        If the file is not a valid ``.npy`` file (an ``.npz`` archive, a
+        corrupt or truncated file, pickled objects), or as :func:`check_counts`.
+    LimitExceededError
+        If its header declares more cells than the ``cells`` limit.
     """
-    arr = np.load(path_or_buffer, allow_pickle=False)
-    if not isinstance(arr, np.ndarray):
+    return _load_npy(path_or_buffer, _source_name(path_or_buffer, "x"))
+
+
+def npy_shape(path_or_buffer) -> tuple[int, ...]:
+    """Shape declared by a ``.npy`` header, checked before any data is read.
+
+    Parameters
+    ----------
+    path_or_buffer : str, path or binary file-like
+        A seekable buffer is left where it was.
+
+    Returns
+    -------
+    tuple of int
+
+    Raises
+    ------
+    ValueError
+        If the header is not a valid ``.npy`` header (the message names the
+        file), declares pickled objects or a non-numeric type, or the file is
+        shorter than its header says.
+    LimitExceededError
+        If the shape has more cells than the ``cells`` limit.
+    """
+    name = _source_name(path_or_buffer, "the .npy data")
+    fmt = np.lib.format
+    opened = isinstance(path_or_buffer, (str, os.PathLike))
+    f = open(path_or_buffer, "rb") if opened else path_or_buffer
+    try:
+        start = None if opened else f.tell()
+        try:
+            version = fmt.read_magic(f)
+            read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(version)
+            if read is None:
+                raise ValueError(f"unsupported .npy format version {version}")
+            shape, _, dtype = read(f)
+        except (ValueError, EOFError, SyntaxError, TypeError) as exc:
+            raise ValueError(f"{name}: not a valid .npy file ({exc})") from None
+        if dtype.hasobject:
+            raise ValueError(f"{name}: the .npy file holds pickled Python objects; only numeric arrays "
+                             "of counts are read")
+        if dtype.kind not in "biuf":
+            raise ValueError(f"{name}: the .npy file must hold numeric counts, got dtype {dtype}")
+        cells = math.prod(shape)
+        limits.check("cells", cells, f"{name}: cells of the array of shape {tuple(shape)}")
+        left = _source_size(f)
+        if left is not None and left < cells * dtype.itemsize:
+            raise ValueError(f"{name}: not a valid .npy file (truncated: its header declares shape "
+                             f"{tuple(shape)}, {cells * dtype.itemsize:,} bytes of data, the file holds {left:,})")
+        return tuple(int(v) for v in shape)
+    finally:
+        if opened:
+            f.close()
+        elif start is not None:
+            f.seek(start)
+
+
+def _load_npy(source, name: str) -> np.ndarray:
+    """The counts of a ``.npy`` file or buffer, its header checked first; messages name ``name``."""
+    npy_shape(source)
+    try:
+        arr = np.load(source, allow_pickle=False)
+    except (ValueError, EOFError, OSError) as exc:
+        raise ValueError(f"{name}: not a valid .npy file ({exc})") from None
+    if not isinstance(arr, np.ndarray):  # pragma: no cover - npy_shape refuses archives
         raise ValueError("expected a single .npy array, got an .npz archive")
-    is_path = isinstance(path_or_buffer, (str, os.PathLike))
-    return check_counts(arr, name=str(path_or_buffer if is_path else getattr(path_or_buffer, "name", "x")))
+    return check_counts(arr, name=name)
 
 
 # ---------------------------------------------------------------- DPBench
@@ -329,7 +468,10 @@ def list_dpbench(directory=None) -> pd.DataFrame:
     pandas.DataFrame
         One row per ``.npy`` file: ``name`` (file stem), ``paper_name`` (DAWA
         name, else the stem), ``dims`` (1 or 2), ``shape`` (e.g. ``(4096,)``,
-        ``(256, 256)``) and ``path``.
+        ``(256, 256)``), ``path`` and ``error``: ``None``, or why the file
+        cannot be loaded (its header is not a valid ``.npy`` header, declares
+        more cells than the ``cells`` limit, ...; ``shape`` is then ``None``).
+        One bad file does not hide the others.
 
     Raises
     ------
@@ -337,10 +479,18 @@ def list_dpbench(directory=None) -> pd.DataFrame:
         If the directory does not exist.
     """
     d = _dpbench_dir(directory)
-    rows = [dict(name=f.stem, paper_name=PAPER_NAMES.get(f.stem, f.stem), dims=dims,
-                 shape=tuple(np.load(f, mmap_mode="r", allow_pickle=False).shape), path=f)
-            for dims in (1, 2) for f in sorted((d / f"{dims}D").glob("*.npy"))]
-    return pd.DataFrame(rows, columns=["name", "paper_name", "dims", "shape", "path"])
+    rows = []
+    for dims in (1, 2):
+        for f in sorted((d / f"{dims}D").glob("*.npy")):
+            try:
+                shape, error = npy_shape(f), None
+            except (ValueError, OSError) as exc:
+                shape, error = None, str(exc)
+            rows.append(dict(name=f.stem, paper_name=PAPER_NAMES.get(f.stem, f.stem), dims=dims,
+                             shape=shape, path=f, error=error))
+    table = pd.DataFrame(rows, columns=["name", "paper_name", "dims", "shape", "path", "error"])
+    table["error"] = table["error"].astype(object).where(table["error"].notna(), None)
+    return table
 
 
 def load_dpbench(name: str, directory=None) -> np.ndarray:
@@ -366,14 +516,17 @@ def load_dpbench(name: str, directory=None) -> np.ndarray:
     FileNotFoundError
         If the directory does not exist.
     ValueError
-        From :func:`check_counts` for invalid file contents.
+        For a file that is not a valid ``.npy`` file (naming it), or from
+        :func:`check_counts` for invalid contents.
+    LimitExceededError
+        If its header declares more cells than the ``cells`` limit.
     """
     table = list_dpbench(directory)
     key = str(name).lower()
     for col in ("name", "paper_name"):
         hit = table[table[col].str.lower() == key]
         if len(hit):
-            return check_counts(np.load(hit["path"].iloc[0], allow_pickle=False), name=str(name))
+            return _load_npy(hit["path"].iloc[0], name=f"{name} ({hit['path'].iloc[0]})")
     raise UnknownDatasetError(f"unknown DPBench dataset {name!r}; available: "
                               f"{sorted(set(table['paper_name']) | set(table['name']))}")
 
@@ -590,6 +743,7 @@ def bucket_edges(values, bins, method: str = "equal_width", range=None) -> np.nd
             raise ValueError("range applies to equal-width buckets only, not to quantile buckets")
         if bins < 1:
             raise ValueError(f"bins must be >= 1, got {bins}")
+        limits.check("bins", int(bins), "quantile bins")
         e = np.quantile(a, np.linspace(0.0, 1.0, int(bins) + 1))
         dup = int((np.diff(e) <= 0).sum())
         if dup:
@@ -789,10 +943,11 @@ def dpbench_income(directory=None, bin_width: float = 1.0, lower: float = 0.0) -
     ValueError
         For a non-positive or non-finite ``bin_width`` or ``lower``.
     """
-    if not (math.isfinite(float(bin_width)) and bin_width > 0):
+    for value, what in ((bin_width, "bin_width"), (lower, "lower")):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f"{what} must be a finite number, got {value!r}")
+    if not bin_width > 0:
         raise ValueError(f"bin_width must be a positive finite number, got {bin_width!r}")
-    if not math.isfinite(float(lower)):
-        raise ValueError(f"lower must be finite, got {lower!r}")
     x = load_dpbench("INCOME", directory)
     edges = float(lower) + float(bin_width) * np.arange(x.size + 1, dtype=np.float64)
     unit = "bin" if bin_width == 1.0 and lower == 0.0 else "currency"
@@ -812,7 +967,7 @@ def numerical_from_csv(path_or_buffer, column: str, bins, method: str = "equal_w
         Missing or non-numeric column, missing values (with how many), or as
         :func:`numerical_attribute`.
     """
-    df = pd.read_csv(path_or_buffer)
+    df = read_csv(path_or_buffer)
     values = numeric_column(df, column)
     return numerical_attribute(values, bins, method, range, name=name or str(column), shift=shift,
                                description=f"column {column!r} ({values.size:,} rows)")
@@ -925,15 +1080,13 @@ def table_from_csv(path_or_buffer, attributes, bins: dict | None = None, ranges:
     ------
     ValueError
         If the file is empty or not CSV, or a column is missing or unusable.
+    LimitExceededError
+        If the file is above the ``upload_bytes`` limit (checked before
+        reading), or bins or attributes above their limits.
     """
     from .queries.domain import Table
 
-    try:
-        df = pd.read_csv(path_or_buffer)
-    except pd.errors.EmptyDataError:
-        raise ValueError("the CSV file is empty") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise ValueError(f"could not read the file as CSV: {exc}") from None
+    df = read_csv(path_or_buffer)
     if df.empty:
         raise ValueError("the CSV file has no rows")
     return Table.from_dataframe(df, list(attributes), bins=bins, ranges=ranges, name=name,

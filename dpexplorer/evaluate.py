@@ -34,7 +34,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import hashlib
 import importlib
-import inspect
 import math
 import os
 import time
@@ -51,8 +50,9 @@ from . import mechanism as _mechanism
 from .core import registry
 from .core.parallel import blas_limit
 from .core.registry import NotApplicableError
-from .privacy import PrivateData
+from .privacy import PrivateData, check_shape
 from .privacy.noise import Laplace
+from .queries import limits
 from .queries import workloads as _workloads
 from .queries.matrix import Matrix, as_matrix
 
@@ -102,8 +102,7 @@ class RangeWorkload:
     kind: str = "uniform"
 
     def __post_init__(self):
-        if isinstance(self.m, bool) or not isinstance(self.m, int | np.integer) or self.m < 1:
-            raise ValueError(f"m must be a positive number of queries, got {self.m!r}")
+        limits.whole_number(self.m, "RangeWorkload: m (queries)", limit="queries")
         _workloads.random_ranges(1, 1, self.kind, 0)  # validates kind
 
     @property
@@ -298,26 +297,16 @@ def _mechanism_specs(mechanisms, params) -> list[_MechSpec]:
         modules = tuple(sorted({f.__module__ for f in (mech.build, mech.runner)
                                 if f is not None and getattr(f, "__module__", None)}))
         merged = {**params.get(name, {}), **(params.get(label, {}) if label != name else {}), **own}
-        _check_params(mech, label, merged)
+        try:
+            mech.check_params(dict(merged))
+        except ValueError as exc:
+            raise ValueError(f"mechanism {label!r}: {exc}") from None
         specs.append(_MechSpec(label, name, merged, modules))
     unknown = set(params) - {s.label for s in specs} - {s.name for s in specs}
     if unknown:
         raise ValueError(f"params given for {sorted(unknown)}, which are not among the mechanisms "
                          f"{[s.label for s in specs]}")
     return specs
-
-
-def _check_params(mech: registry.Mechanism, label: str, params: dict) -> None:
-    """ValueError now, rather than a TypeError in every run, for parameters the mechanism lacks."""
-    fn, lead = (mech.runner, 4) if mech.runner is not None else (mech.build, 2)
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):  # pragma: no cover - builtins
-        return
-    try:
-        sig.bind(*([None] * lead), **{**mech.params, **params})
-    except TypeError as exc:
-        raise ValueError(f"bad parameters {params} for mechanism {label!r} ({mech.name}): {exc}") from None
 
 
 def _dataset_dict(data_in, directory) -> dict[str, np.ndarray]:
@@ -356,7 +345,7 @@ def _directory_datasets(d: Path) -> dict[str, np.ndarray]:
     src = d / "1D" if (d / "1D").is_dir() else d
     out = {}
     for f in sorted(src.glob("*.npy")):
-        shape = np.load(f, mmap_mode="r", allow_pickle=False).shape
+        shape = _datasets.npy_shape(f)
         if len(shape) != 1:
             continue
         out[_datasets.PAPER_NAMES.get(f.stem, f.stem)] = _datasets.from_npy(f)
@@ -409,11 +398,9 @@ def _epsilon_list(epsilons) -> list[float]:
     out = []
     for e in epsilons:
         try:
-            v = float(e)
-        except (TypeError, ValueError):
-            raise ValueError(f"every ε must be a positive finite number, got {e!r}") from None
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError(f"every ε must be a positive finite number (ε > 0), got {e!r}")
+            v = Laplace(e).epsilon  # the noise models' own check of ε
+        except ValueError as exc:
+            raise ValueError(f"every ε must be valid for Laplace noise: {exc}") from None
         out.append(v)
     if len(set(out)) != len(out):
         raise ValueError(f"duplicate values in epsilons {out}")
@@ -699,9 +686,7 @@ def evaluate(mechanisms, datasets, workloads, epsilons, trials: int = 3, seed: i
     specs = _mechanism_specs(mechanisms, params)
     eps_list = _epsilon_list(epsilons)
     trials = _positive_int(trials, "trials")
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    seed = int(seed)
+    seed = limits.whole_number(seed, "evaluate: seed", minimum=0)
     if n_jobs is None:
         n_jobs = os.cpu_count() or 1
     n_jobs = _positive_int(n_jobs, "n_jobs")
@@ -733,9 +718,10 @@ def evaluate(mechanisms, datasets, workloads, epsilons, trials: int = 3, seed: i
                 fits_any = fits_any or not isinstance(instances[key], str)
                 continue
             if isinstance(w, Matrix):
-                if w.n != x.size:
-                    instances[key] = (f"not applicable: workload {wname!r} is over {w.n} cells, "
-                                      f"the data has {x.size}")
+                try:
+                    check_shape(x.shape, w.domain, f"dataset {dname!r}")
+                except ValueError as exc:
+                    instances[key] = f"not applicable: workload {wname!r}: {exc}"
                 else:
                     instances[key] = [(None, w)]
                     fits_any = True
@@ -757,8 +743,8 @@ def evaluate(mechanisms, datasets, workloads, epsilons, trials: int = 3, seed: i
             instances[key] = built
             fits_any = fits_any or not isinstance(built, str)
         if isinstance(w, Matrix) and not fits_any:
-            raise ValueError(f"fixed workload {wname!r} is over {w.n} cells, which fits none of the "
-                             f"datasets ({ {k: v.size for k, v in data.items()} })")
+            raise ValueError(f"fixed workload {wname!r} over the domain {w.domain} fits none of the "
+                             f"datasets (their shapes: { {k: v.shape for k, v in data.items()} })")
 
     # ---- tasks: one per (mechanism, dataset, workload, ε); the data ships once per task
     tasks, skipped = [], []

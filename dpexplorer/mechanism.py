@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import scipy.sparse
 
 from .core import error, registry
 from .core.reconstruct import DENSE_RECONSTRUCT_LIMIT, Reconstructor, reconstruct
@@ -40,12 +41,15 @@ from .privacy import (
     SIMULATION,
     PrivacyLedger,
     PrivateData,
+    check_noise,
+    check_shape,
     noise_sampler,
     variance_factor,
 )
 from .privacy.noise import NoiseModel
 from .privacy.samplers import check_source, is_release
 from .privacy.tables import PrivateTable
+from .queries import limits
 from .queries.domain import Table
 from .queries.matrix import Identity, Matrix, Ones, as_matrix
 
@@ -126,22 +130,21 @@ def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng, **params) 
     KeyError
         Unknown mechanism.
     TypeError
-        If ``rng`` is not a source of randomness.
+        If ``rng`` is not a source of randomness or ``noise`` not a noise model.
     ValueError
-        If ``rng`` is the OS CSPRNG (a release) and the mechanism is registered
-        as not private (``Mechanism.private`` false, e.g. ``dawa_as_published``).
+        For a parameter the mechanism does not take, or if ``rng`` is the OS
+        CSPRNG (a release) and the mechanism is registered as not private
+        (``Mechanism.private`` false, e.g. ``dawa_as_published``).
     NotApplicableError
         If the mechanism cannot handle this workload or noise model.
     """
     W = as_matrix(W)
     check_source(rng)
+    check_noise(noise)
     mech = registry.get(mechanism)
     if is_release(rng):
         _refuse_non_private(mech)
-    unknown = sorted(set(params) - set(mech.params)) if mech.params or params else []
-    if unknown and mech.runner is not None:
-        raise ValueError(f"unknown parameter(s) {unknown} for {mechanism!r}; "
-                         f"its parameters are {sorted(mech.params)}")
+    mech.check_params(params)
     if mech.runner is not None:
         return mech.runner(data, W, noise, rng, **{**mech.params, **params})
     A, recon = _plan(mech, W, noise, params)  # public work, cached across trials
@@ -294,8 +297,8 @@ def confidence_half_widths(W: Matrix, A: Matrix, noise: NoiseModel, sampler: str
     method = np.full(m, "discrete_laplace_chebyshev", dtype=object)
     if single is not None:
         q = math.exp(-1.0 / b)
-        # smallest whole k with 2 q^{k+1} / (1 + q) ≤ α
-        k = max(0, math.ceil(math.log(alpha * (1 + q) / 2.0) / math.log(q) - 1.0 - 1e-12))
+        # smallest whole k with 2 q^{k+1} / (1 + q) ≤ α (log q = −1/b; q = 0 for a tiny b: k = 0)
+        k = 0 if q == 0.0 else max(0, math.ceil(-b * math.log(alpha * (1 + q) / 2.0) - 1.0 - 1e-12))
         while k > 0 and 2.0 * q ** k / (1.0 + q) <= alpha:
             k -= 1
         one = single > 0
@@ -555,16 +558,6 @@ class Release:
         return json.dumps({**self.metadata(level), **rows})
 
 
-def _check_noise(noise) -> NoiseModel:
-    from .privacy.noise import NoiseModel as _Base
-
-    if noise is None:
-        raise ValueError("a release needs a noise model, e.g. dpx.Laplace(1.0)")
-    if not isinstance(noise, _Base):
-        raise TypeError(f"noise must be dpx.Laplace(ε) or dpx.Gaussian(ε, δ), got {type(noise).__name__}")
-    return noise
-
-
 def marginal_terms(W: Matrix):
     """``[(axes, rows)]`` if ``W`` is a union of marginals (Kronecker products of identity and total factors).
 
@@ -606,6 +599,7 @@ def _make_table(table, W, mechanism, noise, source, ledger, params, seed) -> Rel
         name, params = mechanism, {**mech.params, **dict(params or {})}
     else:
         A, name = as_matrix(mechanism), as_matrix(mechanism).name
+    limits.check("strategy_rows", A.m, f"release: rows of strategy {name!r}")
     if getattr(A, "marginal_measure", None) is None or getattr(A, "answer", None) is None:
         raise registry.NotApplicableError(
             f"{name!r} cannot be measured from marginal counts (it needs the data vector of all "
@@ -621,22 +615,41 @@ def _make_table(table, W, mechanism, noise, source, ledger, params, seed) -> Rel
 
 
 def _make(x, W, mechanism, noise, source, ledger, params, counts, seed) -> Release:
-    """The one computation behind :func:`release` (``source`` = OS CSPRNG) and :func:`simulate`."""
-    noise = _check_noise(noise)
+    """The one computation behind :func:`release` (``source`` = OS CSPRNG) and :func:`simulate`.
+
+    Every argument is checked before the data is looked at or anything large
+    is built: the noise model, the mechanism and its parameters, the sizes
+    of the answers and of the strategy (limits ``queries``, ``strategy_rows``),
+    then the data (:func:`~dpexplorer.privacy.validate_counts`, the
+    workload's domain shape exactly).
+    """
+    if noise is None:
+        raise ValueError("a release needs a noise model, e.g. dpx.Laplace(1.0)")
+    noise = check_noise(noise)
     W = as_matrix(W)
+    if params is not None and not isinstance(params, dict):
+        raise TypeError(f"params must be a dict of the mechanism's parameters, got {type(params).__name__} "
+                        f"{params!r}")
+    params = dict(params or {})
+    if isinstance(mechanism, str):
+        registry.get(mechanism).check_params(params)
+    elif isinstance(mechanism, Matrix | np.ndarray) or scipy.sparse.issparse(mechanism):
+        mechanism = as_matrix(mechanism)  # ValueError for NaN/inf entries
+    else:
+        given = mechanism
+        try:  # nested lists of numbers are a strategy matrix; ['hb'] or 12 are mistakes
+            mechanism = as_matrix(given) if isinstance(given, list | tuple) else None
+        except (TypeError, ValueError):
+            mechanism = None
+        if mechanism is None:
+            raise TypeError("mechanism must be a registered name (str, e.g. 'hb'; see dpx.registry.names()) "
+                            f"or a strategy matrix of numbers, got {type(given).__name__} {given!r:.80}")
+    limits.check("queries", W.m, f"release: answers (queries of workload {W.name!r})")
     if isinstance(x, Table):
         return _make_table(x, W, mechanism, noise, source, ledger, params, seed)
     data = PrivateData(x, ledger, counts=counts)
-    if data.n != W.n:
-        raise ValueError(f"the data has {data.n} cells but the workload is over {W.n} cells")
-    if len(data.domain) > 1 and len(W.domain) > 1 and tuple(data.domain) != tuple(W.domain):
-        raise ValueError(f"the data has shape {tuple(data.domain)} but the workload's domain is "
-                         f"{tuple(W.domain)}")
-    if len(data.domain) > 1 and len(W.domain) == 1:
-        raise ValueError(f"the data has shape {tuple(data.domain)} but the workload is over a 1D "
-                         f"domain of {W.n} cells; flatten x or build a workload over that shape")
+    check_shape(data.domain, W.domain, "x")
     mode = RELEASE if source is OS_CSPRNG else SIMULATION
-    params = dict(params or {})
     common = dict(noise=noise, mode=mode, epsilon=noise.epsilon, delta=noise.delta,
                   rho=noise.rho_per_unit, seed=seed)
     if isinstance(mechanism, str) and registry.get(mechanism).data_dependent:
@@ -658,6 +671,7 @@ def _make(x, W, mechanism, noise, source, ledger, params, counts, seed) -> Relea
     else:
         A = as_matrix(mechanism)
         name = A.name
+    limits.check("strategy_rows", A.m, f"release: rows of strategy {name!r}")
     tse = error.expected_tse(W, A, noise)  # raises if A does not support W
     sampler = noise_sampler(A, noise, data.counts)
     y = data.measure(A, noise, source, label=f"{name}: measure {A.m} strategy queries")
@@ -678,7 +692,8 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
     Parameters
     ----------
     x : array_like, shape (n,) or the workload's domain shape, or Table
-        Private counts (non-negative whole numbers; see ``counts``), or a
+        Private counts (non-negative whole numbers at most 2**53; see
+        ``counts``; a grid of another shape with as many cells is refused), or a
         record :class:`~dpexplorer.queries.domain.Table` (pandas or dask):
         the kernel then counts the marginals the strategy needs by group-by
         and never forms ``x`` (strategies with ``marginal_measure``, i.e.
@@ -700,7 +715,8 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
         Parameters for the registered mechanism's builder.
     counts : bool
         ``True`` (default): ``x`` must hold counts.  ``False`` accepts
-        fractional or signed weights (continuous samplers only).
+        fractional or signed weights of magnitude at most 2**53 (continuous
+        samplers only).
 
     Returns
     -------
@@ -712,12 +728,19 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
     ------
     TypeError
         If a ``seed`` is passed (a release has none: use :func:`simulate`), or
-        ``noise``/``ledger`` have the wrong type.
+        ``noise``, ``ledger``, ``mechanism`` or ``params`` have the wrong type.
     ValueError
-        If ``x`` is not valid counts, does not match the workload's domain, no
-        noise model is given, Gaussian noise is not zCDP-calibrated, or the
-        mechanism is registered as not private (``registry.Mechanism.private``,
-        e.g. ``dawa_as_published``).
+        If ``x`` is not valid counts (:func:`~dpexplorer.privacy.validate_counts`),
+        does not have the workload's domain shape (or its flattening), no
+        noise model is given, a parameter is unknown to the mechanism,
+        Gaussian noise is not zCDP-calibrated, or the mechanism is registered
+        as not private (``registry.Mechanism.private``, e.g. ``dawa_as_published``).
+    KeyError
+        If the mechanism name is not registered.
+    LimitExceededError
+        If the workload has more queries than the ``queries`` limit (its
+        answers are materialised) or the strategy more rows than
+        ``strategy_rows`` -- checked before any noise is drawn.
     UnsupportedWorkloadError
         If the strategy does not support the workload.
     BudgetExceededError
@@ -759,7 +782,7 @@ def simulate(x, W, mechanism="identity", noise: NoiseModel | None = None, seed: 
     ValueError
         If ``seed`` is missing or not a non-negative integer, or as :func:`release`.
     """
-    if seed is None or isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ValueError(f"a simulation needs an explicit seed, a non-negative integer, got {seed!r}")
-    return _make(x, W, mechanism, noise, np.random.default_rng(int(seed)), ledger, params, counts,
-                 int(seed))
+    if seed is None:
+        raise ValueError("a simulation needs an explicit seed, a whole number >= 0 (seed=0, 1, ...)")
+    seed = limits.whole_number(seed, "simulate: seed", minimum=0)
+    return _make(x, W, mechanism, noise, np.random.default_rng(seed), ledger, params, counts, seed)

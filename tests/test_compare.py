@@ -44,6 +44,14 @@ def test_compare_subset_and_errors():
     assert list(df["mechanism"]) == ["h2", "identity"]
     with pytest.raises(KeyError, match="no mechanism"):
         dpx.compare(W, dpx.Laplace(1.0), mechanisms=["nope"])
+    assert list(dpx.compare(W, dpx.Laplace(1.0), mechanisms="h2")["mechanism"]) == ["h2"]  # one name
+    for bad in (1.0, None, "laplace"):  # issue 16: an AttributeError before
+        with pytest.raises(TypeError, match="noise must be a noise model"):
+            dpx.compare(W, bad)
+    with pytest.raises(TypeError, match="cache must be"):
+        dpx.compare(W, dpx.Laplace(1.0), cache={})
+    with pytest.raises(TypeError, match="mechanism name must be a str"):
+        dpx.compare(W, dpx.Laplace(1.0), mechanisms=[["hb"]])
 
 
 def test_not_applicable_listed_last():
@@ -72,6 +80,14 @@ def test_empirical_rows_for_data_dependent_mechanisms():
     assert "Laplace" in g["note"].iloc[0] and math.isnan(g["rmse"].iloc[0])
     with pytest.raises(ValueError, match="cells"):
         dpx.compare(W, dpx.Laplace(1.0), x=np.ones(5))
+    # the data is checked as a release checks it (issue 16: accepted silently before)
+    for bad, match in ((x - 1, "negative"), (x + 0.5, "whole numbers"), (x.reshape(8, 16), "shape"),
+                       (np.where(x == 0, 1e300, x), r"2\*\*53")):
+        with pytest.raises(ValueError, match=match):
+            dpx.compare(W, dpx.Laplace(1.0), mechanisms=["uniform"], x=bad)
+    for kw in (dict(seed=-1), dict(seed="abc"), dict(seed=2.5), dict(trials=0), dict(trials=2.5)):
+        with pytest.raises(ValueError, match=next(iter(kw))):
+            dpx.compare(W, dpx.Laplace(1.0), mechanisms=["uniform"], x=x, **kw)
 
 
 def test_cache_rescales_without_rebuilding():
@@ -119,6 +135,11 @@ def test_compare_max_objective():
     by_name = total.set_index("mechanism")["rmse"]
     assert by_name["residual_planner"] == pytest.approx(total.attrs["svd_bound"], rel=1e-10)
     assert by_name["residual_planner"] <= df.set_index("mechanism").loc["residual_planner", "rmse"]
+    # a workload with more queries than the `queries` limit: its worst query is not computed
+    # (the per-query errors would be one value per query), and the note says why
+    big = workloads.kron([workloads.all_range(300)] * 3)
+    row = dpx.compare(big, dpx.Laplace(1.0), mechanisms=["identity"], objective="max").iloc[0]
+    assert math.isfinite(row["rmse"]) and math.isnan(row["max_std"]) and "`queries` limit" in row["note"]
     with pytest.raises(ValueError, match="objective"):
         dpx.compare(W, noise, objective="worst")
 

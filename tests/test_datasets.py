@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+import dpexplorer as dpx
 from dpexplorer import datasets as ds
 
 DPBENCH = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "dpbench").resolve()
@@ -39,7 +40,8 @@ def test_dawa_names():
 
 def test_list_dpbench(dpbench_dir):
     table = ds.list_dpbench(dpbench_dir)
-    assert list(table.columns) == ["name", "paper_name", "dims", "shape", "path"]
+    assert list(table.columns) == ["name", "paper_name", "dims", "shape", "path", "error"]
+    assert table["error"].isna().all()  # every bundled file reads (issue 16: bad files get a reason)
     assert set(table["dims"]) == {1, 2}
     assert (table.loc[table["dims"] == 1, "shape"] == (4096,)).all()
     assert (table.loc[table["dims"] == 2, "shape"] == (256, 256)).all()
@@ -69,6 +71,61 @@ def test_missing_dpbench_dir(tmp_path):
         ds.list_dpbench(tmp_path / "absent")
     with pytest.raises(FileNotFoundError):
         ds.load_dpbench("ADULT", tmp_path / "absent")
+
+
+def _npy_header(shape) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f8", "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
+def test_bad_npy_files_are_listed_with_a_reason_and_refused_on_load(tmp_path):
+    """Issue 16: one corrupt .npy made list_dpbench fail for every file."""
+    (tmp_path / "1D").mkdir()
+    (tmp_path / "2D").mkdir()
+    np.save(tmp_path / "1D" / "GOOD.npy", np.arange(6.0))
+    (tmp_path / "1D" / "JUNK.npy").write_bytes(b"junk")
+    (tmp_path / "1D" / "SHORT.npy").write_bytes(_npy_header((100,)) + bytes(16))
+    (tmp_path / "2D" / "HUGE.npy").write_bytes(_npy_header((10**6, 10**6)))  # 7 TiB declared, 128 bytes
+    table = ds.list_dpbench(tmp_path).set_index("name")
+    assert table.loc["GOOD", "error"] is None and table.loc["GOOD", "shape"] == (6,)
+    assert "not a valid .npy file" in table.loc["JUNK", "error"] and table.loc["JUNK", "shape"] is None
+    assert "truncated" in table.loc["SHORT", "error"]
+    assert "`cells` limit" in table.loc["HUGE", "error"]
+    assert ds.load_dpbench("GOOD", tmp_path).sum() == 15
+    with pytest.raises(ValueError, match="JUNK.npy: not a valid .npy file"):
+        ds.load_dpbench("JUNK", tmp_path)
+    with pytest.raises(dpx.LimitExceededError, match="cells"):
+        ds.from_npy(tmp_path / "2D" / "HUGE.npy")
+    buf = io.BytesIO(_npy_header((10**12,)))
+    with pytest.raises(dpx.LimitExceededError, match="cells"):
+        ds.from_npy(buf)
+    with dpx.limits.override(cells=4):
+        with pytest.raises(dpx.LimitExceededError, match="cells"):
+            ds.from_npy(tmp_path / "1D" / "GOOD.npy")
+    assert ds.npy_shape(tmp_path / "1D" / "GOOD.npy") == (6,)
+
+
+def test_csv_and_bins_are_sized_before_reading(tmp_path):
+    with pytest.raises(ValueError, match="empty"):
+        ds.from_csv(io.StringIO(""), "a", 4)
+    with pytest.raises(ValueError, match="no rows"):
+        ds.from_csv(io.StringIO("a\n"), "a", 4)
+    big = tmp_path / "big.csv"
+    with open(big, "wb") as f:
+        f.truncate(10**10)  # a sparse file: nothing written
+    with pytest.raises(dpx.LimitExceededError, match="upload_bytes"):
+        ds.from_csv(big, "a", 4)
+    with dpx.limits.override(upload_bytes=10):
+        with pytest.raises(dpx.LimitExceededError, match="upload_bytes"):
+            ds.from_csv(io.StringIO("a\n" + "1\n" * 10), "a", 4)
+    for call in (lambda: ds.histogram([1.0, 2.0], 10**9),
+                 lambda: ds.histogram2d([1.0], [1.0], (10**5, 10**5)),
+                 lambda: ds.bucket_edges(np.arange(5.0), 10**9, "quantile")):
+        with pytest.raises(dpx.LimitExceededError, match="bins"):
+            call()
+    counts, edges = ds.histogram([1.0, 2.0], 4)
+    assert counts.sum() == 2 and edges.size == 5
 
 
 def test_default_dpbench_dir(monkeypatch, tmp_path):

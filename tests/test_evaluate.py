@@ -155,7 +155,7 @@ def test_invalid_input_raises_before_any_work(monkeypatch):
         (dict(trials=1.5), "trials must be an integer >= 1"),
         (dict(workload_seeds=[]), "workload_seeds is empty"),
         (dict(gamma=0), "gamma must be a positive"),
-        (dict(seed=-1), "seed must be a non-negative integer"),
+        (dict(seed=-1), "seed must be a whole number >= 0"),
         (dict(n_jobs=0), "n_jobs must be an integer >= 1"),
         (dict(datasets={"bad": [1, -2, 3]}), "negative"),
         (dict(mechanisms=["identity", "identity"]), "appears twice"),

@@ -48,6 +48,27 @@ def test_reconstruct_errors():
         reconstruct(strategies.h2(4), np.ones(3))
     with pytest.raises(ValueError, match="method"):
         reconstruct(strategies.h2(4), np.ones(7), method="magic")
+    for bad in (np.nan, np.inf, -np.inf):  # issue 16: NaN/inf answers were passed through
+        y = np.ones(7)
+        y[3] = bad
+        with pytest.raises(ValueError, match="finite.*index 3"):
+            reconstruct(strategies.h2(4), y)
+
+
+def test_noise_free_extremes_have_finite_intervals():
+    """ε = 1e6 (noise-free checks): the discrete Laplace is 0 surely (q = e^{-1/b} = 0), the
+    interval has width 0; ε at the bottom of the range gives finite, huge intervals."""
+    x = np.arange(16.0)
+    W = workloads.all_range(16)
+    r = dpx.simulate(x, W, "identity", dpx.Laplace(1e6), seed=0)
+    df = r.to_frame()
+    np.testing.assert_array_equal(r.answers, W.matvec(x))
+    assert (df["ci_method"] == "discrete_laplace_single").sum() == 16  # the 16 one-cell ranges
+    single = df["ci_method"] == "discrete_laplace_single"
+    np.testing.assert_array_equal(df.loc[single, "ci_low"], df.loc[single, "answer"])
+    low = dpx.simulate(x, W, "hb", dpx.Laplace(dpx.noise.EPSILON_RANGE[0]), seed=0).to_frame()
+    assert np.isfinite(low[["answer", "std", "ci_low", "ci_high"]].to_numpy()).all()
+    assert low["std"].min() > 1e8
 
 
 @pytest.mark.parametrize("mechanism,noise", [
@@ -183,6 +204,25 @@ def test_release_input_errors():
     W2 = workloads.marginals((4, 4), [1])
     with pytest.raises(ValueError, match="shape"):
         dpx.release(np.ones((2, 8)), W2, "identity", dpx.Laplace(1.0))
+    assert dpx.simulate(np.ones(16), W2, "identity", dpx.Laplace(1.0), seed=0).answers.shape == (8,)
+    with pytest.raises(ValueError, match="shape"):  # (4, 4) transposed cells would be silently wrong
+        dpx.simulate(np.ones((16, 1)), W2, "identity", dpx.Laplace(1.0), seed=0)
+    with pytest.raises(TypeError, match="mechanism must be"):
+        dpx.release(np.ones(8), W, ["identity"], dpx.Laplace(1.0))
+    with pytest.raises(TypeError, match="params must be a dict"):
+        dpx.release(np.ones(8), W, "hb", dpx.Laplace(1.0), params="b=2")
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['bogus'\]"):
+        dpx.release(np.ones(8), W, "hb", dpx.Laplace(1.0), params={"bogus": 1})
+    big = np.zeros(2**20)
+    with pytest.raises(dpx.LimitExceededError, match="strategy_rows"):  # 5.5e11 noisy answers
+        dpx.release(big, workloads.identity(2**20), workloads.all_range(2**20), dpx.Laplace(1.0))
+    with pytest.raises(dpx.LimitExceededError, match="queries"):  # 5.5e11 answers
+        dpx.simulate(big, workloads.all_range(2**20), "identity", dpx.Laplace(1.0), seed=0)
+    x = np.ones(8)
+    x[0] = 1e300  # issue 16: all-NaN answers; refused above 2**53 (also for weights)
+    for counts in (True, False):
+        with pytest.raises(ValueError, match=r"2\*\*53"):
+            dpx.simulate(x, W, "identity", dpx.Laplace(1.0), seed=0, counts=counts)
 
 
 def test_multidimensional_release():

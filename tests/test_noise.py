@@ -46,6 +46,67 @@ def test_variance_per_unit():
     assert dpx.Gaussian(1.0, 1e-6).scale(3.0) == pytest.approx(3 * 4.22468, rel=1e-5)
 
 
+def _analytic_sigma_60_digits(eps, delta):
+    """σ of the analytic Gaussian (Balle & Wang 2018, Thm 8) by bisection in 60-digit arithmetic."""
+    mp = pytest.importorskip("mpmath")
+    with mp.workdps(60):
+        e, d = mp.mpf(eps), mp.mpf(delta)
+
+        def excess(log_s):
+            s = mp.e**log_s
+            return mp.ncdf(1 / (2 * s) - e * s) - mp.e**e * mp.ncdf(-1 / (2 * s) - e * s) - d
+
+        lo, hi = mp.mpf(-60), mp.mpf(60)
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if excess(mid) > 0 else (lo, mid)
+        return float(mp.e**hi)
+
+
+@pytest.mark.parametrize("eps", [1e-9, 1e-6, 1e-3, 0.1, 1.0, 10.0, 1e3, 1e9])
+@pytest.mark.parametrize("delta", [0.5, 1e-6, 1e-12, 1e-100])
+def test_analytic_gaussian_over_the_whole_range(eps, delta):
+    """Issue 16: Gaussian(1e-9, 1e-12) failed in brentq; σ now keeps 10 digits over the range of ε and δ.
+
+    For small ε, σ is huge and Φ(1/(2σ) − εσ) − Φ(−1/(2σ) − εσ) is a difference of nearly
+    equal probabilities: the direct formula lost up to 6 digits there (σ off by 1.4e-6 at
+    ε = 1e-9, δ = 1e-100, on the side of too little noise).
+    """
+    assert analytic_gaussian_sigma(eps, delta) == pytest.approx(_analytic_sigma_60_digits(eps, delta),
+                                                                rel=1e-10)
+
+
+def test_epsilon_and_delta_ranges():
+    lo, hi = dpx.noise.EPSILON_RANGE
+    for eps in (lo, hi):
+        assert dpx.Laplace(eps).epsilon == eps
+        assert math.isfinite(dpx.Laplace(eps).variance_per_unit) and dpx.Laplace(eps).variance_per_unit > 0
+        assert math.isfinite(dpx.Gaussian(eps, 1e-12, "zcdp").variance_per_unit)
+    for eps in (lo / 2, hi * 2, 1e-320, 1e300):
+        with pytest.raises(ValueError, match="outside"):
+            dpx.Laplace(eps)
+    assert dpx.Gaussian(1.0, dpx.accounting.DELTA_MIN).sigma_per_unit > 0
+    with pytest.raises(ValueError, match="below 1e-100"):
+        dpx.Gaussian(1.0, 1e-320)
+
+
+@pytest.mark.parametrize("bad", [True, "1.0", np.array([1.0])])
+def test_epsilon_must_be_a_real_number(bad):
+    """A string or a bool is not silently read as a number (issue 16)."""
+    with pytest.raises(ValueError, match="epsilon"):
+        dpx.Laplace(bad)
+    with pytest.raises(ValueError, match="delta"):
+        dpx.Gaussian(1.0, "1e-6")
+
+
+def test_check_noise():
+    L = dpx.Laplace(1.0)
+    assert dpx.privacy.check_noise(L) is L
+    for bad in (1.0, None, "laplace"):
+        with pytest.raises(TypeError, match="noise must be a noise model"):
+            dpx.privacy.check_noise(bad)
+
+
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "x", None])
 def test_invalid_epsilon(bad):
     with pytest.raises(ValueError, match="epsilon"):

@@ -130,6 +130,13 @@ def test_discrete_variances_against_sums():
         assert samplers.discrete_laplace_variance(b) == pytest.approx(float((p * k * k).sum()), rel=1e-10)
     assert samplers.discrete_laplace_variance(10.0) == pytest.approx(2 * 100 - 1 / 6, rel=1e-4)
     assert samplers.discrete_gaussian_variance(5.0) == pytest.approx(25.0, rel=1e-9)
+    # σ ≥ 10: σ² to double precision, without a sum over 80σ points (σ = 4e11 for tiny ε, issue 16)
+    assert samplers.discrete_gaussian_variance(10.0) == 100.0
+    assert samplers.discrete_gaussian_variance(9.999) == pytest.approx(9.999**2, rel=1e-15)
+    assert samplers.discrete_gaussian_variance(4e11) == 4e11**2
+    # huge scales: 1 − q = −expm1(−1/b) keeps the digits 1 − e^{−1/b} would lose
+    assert samplers.discrete_laplace_variance(1e9) == pytest.approx(2e18 - 1 / 6, rel=1e-12)
+    assert samplers.discrete_laplace_variance(1e-9) == 0.0
     assert samplers.discrete_gaussian_variance(0.4) < 0.16
 
 

@@ -27,6 +27,28 @@ def test_hb_branching(n, b, h):
     assert strategies.hb(n).sensitivity(1) == h
 
 
+def _hb_branching_every_b(n):
+    """HB's choice by trying every b in [2, n] (the definition; O(n log n))."""
+    if n == 1:
+        return 2, 1
+    best = None
+    for b in range(2, n + 1):
+        cost, h = strategies._hb_cost(n, b)
+        if best is None or cost < best[0] - 1e-12:
+            best = (cost, b, h)
+    return best[1], best[2]
+
+
+def test_hb_branching_tries_only_the_smallest_b_of_every_height():
+    """Issue 16: trying every b took minutes for n = 2**24; the candidates give the same choice."""
+    for n in [*range(1, 700), 1000, 4095, 4096, 4097, 65536, 99991, 2**17 + 1]:
+        assert strategies.hb_branching(n) == _hb_branching_every_b(n), n
+    b, h = strategies.hb_branching(2**24)  # instant now
+    assert b**h >= 2**24 > b ** (h - 1)
+    with pytest.raises(dpx.LimitExceededError, match="cells"):
+        strategies.hb(10**9)
+
+
 def test_hb_is_identity_at_64():
     np.testing.assert_array_equal(strategies.hb(64).dense(), np.eye(64))
 

@@ -15,6 +15,7 @@ hv = pytest.importorskip("holoviews")
 from dpexplorer.ui import builder as bmod  # noqa: E402
 from dpexplorer.ui.builder import URL_PARAMS, WorkloadBuilder  # noqa: E402
 from dpexplorer.ui.session import Session  # noqa: E402
+from dpexplorer.ui.uploads import Upload  # noqa: E402
 
 wl = dpx.workloads
 
@@ -317,10 +318,9 @@ def test_spec_load_replaces_terms_and_export_download(builder, session):
 
 def test_spec_file_input_widget_loads(builder, session):
     layout = builder.panel()
-    spec_input = [w for w in layout.select(pn.widgets.FileInput) if ".json" in (w.accept or "")][0]
+    spec_input = [w for w in layout.select(Upload) if ".json" in w.accepted_filetypes][0]
     text = dpx.spec.dumps(wl.union([wl.identity(16), wl.prefix(16)], [1, 2]), "yaml")
-    spec_input.filename = "w.yaml"
-    spec_input.value = text.encode()
+    spec_input.receive(text.encode(), "w.yaml")
     assert builder.error == ""
     assert_same(session.workload, wl.union([wl.identity(16), wl.prefix(16)], [1, 2]))
 

@@ -17,6 +17,7 @@ from dpexplorer.adaptive.partition import optimal_partition  # noqa: E402
 from dpexplorer.ui import data_view  # noqa: E402
 from dpexplorer.ui.data_view import DataView  # noqa: E402
 from dpexplorer.ui.session import Session  # noqa: E402
+from dpexplorer.ui.uploads import Upload  # noqa: E402
 
 
 @pytest.fixture
@@ -271,16 +272,16 @@ def test_layout_renders_and_redraws(session, view):
 
 def test_upload_widgets_drive_the_component(session, view):
     card = view.upload_card()
-    inputs = card.select(pn.widgets.FileInput)
+    inputs = card.select(Upload)
     csv_in, npy_in = inputs[0], inputs[1]
-    csv_in.param.update(filename="people.csv", value=CSV)
+    csv_in.receive(CSV, "people.csv", "text/csv")
     assert view.csv_column == "age"
     column = card.select(pn.widgets.Select)[0]
     assert list(column.options) == ["age", "city", "score"]
     add = [b for b in card.select(pn.widgets.Button) if not b.disabled][0]
     add.clicks += 1
     assert session.dataset == "people: age"
-    npy_in.param.update(filename="v.npy", value=_npy(np.array([1, 2, 3])))
+    npy_in.receive(_npy(np.array([1, 2, 3])), "v.npy")
     assert session.dataset == "v"
 
 

@@ -33,7 +33,8 @@ import math
 import numpy as np
 import scipy.linalg
 
-from ..privacy.noise import NoiseModel
+from ..privacy.noise import NoiseModel, check_noise
+from ..queries import limits
 from ..queries.intervals import SegmentInverse, interval_variances
 from ..queries.matrix import (
     DENSE_LIMIT,
@@ -261,8 +262,10 @@ def expected_tse(W, A, noise: NoiseModel) -> float:
     ------
     UnsupportedWorkloadError
         If ``A`` does not support ``W``.
+    TypeError
+        If ``noise`` is not a noise model.
     """
-    return noise.variance_per_unit * unit_tse(W, A, noise.norm)
+    return check_noise(noise).variance_per_unit * unit_tse(W, A, noise.norm)
 
 
 def rmse(W, A, noise: NoiseModel) -> float:
@@ -275,6 +278,8 @@ def rmse(W, A, noise: NoiseModel) -> float:
     ------
     UnsupportedWorkloadError
         If ``A`` does not support ``W``.
+    TypeError
+        If ``noise`` is not a noise model.
     """
     W = as_matrix(W)
     return math.sqrt(expected_tse(W, A, noise) / W.m)
@@ -287,8 +292,14 @@ def per_query_variance(W, A, noise: NoiseModel) -> np.ndarray:
     ------
     UnsupportedWorkloadError
         If ``A`` does not support ``W``.
+    TypeError
+        If ``noise`` is not a noise model.
+    LimitExceededError
+        If ``W`` has more queries than the ``queries`` limit (the result has one per query).
     """
+    check_noise(noise)
     W, A = as_matrix(W), as_matrix(A)
+    limits.check("queries", W.m, f"per-query error: queries of workload {W.name!r}")
     scale = noise.variance_per_unit * A.sensitivity(noise.norm) ** 2
     hook = getattr(A, "workload_row_variances", None)
     if hook is not None:  # implicit strategies: diag(W (AᵀA)⁺ Wᵀ) without n × n matrices
@@ -383,7 +394,15 @@ def svd_bound(W, noise: NoiseModel) -> float:
     HDMM reports it with the same ``v`` for Laplace noise (valid since
     ``Δ₁ ≥ Δ₂``).  Check: All Range, n = 64, Laplace ε = 1 gives 3.22
     (HDMM Table 4).
+
+    Raises
+    ------
+    TypeError
+        If ``noise`` is not a noise model.
+    MatrixTooLargeError
+        As :func:`svdb`.
     """
+    check_noise(noise)
     W = as_matrix(W)
     return math.sqrt(noise.variance_per_unit * svdb(W) / W.m)
 

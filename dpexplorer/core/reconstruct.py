@@ -79,12 +79,19 @@ class Reconstructor:
         Raises
         ------
         ValueError
-            If ``y`` has the wrong length.
+            If ``y`` is not numbers, has the wrong shape, or has NaN/inf entries.
         """
         A = self.A
-        y = np.asarray(y, dtype=float)
+        try:
+            y = np.asarray(y, dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError(f"y must be numbers (the noisy strategy answers), got {type(y).__name__}") from None
         if y.shape != (A.m,):
             raise ValueError(f"y must have shape ({A.m},) to match the strategy, got {y.shape}")
+        if not np.isfinite(y).all():
+            bad = int((~np.isfinite(y)).sum())
+            raise ValueError(f"y must be finite: {bad} of its {y.size} entries are NaN or inf (first at "
+                             f"index {int(np.flatnonzero(~np.isfinite(y))[0])})")
         if self.method == "identity":
             return y.copy()
         if self.method == "custom":
@@ -115,7 +122,9 @@ def reconstruct(A, y, method: str = "auto", atol: float = 1e-10, btol: float = 1
     Raises
     ------
     ValueError
-        If ``y`` has the wrong length or the method is unknown.
+        If ``y`` is not finite numbers of the right length, or the method is unknown.
+    TypeError
+        If ``A`` is not a query matrix.
     """
     return Reconstructor(A, method, atol, btol)(y)
 

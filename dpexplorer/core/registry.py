@@ -13,12 +13,13 @@ strategies in :mod:`dpexplorer.strategies.classic`, DAWA and its competitors in
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..privacy.noise import NoiseModel
+from ..privacy.noise import NoiseModel, check_noise
 from ..queries.matrix import Matrix, Weighted
 
 __all__ = ["Mechanism", "Estimate", "REGISTRY", "register", "get", "names", "NotApplicableError"]
@@ -81,16 +82,55 @@ class Mechanism:
         Raises
         ------
         ValueError
-            If the mechanism is data-dependent (it has no fixed strategy).
+            If the mechanism is data-dependent (it has no fixed strategy) or a
+            parameter is unknown (:meth:`check_params`).
+        TypeError
+            If ``noise`` is not a noise model.
         """
         if self.build is None:
             raise ValueError(f"{self.name!r} is data-dependent: it has no data-independent strategy")
+        check_noise(noise)
+        self.check_params(params)
         kwargs = {**self.params, **params}
         A = self.build(W, noise, **kwargs)
         if A is W:  # never rename the caller's workload
             A = Weighted(W, 1.0)
         A.name = self.name
         return A
+
+    def check_params(self, params: dict) -> None:
+        """Refuse, before any work, parameters the builder (or runner) does not take.
+
+        A builder's or runner's parameters are those of its signature after the
+        leading ``(W, noise)`` or ``(data, W, noise, rng)``; one taking
+        ``**params`` takes the names of its default :attr:`params`.
+
+        Raises
+        ------
+        TypeError
+            If ``params`` is not a dict.
+        ValueError
+            Naming the unknown parameters and the ones the mechanism takes.
+        """
+        if not isinstance(params, dict):
+            raise TypeError(f"the parameters of {self.name!r} must be a dict, got {type(params).__name__}")
+        fn, lead = (self.runner, 4) if self.runner is not None else (self.build, 2)
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+            return
+        named = [p.name for p in list(sig.parameters.values())[lead:]
+                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+            named = sorted(set(named) | set(self.params))
+        unknown = sorted(set(params) - set(named))
+        if unknown:
+            raise ValueError(f"bad parameters for mechanism {self.name!r}: unknown parameter(s) {unknown}; "
+                             f"its parameters are {named}")
+        try:
+            sig.bind(*([None] * lead), **{**self.params, **params})
+        except TypeError as exc:
+            raise ValueError(f"bad parameters {sorted(params)} for mechanism {self.name!r}: {exc}") from None
 
 
 @dataclass
@@ -139,9 +179,14 @@ def get(name: str) -> Mechanism:
 
     Raises
     ------
+    TypeError
+        If ``name`` is not a string.
     KeyError
         With the list of registered names, if there is none called ``name``.
     """
+    if not isinstance(name, str):
+        raise TypeError(f"a mechanism name must be a str such as 'hb', got {type(name).__name__} {name!r}; "
+                        f"registered: {sorted(REGISTRY)}")
     try:
         return REGISTRY[name]
     except KeyError:

@@ -17,13 +17,13 @@ Imports only :mod:`dpexplorer.queries` below it.
 
 from . import accounting, kernel, ledger, noise, samplers, tables
 from .accounting import Budget
-from .kernel import PrivateData, noise_sampler, validate_counts, variance_factor
+from .kernel import PrivateData, check_shape, noise_sampler, validate_counts, variance_factor
 from .ledger import RELEASE, SIMULATION, BudgetExceededError, PrivacyLedger, Spend
-from .noise import Gaussian, Laplace, NoiseModel
+from .noise import Gaussian, Laplace, NoiseModel, check_noise
 from .samplers import CSPRNG, OS_CSPRNG
 from .tables import PrivateTable
 
 __all__ = ["PrivateData", "PrivateTable", "tables", "PrivacyLedger", "Spend", "BudgetExceededError", "Budget", "Laplace",
            "Gaussian", "NoiseModel", "OS_CSPRNG", "CSPRNG", "SIMULATION", "RELEASE",
-           "validate_counts", "noise_sampler", "variance_factor", "accounting", "kernel", "ledger",
+           "validate_counts", "check_shape", "check_noise", "noise_sampler", "variance_factor", "accounting", "kernel", "ledger",
            "noise", "samplers"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from dataclasses import dataclass
 
 import scipy.optimize
@@ -45,13 +46,20 @@ def _positive(value, name: str, allow_zero: bool = False) -> float:
     return v
 
 
+#: Smallest δ accepted (noise models and budgets): below it 1/δ nears overflow
+#: (δ = 1e-320 is subnormal) and the conversions are not checked.
+DELTA_MIN = 1e-100
+
+
 def _delta(delta) -> float:
-    try:
-        d = float(delta)
-    except (TypeError, ValueError):
-        raise ValueError(f"delta must be a number in (0, 1), got {delta!r}") from None
+    if isinstance(delta, bool) or not isinstance(delta, numbers.Real):
+        raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
+    d = float(delta)
     if not 0.0 < d < 1.0:
         raise ValueError(f"delta must be in the open interval (0, 1), got {delta!r}")
+    if d < DELTA_MIN:
+        raise ValueError(f"delta = {d:g} is below {DELTA_MIN:g}, the smallest δ supported "
+                         "(dpexplorer.privacy.accounting.DELTA_MIN)")
     return d
 
 

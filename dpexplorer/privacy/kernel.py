@@ -30,16 +30,23 @@ import math
 
 import numpy as np
 
+from ..queries import limits
 from ..queries.matrix import as_matrix
 from . import accounting, samplers
 from .ledger import RELEASE, SIMULATION, PrivacyLedger, Spend
-from .noise import Gaussian, Laplace, NoiseModel
+from .noise import Gaussian, Laplace, NoiseModel, check_noise
 
-__all__ = ["PrivateData", "validate_counts", "noise_sampler", "variance_factor"]
+__all__ = ["PrivateData", "validate_counts", "check_shape", "noise_sampler", "variance_factor"]
 
 
-def validate_counts(x, name: str = "x") -> np.ndarray:
-    """Check a data vector of counts: numeric, non-empty, finite, non-negative whole numbers.
+def validate_counts(x, name: str = "x", *, counts: bool = True, domain=None) -> np.ndarray:
+    """The one check of a data vector: numeric, non-empty, finite, at most 2**53 in size, and
+    (with ``counts``) non-negative whole numbers; with ``domain``, of the workload's shape.
+
+    The bound 2**53 is where float64 stops holding every whole number: above
+    it adding or removing one record (a change of 1, the unit the noise is
+    calibrated to) is not representable, and sums of such values overflow
+    towards inf and NaN answers.  It applies to weights too.
 
     Parameters
     ----------
@@ -48,6 +55,14 @@ def validate_counts(x, name: str = "x") -> np.ndarray:
         workload's domain.
     name : str
         Name used in error messages.
+    counts : bool
+        ``True`` (default): whole numbers >= 0.  ``False``: any finite real
+        weights of magnitude at most 2**53 (fractional or signed data, as
+        ``PrivateData(x, counts=False)`` and ``release(..., counts=False)``
+        accept).
+    domain : tuple of int, optional
+        The workload's domain: ``x`` must have exactly this shape, or be its
+        flattening (shape ``(prod(domain),)``, C order); see :func:`check_shape`.
 
     Returns
     -------
@@ -57,29 +72,53 @@ def validate_counts(x, name: str = "x") -> np.ndarray:
     Raises
     ------
     ValueError
-        If ``x`` is not numeric, empty, has NaN/inf, negative or fractional
-        entries, or integers above 2**53 (not exact in float64).
+        If ``x`` is not numeric, empty, has NaN/inf entries, entries above
+        2**53 in magnitude, (with ``counts``) negative or fractional entries,
+        or (with ``domain``) another shape.
     """
     a = np.asarray(x)
     if a.dtype.kind not in "biuf":
         raise ValueError(f"{name} must hold numeric counts, got dtype {a.dtype}")
     if a.size == 0:
         raise ValueError(f"{name} is empty (shape {a.shape}); it needs at least one cell")
+    if domain is not None:
+        check_shape(a.shape, domain, name)
     if a.dtype.kind in "iu" and np.abs(a).max() > samplers.MAX_EXACT_INTEGER:
         raise ValueError(f"{name} has counts above 2**53 that float64 cannot hold exactly")
     out = np.array(a, dtype=np.float64, copy=True)
-    for mask, what, allowed in (
-        (~np.isfinite(out), "NaN/inf", "counts must be finite"),
-        (out < 0, "negative", "counts must be >= 0"),
-        (out != np.round(out), "non-integer", "counts must be whole numbers"),
-        (np.abs(out) > samplers.MAX_EXACT_INTEGER, "too large", "counts must be below 2**53"),
-    ):
+    checks = [(~np.isfinite(out), "NaN/inf", "entries must be finite")]
+    if counts:
+        checks += [(out < 0, "negative", "counts must be >= 0"),
+                   (out != np.round(out), "non-integer", "counts must be whole numbers")]
+    checks.append((np.abs(out) > samplers.MAX_EXACT_INTEGER, "too large",
+                   f"{'counts' if counts else 'weights'} must be at most 2**53 in magnitude"))
+    for mask, what, allowed in checks:
         if mask.any():
             n, first = int(mask.sum()), tuple(int(i) for i in np.argwhere(mask)[0])
             where = f"{name}[{', '.join(map(str, first))}]" if first else name
             raise ValueError(f"{name} has {n} {what} entr{'y' if n == 1 else 'ies'}, first "
                              f"{where} = {out[first]}; {allowed}")
     return out
+
+
+def check_shape(shape, domain, name: str = "x") -> None:
+    """``shape`` must be the workload's ``domain`` exactly, or its flattening ``(prod(domain),)``.
+
+    A 1D domain ``(n,)`` takes only ``(n,)``; a grid ``(n1, n2)`` takes
+    ``(n1, n2)`` or ``(n1·n2,)`` (C order), never another shape with as many
+    cells such as ``(n2, n1)``.
+
+    Raises
+    ------
+    ValueError
+        Naming both shapes and the number of cells.
+    """
+    shape, domain = tuple(int(v) for v in shape), tuple(int(v) for v in domain)
+    if shape == domain or shape == (math.prod(domain),):
+        return
+    raise ValueError(f"{name} has shape {shape} ({math.prod(shape):,} cells) but the workload's domain "
+                     f"is {domain} ({math.prod(domain):,} cells): give x of shape {domain}"
+                     + (f" or flattened, ({math.prod(domain)},)" if len(domain) > 1 else ""))
 
 
 def noise_sampler(A, noise: NoiseModel, counts: bool = True) -> str:
@@ -143,10 +182,9 @@ class _Boundary:
 
     def _noisy(self, A, noise: NoiseModel, source, label: str, discrete: bool, exact_fn) -> np.ndarray:
         """``exact_fn() + z`` for strategy ``A`` (its sensitivity scales ``z``); see :meth:`PrivateData.measure`."""
-        if not isinstance(noise, NoiseModel):
-            raise TypeError(f"noise must be dpx.Laplace(ε) or dpx.Gaussian(ε, δ), got "
-                            f"{type(noise).__name__}")
+        check_noise(noise)
         samplers.check_source(source)
+        limits.check("strategy_rows", A.m, f"measure: rows of strategy {A.name!r}")
         if (samplers.is_release(source) and isinstance(noise, Gaussian)
                 and noise.calibration != "zcdp"):
             raise ValueError(
@@ -189,24 +227,18 @@ class PrivateData(_Boundary):
         ``True`` (default): ``x`` must hold non-negative whole counts
         (:func:`validate_counts`); strategy answers with whole-number entries
         are then measured with the discrete samplers.  ``False``: any finite
-        real weights are accepted (e.g. fractional or signed data a study
-        needs), always with the continuous samplers.
+        real weights of magnitude at most 2**53 are accepted (e.g. fractional
+        or signed data a study needs), always with the continuous samplers.
 
     Raises
     ------
     ValueError
-        If ``x`` is empty, not finite, or (with ``counts``) not non-negative whole numbers.
+        If ``x`` is empty, not finite, above 2**53 in magnitude, or (with
+        ``counts``) not non-negative whole numbers.
     """
 
     def __init__(self, x, ledger: PrivacyLedger | None = None, *, counts: bool = True):
-        if counts:
-            arr = validate_counts(x)
-        else:
-            arr = np.asarray(x, dtype=float)
-            if arr.size == 0:
-                raise ValueError("the data vector is empty")
-            if not np.all(np.isfinite(arr)):
-                raise ValueError("the data vector has NaN or infinite entries")
+        arr = validate_counts(x, counts=counts)
         if ledger is not None and not isinstance(ledger, PrivacyLedger):
             raise TypeError(f"ledger must be a dpexplorer.PrivacyLedger, got {type(ledger).__name__}")
         self._x = arr.ravel()
@@ -255,13 +287,16 @@ class PrivateData(_Boundary):
             release is asked with a Gaussian calibration other than ``"zcdp"``.
         TypeError
             If ``noise`` is not a noise model or ``source`` not a source of randomness.
+        LimitExceededError
+            If ``A`` has more rows than the ``strategy_rows`` limit (nothing is drawn).
         BudgetExceededError
             If the ledger's budget would be exceeded (nothing is drawn).
         """
         A = as_matrix(A)
         if A.n != self.n:
             raise ValueError(f"strategy has {A.n} columns but the data vector has {self.n} cells")
-        discrete = noise_sampler(A, noise, self.counts) == "discrete" if isinstance(noise, NoiseModel) else False
+        check_noise(noise)
+        discrete = noise_sampler(A, noise, self.counts) == "discrete"
         return self._noisy(A, noise, source, label, discrete, lambda: A.matvec(self._x))
 
     def measure_function(self, f, sensitivity: float, epsilon: float, source,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import scipy.optimize
@@ -36,20 +37,40 @@ import scipy.special
 
 from . import accounting
 
-__all__ = ["NoiseModel", "Laplace", "Gaussian", "analytic_gaussian_sigma"]
+__all__ = ["NoiseModel", "Laplace", "Gaussian", "analytic_gaussian_sigma", "check_noise",
+           "EPSILON_RANGE"]
+
+#: The ε a noise model accepts.  Far beyond any meaningful privacy level on both
+#: sides (ε = 1e-9 is noise about 1e9 times a count, ε = 1e9 no privacy at all),
+#: and the range in which every formula of the package is checked to stay
+#: finite: the variance 2/ε², the zCDP cost ε²/2, the analytic Gaussian σ, the
+#: discrete samplers' parameters and the confidence intervals.  ε = 1e-320
+#: (a subnormal) would make 2/ε² overflow.
+EPSILON_RANGE = (1e-9, 1e9)
 
 
 def _check_epsilon(epsilon) -> float:
-    try:
-        eps = float(epsilon)
-    except (TypeError, ValueError):
-        raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}") from None
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
+        raise ValueError(f"epsilon must be a positive finite number (a float), got {epsilon!r}")
+    eps = float(epsilon)
     if not math.isfinite(eps) or eps <= 0:
         raise ValueError(f"epsilon must be a positive finite number (ε > 0), got {epsilon!r}")
+    lo, hi = EPSILON_RANGE
+    if not lo <= eps <= hi:
+        raise ValueError(f"epsilon = {eps:g} is outside [{lo:g}, {hi:g}], the range of ε the noise "
+                         "models support (see dpexplorer.privacy.noise.EPSILON_RANGE)")
     return eps
 
 
 _check_delta = accounting._delta  # one check of δ ∈ (0, 1) for noise models and budgets
+
+
+def check_noise(noise, name: str = "noise") -> NoiseModel:
+    """``noise`` if it is a noise model, else TypeError naming ``name`` and what is allowed."""
+    if not isinstance(noise, NoiseModel):
+        raise TypeError(f"{name} must be a noise model, dpx.Laplace(ε) or dpx.Gaussian(ε, δ), got "
+                        f"{type(noise).__name__} {noise!r}")
+    return noise
 
 
 @functools.lru_cache(maxsize=1024)
@@ -58,7 +79,17 @@ def analytic_gaussian_sigma(epsilon: float, delta: float) -> float:
 
     Smallest ``σ`` with ``Φ(1/(2σ) − εσ) − e^ε Φ(−1/(2σ) − εσ) ≤ δ``
     (Balle & Wang, ICML 2018, Thm 8), found with :func:`scipy.optimize.brentq`
-    on ``log σ``.  For ``ε = 1, δ = 1e-6`` it is ``4.2247`` (HDMM Tables 5, 7).
+    on ``log σ`` in a bracket widened until the left side changes sign.  For
+    ``ε = 1, δ = 1e-6`` it is ``4.2247`` (HDMM Tables 5, 7).
+
+    The left side is evaluated as ``[Φ(u) − Φ(v)] − (e^ε − 1)·Φ(v)`` with
+    ``u, v = −εσ ± 1/(2σ)``: for small ε, σ is large, ``u`` and ``v`` are
+    close and ``Φ(u) − Φ(v)`` comes from the expansion
+    ``h·φ(c)·(1 + (c² − 1)h²/24)`` (``c = −εσ``, ``h = 1/σ``) instead of a
+    difference of two nearly equal probabilities, and ``(e^ε − 1)·Φ(v)`` in
+    logarithms, so that σ keeps ~10 significant digits over
+    :data:`EPSILON_RANGE` and δ down to 1e-100 (``tests/test_noise.py`` checks
+    against 60-digit arithmetic).
 
     Parameters
     ----------
@@ -79,16 +110,23 @@ def analytic_gaussian_sigma(epsilon: float, delta: float) -> float:
     """
     eps = _check_epsilon(epsilon)
     d = _check_delta(delta)
+    log_expm1_eps = eps + math.log(-math.expm1(-eps))  # log(e^ε − 1), finite for every ε > 0
 
     def excess(log_sigma: float) -> float:
         s = math.exp(log_sigma)
-        a = scipy.special.ndtr(1.0 / (2.0 * s) - eps * s)
-        b = math.exp(eps + scipy.special.log_ndtr(-1.0 / (2.0 * s) - eps * s))
-        return (a - b) - d
+        h, c = 1.0 / s, -eps * s
+        if h < 1e-5:  # Φ(c + h/2) − Φ(c − h/2) without cancellation; next term O(h⁴c⁴)
+            gap = h * math.exp(-0.5 * c * c) / math.sqrt(2.0 * math.pi) * (1.0 + (c * c - 1.0) * h * h / 24.0)
+        else:
+            gap = scipy.special.ndtr(c + h / 2.0) - scipy.special.ndtr(c - h / 2.0)
+        return gap - math.exp(log_expm1_eps + scipy.special.log_ndtr(c - h / 2.0)) - d
 
+    # excess decreases in σ, from 1 − δ > 0 (σ → 0) to −δ (σ → ∞): widen until it changes sign
     lo, hi = -20.0, 20.0
-    if excess(lo) <= 0:  # pragma: no cover - delta close to 1
-        return math.exp(lo)
+    while excess(hi) > 0:
+        hi += 20.0
+    while excess(lo) <= 0:
+        lo -= 20.0
     return math.exp(scipy.optimize.brentq(excess, lo, hi, xtol=1e-13, rtol=1e-14))
 
 

@@ -22,15 +22,13 @@ import math
 
 import numpy as np
 
+from ..queries import limits
 from ..queries.domain import Table
 from ..queries.matrix import as_matrix
 from .kernel import _Boundary
 from .ledger import PrivacyLedger
 
-__all__ = ["PrivateTable", "MAX_MARGINAL_CELLS"]
-
-#: Largest marginal table (cells) the kernel counts.
-MAX_MARGINAL_CELLS = 2**27
+__all__ = ["PrivateTable"]
 
 
 def _bincount_frame(frame, domain, axes, sizes) -> np.ndarray:
@@ -83,10 +81,8 @@ class PrivateTable(_Boundary):
         if axes in self._cache:
             return self._cache[axes]
         sizes = tuple(self.shape[i] for i in axes)
-        cells = math.prod(sizes)
-        if cells > MAX_MARGINAL_CELLS:
-            raise ValueError(f"the marginal on {[self.domain.names[i] for i in axes]} has {cells:,} "
-                             f"cells, above the limit of {MAX_MARGINAL_CELLS:,}")
+        limits.check("cells", math.prod(sizes),
+                     f"the marginal on {[self.domain.names[i] for i in axes]}: cells")
         records = self._table.records
         domain = self.domain
         if hasattr(records, "to_delayed") and hasattr(records, "npartitions"):  # dask: one bincount per partition
@@ -128,6 +124,9 @@ class PrivateTable(_Boundary):
             If ``A`` cannot be measured from marginals (it needs the full data vector).
         ValueError
             If ``A``'s domain is not the table's, or as :meth:`PrivateData.measure`.
+        LimitExceededError
+            If a marginal it needs has more cells than the ``cells`` limit, or
+            ``A`` more rows than ``strategy_rows`` (nothing is counted).
         BudgetExceededError
             If the ledger's budget would be exceeded (nothing is drawn).
         """
@@ -140,7 +139,11 @@ class PrivateTable(_Boundary):
         if tuple(A.domain) != tuple(self.shape):
             raise ValueError(f"the strategy is over a domain of shape {tuple(A.domain)}, the table's "
                              f"is {tuple(self.shape)}")
+        limits.check("strategy_rows", A.m, f"measure: rows of strategy {A.name!r}")
         sets, answers = hook()
+        for s in sets:
+            limits.check("cells", math.prod(self.shape[i] for i in s),
+                         f"the marginal on {[self.domain.names[i] for i in s]}: cells")
 
         def exact():
             return np.asarray(answers({tuple(s): self._marginal(tuple(s)) for s in sets}), dtype=float)

@@ -1,6 +1,8 @@
 """Queries: implicit query matrices, workload builders, declarative workload specs.
 
 ==============  ==============================================================
+``limits``      size limits checked before allocating (overridable), shared by
+                every layer and the app
 ``matrix``      implicit query matrices (Identity, Prefix, AllRange, Kronecker,
                 VStack, ...): products, Gram, sensitivity without materialising
 ``workloads``   workload builders (ranges, prefixes, marginals, unions, products)
@@ -17,9 +19,10 @@ The lowest layer: public linear algebra over the data domain; imports nothing
 else from dpexplorer.
 """
 
-from . import domain, gram_ops, intervals, matrix, spec, trees, workloads
+from . import domain, gram_ops, intervals, limits, matrix, spec, trees, workloads
 from .domain import Attribute, Domain, Table
+from .limits import LimitExceededError
 from .matrix import Matrix, MatrixTooLargeError, as_matrix
 
-__all__ = ["domain", "Attribute", "Domain", "Table", "gram_ops", "intervals", "matrix", "spec", "trees",
-           "workloads", "Matrix", "MatrixTooLargeError", "as_matrix"]
+__all__ = ["domain", "Attribute", "Domain", "Table", "gram_ops", "intervals", "limits", "matrix", "spec",
+           "trees", "workloads", "Matrix", "MatrixTooLargeError", "as_matrix", "LimitExceededError"]

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from . import limits
+
 __all__ = ["Attribute", "Domain", "Table"]
 
 
@@ -54,6 +56,8 @@ class Attribute:
     ValueError
         If neither or both of ``categories`` and ``edges`` are given, categories
         repeat, or edges are not finite and strictly increasing.
+    LimitExceededError
+        If the attribute has more cells than the ``cells`` limit.
     """
 
     name: str
@@ -65,6 +69,10 @@ class Attribute:
         if (self.categories is None) == (self.edges is None):
             raise ValueError(f"attribute {self.name!r}: give either categories or bin edges")
         if self.categories is not None:
+            if isinstance(self.categories, str | bytes) or not hasattr(self.categories, "__len__"):
+                raise TypeError(f"attribute {self.name!r}: categories must be a list or tuple of values, "
+                                f"got {type(self.categories).__name__} {self.categories!r:.80}")
+            limits.check("cells", len(self.categories), f"attribute {self.name!r}: categories")
             cats = tuple(self.categories)
             if not cats:
                 raise ValueError(f"attribute {self.name!r} has no categories")
@@ -72,7 +80,15 @@ class Attribute:
                 raise ValueError(f"attribute {self.name!r} repeats a category")
             object.__setattr__(self, "categories", cats)
         else:
-            e = np.asarray(self.edges, dtype=float)
+            if isinstance(self.edges, str | bytes) or not hasattr(self.edges, "__len__"):
+                raise TypeError(f"attribute {self.name!r}: edges must be a list or tuple of numbers, "
+                                f"got {type(self.edges).__name__} {self.edges!r:.80}")
+            limits.check("cells", len(self.edges) - 1, f"attribute {self.name!r}: bins (edges − 1)")
+            try:
+                e = np.asarray(self.edges, dtype=float)
+            except (TypeError, ValueError):
+                raise ValueError(f"attribute {self.name!r}: edges must be numbers, got "
+                                 f"{self.edges!r:.80}") from None
             if e.ndim != 1 or e.size < 2 or not np.all(np.isfinite(e)) or np.any(np.diff(e) <= 0):
                 raise ValueError(f"attribute {self.name!r}: edges must be at least two finite, "
                                  f"strictly increasing numbers, got {self.edges!r}")
@@ -131,11 +147,25 @@ class Domain:
     Attributes
     ----------
     attributes : tuple of Attribute
+
+    Raises
+    ------
+    TypeError
+        If ``attributes`` is not a non-empty sequence of :class:`Attribute`.
+    ValueError
+        If attribute names repeat.
+    LimitExceededError
+        If there are more attributes than the ``attributes`` limit (the
+        number of cells, their product, stays factorised and is not bounded).
     """
 
     attributes: tuple[Attribute, ...]
 
     def __post_init__(self):
+        if isinstance(self.attributes, str | bytes | Attribute) or not hasattr(self.attributes, "__len__"):
+            raise TypeError(f"a domain needs a non-empty sequence of Attribute objects, got "
+                            f"{type(self.attributes).__name__}")
+        limits.check("attributes", len(self.attributes), "Domain: attributes")
         attrs = tuple(self.attributes)
         if not attrs or not all(isinstance(a, Attribute) for a in attrs):
             raise TypeError("a domain needs a non-empty sequence of Attribute objects")
@@ -240,11 +270,23 @@ class Table:
 
         Raises
         ------
+        TypeError
+            If ``df`` is not a DataFrame, ``attributes`` not a list of column
+            names, or ``bins``/``ranges`` not dicts.
         ValueError
             If an attribute is missing, a column is empty, or a range or bin count is invalid.
+        LimitExceededError
+            If a bin count is above the ``bins`` limit or there are more
+            attributes than the ``attributes`` limit.
         """
         if not isinstance(df, pd.DataFrame):
             raise TypeError(f"df must be a pandas DataFrame, got {type(df).__name__}")
+        if isinstance(attributes, str) or not all(isinstance(a, str) for a in attributes):
+            raise TypeError(f"attributes must be a list of column names, got {attributes!r:.80}")
+        limits.check("attributes", len(attributes), "from_dataframe: attributes")
+        for arg, value in (("bins", bins), ("ranges", ranges)):
+            if value is not None and not isinstance(value, dict):
+                raise TypeError(f"{arg} must be a dict keyed by column name, got {type(value).__name__}")
         bins, ranges = dict(bins or {}), dict(ranges or {})
         attrs = []
         for col in attributes:
@@ -257,10 +299,12 @@ class Table:
                     and s.nunique() <= 32 and np.all(s == np.round(s)):
                 attrs.append(Attribute(col, categories=tuple(sorted(s.unique().tolist()))))
             elif pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
-                k = bins.get(col, 16)
-                if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
-                    raise ValueError(f"bins for {col!r} must be a positive integer, got {k!r}")
-                lo, hi = ranges.get(col, (float(s.min()), float(s.max())))
+                k = limits.whole_number(bins.get(col, 16), f"bins for {col!r}", limit="bins")
+                rng = ranges.get(col, (float(s.min()), float(s.max())))
+                try:
+                    lo, hi = (float(v) for v in rng)
+                except (TypeError, ValueError):
+                    raise ValueError(f"range for {col!r} must be two numbers (lo, hi), got {rng!r:.80}") from None
                 if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo):
                     hi = lo + 1.0 if np.isfinite(lo) and hi == lo else hi
                     if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo):

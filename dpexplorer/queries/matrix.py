@@ -28,6 +28,8 @@ import scipy.linalg
 import scipy.sparse
 import scipy.sparse.linalg
 
+from . import limits
+
 __all__ = [
     "DENSE_LIMIT",
     "MatrixTooLargeError",
@@ -423,7 +425,7 @@ class Identity(Matrix):
     integral = True
 
     def __init__(self, n: int, name: str = "identity"):
-        n = _check_size(n, "n")
+        n = _check_cells(n, "identity: n")
         self.shape = (n, n)
         self._name = name
         self.spec = {"type": "identity"}
@@ -463,7 +465,7 @@ class Ones(Matrix):
     integral = True
 
     def __init__(self, m: int, n: int, name: str | None = None):
-        m, n = _check_size(m, "m"), _check_size(n, "n")
+        m, n = _check_size(m, "m"), _check_cells(n, "ones: n")
         self.shape = (m, n)
         self._name = name or ("total" if m == 1 else "ones")
 
@@ -582,7 +584,7 @@ class Prefix(_Ranges):
     """Prefix (CDF) queries: row ``i`` sums cells ``0..i``; shape ``(n, n)``."""
 
     def __init__(self, n: int, name: str = "prefix"):
-        n = _check_size(n, "n")
+        n = _check_cells(n, "prefix: n")
         self.shape = (n, n)
         self._name = name
         self.spec = {"type": "prefix"}
@@ -620,7 +622,7 @@ class AllRange(_Ranges):
     """
 
     def __init__(self, n: int, name: str = "all_range"):
-        n = _check_size(n, "n")
+        n = _check_cells(n, "all_range: n")
         self.shape = (n * (n + 1) // 2, n)
         self._name = name
         self.spec = {"type": "all_range"}
@@ -665,7 +667,7 @@ class RangeQueries(_Ranges):
     """
 
     def __init__(self, n: int, lo, hi, name: str = "ranges"):
-        n = _check_size(n, "n")
+        n = _check_cells(n, f"{name}: n")
         lo = np.asarray(lo)
         hi = np.asarray(hi)
         if lo.shape != hi.shape or lo.ndim != 1:
@@ -716,9 +718,7 @@ class RectangleQueries(Matrix):
     integral = True
 
     def __init__(self, shape, r0, r1, c0, c1, name: str = "rectangles"):
-        if len(shape) != 2:
-            raise ValueError(f"rectangle queries need a 2D grid shape, got {shape}")
-        n1, n2 = (_check_size(int(v), "grid size") for v in shape)
+        n1, n2 = _check_grid(shape, name)
         arrs = [np.asarray(a) for a in (r0, r1, c0, c1)]
         if len({a.shape for a in arrs}) != 1 or arrs[0].ndim != 1 or arrs[0].size == 0:
             raise ValueError("r0, r1, c0, c1 must be non-empty 1D arrays of one length")
@@ -827,6 +827,9 @@ class Weighted(Matrix):
 
     def column_norms(self, p=1):
         return abs(self.weight) * self.base.column_norms(p)
+
+    def sensitivity(self, p=1):
+        return abs(self.weight) * self.base.sensitivity(p)
 
     def trace(self):
         return self.weight * self.base.trace()
@@ -951,6 +954,7 @@ class Kronecker(Matrix):
         factors = [as_matrix(f) for f in factors]
         if not factors:
             raise ValueError("a Kronecker product needs at least one factor")
+        limits.check("attributes", len(factors), "kron: number of factors (attributes)")
         self.factors = factors
         self.shape = (math.prod(f.m for f in factors), math.prod(f.n for f in factors))
         self._name = name
@@ -1011,6 +1015,8 @@ class Kronecker(Matrix):
         return Kronecker([f.gram() for f in self.factors])
 
     def column_norms(self, p=1):
+        _check_p(p)
+        limits.check("cells", self.n, f"column norms of {self.name!r} (one per cell)")
         out = np.ones(1)
         for f in self.factors:
             out = np.kron(out, f.column_norms(p))
@@ -1263,3 +1269,19 @@ def _check_size(n, what: str) -> int:
     if n < 1:
         raise ValueError(f"{what} must be at least 1, got {n}")
     return int(n)
+
+
+def _check_cells(n, what: str) -> int:
+    """A number of cells: a positive whole number within the ``cells`` limit (nothing allocated)."""
+    return limits.check("cells", _check_size(n, what), what)
+
+
+def _check_grid(shape, what: str) -> tuple[int, int]:
+    """A 2D grid shape ``(n1, n2)`` whose ``n1·n2`` cells are within the ``cells`` limit."""
+    try:
+        n1, n2 = shape
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: a 2D grid shape (n1, n2) is needed, got {shape!r}") from None
+    n1, n2 = _check_size(n1, f"{what}: grid rows"), _check_size(n2, f"{what}: grid columns")
+    limits.check("cells", n1 * n2, f"{what}: grid of {n1:,} × {n2:,} cells")
+    return n1, n2

@@ -16,6 +16,14 @@ A factor is a block spec (``{"type": ..., **params}``) or, for a
 parameter-free block, its type name.  Instead of ``products`` a spec may
 give ``"marginals": [orders]`` or ``"range_marginals": {"orders": [...],
 "kind": "all_range" | "prefix"}``; :func:`to_spec` always writes ``products``.
+
+Specs come from users (files, uploads), so loading checks sizes before
+building anything (:mod:`dpexplorer.queries.limits`): the bytes of the text
+(``spec_bytes``), its nesting depth (``spec_depth``; ``permuted`` blocks nest)
+and its number of values with YAML aliases expanded (``spec_nodes``) before or
+while parsing, then the attributes, cells and Kronecker factors the spec asks
+for (``attributes``, ``cells``, ``factors``) and each block's own limits
+(``queries`` for random ranges, ``explicit_entries`` for predicates).
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from . import workloads
+from . import limits, workloads
 from .matrix import Kronecker, Matrix, RangeQueries, VStack, Weighted
 
 __all__ = ["VERSION", "from_spec", "to_spec", "dumps", "loads", "save", "load"]
@@ -79,6 +87,9 @@ def _factor(f, n: int, where: str) -> Matrix:
         _factor(f["base"], n, f"{where}.base")  # validate the base with its own path
     try:
         W = workloads.block(dict(f), n)
+    except limits.LimitExceededError as exc:
+        exc.args = (f"{where}: {exc}",)  # keep the type (and its limit) with the location
+        raise
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{where}: {exc}") from None
     if W.n != n:  # pragma: no cover - blocks check their own sizes
@@ -116,9 +127,16 @@ def from_spec(spec: Mapping) -> Matrix:
         attributes, a weight that is not a positive finite number, or a factor
         with an unknown block type or bad parameters.  The message names the
         offending part, e.g. ``products[1].factors[0]``.
+    LimitExceededError
+        If the spec nests deeper than ``spec_depth`` (or contains itself), has
+        more values than ``spec_nodes`` (shared sub-lists counted as often as
+        they appear), more attributes than ``attributes``, an attribute above
+        ``cells``, more Kronecker factors than ``factors``, or a block above its
+        own limits -- all checked before the workload is built.
     """
     if not isinstance(spec, Mapping):
         raise ValueError(f"a workload spec must be a mapping (dict), got {type(spec).__name__}")
+    limits.document(spec if isinstance(spec, dict) else dict(spec), "spec")
     unknown = sorted(str(k) for k in spec if k not in _TOP_KEYS)
     if unknown:
         raise ValueError(f"unknown top-level key(s) {unknown}; allowed: {list(_TOP_KEYS)}")
@@ -130,9 +148,11 @@ def from_spec(spec: Mapping) -> Matrix:
     domain = spec["domain"]
     if not isinstance(domain, list | tuple) or not domain:
         raise ValueError(f"domain: must be a non-empty list of attribute sizes, got {domain!r}")
+    limits.check("attributes", len(domain), "domain: number of attributes")
     for i, n in enumerate(domain):
         if not _is_int(n) or n < 1:
             raise ValueError(f"domain[{i}]: attribute sizes must be positive whole numbers, got {n!r}")
+        limits.check("cells", n, f"domain[{i}]: attribute size")
     domain = [int(n) for n in domain]
     d = len(domain)
     attributes = spec.get("attributes")
@@ -189,6 +209,9 @@ def _products(products, domain: list[int]) -> Matrix:
         if len(factors) != len(domain):
             raise ValueError(f"{where}.factors: {len(factors)} factor(s) for a domain of {len(domain)} "
                              f"attribute(s) {domain}; give one 1D block per attribute")
+        if i == 0:  # every product has one factor per attribute: check them all before building any
+            limits.check("factors", len(products) * len(domain),
+                         f"products: Kronecker factors ({len(products):,} products × {len(domain)} attributes)")
         terms.append(workloads.kron([_factor(f, n, f"{where}.factors[{j}]")
                                      for j, (f, n) in enumerate(zip(factors, domain, strict=True))]))
         weights.append(float(w))
@@ -319,28 +342,110 @@ def dumps(W: Matrix | Mapping, format: str = "json") -> str:
 def loads(text: str, format: str | None = None) -> Matrix:
     """Build a workload from JSON or YAML spec text (``format=None``: JSON if it parses, else YAML).
 
+    The size of the text, its nesting depth and (YAML) its number of values
+    with aliases expanded are checked before the document is built, so a
+    small text cannot make a huge document (see the module docstring).
+
     Raises
     ------
     ValueError
-        If the text does not parse (with the parser's reason), or the spec is invalid.
+        If the text does not parse (with the parser's reason), has a YAML alias
+        inside its own anchor (a recursive document), or the spec is invalid.
+    LimitExceededError
+        Above the ``spec_bytes``, ``spec_depth`` or ``spec_nodes`` limits, or
+        as :func:`from_spec`.
     """
     fmt = None if format is None else _format(format)
     if not isinstance(text, str):
         raise ValueError(f"spec text must be a string, got {type(text).__name__}")
+    _check_bytes(text)
     data, reason = None, None
     if fmt in (None, "json"):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             reason = f"cannot parse the spec as JSON: {exc}"
+        except RecursionError:  # the decoder nests one call per level
+            raise limits.LimitExceededError("spec_depth", "spec text: nesting depth", None,
+                                            limits.current().spec_depth) from None
     if fmt == "yaml" or (fmt is None and reason is not None):
         try:
-            data, reason = yaml.safe_load(text), None
+            _scan_yaml(text)
+            data, reason = yaml.load(text, Loader=_YAML_LOADER), None
         except yaml.YAMLError as exc:
             reason = f"cannot parse the spec as {'YAML' if fmt else 'JSON or YAML'}: {exc}"
     if reason is not None:
         raise ValueError(reason)
     return from_spec(data)
+
+
+#: libyaml's loader when PyYAML was built with it (fast); the pure-Python one otherwise.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _check_bytes(text: str) -> None:
+    """The ``spec_bytes`` limit on the UTF-8 size of ``text`` (1 to 4 bytes a character)."""
+    limit = limits.current().spec_bytes
+    if 4 * len(text) > limit:
+        size = len(text) if len(text) > limit else len(text.encode("utf-8", "surrogatepass"))
+        limits.check("spec_bytes", size, "spec text: bytes")
+
+
+def _scan_yaml(text: str) -> tuple[int, int]:
+    """Nesting depth and values (aliases expanded) of YAML text, from its events, before composing.
+
+    The events come from an iterative parser, so neither a deep nesting (which
+    would overflow a recursive composer) nor aliases repeated many times (a
+    "billion laughs" document) cost more than the text's length.
+
+    Returns
+    -------
+    (int, int)
+        Depth and values as :func:`dpexplorer.queries.limits.document` counts them.
+
+    Raises
+    ------
+    LimitExceededError
+        Deeper than ``spec_depth`` or more values than ``spec_nodes``.
+    ValueError
+        For an alias used inside its own anchor (a document containing itself).
+    yaml.YAMLError
+        If the text does not parse.
+    """
+    lim = limits.current()
+    nodes = depth = 0
+    sizes: dict[str, tuple[int, int]] = {}  # anchor -> (values, levels) of the anchored node
+    open_: list[list] = [[None, 0, 0]]  # per open collection: anchor, values before it, deepest level below
+    for ev in yaml.parse(text, Loader=_YAML_LOADER):
+        level = len(open_) - 1  # collections open around this event
+        if isinstance(ev, yaml.AliasEvent):
+            if ev.anchor not in sizes:
+                if any(a == ev.anchor for a, _, _ in open_):
+                    raise ValueError(f"the spec's YAML alias *{ev.anchor} is inside its own anchor "
+                                     f"&{ev.anchor}: a recursive document cannot be a spec")
+                continue  # an undefined alias: composing reports it
+            values, levels = sizes[ev.anchor]
+            nodes += values
+            open_[-1][2] = max(open_[-1][2], level + levels)
+        elif isinstance(ev, yaml.ScalarEvent):
+            nodes += 1
+            if ev.anchor is not None:
+                sizes[ev.anchor] = (1, 0)
+        elif isinstance(ev, yaml.CollectionStartEvent):
+            open_.append([ev.anchor, nodes, level + 1])
+            nodes += 1
+        elif isinstance(ev, yaml.CollectionEndEvent):
+            anchor, before, deepest = open_.pop()  # this collection is `level` deep
+            if anchor is not None:
+                sizes[anchor] = (nodes - before, deepest - level + 1)
+            open_[-1][2] = max(open_[-1][2], deepest)
+        depth = max(depth, open_[-1][2], len(open_) - 1)
+        if depth > lim.spec_depth:
+            raise limits.LimitExceededError("spec_depth", "spec text: nesting depth", None, lim.spec_depth)
+        if nodes > lim.spec_nodes:
+            raise limits.LimitExceededError("spec_nodes", "spec text: number of values (YAML aliases "
+                                            "expanded)", None, lim.spec_nodes)
+    return depth, nodes
 
 
 def save(W: Matrix | Mapping, path: str | Path) -> Path:
@@ -367,13 +472,25 @@ def load(path: str | Path) -> Matrix:
     Raises
     ------
     ValueError
-        If the file does not parse or the spec is invalid (the message names the file).
+        If the file is not UTF-8 text, does not parse or the spec is invalid
+        (the message names the file).
+    LimitExceededError
+        If the file is larger than the ``spec_bytes`` limit (checked before
+        reading it), or as :func:`loads`.
     OSError
         If the file cannot be read.
     """
     path = Path(path)
     fmt = _FORMATS.get(path.suffix.lower().lstrip("."))
+    limits.check("spec_bytes", path.stat().st_size, f"{path}: bytes")
     try:
-        return loads(path.read_text(encoding="utf-8"), fmt)
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: a spec file must be UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        return loads(text, fmt)
+    except limits.LimitExceededError as exc:
+        exc.args = (f"{path}: {exc}",)
+        raise
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None

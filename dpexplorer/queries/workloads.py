@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
 
+from . import limits
 from .matrix import (
     AllRange,
     Dense,
@@ -35,6 +37,8 @@ from .matrix import (
     Total,
     VStack,
     Weighted,
+    _check_cells,
+    _check_grid,
     _check_size,
     as_matrix,
 )
@@ -100,9 +104,11 @@ def width_range(n: int, w: int) -> Matrix:
     ------
     ValueError
         If ``w`` is not in ``[1, n]``.
+    LimitExceededError
+        If ``n`` is above the ``cells`` limit (:mod:`dpexplorer.queries.limits`).
     """
-    n = _check_size(n, "n")
-    w = _check_size(w, "w")
+    n = _check_cells(n, "width_range: n")
+    w = _check_size(w, "width_range: w")
     if w > n:
         raise ValueError(f"width w={w} is larger than the domain size n={n}")
     lo = np.arange(n - w + 1)
@@ -117,14 +123,39 @@ def ranges(n: int, intervals: Sequence[Sequence[int]], name: str = "ranges") -> 
     Raises
     ------
     ValueError
-        If an interval is outside ``[0, n-1]``, has ``lo > hi``, or the list is empty.
+        If an interval is outside ``[0, n-1]``, has ``lo > hi`` or bounds that
+        are not whole numbers, or the list is empty.
+    LimitExceededError
+        If ``n`` is above the ``cells`` limit or there are more intervals than
+        the ``queries`` limit (checked before the list is converted).
     """
-    arr = np.asarray(intervals)
-    if arr.size == 0:
-        raise ValueError("a range workload needs at least one interval")
-    if arr.ndim != 2 or arr.shape[1] != 2:
-        raise ValueError("intervals must be a list of (lo, hi) pairs")
+    n = _check_cells(n, f"{name}: n")
+    arr = _explicit_rows(intervals, 2, f"{name}: intervals", "(lo, hi) pairs")
     return RangeQueries(n, arr[:, 0], arr[:, 1], name=name)
+
+
+def _explicit_rows(rows, width: int, what: str, kind: str) -> np.ndarray:
+    """An explicit list of ``width``-tuples of whole numbers as an ``(m, width)`` array.
+
+    The number of rows is checked against the ``queries`` limit before any
+    conversion (the list itself is the caller's).
+    """
+    try:
+        count = len(rows)
+    except TypeError:
+        raise ValueError(f"{what} must be a list of {kind}, got {type(rows).__name__}") from None
+    if count == 0:
+        raise ValueError(f"{what}: a workload needs at least one query (got an empty list)")
+    limits.check("queries", count, f"{what}: number of queries")
+    try:
+        arr = np.asarray(rows)
+    except ValueError:
+        raise ValueError(f"{what} must be a list of {kind} (rows of different lengths)") from None
+    if arr.ndim != 2 or arr.shape[1] != width:
+        raise ValueError(f"{what} must be a list of {kind}, got an array of shape {arr.shape}")
+    if arr.dtype.kind not in "iuf":
+        raise ValueError(f"{what}: bounds must be whole numbers, got values of type {arr.dtype}")
+    return arr
 
 
 _RANDOM_KINDS = {"uniform": None, "clustered": 256.0, "large_clustered": 1024.0}
@@ -158,12 +189,18 @@ def random_ranges(n: int, m: int = 2000, kind: str = "uniform", seed: int = 0,
     Raises
     ------
     ValueError
-        For an unknown ``kind`` or non-positive ``m``.
+        For an unknown ``kind``, an ``m`` or ``centers`` that is not a positive
+        whole number, or a ``seed`` that is not a whole number >= 0.
+    LimitExceededError
+        If ``n`` is above the ``cells`` limit or ``m`` above the ``queries`` limit.
     """
-    n = _check_size(n, "n")
-    m = _check_size(m, "m")
+    n = _check_cells(n, "random_ranges: n")
+    m = limits.whole_number(m, "random_ranges: m", limit="queries")
+    seed = limits.whole_number(seed, "random_ranges: seed", minimum=0)
     if kind not in _RANDOM_KINDS:
-        raise ValueError(f"kind must be one of {sorted(_RANDOM_KINDS)}, got {kind!r}")
+        raise ValueError(f"random_ranges: kind must be one of {sorted(_RANDOM_KINDS)}, got {kind!r}")
+    if kind != "uniform":
+        centers = limits.whole_number(centers, "random_ranges: centers")
     rng = np.random.default_rng(seed)
     if kind == "uniform":
         # index into the n(n+1)/2 intervals ordered by (lo, hi)
@@ -196,10 +233,12 @@ def rectangles(shape, boxes, name: str = "rectangles") -> Matrix:
     ------
     ValueError
         If a box is outside the grid or reversed, or the list is empty.
+    LimitExceededError
+        If the grid has more cells than the ``cells`` limit or there are more
+        boxes than the ``queries`` limit.
     """
-    arr = np.asarray(boxes)
-    if arr.ndim != 2 or arr.shape[1] != 4 or arr.shape[0] == 0:
-        raise ValueError("boxes must be a non-empty list of (r0, r1, c0, c1)")
+    _check_grid(shape, name)
+    arr = _explicit_rows(boxes, 4, f"{name}: boxes", "(r0, r1, c0, c1) boxes")
     return RectangleQueries(shape, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], name=name)
 
 
@@ -212,11 +251,18 @@ def random_rectangles(shape, m: int = 2000, seed: int = 0) -> Matrix:
     -------
     Matrix
         ``(m, n1·n2)`` :class:`~dpexplorer.queries.matrix.RectangleQueries`.
+
+    Raises
+    ------
+    ValueError
+        For a shape that is not 2D, or ``m``/``seed`` as :func:`random_ranges`.
+    LimitExceededError
+        If the grid has more cells than the ``cells`` limit or ``m`` is above
+        the ``queries`` limit.
     """
-    if len(shape) != 2:
-        raise ValueError(f"a 2D grid shape (n1, n2) is needed, got {shape}")
-    n1, n2 = (_check_size(int(s), "grid size") for s in shape)
-    m = _check_size(m, "m")
+    n1, n2 = _check_grid(shape, "random_rectangles")
+    m = limits.whole_number(m, "random_rectangles: m", limit="queries")
+    seed = limits.whole_number(seed, "random_rectangles: seed", minimum=0)
     rows = random_ranges(n1, m, "uniform", seed)
     cols = random_ranges(n2, m, "uniform", seed + 1_000_003)
     W = RectangleQueries((n1, n2), rows.lo, rows.hi, cols.lo, cols.hi, name=f"random_rectangles_{m}")
@@ -227,14 +273,33 @@ def permuted(W: Matrix, seed: int = 0) -> Matrix:
     """``W·P`` for a random permutation ``P`` of the cells (HDMM Sec. 11.1, Permuted Range).
 
     The Gram matrix is ``Pᵀ(WᵀW)P``; errors of data-independent strategies
-    designed for ranges suffer, the SVD bound does not change.
+    designed for ranges suffer, the SVD bound does not change.  Permuting a
+    permuted workload composes the permutations (one product, however deep).
+
+    Raises
+    ------
+    TypeError
+        If ``W`` is not a query matrix.
+    ValueError
+        If ``seed`` is not a whole number >= 0.
+    LimitExceededError
+        If ``W`` has more cells than the ``cells`` limit (the permutation is a
+        vector over them), or its spec would nest deeper than ``spec_depth``.
     """
     W = as_matrix(W)
-    rng = np.random.default_rng(seed)
-    P = Permutation(rng.permutation(W.n))
-    out = Product(W, P, name=f"permuted({W.name})")
+    seed = limits.whole_number(seed, "permuted: seed", minimum=0)
+    limits.check("cells", W.n, f"permuted: cells of {W.name!r}")
+    spec = None
     if W.spec is not None:
-        out.spec = {"type": "permuted", "base": W.spec, "seed": int(seed)}
+        spec = {"type": "permuted", "base": W.spec, "seed": seed}
+        limits.document(spec, "permuted: block spec", outer_depth=SPEC_BLOCK_DEPTH)
+    perm = np.random.default_rng(seed).permutation(W.n)
+    if isinstance(W, Product) and isinstance(W.right, Permutation) and W.right.n == W.n:
+        # W = L·P1, so W·P2 = L·(P1 P2): (P1 P2 x)_i = x[perm2[perm1[i]]]
+        out = Product(W.left, Permutation(perm[W.right.perm]), name=f"permuted({W.name})")
+    else:
+        out = Product(W, Permutation(perm), name=f"permuted({W.name})")
+    out.spec = spec
     return out
 
 
@@ -244,10 +309,25 @@ def predicates(M, name: str = "predicates") -> Matrix:
     Raises
     ------
     ValueError
-        If ``M`` is not 2D, is empty, or has entries other than 0 and 1.
+        If ``M`` is not 2D, is empty, has rows of different lengths, or has
+        entries other than 0 and 1.
+    LimitExceededError
+        If ``m·n`` is above the ``explicit_entries`` limit (checked from the
+        shape, before converting a list).
     """
     import scipy.sparse
 
+    if isinstance(M, list | tuple):
+        rows = len(M)
+        cols = len(M[0]) if rows and isinstance(M[0], list | tuple) else 1
+        limits.check("explicit_entries", rows * cols, f"{name}: entries of the {rows:,} × {cols:,} matrix")
+    elif scipy.sparse.issparse(M) or isinstance(M, np.ndarray):
+        if M.ndim == 2:
+            limits.check("explicit_entries", M.shape[0] * M.shape[1],
+                         f"{name}: entries of the {M.shape[0]:,} × {M.shape[1]:,} matrix")
+    else:
+        raise ValueError(f"{name}: the predicate matrix must be a 2D 0/1 matrix (nested lists, a numpy "
+                         f"array or a scipy sparse matrix), got {type(M).__name__}")
     if scipy.sparse.issparse(M):
         S = scipy.sparse.csr_array(M)
         if S.shape[0] == 0 or S.shape[1] == 0:
@@ -256,7 +336,11 @@ def predicates(M, name: str = "predicates") -> Matrix:
             raise ValueError("predicate queries must have 0/1 entries")
         W = Sparse(S, name=name)
     else:
-        A = np.asarray(M, dtype=float)
+        try:
+            A = np.asarray(M, dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: the predicate matrix must be a 2D 0/1 matrix with rows of one "
+                             "length, holding only 0 and 1") from None
         if A.ndim != 2 or A.size == 0:
             raise ValueError(f"predicates need a non-empty 2D 0/1 matrix, got shape {A.shape}")
         if not np.all(np.isin(A, (0.0, 1.0))):
@@ -279,8 +363,12 @@ BLOCKS = {
     "random_ranges": lambda n, m=2000, kind="uniform", seed=0, centers=5: random_ranges(
         n, m, kind, seed, centers),
     "predicates": lambda n, matrix: _predicates_checked(n, matrix),
-    "permuted": lambda n, base, seed=0: permuted(block(base, n), seed),
+    "permuted": lambda n, base, seed=0: permuted(_block(base, n), seed),
 }
+
+#: Levels of a workload spec above a block spec (mapping, products, product, factors):
+#: a block nests at most ``spec_depth - SPEC_BLOCK_DEPTH`` levels deep.
+SPEC_BLOCK_DEPTH = 4
 
 
 def _ranges_block(n, intervals):
@@ -301,7 +389,16 @@ def block(spec: dict | str, n: int) -> Matrix:
     ------
     ValueError
         If the type is unknown or its parameters are wrong.
+    LimitExceededError
+        If the spec nests deeper than the ``spec_depth`` limit allows a block
+        (checked before building), or the block is too large.
     """
+    if isinstance(spec, dict):
+        limits.document(spec, "block spec", outer_depth=SPEC_BLOCK_DEPTH)
+    return _block(spec, n)
+
+
+def _block(spec: dict | str, n: int) -> Matrix:
     if isinstance(spec, str):
         spec = {"type": spec}
     if not isinstance(spec, dict) or "type" not in spec:
@@ -321,8 +418,21 @@ def kron(factors: Sequence[Matrix], name: str | None = None) -> Matrix:
     """Kronecker product of 1D workloads, one per attribute, kept factorised.
 
     The domain is the concatenation of the factors' domains (C order).
+
+    Raises
+    ------
+    TypeError
+        If a factor is not a query matrix.
+    ValueError
+        If there is no factor.
+    LimitExceededError
+        If there are more factors than the ``attributes`` limit.
     """
+    factors = list(factors)
+    limits.check("attributes", len(factors), "kron: number of factors (attributes)")
     factors = [as_matrix(f) for f in factors]
+    if not factors:
+        raise ValueError("kron: a Kronecker product needs at least one factor")
     if len(factors) == 1:
         return factors[0]
     return Kronecker(factors, name=name)
@@ -340,10 +450,18 @@ def union(workloads: Sequence[Matrix], weights: Sequence[float] | None = None,
     ValueError
         If the workloads have different domains, the lists differ in length,
         or a weight is not a positive finite number.
+    LimitExceededError
+        If the union has more Kronecker factors, summed over its products,
+        than the ``factors`` limit.
     """
-    workloads = [as_matrix(w) for w in workloads]
+    workloads = list(workloads)
     if not workloads:
         raise ValueError("a union needs at least one workload")
+    # distinct objects are counted once per appearance, without walking repeats
+    counts = {id(w): _factor_count(w) for w in workloads}
+    limits.check("factors", sum(counts[id(w)] for w in workloads),
+                 f"union of {len(workloads):,} workloads: Kronecker factors")
+    workloads = [as_matrix(w) for w in workloads]
     doms = {w.domain for w in workloads}
     if len(doms) != 1:
         raise ValueError(f"cannot take the union of workloads over different domains: {sorted(doms)}")
@@ -352,8 +470,8 @@ def union(workloads: Sequence[Matrix], weights: Sequence[float] | None = None,
         if len(weights) != len(workloads):
             raise ValueError(f"{len(weights)} weights for {len(workloads)} workloads")
         for w in weights:
-            if not (np.isfinite(w) and w > 0):
-                raise ValueError(f"weights must be positive finite numbers, got {w}")
+            if isinstance(w, bool) or not isinstance(w, numbers.Real) or not (math.isfinite(w) and w > 0):
+                raise ValueError(f"weights must be positive finite numbers, got {w!r}")
         workloads = [W if c == 1 else Weighted(W, c) for W, c in zip(workloads, weights, strict=True)]
     if len(workloads) == 1:
         return workloads[0]
@@ -371,10 +489,14 @@ def marginal(domain: Sequence[int], attrs: Sequence[int]) -> Matrix:
     ------
     ValueError
         If an attribute index is out of range.
+    LimitExceededError
+        For more attributes than the ``attributes`` limit or an attribute
+        with more cells than the ``cells`` limit.
     """
     domain = _check_domain(domain)
-    attrs = set(int(a) for a in attrs)
-    bad = [a for a in attrs if not 0 <= a < len(domain)]
+    attrs = set(attrs)
+    bad = [a for a in attrs if isinstance(a, bool) or not isinstance(a, numbers.Integral)
+           or not 0 <= a < len(domain)]
     if bad:
         raise ValueError(f"attribute indices {bad} out of range for a {len(domain)}-attribute domain")
     return Kronecker([Identity(n) if i in attrs else Total(n) for i, n in enumerate(domain)],
@@ -387,13 +509,14 @@ def marginals(domain: Sequence[int], k: int | Sequence[int]) -> Matrix:
     Raises
     ------
     ValueError
-        If an order is negative or above the number of attributes.
+        If an order is not a whole number in ``[0, d]``.
+    LimitExceededError
+        For more attributes than the ``attributes`` limit, an attribute with
+        more cells than the ``cells`` limit, or more Kronecker factors in all
+        (``Σ_k C(d, k)·d``, computed before building) than the ``factors`` limit.
     """
     domain = _check_domain(domain)
-    orders = [k] if isinstance(k, int | np.integer) else list(k)
-    for o in orders:
-        if not 0 <= o <= len(domain):
-            raise ValueError(f"marginal order {o} is not in [0, {len(domain)}]")
+    orders = _orders(k, len(domain), "marginals")
     parts = [marginal(domain, c) for o in orders for c in itertools.combinations(range(len(domain)), o)]
     name = "marginals(" + ",".join(str(o) for o in orders) + "-way)"
     return union(parts, name=name) if len(parts) > 1 else _named(parts[0], name)
@@ -409,14 +532,13 @@ def range_marginals(domain: Sequence[int], k: int | Sequence[int], kind: str = "
     ------
     ValueError
         For an unknown kind or a bad order.
+    LimitExceededError
+        As :func:`marginals`.
     """
     domain = _check_domain(domain)
     if kind not in ("all_range", "prefix"):
-        raise ValueError(f"kind must be 'all_range' or 'prefix', got {kind!r}")
-    orders = [k] if isinstance(k, int | np.integer) else list(k)
-    for o in orders:
-        if not 0 <= o <= len(domain):
-            raise ValueError(f"marginal order {o} is not in [0, {len(domain)}]")
+        raise ValueError(f"range_marginals: kind must be 'all_range' or 'prefix', got {kind!r}")
+    orders = _orders(k, len(domain), "range_marginals")
     make = AllRange if kind == "all_range" else Prefix
     parts = []
     for o in orders:
@@ -432,9 +554,40 @@ def _named(W: Matrix, name: str) -> Matrix:
 
 
 def _check_domain(domain) -> tuple[int, ...]:
+    """Attribute sizes, each within the ``cells`` limit, at most ``attributes`` of them."""
     if isinstance(domain, int | np.integer):
         domain = (int(domain),)
     domain = tuple(domain)
     if not domain:
         raise ValueError("a domain needs at least one attribute")
-    return tuple(_check_size(n, "attribute size") for n in domain)
+    limits.check("attributes", len(domain), "domain: number of attributes")
+    return tuple(_check_cells(n, f"domain[{i}]: attribute size") for i, n in enumerate(domain))
+
+
+def _orders(k, d: int, what: str) -> list[int]:
+    """Marginal orders in ``[0, d]``, their ``Σ C(d, k)·d`` Kronecker factors within the limit."""
+    orders = [k] if isinstance(k, numbers.Integral) else k
+    if not isinstance(orders, list | tuple | range | np.ndarray) or len(orders) == 0:
+        raise ValueError(f"{what}: the order must be a whole number or a non-empty list of them, got {k!r}")
+    for o in orders:
+        if isinstance(o, bool) or not isinstance(o, numbers.Integral) or not 0 <= o <= d:
+            raise ValueError(f"{what}: marginal order {o!r} is not a whole number in [0, {d}]")
+    terms = sum(math.comb(d, int(o)) for o in orders)
+    limits.check("factors", terms * d, f"{what}: Kronecker factors ({terms:,} marginals × {d} attributes)")
+    return [int(o) for o in orders]
+
+
+def _factor_count(W) -> int:
+    """Kronecker factors of a (union of weighted) product(s); 1 for any other matrix."""
+    total, stack = 0, [W]
+    while stack:
+        M = stack.pop()
+        if isinstance(M, VStack):
+            stack.extend(M.blocks)
+        elif isinstance(M, Weighted):
+            stack.append(M.base)
+        elif isinstance(M, Kronecker):
+            total += len(M.factors)
+        else:
+            total += 1
+    return total

@@ -32,7 +32,7 @@ import scipy.sparse
 
 from ..core import registry
 from ..queries.gram_ops import gram_operator
-from ..queries.matrix import Identity, Kronecker, Matrix, Sparse, _check_size, as_matrix
+from ..queries.matrix import Identity, Kronecker, Matrix, Sparse, _check_cells, _check_size, as_matrix
 from ..queries.trees import HaarWavelet, IntervalTree
 
 __all__ = [
@@ -98,8 +98,10 @@ def hierarchical(n: int, b: int = 2) -> Matrix:
     ------
     ValueError
         If ``b < 2`` or ``n < 1``.
+    LimitExceededError
+        If ``n`` is above the ``cells`` limit (:mod:`dpexplorer.queries.limits`).
     """
-    n = _check_size(n, "n")
+    n = _check_cells(n, "hierarchical: n")
     b = _check_size(b, "b")
     if b < 2:
         raise ValueError(f"branching factor b must be at least 2, got {b}")
@@ -123,23 +125,44 @@ def hb_branching(n: int) -> tuple[int, int]:
     to the smaller ``b``.  ``n = 64 → (64, 1)``, ``256 → (16, 2)``,
     ``1024 → (32, 2)``, ``4096 → (16, 3)``.
 
+    For a given height the cost grows with ``b``, so only the smallest ``b``
+    of every height is a candidate: ``O(log n)`` candidates, not ``n``.
+
     Returns
     -------
     (b, h) : tuple of int
+
+    Raises
+    ------
+    LimitExceededError
+        If ``n`` is above the ``cells`` limit.
     """
-    n = _check_size(n, "n")
+    n = _check_cells(n, "hb: n")
     if n == 1:
         return 2, 1
+    candidates = set()
+    for height in range(1, n.bit_length() + 1):  # smallest b >= 2 with b**height >= n
+        b = max(2, int(round(n ** (1.0 / height))))
+        while b > 2 and (b - 1) ** height >= n:
+            b -= 1
+        while b**height < n:
+            b += 1
+        candidates.add(b)
     best = None
-    for b in range(2, n + 1):
-        h, p = 0, 1
-        while p < n:
-            p *= b
-            h += 1
-        cost = (b - 1) * h**3 - 2 * (b + 1) * h**2 / 3
+    for b in sorted(candidates):
+        cost, h = _hb_cost(n, b)
         if best is None or cost < best[0] - 1e-12:
             best = (cost, b, h)
     return best[1], best[2]
+
+
+def _hb_cost(n: int, b: int) -> tuple[float, int]:
+    """HB's objective ``(b − 1)·h³ − 2(b + 1)·h²/3`` and the height ``h = ⌈log_b n⌉``."""
+    h, p = 0, 1
+    while p < n:
+        p *= b
+        h += 1
+    return (b - 1) * h**3 - 2 * (b + 1) * h**2 / 3, h
 
 
 def hb(n: int) -> Matrix:
@@ -160,8 +183,13 @@ def wavelet(n: int) -> Matrix:
     4; MATH.md "Wavelet").  Built on ``2^⌈log₂ n⌉`` cells and restricted to the
     first ``n`` columns (rows left empty are dropped), which keeps full column
     rank.  ``L1`` sensitivity ``1 + log₂ n`` for ``n`` a power of two.
+
+    Raises
+    ------
+    LimitExceededError
+        If ``n`` is above the ``cells`` limit.
     """
-    n = _check_size(n, "n")
+    n = _check_cells(n, "wavelet: n")
     N = 1
     while N < n:
         N *= 2

@@ -100,6 +100,7 @@ from ..core.parallel import blas_limit
 from ..core.reconstruct import Reconstructor
 from ..privacy import PrivacyLedger, PrivateData, samplers, variance_factor
 from ..privacy.noise import Laplace, _check_epsilon
+from ..queries import limits
 from ..queries.matrix import (
     Diagonal,
     Identity,
@@ -940,6 +941,7 @@ def evaluate(x, workload: SumWorkload, epsilon: float, mechanisms: Sequence[str]
     """
     if not isinstance(trials, (int, np.integer)) or isinstance(trials, bool) or trials < 1:
         raise ValueError(f"trials must be a positive int, got {trials!r}")
+    seed = limits.whole_number(seed, "sums.evaluate: seed", minimum=0)
     mechanisms = list(mechanisms)
     unknown = [m for m in mechanisms if m not in MECHANISMS]
     if unknown or not mechanisms:

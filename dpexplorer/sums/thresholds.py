@@ -78,7 +78,10 @@ def check_values(values, name: str = "bucket values") -> np.ndarray:
         the attribute explicitly, e.g. ``superstore_profit(shift=6600)``), or
         all zero (every sum is 0).
     """
-    v = np.asarray(values, dtype=float)
+    try:
+        v = np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a 1D array of numbers, got {type(values).__name__}") from None
     if v.ndim != 1 or v.size == 0:
         raise ValueError(f"{name} must be a non-empty 1D array, got shape {v.shape}")
     if not np.all(np.isfinite(v)):

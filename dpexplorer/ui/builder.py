@@ -71,7 +71,8 @@ import dpexplorer as dpx
 from dpexplorer.queries import spec as dspec
 from dpexplorer.queries.matrix import Matrix, MatrixTooLargeError
 
-from .session import Session, error_alert, side_by_side
+from .session import Session, error_alert, notify, side_by_side
+from .uploads import Upload, size_text, upload_limit
 
 __all__ = [
     "WorkloadBuilder",
@@ -107,8 +108,6 @@ MAX_PRODUCTS_SHOWN = 40
 MAX_RANDOM = 1_000_000
 #: Largest predicate matrix (entries).
 MAX_PREDICATE_ENTRIES = 4_000_000
-#: Largest spec / matrix upload (bytes).
-MAX_UPLOAD_BYTES = 20_000_000
 #: W itself is drawn up to this many entries, else WᵀW.
 HEATMAP_ENTRIES = 200_000
 #: WᵀW is drawn up to this many cells (n × n); beyond, a message is shown.
@@ -245,7 +244,7 @@ def _domain_text(domain: Sequence[int], names: Sequence[str]) -> str:
 
 
 def _describe_domain(domain: Sequence[int], names: Sequence[str]) -> str:
-    if names:
+    if names and len(names) == len(domain):
         return " × ".join(f"{a} ({n})" for a, n in zip(names, domain, strict=True))
     return " × ".join(str(n) for n in domain)
 
@@ -301,8 +300,7 @@ def parse_matrix(data, filename: str | None = None) -> np.ndarray:
         number, or the matrix has more than :data:`MAX_PREDICATE_ENTRIES` entries.
     """
     if isinstance(data, bytes | bytearray):
-        if len(data) > MAX_UPLOAD_BYTES:
-            raise ValueError(f"the file has {len(data):,} bytes; at most {MAX_UPLOAD_BYTES:,} are allowed")
+        dpx.limits.check("upload_bytes", len(data), "the predicates file: bytes")
         if (filename or "").lower().endswith(".npy") or bytes(data[:6]) == b"\x93NUMPY":
             try:
                 arr = np.load(io.BytesIO(bytes(data)), allow_pickle=False)
@@ -946,7 +944,10 @@ class WorkloadBuilder(param.Parameterized):
                     foreign = any(W is t.matrix for t in built if t.family == "external")
                     if (len(domain) > 1 or names) and not foreign:
                         W.attributes = tuple(names) or tuple(f"a{i + 1}" for i in range(len(domain)))
-                stats = self._stats(W) if W is not None else self.stats
+                # the names of the workload's own domain go with its stats: after "Clear all"
+                # the domain may change while the stats still describe the last workload built
+                stats = ({**self._stats(W), "names": tuple(names) if len(names) == len(W.domain) else ()}
+                         if W is not None else self.stats)
                 spec_error = self._spec_problem(W) if W is not None else self.spec_error
             except Exception as exc:  # noqa: BLE001 - never raise into the UI
                 if not isinstance(exc, ValueError):
@@ -1105,7 +1106,27 @@ class WorkloadBuilder(param.Parameterized):
                           f"Domain not changed to {_describe_domain(domain, names)}")
         if not ok:
             self._sync_params()
+        elif self.large_domain_note():
+            notify(self.large_domain_note(), "warning")
         return ok
+
+    def large_domain_note(self) -> str:
+        """What a domain above the ``cells`` limit means for the pages ('' for a smaller one).
+
+        The domain's cell count is checked by :func:`parse_domain` before
+        anything is built (at most :data:`MAX_CELLS`); up to there the workload
+        stays factorised, and every size derived from it (a vector over the
+        domain, per-query errors, strategy rows) is checked against
+        :mod:`dpexplorer.queries.limits` where it would be allocated.
+        """
+        cells, limit = math.prod(self._domain), dpx.limits.current().cells
+        if cells <= limit:
+            return ""
+        return (f"The domain has {cells:,} cells, more than the {limit:,} one vector over it may "
+                "hold. The workload stays factorised (Kronecker products), and strategies built "
+                "from its factors work; anything that needs one value per cell (a data vector, a "
+                "release, the identity-like strategies of the Compare page) is refused with a "
+                "message on its page.")
 
     @param.depends("n", "attributes", "url_terms", watch=True)
     def _on_domain_params(self) -> None:
@@ -1397,9 +1418,10 @@ class WorkloadBuilder(param.Parameterized):
         where = f" from {filename!r}" if filename else ""
         what = f"Spec not loaded{where}"
         if isinstance(text, bytes | bytearray):
-            if len(text) > MAX_UPLOAD_BYTES:
-                return self._fail(f"{what}: the file has {len(text):,} bytes; at most "
-                                  f"{MAX_UPLOAD_BYTES:,} are allowed")
+            limit = upload_limit("spec_bytes")
+            if len(text) > limit:
+                return self._fail(f"{what}: the file has {size_text(len(text))}, above the limit of "
+                                  f"{size_text(limit)} for a spec file")
             try:
                 text = bytes(text).decode("utf-8-sig")
             except UnicodeDecodeError:
@@ -1609,6 +1631,9 @@ class WorkloadBuilder(param.Parameterized):
         if not self.terms:
             lines.append("**No terms:** add a query family. The other pages keep using the last "
                          f"workload built{f' ({W.name!r}, {W.m:,} × {W.n:,})' if W is not None else ''}.")
+            if s and tuple(s.get("domain", ())) != self._domain:
+                lines.append(f"The domain is now {_describe_domain(self._domain, self._names)}; the "
+                             "workload below is over the old one until a term is added.")
         if s:
             def sens(p):
                 v = s.get(f"l{p}", math.nan)
@@ -1616,8 +1641,10 @@ class WorkloadBuilder(param.Parameterized):
                     return f"n/a ({s.get(f'l{p}_error', '')})"
                 return f"{v:.6g}" if s.get(f"l{p}_exact", True) else f"≤ {v:.6g} (upper bound)"
             lines.append(f"**W** = `{s['name'][:120]}`  \n**m** = {s['m']:,} queries, **n** = "
-                         f"{s['n']:,} cells, **domain** = {_describe_domain(s['domain'], self._names)}  \n"
+                         f"{s['n']:,} cells, **domain** = {_describe_domain(s['domain'], s.get('names', ()))}  \n"
                          f"**L1 sensitivity** = {sens(1)}, **L2 sensitivity** = {sens(2)}")
+        if self.large_domain_note():
+            lines.append("⚠ " + self.large_domain_note())
         cells = self._dataset_cells()
         if cells is not None and self._domain != (cells,):
             lines.append(f"⚠ The dataset {self.session.dataset!r} has {cells} cells but the domain is "
@@ -1668,14 +1695,16 @@ class WorkloadBuilder(param.Parameterized):
         preds = w.TextAreaInput.from_param(self.param.predicates_text, **lab("0/1 matrix (one query per line)"),
                                            placeholder="1 1 0 0\n0 1 1 1", height=100,
                                            visible=shown("predicates"))
-        pred_file = w.FileInput(accept=".npy,.csv,.txt", visible=shown("predicates"))
-        pred_file.param.watch(lambda e: self.load_predicates(e.new, pred_file.filename), "value")
+        pred_file = Upload(accepted_filetypes=[".npy", ".csv", ".txt"], visible=shown("predicates"),
+                           on_file=lambda data, name: self.load_predicates(data, name),
+                           on_error=self.session.report)
         blocks = pn.Column(pn.bind(self._block_selectors, self.param.version),
                            visible=shown("product"), sizing_mode="stretch_width")
         weight = w.FloatInput.from_param(self.param.weight, **lab("Weight (> 0)"), step=0.5)
         add = w.Button(**lab("Add term"), **{_COLOR: "primary"})
         add.on_click(lambda e: self.add_term())
         adder = pn.Card(fam, blocks, k_in, orders, m_in, kind, seed, rkind, ranges, preds, pred_file,
+                        pred_file.note(visible=shown("predicates")),
                         weight, add,
                         title="Add a term", sizing_mode="stretch_width")
 
@@ -1687,8 +1716,8 @@ class WorkloadBuilder(param.Parameterized):
                                  disabled=pn.bind(bool, self.param.spec_error))
         why = pn.pane.Markdown(pn.bind(lambda e: f"*Not expressible as a spec:* {e}" if e else "",
                                        self.param.spec_error), sizing_mode="stretch_width")
-        upload = w.FileInput(accept=".json,.yaml,.yml")
-        upload.param.watch(lambda e: self.load_spec_file(e.new, upload.filename), "value")
+        upload = Upload(accepted_filetypes=[".json", ".yaml", ".yml"], max_bytes=upload_limit("spec_bytes"),
+                        on_file=self.load_spec_file, on_error=self.session.report)
         text = w.TextAreaInput.from_param(self.param.spec_text, **lab("Paste a spec (JSON or YAML)"),
                                           height=140, placeholder='{"domain": [256], "products": '
                                           '[{"weight": 1, "factors": ["prefix"]}]}')
@@ -1702,6 +1731,7 @@ class WorkloadBuilder(param.Parameterized):
                 self.spec_text = out
         copy.on_click(copy_spec)
         specs = pn.Card(pn.Row(dl_json, dl_yaml), why, pn.pane.Markdown("**Load a spec file**"), upload,
+                        upload.note(),
                         text, pn.Row(load, copy), title="Import / export spec",
                         sizing_mode="stretch_width", collapsed=True)
         return pn.Column(domain, presets, adder, specs, width=360)

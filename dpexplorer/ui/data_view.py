@@ -59,6 +59,7 @@ from dpexplorer.privacy import PrivacyLedger, PrivateData, Spend
 from dpexplorer.queries.matrix import Matrix
 
 from .session import Session, error_alert, side_by_side
+from .uploads import Upload
 from .session import exception_message as _message
 from .shown import ShownGate
 
@@ -399,8 +400,10 @@ class DataView(param.Parameterized):
         """Parse an uploaded CSV (bytes) and offer its columns; ``True`` on success."""
         try:
             if not data:
-                raise ValueError("the file is empty")
-            df = pd.read_csv(io.BytesIO(data))
+                raise ValueError("the file is empty: a CSV needs a header row and data rows")
+            buffer = io.BytesIO(data)
+            buffer.name = filename
+            df = dpx.datasets.read_csv(buffer)  # the upload_bytes limit, pandas' errors in words
             if df.shape[1] == 0 or len(df) == 0:
                 raise ValueError("no columns or no rows found")
         except Exception as exc:  # noqa: BLE001 - any parser error
@@ -666,8 +669,11 @@ class DataView(param.Parameterized):
 
     def upload_card(self) -> pn.Card:
         """CSV (column + bins) and .npy uploads."""
-        csv_in = pn.widgets.FileInput(accept=".csv,text/csv", multiple=False)
-        npy_in = pn.widgets.FileInput(accept=".npy", multiple=False)
+        report = self.session.report
+        csv_in = Upload(accepted_filetypes=[".csv", "text/csv"], on_error=report,
+                        on_file=lambda data, name: on_csv(data, name))
+        npy_in = Upload(accepted_filetypes=[".npy"], on_error=report,
+                        on_file=lambda data, name: self.load_npy(data, name))
         column = pn.widgets.Select(**{_LABEL: "Column"}, options=self.csv_columns,
                                    value=self.csv_column, disabled=self._csv is None)
         bins = pn.widgets.IntInput.from_param(self.param.bins, start=1, end=65536,
@@ -677,26 +683,21 @@ class DataView(param.Parameterized):
         add = pn.widgets.Button(**{_LABEL: "Add column as dataset"}, **{_BUTTON: "success"},
                                 disabled=self._csv is None)
 
-        def on_csv(event):
-            if event.new and self.load_csv(event.new, csv_in.filename or "upload.csv"):
+        def on_csv(data, name):
+            if self.load_csv(data, name):
                 column.options = self.csv_columns
                 column.value = self.csv_column
                 column.disabled = add.disabled = False
 
-        def on_npy(event):
-            if event.new:
-                self.load_npy(event.new, npy_in.filename or "upload.npy")
-
-        csv_in.param.watch(on_csv, "value")
-        npy_in.param.watch(on_npy, "value")
         column.param.watch(lambda e: setattr(self, "csv_column", e.new), "value")
         add.on_click(lambda _: self.add_csv_dataset())
         return pn.Card(
             pn.pane.Markdown("**CSV**: one record per row; pick a numeric column and a number "
                              "of bins (fix the range for a truly private pipeline: the default "
                              "min..max comes from the data)."),
-            csv_in, column, bins, lo, hi, add,
+            csv_in, csv_in.note(), column, bins, lo, hi, add,
             pn.pane.Markdown("**.npy**: a 1D or 2D array of non-negative whole counts."), npy_in,
+            npy_in.note(),
             title="Upload data", collapsed=True, sizing_mode="stretch_width")
 
     def results(self) -> pn.Column:

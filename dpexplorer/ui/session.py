@@ -15,6 +15,7 @@ exceed it is refused before any noise is drawn.  The seed is the
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
 
@@ -244,6 +245,76 @@ class Session(param.Parameterized):
         self.error = message
         notify(message, "error")
 
+    # ---------------------------------------------------------------- inputs
+    def set_input(self, name: str, value) -> bool:
+        """Set a sidebar input ``name`` to ``value`` after checking it; ``True`` if it was used.
+
+        A refused value is reported in plain words (what was wrong, what is
+        allowed, the value kept); the session is unchanged.  ε and δ are
+        checked by building the noise model they would give, so every page
+        can use what the sidebar accepts.  An accepted ε or δ whose meaning is
+        extreme (see :meth:`privacy_note`) is accepted with a warning.
+        """
+        label = _INPUT_LABELS.get(name, name)
+        if value is None or (isinstance(value, str) and not value.strip()
+                             and name not in ("dpbench_dir",)):
+            self.report(f"{label} needs a value{_INPUT_RULES.get(name, '')}; it stays "
+                        f"{_shown(getattr(self, name))}.")
+            return False
+        try:
+            if name in ("epsilon", "delta"):
+                eps = value if name == "epsilon" else self.epsilon
+                delta = value if name == "delta" else self.delta
+                dpx.Laplace(eps)
+                dpx.Gaussian(eps, delta, "zcdp")
+            setattr(self, name, value)
+        except (ValueError, TypeError) as exc:
+            rule = _INPUT_RULES.get(name)
+            self.report(f"{label} = {_shown(value)} was not used{rule}; it stays "
+                        f"{_shown(getattr(self, name))}." if rule else _param_message(exc))
+            return False
+        self.error = ""
+        if name in ("epsilon", "delta", "noise", "dataset") and self.privacy_note():
+            notify(self.privacy_note(), "warning")
+        return True
+
+    def privacy_note(self) -> str:
+        """What an extreme ε or δ means, in words ('' for ordinary values).
+
+        ε is the bound on how much one person's data may change the
+        probability of any output (a factor ``e^ε``): above about 10 that
+        factor exceeds 20,000 and protects almost nothing; below 0.01 the
+        noise (scale ``Δ/ε``) is over 100 times the sensitivity and drowns
+        most counts.  δ is the probability with which the guarantee may fail
+        outright; it must be far below ``1/N`` for ``N`` records, or a
+        mechanism could publish one record in full and still meet it
+        (Dwork & Roth 2014, Sec. 2.3).
+        """
+        notes = []
+        eps = self.epsilon
+        if eps > 10:
+            notes.append(f"ε = {eps:g} gives almost no privacy: one person's data may make an "
+                         f"output e^{eps:g} times more likely. Usual values are 0.1 to 2.")
+        elif eps < 0.01:
+            notes.append(f"ε = {eps:g} adds noise {1 / eps:,.0f} times the sensitivity: most "
+                         "answers will be noise. Usual values are 0.1 to 2.")
+        if self.noise == "Gaussian":
+            records = None
+            try:
+                records = self._datasets[self.dataset].n_records if self.dataset in self._datasets else None
+            except Exception:  # noqa: BLE001 - only for the advice
+                records = None
+            if records:
+                if self.delta >= 0.1 / records:
+                    notes.append(f"δ = {self.delta:g} is not far below 1/N = 1/{records:,} for the "
+                                 f"{records:,} records of {self.dataset!r}: with probability δ the "
+                                 "guarantee may fail outright, enough to publish a record. Use "
+                                 f"δ well below {1 / records:.1g}, e.g. {10 ** math.floor(math.log10(0.01 / records)):g}.")
+            elif self.delta > 1e-3:
+                notes.append(f"δ = {self.delta:g} is large: with probability δ the guarantee may "
+                             "fail outright. δ should be far below 1/N for N records, e.g. 1e-6.")
+        return " ".join(f"⚠ {n}" for n in notes)
+
     # ------------------------------------------------------------------- UI
     def controls(self) -> pn.Column:
         """Sidebar widgets bound to the session (invalid values are refused with a message)."""
@@ -281,11 +352,7 @@ class Session(param.Parameterized):
             def apply(event):
                 if event.new == getattr(self, name):
                     return  # the widget was reset to the value in use: nothing to do
-                try:
-                    setattr(self, name, event.new)
-                    self.error = ""
-                except ValueError as exc:
-                    self.report(_param_message(exc))
+                if not self.set_input(name, event.new):
                     widget.value = getattr(self, name)  # show the value still in use
             widget.param.watch(apply, "value")
 
@@ -320,11 +387,14 @@ class Session(param.Parameterized):
         self.param.watch(sync, ["noise", "epsilon", "delta", "seed", "dataset", "budget",
                                 "budget_epsilon", "budget_delta", "budget_rho", "calibration"])
         self.param.watch(lambda e: setattr(dataset, "options", list(e.new)), "dataset", what="objects")
+        advice = pn.pane.Markdown(pn.bind(lambda *_: self.privacy_note(), self.param.epsilon,
+                                          self.param.delta, self.param.noise, self.param.dataset),
+                                  sizing_mode="stretch_width", margin=(0, 10))
         ledger = pn.pane.Markdown(self._ledger_text(), sizing_mode="stretch_width")
         self.param.watch(lambda e: setattr(ledger, "object", self._ledger_text()), "dataset")
         self._ledger_pane = ledger
         return pn.Column(
-            pn.pane.Markdown("### Privacy"), noise, eps, delta,
+            pn.pane.Markdown("### Privacy"), noise, eps, delta, advice,
             pn.pane.Markdown("### Data"), dataset, seed,
             pn.pane.Markdown("### Budget"), budget_kind, b_eps, b_delta, b_rho, ledger,
             pn.Card(folder, calib, title="Settings", collapsed=True, sizing_mode="stretch_width"),
@@ -352,6 +422,26 @@ def _dpbench_loader(path, name):
                        description=f"DPBench histogram {name} (Hay et al. SIGMOD 2016), shape {x.shape}",
                        n_records=int(x.sum()))
     return load
+
+
+#: Plain words for the sidebar's inputs: their names, and what each allows.
+_INPUT_LABELS = {"epsilon": "ε", "delta": "δ", "seed": "The seed", "budget_epsilon": "Budget ε",
+                 "budget_delta": "Budget δ", "budget_rho": "Budget ρ", "dataset": "The dataset",
+                 "noise": "The noise", "calibration": "The Gaussian calibration",
+                 "budget": "The budget kind", "dpbench_dir": "The DPBench folder"}
+_INPUT_RULES = {
+    "epsilon": ": ε must be a number above 0, from 1e-9 to 1e9 (usual values 0.1 to 2)",
+    "delta": ": δ is a probability, a number strictly between 0 and 1, and should be far below "
+             "1/N for N records (e.g. 1e-6)",
+    "seed": ": the simulation seed is a whole number, 0 or more",
+    "budget_epsilon": ": the budget ε is a number above 0",
+    "budget_delta": ": the budget δ is a number strictly between 0 and 1",
+    "budget_rho": ": the budget ρ is a number above 0",
+}
+
+
+def _shown(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else repr(value) if isinstance(value, str) else str(value)
 
 
 def _param_message(exc: BaseException) -> str:

@@ -57,6 +57,7 @@ from dpexplorer.sums.thresholds import SVTParams
 
 from .compare_view import Jobs
 from .session import Session, error_alert, side_by_side
+from .uploads import Upload
 from .session import exception_message as _message
 
 __all__ = ["SumsView", "SumsResult", "ATTRIBUTES", "COLORS"]
@@ -461,8 +462,10 @@ class SumsView(pn.viewable.Viewer):
         """Read an uploaded CSV; returns its numeric columns ([] after reporting an error)."""
         try:
             if not data:
-                raise ValueError("the file is empty")
-            df = pd.read_csv(io.BytesIO(data))
+                raise ValueError("the file is empty: a CSV needs a header row and data rows")
+            buffer = io.BytesIO(data)
+            buffer.name = filename
+            df = dpx.datasets.read_csv(buffer)  # the upload_bytes limit, pandas' errors in words
             numeric = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c])
                        and not pd.api.types.is_bool_dtype(df[c])]
             if not numeric:
@@ -728,21 +731,20 @@ class SumsView(pn.viewable.Viewer):
 
     def upload_card(self) -> pn.Card:
         """A collapsed card to upload a CSV file and offer one of its numeric columns as an attribute."""
-        csv_in = pn.widgets.FileInput(accept=".csv,text/csv", multiple=False)
         column = pn.widgets.Select(**{_LABEL: "Column"}, options=[], disabled=True)
         add = pn.widgets.Button(**{_LABEL: "Use column"}, **{_BUTTON: "success"}, disabled=True)
 
-        def on_csv(event):
-            if event.new:
-                cols = self.load_csv(event.new, csv_in.filename or "upload.csv")
-                column.options = cols
-                column.disabled = add.disabled = not cols
-        csv_in.param.watch(on_csv, "value")
+        def on_csv(data, name):
+            cols = self.load_csv(data, name)
+            column.options = cols
+            column.disabled = add.disabled = not cols
+        csv_in = Upload(accepted_filetypes=[".csv", "text/csv"], on_file=on_csv,
+                        on_error=self.session.report)
         add.on_click(lambda _: column.value is not None and self.add_csv_column(column.value))
         return pn.Card(pn.pane.Markdown("One record per row; pick a numeric column. Its values are "
                                         "bucketed with the settings above (equal-width over the "
                                         "column's min..max)."),
-                       csv_in, column, add, title="Upload a CSV column", collapsed=True,
+                       csv_in, csv_in.note(), column, add, title="Upload a CSV column", collapsed=True,
                        sizing_mode="stretch_width")
 
     def results(self) -> pn.Column:

@@ -1,0 +1,138 @@
+"""File uploads of the explorer: one widget, its size limit stated next to it and checked on both ends.
+
+Panel's ``FileInput`` sends a whole file in one websocket message; Bokeh's
+server closes the connection on a message above its
+``websocket_max_message_size`` (20 MiB by default) and the page then shows
+"Server connection lost" and loses the session (issue 17, item 2).
+:class:`Upload` is Panel's ``FileDropper`` instead: the browser sends the
+file in chunks of :data:`CHUNK_BYTES` (well below that message limit),
+FilePond refuses a file above the limit before sending anything ("File is
+too large"), and the server refuses it again -- a client that skips the
+browser check is cut off after the first chunk past the limit, nothing of
+the file is kept, and ``on_error`` reports it (a notification); the session
+stays as it was.
+
+The limit is :func:`upload_limit`: the ``upload_bytes`` limit of
+:mod:`dpexplorer.queries.limits` (256 MiB by default, lowered by a server
+with ``DPEXPLORER_LIMITS="upload_bytes=..."``), capped for a kind of file by
+a second limit when there is one (``spec_bytes`` for workload specs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import panel as pn
+import param
+
+import dpexplorer as dpx
+
+__all__ = ["Upload", "upload_limit", "size_text", "CHUNK_BYTES"]
+
+#: Bytes per websocket message of an upload: far below Bokeh's 20 MiB message limit.
+CHUNK_BYTES = 4 * 2**20
+
+
+def upload_limit(also: str | None = None) -> int:
+    """Largest upload in bytes: the ``upload_bytes`` limit, and the ``also`` limit if given (e.g. ``"spec_bytes"``)."""
+    current = dpx.limits.current()
+    limit = current.upload_bytes
+    return min(limit, getattr(current, also)) if also else limit
+
+
+def size_text(nbytes: int) -> str:
+    """``nbytes`` for people: ``"256 MiB"``, ``"20 KiB"``, ``"900 bytes"``."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= size:
+            value = nbytes / size
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{nbytes} bytes"
+
+
+class Upload(pn.widgets.FileDropper):
+    """A one-file upload within ``max_bytes``: chunked, refused above the limit in the browser and on the server.
+
+    Parameters
+    ----------
+    max_bytes : int
+        Largest file accepted (bytes); FilePond is told the same limit.
+    on_file : callable ``(data: bytes, filename: str) -> object``
+        Called with each file received in full (text is passed as UTF-8 bytes).
+    on_error : callable ``(message: str) -> object``
+        Called with a plain-words message when a file is refused.
+    """
+
+    max_bytes = param.Integer(default=2**28, bounds=(1, None), doc="Largest file accepted (bytes).")
+
+    _rename = {**pn.widgets.FileDropper._rename, "max_bytes": None}  # server side only
+
+    def __init__(self, on_file: Callable | None = None, on_error: Callable | None = None, **params):
+        params.setdefault("chunk_size", CHUNK_BYTES)
+        params.setdefault("multiple", False)
+        params.setdefault("previews", [])
+        params.setdefault("layout", "compact")
+        params.setdefault("sizing_mode", "stretch_width")
+        max_bytes = params.setdefault("max_bytes", upload_limit())
+        # FilePond counts in units of 1000 bytes: round down so that it never lets through more
+        params.setdefault("max_file_size", f"{max(1, max_bytes // 1000)}KB")
+        super().__init__(**params)
+        self._on_file, self._on_error = on_file, on_error
+        self._received: dict[str, int] = {}
+
+    def _refuse(self, name: str, size: int) -> None:
+        self._file_buffer.pop(name, None)
+        if self._on_error is not None:
+            self._on_error(f"{name!r} was not loaded: it has {'more than ' if size < 0 else ''}"
+                           f"{size_text(abs(size))}, above the upload limit of "
+                           f"{size_text(self.max_bytes)}. Use a smaller file (or, on a server "
+                           "with the memory for it, raise the limit with "
+                           "DPEXPLORER_LIMITS='upload_bytes=...').")
+
+    def _process_event(self, event) -> None:
+        data = event.data
+        if event.event_name != "upload_event":
+            super()._process_event(event)
+            return
+        name = data["name"]
+        chunk, total = int(data["chunk"]), int(data["total_chunks"])
+        if chunk == 1:
+            self._received[name] = 0
+            if (total - 1) * self.chunk_size >= self.max_bytes:  # announced size already too large
+                self._received[name] = -1
+                self._refuse(name, -(total - 1) * self.chunk_size)
+                return
+        got = self._received.get(name, -1)
+        if got < 0:  # refused earlier (or a chunk without its first): dropped
+            return
+        got += len(data["data"])
+        if got > self.max_bytes:
+            self._received[name] = -1
+            self._refuse(name, -self.max_bytes)
+            return
+        self._received[name] = got
+        super()._process_event(event)
+        if chunk == total:
+            self._received.pop(name, None)
+            content = self.value.pop(name, b"")  # the page keeps what it needs; not a second copy
+            if self._on_file is not None:
+                self._on_file(content.encode("utf-8") if isinstance(content, str) else bytes(content),
+                              name)
+
+    def receive(self, data: bytes, filename: str, mime_type: str = "") -> None:
+        """Take ``data`` as the browser sends it: in chunks of :attr:`chunk_size`, through the same checks.
+
+        For driving the widget without a browser (tests, scripts).
+        """
+        from types import SimpleNamespace
+
+        total = max(1, math.ceil(len(data) / self.chunk_size))
+        for k in range(total):
+            chunk = data[k * self.chunk_size:(k + 1) * self.chunk_size]
+            self._process_event(SimpleNamespace(event_name="upload_event", data={
+                "name": filename, "chunk": k + 1, "total_chunks": total, "data": chunk,
+                "type": mime_type}))
+
+    def note(self, **params) -> pn.pane.Markdown:
+        """The limit, in words, to show next to the widget (``params`` go to the Markdown pane)."""
+        return pn.pane.Markdown(f"*Files up to {size_text(self.max_bytes)}.*", margin=(0, 10), **params)
