@@ -261,7 +261,8 @@ class Session(param.Parameterized):
                                                "their noise comes from the OS CSPRNG.",
                                    sizing_mode="stretch_width")
         folder = pn.widgets.TextInput(**_cap("DPBench folder"), value=self.dpbench_dir,
-                                      placeholder="../shared/data/dpbench", sizing_mode="stretch_width")
+                                      placeholder="folder with 1D/ and 2D/ (dpx.datasets.fetch_dpbench())",
+                                      sizing_mode="stretch_width")
 
         def setter(name, widget):
             def apply(event):
