@@ -34,7 +34,7 @@ reachable by their short names (``dpx.matrix``, ``dpx.dawa``, ``dpx.marginals``,
 # the layers, lowest first (importing them registers every mechanism), then the top level
 from . import queries, privacy, core, strategies, adaptive, sums  # noqa: I001
 from . import datasets, evaluate, mechanism
-from . import accuracy, docs
+from . import accuracy, docs, figures
 from .accuracy import accuracy_sentence, describe_privacy, epsilon_for, epsilon_table
 from .adaptive import dawa, efpa, hilbert, mwem, partition, uniform
 from .compare import StrategyCache, compare
@@ -57,7 +57,7 @@ __all__ = [
     "matrix", "spec", "workloads", "accounting", "noise", "samplers", "error", "optimization",
     "registry", "templates", "kron_stack", "hdmm", "marginals", "eigen_design", "fourier",
     "residual", "dawa", "partition", "hilbert", "mwem", "efpa", "uniform", "thresholds",
-    "datasets", "evaluate", "mechanism", "accuracy", "docs",
+    "datasets", "evaluate", "mechanism", "accuracy", "docs", "figures",
     # the everyday API
     "compare", "StrategyCache", "rmse", "per_query_rmse", "svd_bound", "UnsupportedWorkloadError",
     "MatrixTooLargeError", "Release", "release", "simulate", "reconstruct", "Laplace", "Gaussian",
