@@ -1006,10 +1006,10 @@ def describe_privacy(epsilon: float, delta: float = 0.0, rho: float | None = Non
         raise ValueError(f"delta must be in [0, 1), got {delta!r}")
     factor = math.exp(eps)
     ftxt = f"{factor:.3g}" if factor < 1e6 else f"{factor:.2e}"
-    text = (f"ε = {eps:g}: adding or removing any one person's record changes the chance of "
-            f"every possible result by at most a factor e^ε ≈ {ftxt}, so whoever sees the "
-            f"results learns little about any one person. Smaller ε is more private (more noise, "
-            f"less accurate answers); larger ε is more accurate and less private.")
+    text = (f"ε = {eps:.3g}: adding or removing any one person's record changes the chance of "
+            f"every possible result by at most a factor e^ε ≈ {ftxt}, which bounds what the "
+            f"results reveal about any one person. Smaller ε is more private (more noise, less "
+            f"accurate answers); larger ε is more accurate and less private.")
     if d > 0:
         one_in = 1.0 / d
         text += (f" δ = {d:g}: with probability at most {d:g} (about 1 in {one_in:,.0f}) "
@@ -1078,7 +1078,7 @@ def accuracy_sentence(W, mechanism, noise: NoiseModel, *, level: float = 0.95,
     A, name, label = _strategy(W, mechanism, fam, params, cache)
     noun = noun or _noun(W)
     kind = "Laplace" if isinstance(noise, Laplace) else "Gaussian"
-    at = f"ε = {noise.epsilon:g}" + (f", δ = {noise.delta:g}" if noise.delta else "")
+    at = f"ε = {noise.epsilon:.3g}" + (f", δ = {noise.delta:g}" if noise.delta else "")
     m = f"{W.m:,}"
     pct, conf = f"{share * 100:g} %", f"{level * 100:g} %"
     if A is None:

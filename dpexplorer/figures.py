@@ -10,7 +10,7 @@ Every plot the app shows is a HoloViews object rendered by Bokeh (or a Panel
   ``chromium-driver``; or Firefox with geckodriver);
 * :func:`figure_frame` / :func:`export_csv`: the numbers drawn, as a tidy
   table: one row per drawn point, with the element type, its group and
-  label, and the element's own columns (HoloViews ``Element.dframe()``).
+  label (``element``, ``element_group``, ``element_label``), and the element's own columns (HoloViews ``Element.dframe()``).
   Raw Bokeh models give the columns of their data sources.
 
 :func:`export_figure` picks the format from the file name.  Nothing here
@@ -106,7 +106,7 @@ def figure_frame(fig) -> pd.DataFrame:
     pandas.DataFrame
         For HoloViews: one block of rows per element (Curve, Scatter, Area,
         Spread, Bars, HLine, ...) in drawing order, with columns ``element``
-        (type), ``group``, ``label`` and the element's dimensions
+        (type), ``element_group``, ``element_label`` and the element's dimensions
         (``Element.dframe()``; key and value dimensions by name), blocks with
         other dimensions filled with NaN.  For a Bokeh model: the columns of
         every ``ColumnDataSource``, with a ``source`` column numbering them.
@@ -123,11 +123,11 @@ def figure_frame(fig) -> pd.DataFrame:
         blocks = []
         for el in fig.traverse(lambda e: e, [hv.Element]):
             df = el.dframe()
-            meta = pd.DataFrame({"element": type(el).__name__, "group": el.group,
-                                 "label": el.label}, index=df.index)
+            meta = pd.DataFrame({"element": type(el).__name__, "element_group": el.group,
+                                 "element_label": el.label}, index=df.index)
             blocks.append(pd.concat([meta, df], axis=1))
         if not blocks:
-            return pd.DataFrame(columns=["element", "group", "label"])
+            return pd.DataFrame(columns=["element", "element_group", "element_label"])
         return pd.concat(blocks, ignore_index=True, sort=False)
     from bokeh.model import Model
     from bokeh.models import ColumnDataSource

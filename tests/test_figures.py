@@ -37,11 +37,19 @@ def test_figure_frame_has_exactly_the_numbers_drawn():
     curve = df[df["element"] == "Curve"]
     np.testing.assert_array_equal(curve["n"], np.arange(5.0))
     np.testing.assert_array_equal(curve["rmse"], np.arange(5.0) ** 2)
-    assert set(curve["label"]) == {"HB"}
+    assert set(curve["element_label"]) == {"HB"}
     spread = df[df["element"] == "Spread"]
     np.testing.assert_array_equal(spread["err"], np.full(5, 0.5))
     assert curve["err"].isna().all()                          # columns of other elements: NaN
     assert len(df) == 15
+
+
+def test_elements_with_label_or_group_dimensions():
+    bars = hv.Bars(pd.DataFrame({"label": ["a", "b"], "group": ["x", "y"], "rmse": [1.0, 2.0]}),
+                   ["label", "group"], "rmse")
+    df = figures.figure_frame(bars * hv.HLine(1.5))
+    assert list(df.columns[:3]) == ["element", "element_group", "element_label"]
+    assert list(df["label"].iloc[:2]) == ["a", "b"] and list(df["rmse"].iloc[:2]) == [1.0, 2.0]
 
 
 def test_csv_round_trip(tmp_path):

@@ -8,7 +8,6 @@ nbformat, nbclient or ipykernel is not installed or the kernel cannot start.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -18,7 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "apps" / "explorer.ipynb"
 CELL_TIMEOUT = 120  # seconds per cell
 TOTAL_BUDGET = 300  # seconds for the whole run (kernel start included); generous under load
-KERNEL = "dpexplorer-test"
 
 nbformat = pytest.importorskip("nbformat")
 
@@ -34,21 +32,6 @@ def test_committed_notebook_is_valid_and_cleared():
     for needle in ("dpx.compare(", "dpx.svd_bound(", "dpx.release(", '"dawa"', "pn.extension(",
                    "LearnView(", "ExplorerApp("):
         assert needle in source
-
-
-@pytest.fixture
-def kernel_name(tmp_path, monkeypatch):
-    """A kernelspec running ipykernel in this interpreter, found through JUPYTER_PATH."""
-    pytest.importorskip("ipykernel")
-    pytest.importorskip("nbclient")
-    spec = tmp_path / "kernels" / KERNEL
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "dpexplorer tests", "language": "python"}))
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
-    monkeypatch.setenv("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-    return KERNEL
 
 
 @pytest.mark.slow
