@@ -83,8 +83,7 @@ import scipy.special
 
 from . import mechanism as _mechanism
 from .core import error, registry
-from .privacy import PrivacyLedger, PrivateData, noise_sampler
-from .privacy import accounting
+from .privacy import PrivacyLedger, PrivateData, accounting, noise_sampler
 from .privacy.noise import Gaussian, Laplace, NoiseModel, analytic_gaussian_sigma
 from .queries.matrix import Identity, Matrix, MatrixTooLargeError, as_matrix
 
@@ -135,34 +134,29 @@ def quantile_over_queries(values, share: float = 0.95) -> float:
     return float(np.partition(v, k - 1)[k - 1])
 
 
-def _share(share) -> float:
+def _checked(value, name: str, ok, allowed: str) -> float:
+    """``value`` as a finite float satisfying ``ok``, else a ValueError saying what is allowed."""
     try:
-        s = float(share)
+        v = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"share must be a number in (0, 1], got {share!r}") from None
-    if not 0.0 < s <= 1.0:
-        raise ValueError(f"share (the fraction of queries) must be in (0, 1], got {share!r}")
-    return s
-
-
-def _level(level) -> float:
-    try:
-        v = float(level)
-    except (TypeError, ValueError):
-        raise ValueError(f"level must be a number in (2/3, 1), got {level!r}") from None
-    if not 2.0 / 3.0 < v < 1.0:
-        raise ValueError(f"the confidence level must be in (2/3, 1), got {level!r}")
+        raise ValueError(f"{name} must be {allowed}, got {value!r}") from None
+    if not (math.isfinite(v) and ok(v)):
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
     return v
 
 
+def _share(share) -> float:
+    return _checked(share, "share (the fraction of queries)", lambda s: 0.0 < s <= 1.0,
+                    "a number in (0, 1]")
+
+
+def _level(level) -> float:
+    return _checked(level, "the confidence level", lambda v: 2.0 / 3.0 < v < 1.0,
+                    "a number in (2/3, 1)")
+
+
 def _target(target) -> float:
-    try:
-        t = float(target)
-    except (TypeError, ValueError):
-        raise ValueError(f"target must be a positive number of counts, got {target!r}") from None
-    if not (math.isfinite(t) and t > 0):
-        raise ValueError(f"target must be a positive finite number of counts, got {target!r}")
-    return t
+    return _checked(target, "target", lambda t: t > 0, "a positive finite number of counts")
 
 
 def _metric(metric) -> str:
@@ -282,7 +276,10 @@ def _solve_std(fam: _Family, std: float) -> _Solved:
         return _Solved(0.0, rho, method, "any ε > 0 meets the target: δ alone already allows "
                        "less noise than the target tolerates")
     lo, hi = _EPS_RANGE
-    f = lambda le: math.log(analytic_gaussian_sigma(math.exp(le), d)) - math.log(std)  # noqa: E731
+
+    def f(log_eps: float) -> float:
+        return math.log(analytic_gaussian_sigma(math.exp(log_eps), d)) - math.log(std)
+
     if f(math.log(lo)) <= 0:
         return _Solved(0.0, rho, method, f"any ε ≥ {lo:g} meets the target")
     if f(math.log(hi)) > 0:
@@ -726,7 +723,9 @@ def _solve(prof, fam: _Family, name, label, t, metric, level, share) -> EpsilonF
                                     **ci)
         solved = _solve_std(fam, t / prof.unit)
     else:  # discrete Laplace intervals: bisection on log ε of a non-increasing step function
-        ok = lambda e: prof.error(fam, e) <= t  # noqa: E731
+        def ok(e: float) -> bool:
+            return prof.error(fam, e) <= t
+
         start = math.sqrt(2.0) * prof.error(fam, 1.0) / t  # the ε if it were linear in 1/ε
         found = _bracket(ok, start)
         if found is None:
@@ -778,7 +777,9 @@ def _simulated(W, name, label, t, metric, fam, level, share, counts, x, trials, 
     points = {}
     try:
         for which, col in (("estimate", 0), ("low", 1), ("high", 2)):
-            ok = lambda e, c=col: sim.evaluate(fam, e)[c] <= t  # noqa: E731
+            def ok(e: float, c: int = col) -> bool:
+                return sim.evaluate(fam, e)[c] <= t
+
             found = _bracket(ok, points.get("estimate", 1.0), 2.0, _SIM_RANGE)
             if found is None:
                 if which == "estimate":
@@ -801,6 +802,15 @@ def _simulated(W, name, label, t, metric, fam, level, share, counts, x, trials, 
                             note="simulation on data treated as public; not a release", **extra)
 
 
+def _at_noise(W, mechanism, noise, params, cache):
+    """``(W, family, A, name, label)`` for the functions that take a noise model at some ε."""
+    if not isinstance(noise, NoiseModel):
+        raise TypeError(f"noise must be dpx.Laplace(ε) or dpx.Gaussian(ε, δ), got {noise!r}")
+    W = as_matrix(W)
+    fam = _family(noise, None, None)
+    return (W, fam, *_strategy(W, mechanism, fam, params, cache))
+
+
 def error_at(W, mechanism, noise: NoiseModel, metric: str = "rmse", *, level: float = 0.95,
              share: float = 0.95, counts: bool = True, x=None, trials: int = 20, seed: int = 0,
              params: dict | None = None, cache=None) -> float:
@@ -821,15 +831,13 @@ def error_at(W, mechanism, noise: NoiseModel, metric: str = "rmse", *, level: fl
 
     Raises
     ------
+    TypeError
+        If ``noise`` is not a noise model.
     ValueError, KeyError, NotApplicableError, UnsupportedWorkloadError
         As :func:`epsilon_for`.
     """
-    if not isinstance(noise, NoiseModel):
-        raise TypeError(f"noise must be dpx.Laplace(ε) or dpx.Gaussian(ε, δ), got {noise!r}")
-    W = as_matrix(W)
     metric, level, share = _metric(metric), _level(level), _share(share)
-    fam = _family(noise, None, None)
-    A, name, _ = _strategy(W, mechanism, fam, params, cache)
+    W, fam, A, name, _ = _at_noise(W, mechanism, noise, params, cache)
     if A is None:
         if x is None:
             raise ValueError(f"{name!r} is data-dependent: pass x= for a seeded simulation")
@@ -1067,15 +1075,11 @@ def accuracy_sentence(W, mechanism, noise: NoiseModel, *, level: float = 0.95,
 
     Raises
     ------
-    ValueError, KeyError, NotApplicableError, UnsupportedWorkloadError
+    TypeError, ValueError, KeyError, NotApplicableError, UnsupportedWorkloadError
         As :func:`error_at`.
     """
-    if not isinstance(noise, NoiseModel):
-        raise TypeError(f"noise must be dpx.Laplace(ε) or dpx.Gaussian(ε, δ), got {noise!r}")
-    W = as_matrix(W)
     level, share = _level(level), _share(share)
-    fam = _family(noise, None, None)
-    A, name, label = _strategy(W, mechanism, fam, params, cache)
+    W, fam, A, name, label = _at_noise(W, mechanism, noise, params, cache)
     noun = noun or _noun(W)
     kind = "Laplace" if isinstance(noise, Laplace) else "Gaussian"
     at = f"ε = {noise.epsilon:.3g}" + (f", δ = {noise.delta:g}" if noise.delta else "")

@@ -174,7 +174,10 @@ def webdriver():
     if _DRIVER is not None:
         return _DRIVER
     try:
-        from bokeh.io.webdriver import create_chromium_webdriver, create_firefox_webdriver
+        from bokeh.io.webdriver import (
+            create_chromium_webdriver,
+            create_firefox_webdriver,
+        )
     except ImportError as exc:  # pragma: no cover - selenium missing
         raise RuntimeError("figure export needs selenium (pip install 'dpexplorer[export]')") from exc
     extra = ["--no-sandbox"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []

@@ -39,3 +39,32 @@ def kernel_name(tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
     monkeypatch.setenv("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     return name
+
+
+def execute_notebook(path: Path, kernel_name: str, cell_timeout: float):
+    """Run a notebook top to bottom with nbclient; ``(notebook, seconds)``.
+
+    Skips when no kernel can start; fails with the cell's traceback when a cell fails.
+    """
+    import time
+
+    import nbformat
+    from jupyter_client.kernelspec import NoSuchKernel
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=cell_timeout, startup_timeout=60, kernel_name=kernel_name,
+                            resources={"metadata": {"path": str(path.parent)}})
+    t0 = time.perf_counter()
+    try:
+        client.execute()
+    except NoSuchKernel as exc:
+        pytest.skip(f"no Jupyter kernel available: {exc}")
+    except (CellExecutionError, CellTimeoutError) as exc:
+        pytest.fail(f"{path.name}: cell failed:\n{exc}")
+    except RuntimeError as exc:
+        if "Kernel" in str(exc) and ("died" in str(exc) or "didn't respond" in str(exc)):
+            pytest.skip(f"the Jupyter kernel could not start: {exc}")
+        raise
+    return nb, time.perf_counter() - t0

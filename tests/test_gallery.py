@@ -7,11 +7,10 @@ nbclient in a kernel of this interpreter importing this checkout (``kernel_name`
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import pytest
+from conftest import execute_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 GALLERY = ROOT / "apps" / "gallery"
@@ -44,26 +43,7 @@ def test_the_readme_points_at_the_gallery():
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES)
 def test_gallery_notebook_runs(page, kernel_name):
-    from jupyter_client.kernelspec import NoSuchKernel
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError
-
-    path = GALLERY / f"{page}.ipynb"
-    nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT, startup_timeout=60, kernel_name=kernel_name,
-                            resources={"metadata": {"path": str(GALLERY)}})
-    t0 = time.perf_counter()
-    try:
-        client.execute()
-    except NoSuchKernel as exc:
-        pytest.skip(f"no Jupyter kernel available: {exc}")
-    except (CellExecutionError, CellTimeoutError) as exc:
-        pytest.fail(f"{page}.ipynb: cell failed:\n{exc}")
-    except RuntimeError as exc:
-        if "Kernel" in str(exc) and ("died" in str(exc) or "didn't respond" in str(exc)):
-            pytest.skip(f"the Jupyter kernel could not start: {exc}")
-        raise
-    elapsed = time.perf_counter() - t0
+    nb, elapsed = execute_notebook(GALLERY / f"{page}.ipynb", kernel_name, CELL_TIMEOUT)
     assert elapsed < BUDGET, f"{page}.ipynb took {elapsed:.0f} s"
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
@@ -73,4 +53,3 @@ def test_gallery_notebook_runs(page, kernel_name):
     shown = [o for o in outputs if o.output_type in ("display_data", "execute_result")]
     assert any("application/vnd.holoviews_exec.v0+json" in o.get("data", {}) for o in shown), \
         "the page's component was not displayed"
-    assert str(ROOT) in text or True  # kernel imports this checkout (PYTHONPATH in the kernelspec)
