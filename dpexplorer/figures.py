@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 __all__ = ["FORMATS", "to_bokeh", "figure_frame", "export_csv", "export_png", "export_svg",
-           "export_figure", "webdriver"]
+           "export_figure", "figure_bytes", "webdriver"]
 
 #: File formats :func:`export_figure` writes, by suffix.
 FORMATS = ("png", "svg", "csv")
@@ -286,3 +286,24 @@ def export_figure(fig, path, **options) -> Path:
             raise ValueError(f"CSV export takes no options, got {sorted(options)}")
         return export_csv(fig, path)
     return (export_png if suffix == "png" else export_svg)(fig, path, **options)
+
+
+def figure_bytes(fig, format: str, **options) -> bytes:
+    """The exported file's content, for a download button: ``format`` in :data:`FORMATS`.
+
+    Written by :func:`export_figure` into a temporary folder and read back.
+
+    Raises
+    ------
+    ValueError
+        For an unknown format.
+    TypeError, RuntimeError
+        As :func:`export_figure`.
+    """
+    import tempfile
+
+    fmt = str(format).lower().lstrip(".")
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    with tempfile.TemporaryDirectory() as tmp:
+        return export_figure(fig, Path(tmp) / f"figure.{fmt}", **options).read_bytes()

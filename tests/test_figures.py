@@ -58,6 +58,13 @@ def test_csv_round_trip(tmp_path):
     pd.testing.assert_frame_equal(back, figures.figure_frame(_figure()), check_dtype=False)
 
 
+def test_figure_bytes_for_download_buttons():
+    data = figures.figure_bytes(_figure(), "csv")
+    assert data.decode().splitlines()[0].startswith("element,element_group,element_label")
+    with pytest.raises(ValueError, match="format"):
+        figures.figure_bytes(_figure(), "gif")
+
+
 def test_bokeh_models_export_their_sources():
     from bokeh.plotting import figure
 
@@ -81,6 +88,7 @@ def test_png_export(tmp_path):
     from PIL import Image
 
     path = figures.export_figure(_figure(), tmp_path / "fig.png", width=320, height=200)
+    assert figures.figure_bytes(_figure(), "png", width=320, height=200)[:8] == b"\x89PNG\r\n\x1a\n"
     img = np.asarray(Image.open(path).convert("RGB")).astype(int)
     assert img.shape == (200, 320, 3)
     red = (img[..., 0] > 200) & (img[..., 1] < 80) & (img[..., 2] < 80)
