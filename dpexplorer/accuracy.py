@@ -87,8 +87,8 @@ from .privacy import PrivacyLedger, PrivateData, accounting, noise_sampler
 from .privacy.noise import Gaussian, Laplace, NoiseModel, analytic_gaussian_sigma
 from .queries.matrix import Identity, Matrix, MatrixTooLargeError, as_matrix
 
-__all__ = ["METRICS", "CALIBRATIONS", "EpsilonForTarget", "epsilon_for", "error_at",
-           "epsilon_table", "noise_for_std", "describe_privacy", "accuracy_sentence",
+__all__ = ["METRICS", "CALIBRATIONS", "EpsilonForTarget", "ErrorProfile", "epsilon_for",
+           "error_at", "error_profile", "epsilon_table", "noise_for_std", "describe_privacy", "accuracy_sentence",
            "quantile_over_queries"]
 
 #: The error metrics a target can be given in (see the module docstring).
@@ -708,8 +708,100 @@ def epsilon_for(W, mechanism, target, metric: str = "rmse", delta: float | None 
     if A is None:
         return _simulated(W, name, label, t, metric, fam, level, share, counts, x, trials, seed,
                           rtol, params)
-    prof = _profile(W, A, fam, metric, level, share, counts)
-    return _solve(prof, fam, name, label, t, metric, level, share)
+    return ErrorProfile(name, label, metric, level, share, fam.kind,
+                        _profile(W, A, fam, metric, level, share, counts))._solve(t, fam)
+
+
+class ErrorProfile:
+    """The error of one data-independent mechanism on ``W`` as a function of the noise's ε.
+
+    What :func:`epsilon_for` solves, kept so that many targets (or many ε)
+    cost only arithmetic: the strategy, its per-query variances and interval
+    half-widths are computed once by :func:`error_profile`.  Every metric is
+    ``u · s(ε)`` (``s`` the noise std per unit sensitivity; HDMM Prop. 4)
+    except the intervals of a discrete-Laplace release, a step function of ε
+    (see the module docstring).  The profile depends on the noise family
+    (Laplace or Gaussian) but not on δ or the Gaussian calibration, which are
+    given at each call.
+
+    Attributes
+    ----------
+    mechanism, label : str
+    metric : {"rmse", "max", "ci95"}
+    level, share : float
+        For ``ci95`` (see :func:`epsilon_for`).
+    family : {"laplace", "gaussian"}
+    """
+
+    def __init__(self, mechanism, label, metric, level, share, family, prof):
+        self.mechanism, self.label, self.metric = mechanism, label, metric
+        self.level, self.share, self.family = level, share, family
+        self._prof = prof
+
+    def _fam(self, noise, delta=None, calibration=None) -> _Family:
+        fam = _family(noise, delta, calibration)
+        if fam.kind != self.family:
+            raise ValueError(f"this profile is for {self.family} noise, got {fam.label}")
+        return fam
+
+    def error(self, noise: NoiseModel) -> float:
+        """The metric (counts) at the noise model ``noise`` (of the profile's family)."""
+        if not isinstance(noise, NoiseModel):
+            raise TypeError(f"noise must be dpx.Laplace(ε) or dpx.Gaussian(ε, δ), got {noise!r}")
+        return float(self._prof.error(self._fam(noise), noise.epsilon))
+
+    def epsilon_for(self, target, noise=None, delta: float | None = None,
+                    calibration: str | None = None) -> EpsilonForTarget:
+        """The smallest ε meeting ``target`` (counts), as :func:`epsilon_for`.
+
+        ``noise``, ``delta``, ``calibration`` give the family as for
+        :func:`epsilon_for` (a noise model's ε is ignored); it must be the
+        profile's family.
+
+        Raises
+        ------
+        ValueError
+            For a bad target, or noise of another family.
+        """
+        return self._solve(_target(target), self._fam(noise, delta, calibration))
+
+    def _solve(self, t: float, fam: _Family) -> EpsilonForTarget:
+        return _solve(self._prof, fam, self.mechanism, self.label, t, self.metric, self.level,
+                      self.share)
+
+
+def error_profile(W, mechanism, noise, metric: str = "rmse", *, level: float = 0.95,
+                  share: float = 0.95, counts: bool = True, params: dict | None = None,
+                  cache=None) -> ErrorProfile:
+    """The :class:`ErrorProfile` of a data-independent ``mechanism`` on ``W`` for ``noise``'s family.
+
+    Parameters
+    ----------
+    W : Matrix or array, shape (m, n)
+    mechanism : str or Matrix
+        A registry name (data-independent) or a strategy ``A: (p, n)``.
+    noise : {"laplace", "gaussian"} or NoiseModel
+        The family (a noise model's ε, δ and calibration do not matter).
+    metric, level, share, counts, params, cache
+        As for :func:`epsilon_for`.
+
+    Raises
+    ------
+    ValueError
+        For a data-dependent mechanism (its error has no profile: use
+        :func:`epsilon_for` with benchmark data), a bad metric, level or share.
+    KeyError, NotApplicableError, UnsupportedWorkloadError
+        As :func:`epsilon_for`.
+    """
+    metric, level, share = _metric(metric), _level(level), _share(share)
+    fam = _family(noise, None, None)
+    W = as_matrix(W)
+    A, name, label = _strategy(W, mechanism, fam, params, cache)
+    if A is None:
+        raise ValueError(f"{label} adapts to the data: its error has no formula, only a "
+                         "simulation on data")
+    return ErrorProfile(name, label, metric, level, share, fam.kind,
+                        _profile(W, A, fam, metric, level, share, counts))
 
 
 def _solve(prof, fam: _Family, name, label, t, metric, level, share) -> EpsilonForTarget:
