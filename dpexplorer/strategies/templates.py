@@ -546,8 +546,8 @@ def opt0(W, noise: NoiseModel, p: int | None = None, restarts: int | None = None
     if n > limit:
         raise registry.NotApplicableError(
             f"OPT0 optimises a dense n × n strategy; this workload has n = {n:,} cells, above "
-            f"{limit:,} for {'Laplace' if norm == 1 else 'Gaussian'} noise: use opt_kron, "
-            f"opt_plus or hdmm, which work factor by factor")
+            f"{limit:,} for {'Laplace' if norm == 1 else 'Gaussian'} noise: use OPT⊗, "
+            f"OPT+ or HDMM, which work factor by factor")
     t0 = time.perf_counter()
     if isinstance(W, np.ndarray):
         G = _check_gram(W)
