@@ -386,3 +386,21 @@ def test_unknown_mechanism_and_unsupported_scope():
         dpx.epsilon_for(W32, "eigen_design", 5.0)     # Gaussian-only mechanism under Laplace
     with pytest.raises(TypeError):
         accuracy.error_at(W32, "hb", 1.0)
+
+
+def test_error_profile_is_reused_for_many_targets_and_epsilons():
+    W = dpx.workloads.all_range(32)
+    for noise in (dpx.Laplace(1.0), dpx.Gaussian(1.0, 1e-6, "zcdp")):
+        prof = dpx.accuracy.error_profile(W, "hb", noise, "ci95")
+        for eps in (0.1, 0.7, 3.0):
+            at = noise.with_epsilon(eps)
+            assert prof.error(at) == pytest.approx(dpx.accuracy.error_at(W, "hb", at, "ci95"),
+                                                   rel=1e-12)
+        for t in (3.0, 10.0, 40.0):
+            got, want = prof.epsilon_for(t, noise), dpx.epsilon_for(W, "hb", t, "ci95", noise=noise)
+            assert got.epsilon == pytest.approx(want.epsilon, rel=1e-12)
+            assert prof.error(noise.with_epsilon(got.epsilon)) <= t
+    with pytest.raises(ValueError, match="laplace noise"):
+        dpx.accuracy.error_profile(W, "hb", dpx.Laplace(1.0)).epsilon_for(5.0, delta=1e-6)
+    with pytest.raises(ValueError, match="adapts to the data"):
+        dpx.accuracy.error_profile(W, "dawa", dpx.Laplace(1.0))
