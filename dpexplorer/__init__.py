@@ -21,7 +21,8 @@ Layers, lowest first; a module imports only from its own layer or below
 ``adaptive/``       data-dependent mechanisms (DAWA, MWEM, EFPA, Uniform)
 ``sums/``           sum queries on numerical attributes
 top level           ``mechanism`` (release, simulate, run), ``compare``,
-                    ``evaluate``, ``datasets``, ``audit`` (lower bounds on ε)
+                    ``accuracy`` (ε for an error target), ``evaluate``,
+                    ``datasets``, ``audit`` (lower bounds on ε)
 ``ui/``             the Panel app (imports only this public API)
 ==================  ==========================================================
 
@@ -33,7 +34,9 @@ reachable by their short names (``dpx.matrix``, ``dpx.dawa``, ``dpx.marginals``,
 # the layers, lowest first (importing them registers every mechanism), then the top level
 from . import queries, privacy, core, strategies, adaptive, sums  # noqa: I001
 from . import datasets, evaluate, mechanism
+from . import accuracy, docs, figures
 from . import audit  # noqa: I001  (after evaluate and mechanism, which it runs)
+from .accuracy import accuracy_sentence, describe_privacy, epsilon_for, epsilon_table
 from .adaptive import dawa, efpa, hilbert, mwem, partition, uniform
 from .compare import StrategyCache, compare
 from .core import error, optimization, registry, spectra
@@ -58,10 +61,12 @@ __all__ = [
     "samplers", "error", "spectra", "optimization", "registry", "templates", "kron_stack", "hdmm",
     "marginals", "eigen_design", "fourier",
     "residual", "dawa", "partition", "hilbert", "mwem", "efpa", "uniform", "thresholds",
-    "datasets", "evaluate", "mechanism", "audit",
+    "datasets", "evaluate", "mechanism", "accuracy", "docs", "figures", "audit",
     # the everyday API
     "compare", "StrategyCache", "rmse", "per_query_rmse", "svd_bound", "UnsupportedWorkloadError",
     "MatrixTooLargeError", "LimitExceededError", "Release", "release", "simulate", "reconstruct",
     "Laplace", "Gaussian", "PrivacyLedger", "PrivateData", "BudgetExceededError", "Budget", "OS_CSPRNG",
     "domain", "Attribute", "Domain", "Table",
+    # accuracy first
+    "epsilon_for", "epsilon_table", "describe_privacy", "accuracy_sentence",
 ]

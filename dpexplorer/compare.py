@@ -233,7 +233,8 @@ def _empirical(name, W, noise, x, trials, seed):
     """Empirical RMSE of a data-dependent mechanism over seeded runs on benchmark data."""
     if x is None:
         return (math.nan, math.nan,
-                "data-dependent: its error depends on the data; pass x= (or use dpx.evaluate)")
+                "data-dependent: its error depends on the data, so it has no formula; it is measured "
+                "by simulation on a dataset (benchmark data x)")
     truth = W.matvec(x.ravel())
     sq, t0 = [], time.perf_counter()
     try:

@@ -4,7 +4,8 @@ A data vector is a 1D histogram (shape ``(n,)``) or a 2D grid (shape
 ``(n1, n2)``) of non-negative whole counts, returned as float64.  Sources:
 
 * DPBench histograms (Hay et al., SIGMOD 2016), the data of the DAWA paper
-  (Li et al. 2014, Sec. 5.1): :func:`list_dpbench`, :func:`load_dpbench`;
+  (Li et al. 2014, Sec. 5.1): :func:`fetch_dpbench` (downloads them once,
+  checksummed, into a cache folder), :func:`list_dpbench`, :func:`load_dpbench`;
 * user data: :func:`histogram`, :func:`histogram2d`, :func:`from_dataframe`,
   :func:`from_csv`, :func:`from_npy`;
 * real tables bundled with ``bokeh-sampledata``: :func:`load_bundled`;
@@ -431,27 +432,240 @@ def _load_npy(source, name: str) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- DPBench
+#: Where :func:`fetch_dpbench` downloads from: the DPBench/DPComp repository
+#: (dpcomp-org/dpcomp_core on GitHub, folder ``dpcomp_core/datafiles``) pinned at
+#: its newest commit, so the files never change under the checksums below.
+DPBENCH_BASE_URL = ("https://raw.githubusercontent.com/dpcomp-org/dpcomp_core/"
+                    "233cfcc380320860ab957003b7b6271e0c2027c1/dpcomp_core/datafiles/")
+
+
+@dataclass(frozen=True)
+class DPBenchFile:
+    """One DPBench histogram: file, checksum, name in the papers and where its data come from."""
+
+    path: str          # relative to the DPBench folder, e.g. "1D/HEPTH.n4096.npy"
+    sha256: str
+    paper_name: str
+    description: str   # what a bin counts
+    source: str        # the original data and its collector
+
+
+_HAY = "prepared for DPBench (Hay et al., SIGMOD 2016)"
+_LC = "Lending Club statistics on rejected loan applications"
+#: Every file of the public DPBench release, with its SHA-256 checksum (of the
+#: pinned :data:`DPBENCH_BASE_URL` commit).
+DPBENCH_FILES: tuple[DPBenchFile, ...] = (
+    DPBenchFile("1D/ADULTFRANK.n4096.npy",
+                "d85d9b9fe1ff128820cd103f710200affee71859f721ccb9ecc6e020325e4705", "ADULT",
+                "capital loss per person", f"UCI Adult census data; {_HAY}"),
+    DPBenchFile("1D/HEPTH.n4096.npy",
+                "a39f1283608ac1eae6d1d5bc289e6eb7a42687b765f5f80af1b40566ff853884", "HEPTH",
+                "arXiv high-energy-physics citation network, citations per paper",
+                f"arXiv HEP-TH citation graph, as used by the DAWA paper; {_HAY}"),
+    DPBenchFile("1D/INCOME.n4096.npy",
+                "2bdb4bb9625d836ad923b280d303860dd12034ef3ae0cf9658e834cb95d8a0c5", "INCOME",
+                "personal income", f"IPUMS USA census microdata 2001-2011; {_HAY}"),
+    DPBenchFile("1D/MEDCOST.n4096.npy",
+                "98ac6a1fb0ccdb0e249a7df49a238145eb971fdbebe1ee805174f99d28ef0dd3", "MEDCOST",
+                "personal medical expenses",
+                f"2007 National Home and Hospice Care Survey; {_HAY}"),
+    DPBenchFile("1D/NETTRACE.n4096.npy",
+                "c402b04fa1f007431ef9f414e092064b44726b9a694c550eb446167fd0e670dd", "NETTRACE",
+                "external connections per internal host",
+                f"IP-level network trace at a university gateway (Hay et al. 2010); {_HAY}"),
+    DPBenchFile("1D/PATENT.n4096.npy",
+                "0dac5363cfc1e15189cf00ef3a817dcfeb39678d986b1951ba4f451b1cc6f864", "PATENT",
+                "citations per patent",
+                f"NBER US patent citation data 1963-1999; {_HAY}"),
+    DPBenchFile("1D/SEARCHLOGS.n4096.npy",
+                "183561b0a8bd8a6cdd0622468830aaab491400a7ee58db2f46a4496e9a4e2621", "SEARCHLOGS",
+                'frequency of the search term "Obama" over time, 2004-2010',
+                f"search query logs (Hay et al. 2010); {_HAY}"),
+    DPBenchFile("1D/bids.npy",
+                "8a2074b437c1bbf5b35bd5d3ae5f26d5b30f94879e4bbd1ada01c4cd9c6fd319", "BIDS-ALL",
+                "auction bids per IP address",
+                f"Kaggle 'Human or Robot?' auction competition test data; {_HAY}"),
+    DPBenchFile("1D/bids_j.npy",
+                "2a68937117e0eb29930b69450516e1a8c3d95261c13faf820201decf51d67160", "BIDS-FJ",
+                "jewelry auction bids per IP address",
+                f"Kaggle 'Human or Robot?' auction competition test data; {_HAY}"),
+    DPBenchFile("1D/bids_m.npy",
+                "85dda7fb08249cee7adec96170db6ac89c3e439a851f42ef3e961c9551ac98bc", "BIDS-FM",
+                "mobile-phone auction bids per IP address",
+                f"Kaggle 'Human or Robot?' auction competition test data; {_HAY}"),
+    DPBenchFile("1D/GrossCompenMDSalary1.npy",
+                "129ddc0a21a7045283b1f933da5012786597ab1db54bada600d3c916ed4a981e", "MDSALARY",
+                "year-to-date gross compensation",
+                f"Maryland state employee salary database, 2012; {_HAY}"),
+    DPBenchFile("1D/GrossCompenMDSalary2_filtered.npy",
+                "a8dcfdbbc9e6da4a0d9a113d8747436d382be5333365259700e6c8c6e8673f65",
+                "MDSALARY-FA", "year-to-date gross compensation of employees paid annually",
+                f"Maryland state employee salary database, 2012; {_HAY}"),
+    DPBenchFile("1D/RejectStats_0_4096_no_outliers.npy",
+                "bb65736f630e2334742ae40b5fa07a14fdefb0dd5432d1162f9b09e117f1d583", "LC-REQ-ALL",
+                "loan amount requested", f"{_LC}; {_HAY}"),
+    DPBenchFile("1D/RejectStats_0_4096_no_outliers_filter_7_1.npy",
+                "3578f8ec7a1660f65e1d3ce1a77efd8b1ed7346d2ceebcba42f49e57679e01b9", "LC-REQ-F1",
+                "loan amount requested, applicants employed 0-5 years", f"{_LC}; {_HAY}"),
+    DPBenchFile("1D/RejectStats_0_4096_no_outliers_filter_7_2.npy",
+                "10e7e020ed49d722a6162aae47dca0cc90a214e496e1c5842358715791eba99a", "LC-REQ-F2",
+                "loan amount requested, applicants employed 5-10 years", f"{_LC}; {_HAY}"),
+    DPBenchFile("1D/RejectStats_4_4096_no_outliers.npy",
+                "9aad58077334e29f9b757111fc11c447d55adef5073c25bfb6e1e9e6aada5f05", "LC-DTIR-ALL",
+                "debt-to-income ratio", f"{_LC}; {_HAY}"),
+    DPBenchFile("1D/RejectStats_4_4096_no_outliers_filter_7_1.npy",
+                "7c4131515c63af0111468566f10b716740a61d0e4076603b8e2937ee16556b92", "LC-DTIR-F1",
+                "debt-to-income ratio, applicants employed 0-5 years", f"{_LC}; {_HAY}"),
+    DPBenchFile("1D/RejectStats_4_4096_no_outliers_filter_7_2.npy",
+                "89c0b8890c70a4d75a05de62b63b8e69c595bc8f9ca5c26f7d1b8378b8c46fb8", "LC-DTIR-F2",
+                "debt-to-income ratio, applicants employed 5-10 years", f"{_LC}; {_HAY}"),
+    DPBenchFile("2D/Adult_2D_256_256.npy",
+                "dba1dc271efca6d3ee6539b4c130348ae86883d19053a58e2c3a7603f9c7235d", "ADULT-2D",
+                "capital gain × capital loss", f"UCI Adult census data; {_HAY}"),
+    DPBenchFile("2D/BeijingTaxiE_256_256.npy",
+                "c2442ea859cbbbf459bf0d88ba92d661aac77c1acff489554b26ac1255240ea7", "BJ-CABS-E",
+                "taxi trip end locations (GPS)",
+                f"GPS trajectories of 8,602 Beijing taxis, May 2009; {_HAY}"),
+    DPBenchFile("2D/BeijingTaxiS_256_256.npy",
+                "ed55a0df58592e526477880b54e9cf4ea7c73796f4ec293b8bfc6a272440a2cc", "BJ-CABS-S",
+                "taxi trip start locations (GPS)",
+                f"GPS trajectories of 8,602 Beijing taxis, May 2009; {_HAY}"),
+    DPBenchFile("2D/Loan_2D_256_256.npy",
+                "e362b40fbbd12d20f9f9469d9308111c1c86864e0ce38180d1cbd8e972b03a65", "LC-2D",
+                "funded amount × annual income", f"Lending Club loan statistics; {_HAY}"),
+    DPBenchFile("2D/MDSalary2D_256_256.npy",
+                "344637bdd6b36894185ba3e1270873cb1988569026d6f79513bbb0ce3f419ca7", "MD-SAL-2D",
+                "annual salary × overtime earnings",
+                f"Maryland state employee salary database, 2012; {_HAY}"),
+    DPBenchFile("2D/Stroke_2D_256_256.npy",
+                "f9578a946913476953dc44a39a7a3247d9cfeaa534430d0e878e932b131a5490", "STROKE",
+                "age × systolic blood pressure", f"International Stroke Trial database; {_HAY}"),
+    DPBenchFile("2D/cabspottingE_256_256.npy",
+                "f50355d6a2c238e35386bcae17ee6a9760fad1eabed60748a225922d10635e38", "SF-CABS-E",
+                "taxi trace end locations",
+                f"San Francisco taxi mobility traces (CRAWDAD epfl/mobility); {_HAY}"),
+    DPBenchFile("2D/cabspottingS_256_256.npy",
+                "70b5c25fbd019b020b441ae1a3f7b9633e8eab678fe6a3301da10f2d5c6e3d70", "SF-CABS-S",
+                "taxi trace start locations",
+                f"San Francisco taxi mobility traces (CRAWDAD epfl/mobility); {_HAY}"),
+    DPBenchFile("2D/checkin_256_256.npy",
+                "dc69bea21e80f50672f2d94da6dca598de37223dd9c27eba84462ee074abee2c", "GOWALLA",
+                "check-in locations", f"Gowalla location check-ins (SNAP); {_HAY}"),
+    DPBenchFile("2D/twitter_256_256.npy",
+                "53112f29267039617756542e9ab811e7817473a4e547c027b7ef2c2169e0b2d4", "TWITTER",
+                "tweet locations in the western USA", f"geotagged tweets; {_HAY}"),
+)
+_DPBENCH_BY_STEM = {Path(f.path).name[:-len(".npy")]: f for f in DPBENCH_FILES}
+
+
+def dpbench_cache_dir() -> Path:
+    """The folder :func:`fetch_dpbench` downloads into by default.
+
+    ``$DPEXPLORER_DPBENCH`` if set, else the user's cache folder
+    (``pooch.os_cache("dpexplorer") / "dpbench"``, e.g. ``~/.cache/dpexplorer/dpbench``
+    on Linux).
+    """
+    env = os.environ.get("DPEXPLORER_DPBENCH")
+    if env:
+        return Path(env)
+    import pooch
+
+    return Path(pooch.os_cache("dpexplorer")) / "dpbench"
+
+
+def fetch_dpbench(directory=None, names=None, *, base_url: str = DPBENCH_BASE_URL,
+                  downloader=None, progress: bool = False) -> Path:
+    """Download the public DPBench histograms once, checksummed, and return their folder.
+
+    Files already in the folder with the right SHA-256 are not downloaded
+    again (nothing at all is downloaded when every file is there, so a local
+    copy works offline); a download whose checksum does not match is
+    refused.  Uses :func:`pooch.create` / ``Pooch.fetch``.
+
+    Parameters
+    ----------
+    directory : str or path, optional
+        Where the ``1D/`` and ``2D/`` files go; default :func:`dpbench_cache_dir`.
+    names : iterable of str, optional
+        File stems or paper names (case-insensitive) to fetch; default all
+        :data:`DPBENCH_FILES`.
+    base_url : str
+        Where the ``1D/...`` and ``2D/...`` paths are downloaded from
+        (default :data:`DPBENCH_BASE_URL`; any HTTP(S)/FTP mirror).
+    downloader : callable, optional
+        A pooch downloader ``downloader(url, output_file, pooch)``.
+    progress : bool
+        Show download progress bars (needs ``tqdm``).
+
+    Returns
+    -------
+    pathlib.Path
+        The folder, ready for :func:`list_dpbench` and :func:`load_dpbench`.
+
+    Raises
+    ------
+    UnknownDatasetError
+        For a name that is not a DPBench file.
+    ValueError
+        If a downloaded file's checksum does not match (the file is not kept).
+    OSError, requests.exceptions.RequestException
+        If a download fails (e.g. no network).
+    """
+    import pooch
+
+    folder = dpbench_cache_dir() if directory is None else Path(directory)
+    wanted = DPBENCH_FILES if names is None else tuple(_dpbench_file(n) for n in names)
+    fetcher = pooch.create(path=folder, base_url=base_url,
+                           registry={f.path: f"sha256:{f.sha256}" for f in DPBENCH_FILES})
+    for f in wanted:
+        fetcher.fetch(f.path, downloader=downloader, progressbar=progress)
+    return folder
+
+
+def _dpbench_file(name) -> DPBenchFile:
+    key = str(name).lower()
+    for stem, f in _DPBENCH_BY_STEM.items():
+        if key in (stem.lower(), f.paper_name.lower()):
+            return f
+    raise UnknownDatasetError(f"unknown DPBench dataset {name!r}; available: "
+                              f"{sorted(f.paper_name for f in DPBENCH_FILES)}")
+
+
+def _checkout_dpbench() -> Path:
+    """A development checkout's copy of the histograms, next to the repository."""
+    return (Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "dpbench").resolve()
+
+
 def default_dpbench_dir() -> Path | None:
     """Where the DPBench histograms live.
 
     Returns
     -------
     pathlib.Path or None
-        ``$DPEXPLORER_DPBENCH`` if set, else ``<repo root>/../shared/data/dpbench``
-        if it exists (repo root = parent of the package dir), else None.
+        ``$DPEXPLORER_DPBENCH`` if set; else a development checkout's copy
+        (the ``shared/data/dpbench`` folder next to the repository) if it
+        exists; else the download cache of :func:`fetch_dpbench` if it holds
+        files; else None (call :func:`fetch_dpbench`).
     """
     env = os.environ.get("DPEXPLORER_DPBENCH")
     if env:
         return Path(env)
-    p = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "dpbench").resolve()
-    return p if p.is_dir() else None
+    p = _checkout_dpbench()
+    if p.is_dir():
+        return p
+    try:
+        cache = dpbench_cache_dir()
+    except ImportError:  # pragma: no cover - pooch is a dependency
+        return None
+    return cache if any(cache.glob("[12]D/*.npy")) else None
 
 
 def _dpbench_dir(directory) -> Path:
     d = default_dpbench_dir() if directory is None else Path(directory)
     if d is None or not d.is_dir():
-        raise FileNotFoundError(f"DPBench directory {d} not found; pass the folder holding "
-                                "1D/ and 2D/ .npy files or set DPEXPLORER_DPBENCH")
+        raise FileNotFoundError(f"DPBench directory {d} not found; download the histograms with "
+                                "dpx.datasets.fetch_dpbench(), pass the folder holding 1D/ and "
+                                "2D/ .npy files, or set DPEXPLORER_DPBENCH")
     return d
 
 
@@ -468,10 +682,12 @@ def list_dpbench(directory=None) -> pd.DataFrame:
     pandas.DataFrame
         One row per ``.npy`` file: ``name`` (file stem), ``paper_name`` (DAWA
         name, else the stem), ``dims`` (1 or 2), ``shape`` (e.g. ``(4096,)``,
-        ``(256, 256)``), ``path`` and ``error``: ``None``, or why the file
-        cannot be loaded (its header is not a valid ``.npy`` header, declares
-        more cells than the ``cells`` limit, ...; ``shape`` is then ``None``).
-        One bad file does not hide the others.
+        ``(256, 256)``), ``path``, ``description`` (what a bin counts),
+        ``source`` (where the data come from; "" for files that are not part
+        of DPBench) and ``error``: ``None``, or why the file cannot be loaded
+        (its header is not a valid ``.npy`` header, declares more cells than
+        the ``cells`` limit, ...; ``shape`` is then ``None``).  One bad file
+        does not hide the others.
 
     Raises
     ------
@@ -486,9 +702,12 @@ def list_dpbench(directory=None) -> pd.DataFrame:
                 shape, error = npy_shape(f), None
             except (ValueError, OSError) as exc:
                 shape, error = None, str(exc)
+            known = _DPBENCH_BY_STEM.get(f.stem)
             rows.append(dict(name=f.stem, paper_name=PAPER_NAMES.get(f.stem, f.stem), dims=dims,
-                             shape=shape, path=f, error=error))
-    table = pd.DataFrame(rows, columns=["name", "paper_name", "dims", "shape", "path", "error"])
+                             shape=shape, path=f, description=known.description if known else "",
+                             source=known.source if known else "", error=error))
+    table = pd.DataFrame(rows, columns=["name", "paper_name", "dims", "shape", "path",
+                                        "description", "source", "error"])
     table["error"] = table["error"].astype(object).where(table["error"].notna(), None)
     return table
 
@@ -539,7 +758,8 @@ class Dataset:
     ``x`` holds float64 counts, shape (n,) or (n1, n2); ``edges`` has one
     edge array per dimension (in the attribute's units); ``attributes`` names the binned attributes;
     ``n_records`` is the number of records binned (``x.sum()``); ``frame``
-    is the source table for multi-attribute datasets.
+    is the source table for multi-attribute datasets; ``source`` says where
+    the data come from (collector and package), "" if unknown.
     """
 
     name: str
@@ -549,6 +769,7 @@ class Dataset:
     description: str
     n_records: int
     frame: pd.DataFrame | None = None
+    source: str = ""
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -561,7 +782,8 @@ def _airports_elevation() -> Dataset:
     x, e = from_dataframe(airports, "Altitude", 256, range=(-128.0, 9088.0))
     return Dataset("airports_elevation", x, (e,), ("elevation_ft",),
                    "Elevation (ft) of 514 US airports (OurAirports, via bokeh-sampledata "
-                   "airport_routes); 256 bins of 36 ft over [-128, 9088]", len(airports))
+                   "airport_routes); 256 bins of 36 ft over [-128, 9088]", len(airports),
+                   source=BUNDLED_SOURCES["airports_elevation"])
 
 
 def _us_cities_lonlat() -> Dataset:
@@ -574,7 +796,7 @@ def _us_cities_lonlat() -> Dataset:
     return Dataset("us_cities_lonlat", x, (xe, ye), ("lon", "lat"),
                    "US cities >5000 residents (GeoNames, via bokeh-sampledata us_cities), "
                    "contiguous US, 64x64 longitude x latitude over [-125,-66] x [24,50] deg",
-                   int(keep.sum()))
+                   int(keep.sum()), source=BUNDLED_SOURCES["us_cities_lonlat"])
 
 
 def _superstore() -> Dataset:
@@ -584,8 +806,18 @@ def _superstore() -> Dataset:
     x, e = from_dataframe(frame, "Sales", 256, range=SUPERSTORE_SALES_RANGE)
     return Dataset("superstore", x, (e,), ("Sales",),
                    "9994 Tableau Sample Superstore orders (bokeh-sampledata sample_superstore); "
-                   "Sales (USD) in 256 bins of 90 USD over [0, 23040]", len(frame), frame)
+                   "Sales (USD) in 256 bins of 90 USD over [0, 23040]", len(frame), frame,
+                   source=BUNDLED_SOURCES["superstore"])
 
+
+#: Where every bundled dataset comes from (shown in the app's dataset list).
+BUNDLED_SOURCES = {
+    "airports_elevation": "OurAirports, via the bokeh-sampledata package (airport_routes)",
+    "us_cities_lonlat": "GeoNames cities of more than 5,000 people, via the bokeh-sampledata "
+                        "package (us_cities)",
+    "superstore": "Tableau's Sample Superstore, via the bokeh-sampledata package "
+                  "(sample_superstore)",
+}
 
 _BUNDLED: dict[str, Callable[[], Dataset]] = {
     "airports_elevation": _airports_elevation,   # (256,), 514 airports
@@ -604,6 +836,17 @@ def bundled() -> dict[str, Callable[[], Dataset]]:
         (256,), ``us_cities_lonlat`` (64, 64), ``superstore`` (256,) + table.
     """
     return dict(_BUNDLED)
+
+
+def list_bundled() -> pd.DataFrame:
+    """The bundled datasets and where they come from, without loading them.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``name`` and ``source``, one row per :func:`bundled` dataset.
+    """
+    return pd.DataFrame({"name": list(_BUNDLED), "source": [BUNDLED_SOURCES[k] for k in _BUNDLED]})
 
 
 def load_bundled(name: str) -> Dataset:

@@ -297,8 +297,9 @@ def confidence_half_widths(W: Matrix, A: Matrix, noise: NoiseModel, sampler: str
     method = np.full(m, "discrete_laplace_chebyshev", dtype=object)
     if single is not None:
         q = math.exp(-1.0 / b)
-        # smallest whole k with 2 q^{k+1} / (1 + q) ≤ α (log q = −1/b; q = 0 for a tiny b: k = 0)
-        k = 0 if q == 0.0 else max(0, math.ceil(-b * math.log(alpha * (1 + q) / 2.0) - 1.0 - 1e-12))
+        # smallest whole k with 2 q^{k+1} / (1 + q) ≤ α (k = 0 when q underflows: b ≪ 1)
+        k = 0 if q == 0.0 else max(0, math.ceil(math.log(alpha * (1 + q) / 2.0) / math.log(q)
+                                                - 1.0 - 1e-12))
         while k > 0 and 2.0 * q ** k / (1.0 + q) <= alpha:
             k -= 1
         one = single > 0

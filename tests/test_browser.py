@@ -364,3 +364,42 @@ def test_narrow_window_wraps_instead_of_squashing(browser, server):
         _shot(pg, "workload-800px")
     finally:
         ctx.close()
+
+
+def _cell_of(pg, label: str, field: str) -> str:
+    labels = pg.locator(".tabulator-cell[tabulator-field='label']").all_inner_texts()
+    values = pg.locator(f".tabulator-cell[tabulator-field='{field}']").all_inner_texts()
+    return dict(zip(labels, values, strict=False)).get(label, "").replace(",", "").strip()
+
+
+def _wait_cell(pg, label, field, expected, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if float(_cell_of(pg, label, field)) == pytest.approx(expected, abs=1e-4):
+                return
+        except ValueError:
+            pass
+        pg.wait_for_timeout(100)
+    raise AssertionError(f"{label}'s {field} is {_cell_of(pg, label, field)!r}, expected {expected}")
+
+
+def test_accuracy_first_switch_and_sidebar_sentence(page):
+    """Compare → "ε for this error": HB's ε for ±50 (then ±20) counts on 95 % of queries."""
+    import dpexplorer as dpx
+
+    W = dpx.workloads.all_range(256)
+    # the sidebar says what ε = 1 buys on the default workload
+    page.locator("text=/fall within ±[0-9,]+ counts/").first.wait_for(timeout=READY_MS)
+    _tab(page, "Compare")
+    page.locator(".bk-btn", has_text="ε for this error").first.click()
+    _wait_cell(page, "HB", "epsilon", dpx.epsilon_for(W, "hb", 50, "ci95").epsilon)
+    box = page.locator(".bk-input-group", has_text="Target error").locator("input").first
+    box.fill("20")
+    box.press("Enter")
+    _wait_cell(page, "HB", "epsilon", dpx.epsilon_for(W, "hb", 20, "ci95").epsilon)
+    assert page.locator("text=/the least is/").count() >= 1
+    _shot(page, "compare-epsilon-for-error")
+    page.locator(".bk-btn", has_text="Error at this ε").first.click()
+    page.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=READY_MS)
+    assert not [p for p in page.problems if "favicon" not in p], page.problems

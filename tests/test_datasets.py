@@ -40,8 +40,10 @@ def test_dawa_names():
 
 def test_list_dpbench(dpbench_dir):
     table = ds.list_dpbench(dpbench_dir)
-    assert list(table.columns) == ["name", "paper_name", "dims", "shape", "path", "error"]
+    assert list(table.columns) == ["name", "paper_name", "dims", "shape", "path", "description",
+                                   "source", "error"]
     assert table["error"].isna().all()  # every bundled file reads (issue 16: bad files get a reason)
+    assert table["source"].str.contains("DPBench").all()   # every file says where it comes from
     assert set(table["dims"]) == {1, 2}
     assert (table.loc[table["dims"] == 1, "shape"] == (4096,)).all()
     assert (table.loc[table["dims"] == 2, "shape"] == (256, 256)).all()

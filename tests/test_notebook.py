@@ -8,17 +8,15 @@ nbformat, nbclient or ipykernel is not installed or the kernel cannot start.
 from __future__ import annotations
 
 import json
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from conftest import execute_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "apps" / "explorer.ipynb"
 CELL_TIMEOUT = 120  # seconds per cell
 TOTAL_BUDGET = 300  # seconds for the whole run (kernel start included); generous under load
-KERNEL = "dpexplorer-test"
 
 nbformat = pytest.importorskip("nbformat")
 
@@ -36,42 +34,9 @@ def test_committed_notebook_is_valid_and_cleared():
         assert needle in source
 
 
-@pytest.fixture
-def kernel_name(tmp_path, monkeypatch):
-    """A kernelspec running ipykernel in this interpreter, found through JUPYTER_PATH."""
-    pytest.importorskip("ipykernel")
-    pytest.importorskip("nbclient")
-    spec = tmp_path / "kernels" / KERNEL
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "dpexplorer tests", "language": "python"}))
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
-    monkeypatch.setenv("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-    return KERNEL
-
-
 @pytest.mark.slow
 def test_notebook_runs_top_to_bottom(kernel_name):
-    from jupyter_client.kernelspec import NoSuchKernel
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError
-
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT, startup_timeout=60, kernel_name=kernel_name,
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
-    t0 = time.perf_counter()
-    try:
-        client.execute()
-    except NoSuchKernel as exc:
-        pytest.skip(f"no Jupyter kernel available: {exc}")
-    except (CellExecutionError, CellTimeoutError) as exc:
-        pytest.fail(f"notebook cell failed:\n{exc}")
-    except RuntimeError as exc:
-        if "Kernel" in str(exc) and ("died" in str(exc) or "didn't respond" in str(exc)):
-            pytest.skip(f"the Jupyter kernel could not start: {exc}")
-        raise
-    elapsed = time.perf_counter() - t0
+    nb, elapsed = execute_notebook(NOTEBOOK, kernel_name, CELL_TIMEOUT)
     assert elapsed < TOTAL_BUDGET, f"the notebook took {elapsed:.0f} s"
 
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]

@@ -583,7 +583,7 @@ def _check_noise(noise) -> None:
         raise registry.NotApplicableError(
             "Eigen-Design is an (ε,δ) mechanism: it optimises the L2 sensitivity, which only "
             "Gaussian noise uses (Li & Miklau 2012, Sec. 3.5 gives no ε-DP version); "
-            "use dpx.Gaussian(epsilon, delta)")
+            "choose Gaussian noise")
     if norm != 2:
         raise ValueError(f"noise must be a Gaussian noise model (or None), got {noise!r}")
 

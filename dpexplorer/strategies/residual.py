@@ -1147,7 +1147,7 @@ _LAPLACE_MESSAGE = (
     "ResidualPlanner is a Gaussian mechanism: its optimality (Xiao et al. 2023) is for Gaussian "
     "noise, whose privacy cost is the L2 sensitivity Σ_b p_b/σ_b²; under Laplace noise (L1 "
     "sensitivity) the residual noise scales are not optimal and the closed forms do not hold. "
-    "Use dpx.Gaussian(epsilon, delta), or OPT_M/HDMM for Laplace")
+    "Choose Gaussian noise, or OPT_M or HDMM under Laplace noise")
 
 
 # ======================================================= the implicit strategy

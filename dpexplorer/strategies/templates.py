@@ -765,7 +765,7 @@ def opt0(W, noise: NoiseModel, p: int | None = None, restarts: int | None = None
         raise registry.NotApplicableError(
             f"OPT0 optimises an explicit strategy over every cell; this workload has n = {n:,} "
             f"cells, above {limit:,} for {'Laplace' if norm == 1 else 'Gaussian'} noise"
-            f"{' and this workload' if op is not None else ''}: use opt_kron, opt_plus or hdmm, "
+            f"{' and this workload' if op is not None else ''}: use OPT⊗, OPT+ or HDMM, "
             f"which work factor by factor")
     t0 = time.perf_counter()
     if isinstance(W, np.ndarray):

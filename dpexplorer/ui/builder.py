@@ -412,13 +412,13 @@ def _orders_label(value) -> str:
 def workload_sensitivity(W: Matrix, p: int = 1) -> tuple[float, bool]:
     """The L1 (``p=1``) or L2 (``p=2``) sensitivity of ``W`` and whether it is exact.
 
-    The sensitivity is the largest column norm (MATH.md "Noise and
-    sensitivity").  Up to :data:`SENSITIVITY_CELLS` cells (or when ``W`` is
-    not a union of Kronecker products) it is ``W.sensitivity(p)``.  Above, for
+    The sensitivity is the largest column norm (docs topic "noise").  Up to
+    :data:`SENSITIVITY_CELLS` cells (or when ``W`` is not a union of
+    Kronecker products) it is ``W.sensitivity(p)``.  Above, for
     ``W = ∪_j w_j (W_j1 ⊗ … ⊗ W_jd)``, the column of cell ``(c_1, …, c_d)``
     has norm ``Σ_j |w_j| Π_i ‖W_ji[:, c_i]‖₁`` (L1) or
     ``(Σ_j w_j² Π_i ‖W_ji[:, c_i]‖₂²)^½`` (L2): column norms of a Kronecker
-    product multiply (MATH.md "Kronecker identities") and a union stacks rows.
+    product multiply (HDMM Thm 14) and a union stacks rows.
     When, for every attribute, one cell maximises the factor norms of every
     product at once (marginals, prefix-marginals, products of ranges), the
     maximum is at that cell and the value is exact, computed without any
@@ -512,7 +512,7 @@ PRESETS = {
     "cps_all_marginals": Preset(
         "CPS: All Marginals (⊗ [I; 1ᵀ])", CPS, (("identity_total", {}, 1.0),),
         "HDMM Sec. 11.2 and Tables 6–7: ⊗ᵢ [I; 1ᵀ] holds all 2⁵ = 32 marginals "
-        "(MATH.md, Marginals: Identity RMSE 5.38, SVD bound 2.63 for Laplace ε = 1)"),
+        "(Identity RMSE 5.38, SVD bound 2.63 for Laplace ε = 1, HDMM Table 6)"),
     "cps_all_prefix_marginals": Preset(
         "CPS: All Prefix-Marginals ([P50, P100, M7, M4, M2])", CPS,
         (("product", {"factors": [{"type": "prefix"}, {"type": "prefix"},

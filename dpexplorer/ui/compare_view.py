@@ -58,6 +58,7 @@ from panel.io.state import set_curdoc
 
 import dpexplorer as dpx
 
+from .accuracy_view import AccuracyFirst, epsilon_bars, target_curve_plot
 from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRelay
 from .session import Session
 from .shown import ShownGate
@@ -310,13 +311,15 @@ EPS_GRID = np.logspace(-2, 1, 31)
 PAGE_HEADER = """\
 ## Compare mechanisms
 
-The analytic **RMSE per query** (counts; lower is better) of every
+**Error at this ε:** the analytic **RMSE per query** (counts; lower is better) of every
 data-independent mechanism for the workload built on the *Workload* page,
 under the sidebar's noise, against the **SVD lower bound** (dashed line):
 no matrix mechanism can do better.  Data-dependent mechanisms have no
 analytic error (their error depends on the data): they are listed with a
 note.  Strategies are built once per workload and noise norm; changing ε or
-δ only rescales the errors.
+δ only rescales the errors.  **ε for this error** turns the question around:
+state the error you can accept and see the ε each mechanism needs (less ε is
+more private).
 """
 
 
@@ -478,6 +481,9 @@ class ComparePage(pn.viewable.Viewer):
         else:
             self._loaded.set()
         super().__init__(**params)
+        #: The "ε for this error" mode (accuracy first): fed every comparison shown.
+        self.accuracy_first = AccuracyFirst(self.session, submit=self._submit, lock=self._lock,
+                                            report=self.session.report)
         self.param.watch(lambda e: e.new and self.run_optimizers(), "auto_optimize")
         if self.mechanism not in self.mechanisms():
             self.mechanism = self.mechanisms()[0]
@@ -712,6 +718,7 @@ class ComparePage(pn.viewable.Viewer):
         if not base.failures:
             values["error"] = ""
         self._set(**values)
+        self.accuracy_first.refresh(base, noise)
         self._refresh_per_query()
 
     # -------------------------------------------------------- optimisers
@@ -1122,20 +1129,51 @@ class ComparePage(pn.viewable.Viewer):
 
         results = pn.Column(summary, bars.pane, table, loading=shown.param.busy,
                             sizing_mode="stretch_width")
+        first = self.accuracy_first
+        target_shown = self.gate.mirror(first, ["busy", "mode"])
+        t_summary = pn.pane.Markdown(first.summary(), sizing_mode="stretch_width")
+        t_bars = _LivePlot(epsilon_bars, first.table, self._target_key(), height=380)
+        t_table = first.table_widget()
+        t_curve = _LivePlot(target_curve_plot, first.curve, self._target_key(), height=400)
+        self._panes.update(target_summary=t_summary, target_bars=t_bars, target_table=t_table,
+                           target_curve=t_curve)
+
+        def on_target(*_):
+            with pn.io.hold():
+                t_summary.object = first.summary()
+                t_table.value = first.table_value()
+                key = self._target_key()
+                t_bars.update(first.table, key)
+                t_curve.update(first.curve, key)
+        first.param.watch(lambda *_: self.gate.run("target", on_target), ["table", "curve", "busy"])
+        by_epsilon = pn.Column(t_summary, t_bars.pane, t_table, loading=target_shown.param.busy,
+                               visible=first.mode == "epsilon", sizing_mode="stretch_width")
+        results.visible = first.mode == "error"
+
+        def switch(e):
+            results.visible = e.new == "error"
+            by_epsilon.visible = target_curve_box.visible = e.new == "epsilon"
+            accuracy_box.visible = e.new == "error"
+        target_shown.param.watch(switch, "mode")
         per_query = pn.Column(
             pn.pane.Markdown("### Per-query error\nStandard error of every workload answer "
                              "for the chosen mechanism (it depends on the query, not on the "
                              "data)."),
             select, pq_note, index_box, length_box,
             loading=shown.param.per_query_busy, sizing_mode="stretch_width")
+        accuracy_box = pn.Column(curve.pane, visible=first.mode == "error",
+                                 sizing_mode="stretch_width")
+        target_curve_box = pn.Column(t_curve.pane, visible=first.mode == "epsilon",
+                                     sizing_mode="stretch_width")
         accuracy = pn.Column(
-            pn.pane.Markdown("### Privacy–accuracy\nRMSE of each mechanism as ε varies (same "
-                             "strategies: the error scales with the noise's standard "
+            pn.pane.Markdown("### Privacy–accuracy\nThe error of each mechanism as ε varies "
+                             "(same strategies: the error scales with the noise's standard "
                              "deviation, 1/ε for Laplace)."),
-            curve.pane, loading=shown.param.busy, sizing_mode="stretch_width")
+            accuracy_box, target_curve_box, loading=shown.param.busy, sizing_mode="stretch_width")
         root = pn.Column(pn.pane.Markdown(PAGE_HEADER, sizing_mode="stretch_width"),
+                         first.controls(),
                          pn.Row(auto, run, sizing_mode="stretch_width"),
-                         progress, status, optimizing, results, per_query, accuracy,
+                         progress, status, optimizing, results, by_epsilon, per_query, accuracy,
                          sizing_mode="stretch_width")
         self._panes["root"] = root
         return root
@@ -1151,6 +1189,14 @@ class ComparePage(pn.viewable.Viewer):
         t = self.table
         drawn = t["mechanism"][t["rmse"].notna() | (t["note"] == OPTIMIZING)]
         return (self._shown, tuple(sorted(drawn)))
+
+    def _target_key(self):
+        """What fixes the structure of the target charts: the comparison, metric and mechanisms."""
+        t = self.accuracy_first.table
+        if self._shown is None or t is None:
+            return None
+        drawn = t["mechanism"][np.isfinite(t["epsilon"].to_numpy(dtype=float))]
+        return (self._shown, t.attrs.get("metric"), tuple(sorted(drawn)))
 
     def _pq_view_key(self):
         df = self.per_query

@@ -64,6 +64,7 @@ __all__ = [
     "hard_histogram",
     "noise_densities",
     "rmse_grid",
+    "docs_panel",
 ]
 
 log = logging.getLogger(__name__)
@@ -790,6 +791,20 @@ Alg. 1 as printed in the paper; larger values give fewer buckets)."""
                 f"{r['trials'] - 1} (the sidebar's seed): " + "; ".join(parts) + ".")
 
 
+# ------------------------------------------------------------------- docs
+def docs_panel(initial: str = "overview") -> pn.Column:
+    """The project's documentation (:mod:`dpexplorer.docs`): a topic selector and the topic's text.
+
+    The Select's value is the topic name; the Markdown pane shows
+    ``dpx.docs.topic(name)``.
+    """
+    options = {title: name for name, title in dpx.docs.topics()}
+    select = pn.widgets.Select(options=options, value=initial, width=360)
+    text = pn.pane.Markdown(dpx.docs.topic(initial), sizing_mode="stretch_width")
+    select.param.watch(lambda event: setattr(text, "object", dpx.docs.topic(event.new)), "value")
+    return pn.Column(select, text, sizing_mode="stretch_width")
+
+
 # ------------------------------------------------------------------- page
 class LearnView(pn.viewable.Viewer):
     """The Learn page: four lessons in tabs, driven by one :class:`Session`.
@@ -823,6 +838,8 @@ class LearnView(pn.viewable.Viewer):
         self.tabs.link(self, active="active", bidirectional=True)
         watched = sorted({p for ls in self.lessons.values() for p in ls.session_inputs})
         self.session.param.watch(self._session_changed, watched)
+        #: The formulas and conventions the code relies on (:func:`docs_panel`).
+        self.docs = docs_panel()
         self.current.refresh()
 
     @property
@@ -872,4 +889,7 @@ class LearnView(pn.viewable.Viewer):
                 "## Learn\n\nFour short lessons on the ideas behind the explorer.  Every plot "
                 "uses the sidebar's ε and δ (and its noise, for the analytic errors) and updates "
                 "when they change.", sizing_mode="stretch_width"),
-            self.tabs, sizing_mode="stretch_width")
+            self.tabs,
+            pn.Card(self.docs, title="Formulas and conventions", collapsed=True,
+                    sizing_mode="stretch_width"),
+            sizing_mode="stretch_width")

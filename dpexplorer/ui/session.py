@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,9 @@ import param
 import dpexplorer as dpx
 from dpexplorer.datasets import Dataset
 
-__all__ = ["Session", "notify", "error_alert", "exception_message", "side_by_side"]
+from .accuracy_view import PrivacySentence
+
+__all__ = ["Session", "notify", "error_alert", "exception_message", "app_text", "side_by_side"]
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +70,45 @@ def side_by_side(*columns, basis: int = 480) -> pn.FlexBox:
                       sizing_mode="stretch_width")
 
 
+#: Engine advice written for Python callers, and what a user of the app does instead
+#: (the control to change); see :func:`app_text`.
+PYTHON_SPEAK = (
+    (re.compile(r"use dpx\.Gaussian\([^()]*calibration='zcdp'\)"),
+     "choose 'zCDP (releases)' under Settings → Gaussian calibration in the sidebar"),
+    (re.compile(r"use calibration='analytic'"),
+     "choose 'analytic (study)' under Settings → Gaussian calibration in the sidebar"),
+    (re.compile(r"\b[Uu]se dpx\.Gaussian\([^()]*\)"), "choose Gaussian noise in the sidebar"),
+    (re.compile(r"pass x= \(or use dpx\.evaluate\)|pass x=[^;.)]*"),
+     "run it on a dataset (Data & DAWA page)"),
+    (re.compile(r"use opt_kron, opt_plus or hdmm"), "choose OPT⊗, OPT+ or HDMM"),
+    (re.compile(r"download the histograms with dpx\.datasets\.fetch_dpbench\(\), pass the "
+                r"folder holding 1D/ and 2D/ \.npy files, or set DPEXPLORER_DPBENCH"),
+     "type the folder holding the 1D/ and 2D/ .npy files under Settings → DPBench folder "
+     "(the README says how to download them)"),
+    (re.compile(r"\bSession\."), ""),
+)
+
+
+def app_text(message: str) -> str:
+    """``message`` with advice for Python callers replaced by the app control to change.
+
+    Engine messages serve both the API and the app; where they tell a Python
+    caller what to pass (``dpx.Gaussian(epsilon, delta)``, ``x=``), the app
+    says which control to change instead (:data:`PYTHON_SPEAK`).
+    """
+    text = str(message)
+    for pattern, instead in PYTHON_SPEAK:
+        text = pattern.sub(instead, text)
+    return text
+
+
 def exception_message(exc: BaseException) -> str:
-    """The user-facing text of an exception: its message (a KeyError's without quotes), or its type."""
+    """The user-facing text of an exception: its message (a KeyError's without quotes), or its type.
+
+    Python-caller advice is replaced by the app control to change (:func:`app_text`).
+    """
     msg = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-    return msg or type(exc).__name__
+    return app_text(msg) or type(exc).__name__
 
 
 def error_alert(error, lead: str = "**Not done, the page keeps its last result.**") -> pn.pane.Alert:
@@ -142,8 +180,10 @@ class Session(param.Parameterized):
         self.cache = dpx.StrategyCache()
         self.ledgers: dict[str, dpx.PrivacyLedger] = {}
         self.releases: list = []
-        if "dpbench_dir" not in params:
-            params["dpbench_dir"] = os.environ.get("DPEXPLORER_DPBENCH", "")
+        self._sentence = PrivacySentence(self, on_ready=self._explain)
+        if "dpbench_dir" not in params:  # $DPEXPLORER_DPBENCH, a checkout's copy, the download cache
+            found = dpx.datasets.default_dpbench_dir()
+            params["dpbench_dir"] = "" if found is None else str(found)
         super().__init__(**params)
         if self.workload is None:
             self.workload = dpx.workloads.all_range(256)
@@ -241,7 +281,8 @@ class Session(param.Parameterized):
 
     # ---------------------------------------------------------------- errors
     def report(self, message: str) -> None:
-        """Record and show an error message; the app stays usable."""
+        """Record and show an error message (in the app's words, :func:`app_text`); the app stays usable."""
+        message = app_text(message)
         self.error = message
         notify(message, "error")
 
@@ -346,7 +387,8 @@ class Session(param.Parameterized):
                                                "their noise comes from the OS CSPRNG.",
                                    sizing_mode="stretch_width")
         folder = pn.widgets.TextInput(**_cap("DPBench folder"), value=self.dpbench_dir,
-                                      placeholder="../shared/data/dpbench", sizing_mode="stretch_width")
+                                      placeholder="folder holding the 1D/ and 2D/ .npy files",
+                                      sizing_mode="stretch_width")
 
         def setter(name, widget):
             def apply(event):
@@ -390,15 +432,30 @@ class Session(param.Parameterized):
         advice = pn.pane.Markdown(pn.bind(lambda *_: self.privacy_note(), self.param.epsilon,
                                           self.param.delta, self.param.noise, self.param.dataset),
                                   sizing_mode="stretch_width", margin=(0, 10))
+        meaning = pn.pane.Markdown(self._sentence.text(), sizing_mode="stretch_width",
+                                   styles={"font-size": "0.9em"})
+
+        self._meaning_pane = meaning
+        self.param.watch(self._explain, ["epsilon", "delta", "noise", "calibration", "workload"])
         ledger = pn.pane.Markdown(self._ledger_text(), sizing_mode="stretch_width")
         self.param.watch(lambda e: setattr(ledger, "object", self._ledger_text()), "dataset")
         self._ledger_pane = ledger
         return pn.Column(
-            pn.pane.Markdown("### Privacy"), noise, eps, delta, advice,
+            pn.pane.Markdown("### Privacy"), noise, eps, delta, advice, meaning,
             pn.pane.Markdown("### Data"), dataset, seed,
             pn.pane.Markdown("### Budget"), budget_kind, b_eps, b_delta, b_rho, ledger,
             pn.Card(folder, calib, title="Settings", collapsed=True, sizing_mode="stretch_width"),
             sizing_mode="stretch_width")
+
+    def _explain(self, *_) -> None:
+        """Refresh the sidebar's plain words on the privacy settings (:class:`PrivacySentence`)."""
+        pane = getattr(self, "_meaning_pane", None)
+        if pane is not None:
+            pane.object = self._sentence.text()
+
+    def privacy_text(self) -> str:
+        """What the sidebar says the privacy settings mean (Markdown)."""
+        return self._sentence.text()
 
     def _ledger_text(self) -> str:
         led = self.ledger

@@ -1,0 +1,309 @@
+"""Export any figure of the explorer: PNG or SVG images (through Bokeh) and a CSV of its numbers.
+
+Every plot the app shows is a HoloViews object rendered by Bokeh (or a Panel
+``HoloViews`` pane holding one); the same object passed here gives
+
+* :func:`export_png` / :func:`export_svg`: the picture, by Bokeh's own
+  exporters (:func:`bokeh.io.export_png`, :func:`bokeh.io.export_svg`), which
+  render the figure in a headless browser through a Selenium webdriver
+  (Chromium with chromedriver, e.g. Debian's ``chromium`` and
+  ``chromium-driver``; or Firefox with geckodriver);
+* :func:`figure_frame` / :func:`export_csv`: the numbers drawn, as a tidy
+  table: one row per drawn point, with the element type, its group and
+  label (``element``, ``element_group``, ``element_label``), and the element's own columns (HoloViews ``Element.dframe()``).
+  Raw Bokeh models give the columns of their data sources.
+
+:func:`export_figure` picks the format from the file name.  Nothing here
+touches private data; HoloViews, Bokeh and Selenium are imported only when a
+function needs them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = ["FORMATS", "to_bokeh", "figure_frame", "export_csv", "export_png", "export_svg",
+           "export_figure", "figure_bytes", "webdriver"]
+
+#: File formats :func:`export_figure` writes, by suffix.
+FORMATS = ("png", "svg", "csv")
+
+_DRIVER = None
+
+
+def _unwrap(fig):
+    """The HoloViews object or Bokeh model inside a Panel pane (or ``fig`` itself)."""
+    obj = getattr(fig, "object", None)
+    if obj is not None and type(fig).__module__.startswith("panel"):
+        return obj
+    return fig
+
+
+def _is_holoviews(fig) -> bool:
+    try:
+        import holoviews as hv
+    except ImportError:  # pragma: no cover - a dependency
+        return False
+    return isinstance(fig, hv.core.Dimensioned)
+
+
+def to_bokeh(fig, width: int | None = None, height: int | None = None):
+    """The Bokeh model of a figure, sized for export.
+
+    Parameters
+    ----------
+    fig : HoloViews object, Panel HoloViews pane or Bokeh model
+    width, height : int, optional
+        Pixels of every plot (needed for responsive figures, which have no
+        size of their own; default 800 × 400 for those).
+
+    Returns
+    -------
+    bokeh.model.Model
+
+    Raises
+    ------
+    TypeError
+        If ``fig`` is none of the above.
+    """
+    from bokeh.model import Model
+    from bokeh.models import Plot
+
+    fig = _unwrap(fig)
+    if _is_holoviews(fig):
+        import holoviews as hv
+
+        model = hv.render(fig, backend="bokeh")
+    elif isinstance(fig, Model):
+        model = fig
+    else:
+        raise TypeError(f"cannot export a {type(fig).__name__}: pass a HoloViews object, a Panel "
+                        "HoloViews pane or a Bokeh model")
+    for plot in model.select({"type": Plot}):
+        responsive = plot.sizing_mode not in (None, "fixed")
+        if responsive or width is not None or height is not None:
+            plot.sizing_mode = "fixed"
+            plot.width = width or (plot.width if not responsive else None) or 800
+            plot.height = height or plot.height or 400
+    if getattr(model, "sizing_mode", None) not in (None, "fixed"):
+        model.sizing_mode = "fixed"
+    return model
+
+
+def figure_frame(fig) -> pd.DataFrame:
+    """The numbers a figure draws, as one tidy table.
+
+    Parameters
+    ----------
+    fig : HoloViews object, Panel HoloViews pane or Bokeh model
+
+    Returns
+    -------
+    pandas.DataFrame
+        For HoloViews: one block of rows per element (Curve, Scatter, Area,
+        Spread, Bars, HLine, ...) in drawing order, with columns ``element``
+        (type), ``element_group``, ``element_label`` and the element's dimensions
+        (``Element.dframe()``; key and value dimensions by name), blocks with
+        other dimensions filled with NaN.  For a Bokeh model: the columns of
+        every ``ColumnDataSource``, with a ``source`` column numbering them.
+
+    Raises
+    ------
+    TypeError
+        If ``fig`` is not a figure.
+    """
+    fig = _unwrap(fig)
+    if _is_holoviews(fig):
+        import holoviews as hv
+
+        blocks = []
+        for el in fig.traverse(lambda e: e, [hv.Element]):
+            df = el.dframe()
+            meta = pd.DataFrame({"element": type(el).__name__, "element_group": el.group,
+                                 "element_label": el.label}, index=df.index)
+            blocks.append(pd.concat([meta, df], axis=1))
+        if not blocks:
+            return pd.DataFrame(columns=["element", "element_group", "element_label"])
+        return pd.concat(blocks, ignore_index=True, sort=False)
+    from bokeh.model import Model
+    from bokeh.models import ColumnDataSource
+
+    if not isinstance(fig, Model):
+        raise TypeError(f"no numbers to export from a {type(fig).__name__}")
+    blocks = []
+    for i, src in enumerate(fig.select({"type": ColumnDataSource})):
+        data = {k: list(v) for k, v in src.data.items()}
+        df = pd.DataFrame(data)
+        df.insert(0, "source", i)
+        blocks.append(df)
+    return pd.concat(blocks, ignore_index=True, sort=False) if blocks else pd.DataFrame()
+
+
+def export_csv(fig, path) -> Path:
+    """Write :func:`figure_frame` of ``fig`` to a CSV file (``pandas.DataFrame.to_csv``, no index).
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+    """
+    path = Path(path)
+    figure_frame(fig).to_csv(path, index=False)
+    return path
+
+
+def webdriver():
+    """A headless Chromium webdriver for Bokeh's exporters, created once per process.
+
+    Uses :func:`bokeh.io.webdriver.create_chromium_webdriver` (chromedriver
+    on ``PATH``, or ``BOKEH_CHROMEDRIVER_PATH``); as root, where Chromium's
+    sandbox cannot run, it adds ``--no-sandbox`` (the page rendered is the
+    figure itself, with Bokeh's inline resources).  Falls back to Firefox
+    with geckodriver.  Closed when the process exits.
+
+    Raises
+    ------
+    RuntimeError
+        If neither browser with its driver is installed (with how to install one).
+    """
+    global _DRIVER
+    if _DRIVER is not None:
+        return _DRIVER
+    try:
+        from bokeh.io.webdriver import (
+            create_chromium_webdriver,
+            create_firefox_webdriver,
+        )
+    except ImportError as exc:  # pragma: no cover - selenium missing
+        raise RuntimeError("figure export needs selenium (pip install 'dpexplorer[export]')") from exc
+    extra = ["--no-sandbox"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
+    errors = []
+    for make in (lambda: create_chromium_webdriver(extra_options=extra),
+                 create_firefox_webdriver):
+        try:
+            _DRIVER = make()
+            break
+        except Exception as exc:  # noqa: BLE001 - try the next browser, report both
+            errors.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    if _DRIVER is None:
+        raise RuntimeError("PNG/SVG export needs a headless browser and its webdriver: Chromium "
+                           "with chromedriver (Debian: apt-get install chromium chromium-driver) "
+                           "or Firefox with geckodriver; " + "; ".join(errors))
+    atexit.register(_quit)
+    return _DRIVER
+
+
+def _quit() -> None:
+    global _DRIVER
+    if _DRIVER is not None:
+        try:
+            _DRIVER.quit()
+        finally:
+            _DRIVER = None
+
+
+def export_png(fig, path, *, width: int | None = None, height: int | None = None,
+               scale: float = 1, driver=None) -> Path:
+    """Write ``fig`` as a PNG image (:func:`bokeh.io.export_png`).
+
+    Parameters
+    ----------
+    fig : HoloViews object, Panel HoloViews pane or Bokeh model
+    path : str or path
+    width, height : int, optional
+        Pixels of every plot (see :func:`to_bokeh`).
+    scale : float
+        Device pixel ratio (2 for a sharper image twice the size).
+    driver : selenium WebDriver, optional
+        Default :func:`webdriver`.
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    TypeError
+        If ``fig`` is not a figure.
+    RuntimeError
+        If no browser/webdriver is available.
+    """
+    from bokeh.io import export_png as _export_png
+
+    path = Path(path)
+    model = to_bokeh(fig, width, height)
+    _export_png(model, filename=str(path), webdriver=driver or webdriver(), scale_factor=scale)
+    return path
+
+
+def export_svg(fig, path, *, width: int | None = None, height: int | None = None,
+               driver=None) -> Path:
+    """Write ``fig`` as one SVG image (every plot drawn with Bokeh's SVG backend; :func:`bokeh.io.export_svg`).
+
+    Parameters
+    ----------
+    fig, path, width, height, driver
+        As for :func:`export_png`.
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    TypeError, RuntimeError
+        As :func:`export_png`.
+    """
+    from bokeh.io import export_svg as _export_svg
+    from bokeh.models import Plot
+
+    path = Path(path)
+    model = to_bokeh(fig, width, height)
+    for plot in model.select({"type": Plot}):
+        plot.output_backend = "svg"
+    _export_svg(model, filename=str(path), webdriver=driver or webdriver())
+    return path
+
+
+def export_figure(fig, path, **options) -> Path:
+    """Export ``fig`` in the format of ``path``'s suffix: ``.png``, ``.svg`` or ``.csv``.
+
+    Raises
+    ------
+    ValueError
+        For another suffix (the allowed ones are :data:`FORMATS`).
+    """
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        raise ValueError(f"cannot export to {Path(path).name!r}: the file name must end in one of "
+                         f"{['.' + f for f in FORMATS]}")
+    if suffix == "csv":
+        if options:
+            raise ValueError(f"CSV export takes no options, got {sorted(options)}")
+        return export_csv(fig, path)
+    return (export_png if suffix == "png" else export_svg)(fig, path, **options)
+
+
+def figure_bytes(fig, format: str, **options) -> bytes:
+    """The exported file's content, for a download button: ``format`` in :data:`FORMATS`.
+
+    Written by :func:`export_figure` into a temporary folder and read back.
+
+    Raises
+    ------
+    ValueError
+        For an unknown format.
+    TypeError, RuntimeError
+        As :func:`export_figure`.
+    """
+    import tempfile
+
+    fmt = str(format).lower().lstrip(".")
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    with tempfile.TemporaryDirectory() as tmp:
+        return export_figure(fig, Path(tmp) / f"figure.{fmt}", **options).read_bytes()

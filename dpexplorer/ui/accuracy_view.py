@@ -1,0 +1,561 @@
+"""Accuracy first on the Compare page: the ε each mechanism needs for an error the user states.
+
+The Compare page shows "the error at this ε".  Its switch turns the question
+around ("ε for this error"): the user types a target -- "±50 counts on 95 %
+of queries" (the half-widths of the 95 % confidence intervals a release
+reports) or an RMSE per query -- and :class:`AccuracyFirst` gives every
+mechanism's smallest ε meeting it, with the SVD bound's ε as the floor
+(RMSE only: the bound limits the mean squared error, not a percentile of the
+interval widths), a bar chart of those ε and the privacy–accuracy curve of
+the chosen metric with the target marked.
+
+The numbers are :mod:`dpexplorer.accuracy`'s, exact for every
+data-independent mechanism:
+
+* RMSE: ``rmse(ε) = sqrt(unit TSE/m) · s(ε)`` from the comparison's stored
+  unit-noise TSE (HDMM Prop. 4), inverted in closed form for the sidebar's
+  noise (:func:`dpexplorer.accuracy.noise_for_std`) -- arithmetic only.
+* ±t on 95 % of queries: each mechanism's
+  :func:`dpexplorer.accuracy.error_profile` (its per-query interval
+  half-widths, computed once per workload, mechanism and noise family in a
+  background job, strategies from the session's cache), then
+  ``ErrorProfile.epsilon_for`` per target.
+
+Data-dependent mechanisms have no formula for their error, so none for ε:
+their rows say so.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import OrderedDict
+
+import holoviews as hv
+import numpy as np
+import pandas as pd
+import panel as pn
+import param
+from bokeh.models.widgets.tables import NumberFormatter
+
+import dpexplorer as dpx
+
+__all__ = ["AccuracyFirst", "PrivacySentence", "MODES", "TARGET_METRICS", "epsilon_bars", "target_curve_plot"]
+
+log = logging.getLogger(__name__)
+
+_LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
+
+#: The page's two questions (widget label -> value).
+MODES = {"Error at this ε": "error", "ε for this error": "epsilon"}
+#: The targets a user can state (widget label -> dpexplorer.accuracy metric).
+TARGET_METRICS = {"± counts on 95 % of queries": "ci95", "RMSE per query": "rmse"}
+
+#: Columns of the target table.
+TARGET_COLUMNS = ["mechanism", "label", "epsilon", "rho", "error", "ratio", "exact", "note"]
+
+ADAPTIVE_NOTE = ("adapts to the data: its error has no formula, so the ε it needs depends on "
+                 "the data (the Data & DAWA page runs it on a dataset)")
+NO_FLOOR = ("no floor for '± counts on 95 % of queries': the SVD bound limits the mean squared "
+            "error, not the width of most intervals")
+
+
+def _family_key(noise) -> tuple:
+    """What the ε of a target depends on besides the strategy: the noise family, δ, calibration."""
+    return (type(noise).__name__, getattr(noise, "delta", 0.0), getattr(noise, "calibration", None))
+
+
+class AccuracyFirst(param.Parameterized):
+    """State and numbers of the Compare page's "ε for this error" mode.
+
+    The page hands it every comparison it shows (:meth:`refresh`: the
+    unit-noise figures and the sidebar's noise); it computes :attr:`table`
+    and :attr:`curve` when the mode is ``"epsilon"``.
+
+    Parameters
+    ----------
+    mode : {"error", "epsilon"}
+        The page's question: the error at the sidebar's ε, or the ε for :attr:`target`.
+    metric : {"ci95", "rmse"}
+        ``"ci95"``: ±target counts on ``share`` of the queries, each a
+        ``level`` confidence interval of a release; ``"rmse"``: RMSE per query.
+    target : float
+        The error to meet, in counts (> 0).
+    """
+
+    mode = param.Selector(default="error", objects=list(MODES.values()), doc="""
+        'error': the error at the sidebar's ε; 'epsilon': each mechanism's ε for the target.""")
+    metric = param.Selector(default="ci95", objects=list(TARGET_METRICS.values()), doc="""
+        'ci95': ±target counts on 95 % of queries (95 % intervals); 'rmse': RMSE per query.""")
+    target = param.Number(default=50.0, bounds=(0, None), inclusive_bounds=(False, True),
+                          doc="The error to meet, in counts (> 0).")
+    table = param.DataFrame(default=None, allow_None=True, constant=True, precedence=-1, doc="""
+        Per mechanism: label, epsilon, rho, error (the metric at that ε), ratio (ε over the
+        floor's ε), exact, note; attrs floor_epsilon, floor_note, target, metric, noise.""")
+    curve = param.DataFrame(default=None, allow_None=True, constant=True, precedence=-1, doc="""
+        The chosen metric over ε per mechanism: mechanism, label, epsilon, error
+        (the floor as mechanism 'svd_bound' for the RMSE); attrs target, metric.""")
+    busy = param.Boolean(default=False, constant=True, precedence=-1,
+                         doc="True while interval profiles are being computed.")
+    error = param.String(default="", constant=True, precedence=-1,
+                         doc="Last error of this mode ('' after a success).")
+
+    #: Share of queries and confidence level of the "ci95" target.
+    share = 0.95
+    level = 0.95
+    #: Interval profiles kept (least recently used dropped).
+    keep = 64
+
+    def __init__(self, session, submit, lock, report, **params):
+        self.session = session
+        self._submit = submit
+        self._lock = lock
+        self._report = report
+        self._base = None
+        self._noise = None
+        self._profiles: OrderedDict = OrderedDict()
+        self._pending = None
+        self._done = None
+        super().__init__(**params)
+        self.param.watch(lambda *_: self.update(), ["mode", "metric", "target"])
+
+    def _set(self, **values) -> None:
+        with param.edit_constant(self):
+            self.param.update(**values)
+
+    def set_target(self, value) -> bool:
+        """Set :attr:`target` from user input; ``False`` (and a message) if it is not a positive number."""
+        try:
+            self.target = float(value)
+        except (TypeError, ValueError):
+            message = (f"The error to meet must be a positive number of counts, got {value!r}: "
+                       "type it in the 'Target error' box")
+            self._set(error=message)
+            self._report(message)
+            return False
+        return True
+
+    # ------------------------------------------------------------ numbers
+    def refresh(self, base, noise) -> None:
+        """Take the comparison the page shows (``base``: W, frame with unit_tse, svdb) at ``noise``."""
+        self._base, self._noise = base, noise
+        self.update()
+
+    def update(self) -> None:
+        """Recompute :attr:`table` and :attr:`curve` if the mode asks for them and an input changed."""
+        with self._lock:
+            base, noise = self._base, self._noise
+            if self.mode != "epsilon" or base is None or noise is None:
+                return
+            key = (id(base), base.W, _family_key(noise), self.metric, self.target)
+            if key == self._done or key == self._pending:
+                return
+            if self.metric == "rmse":
+                self._show(key, *self._rmse(base, noise, self.target))
+                return
+            names = self._built(base)
+            missing = [n for n in names if self._profile_key(base, n, noise) not in self._profiles]
+            if not missing:
+                self._show(key, *self._ci95(base, noise, self.target))
+                return
+            self._pending = key
+            self._set(busy=True)
+            self._submit(self._profile_job, key, base, noise, missing)
+
+    @staticmethod
+    def _built(base) -> list[str]:
+        units = base.frame["unit_tse"].to_numpy(dtype=float)
+        return list(base.frame["mechanism"][np.isfinite(units)])
+
+    @staticmethod
+    def _profile_key(base, name, noise) -> tuple:
+        return (base.W, name, type(noise).__name__)
+
+    def _profile_job(self, post, key, base, noise, names) -> None:
+        """Worker: the interval profile of every built mechanism (strategies from the cache)."""
+        from .compare_view import build_lock
+
+        made, failures = {}, []
+        cache = self.session.cache
+        for name in names:
+            try:
+                with build_lock(cache, (base.W, name, noise.norm)):
+                    made[name] = dpx.accuracy.error_profile(
+                        base.W, name, noise, "ci95", level=self.level, share=self.share,
+                        cache=cache)
+            except Exception as exc:  # noqa: BLE001 - one mechanism failing is shown in its row
+                if not isinstance(exc, ValueError):
+                    log.exception("interval profile of %s failed", name)
+                made[name] = f"no interval profile: {exc}"
+
+        def done():
+            for name, prof in made.items():
+                self._profiles[self._profile_key(base, name, noise)] = prof
+            while len(self._profiles) > self.keep:
+                self._profiles.popitem(last=False)
+            if self._pending == key:
+                self._pending = None
+            self._set(busy=False)
+            self.update()
+        post(done)
+
+    def _rows(self, base, solve) -> list[dict]:
+        """One row per mechanism of the comparison; ``solve(name, row)`` gives the analytic ones."""
+        rows = []
+        for r in base.frame.itertuples():
+            row = {"mechanism": r.mechanism, "label": r.label, "epsilon": math.nan,
+                   "rho": math.nan, "error": math.nan, "exact": True, "note": ""}
+            if bool(getattr(r, "data_dependent", False)):
+                row.update(exact=False, note=ADAPTIVE_NOTE)
+            elif not math.isfinite(float(r.unit_tse)):
+                row["note"] = r.note or "no analytic error for this workload"
+            else:
+                row.update(solve(r))
+            rows.append(row)
+        return rows
+
+    def _rmse(self, base, noise, t: float):
+        """ε for an RMSE target: closed-form inversion of ``sqrt(unit/m) · s(ε) = t``."""
+        m = base.W.m
+
+        def solve(r):
+            u = math.sqrt(float(r.unit_tse) / m)
+            if u == 0.0:
+                return {"epsilon": 0.0, "rho": 0.0, "error": 0.0,
+                        "note": "no noise reaches the answers: any ε meets the target"}
+            eps, rho = dpx.accuracy.noise_for_std(t / u, noise)
+            err = u * noise.with_epsilon(eps).std_per_unit if eps > 0 and math.isfinite(eps) \
+                else math.nan
+            return {"epsilon": eps, "rho": rho, "error": err, "note": _eps_note(eps, t)}
+
+        rows = self._rows(base, solve)
+        floor, note = math.nan, NO_FLOOR
+        if math.isfinite(base.svdb) and base.svdb > 0:
+            floor, _ = dpx.accuracy.noise_for_std(t / math.sqrt(base.svdb / m), noise)
+            note = "SVD bound (Li & Miklau 2012, Thm 2): no strategy needs less ε"
+        elif not math.isfinite(base.svdb):
+            note = "the workload is too large for the SVD bound"
+        units = {r.mechanism: math.sqrt(float(r.unit_tse) / m) for r in base.frame.itertuples()
+                 if math.isfinite(float(r.unit_tse))}
+        if math.isfinite(floor):
+            units["svd_bound"] = math.sqrt(base.svdb / m)
+
+        def curve(name, eps):
+            return units[name] * np.array([noise.with_epsilon(float(e)).std_per_unit for e in eps])
+        return rows, floor, note, curve, list(units)
+
+    def _ci95(self, base, noise, t: float):
+        """ε for '±t on 95 % of queries' from each mechanism's interval profile."""
+        def solve(r):
+            prof = self._profiles.get(self._profile_key(base, r.mechanism, noise))
+            if isinstance(prof, str) or prof is None:
+                return {"note": prof or "no interval profile"}
+            res = prof.epsilon_for(t, noise)
+            return {"epsilon": res.epsilon, "rho": res.rho, "error": res.error,
+                    "note": res.note or _eps_note(res.epsilon, t)}
+
+        rows = self._rows(base, solve)
+        profs = {n: p for n in self._built(base)
+                 if not isinstance(p := self._profiles.get(self._profile_key(base, n, noise)), str)
+                 and p is not None}
+
+        def curve(name, eps):
+            return np.array([profs[name].error(noise.with_epsilon(float(e))) for e in eps])
+        return rows, math.nan, NO_FLOOR, curve, list(profs)
+
+    def _show(self, key, rows, floor, floor_note, curve_of, names) -> None:
+        t, metric, noise = self.target, self.metric, self._noise
+        df = pd.DataFrame(rows, columns=[c for c in TARGET_COLUMNS if c != "ratio"])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            df.insert(5, "ratio", df["epsilon"].to_numpy(dtype=float) / floor)
+        df = df.sort_values("epsilon", na_position="last", kind="stable").reset_index(drop=True)
+        df.attrs.update(floor_epsilon=floor, floor_note=floor_note, target=t, metric=metric,
+                        noise=_family_label(noise), m=self._base.W.m,
+                        workload=self._base.W.name)
+        found = df["epsilon"].to_numpy(dtype=float)
+        found = found[np.isfinite(found) & (found > 0)]
+        lo = min([0.01, *(found / 3)] + ([floor / 3] if math.isfinite(floor) and floor > 0 else []))
+        hi = max([10.0, *(found * 3)])
+        grid = np.unique(np.concatenate([np.logspace(math.log10(lo), math.log10(hi), 41), found]))
+        parts = []
+        labels = dict(zip(df["mechanism"], df["label"], strict=True)) | {"svd_bound": "SVD bound"}
+        for name in names:
+            try:
+                err = curve_of(name, grid)
+            except Exception:  # noqa: BLE001 - a curve that cannot be drawn is left out
+                log.exception("target curve of %s failed", name)
+                continue
+            parts.append(pd.DataFrame({"mechanism": name, "label": labels.get(name, name),
+                                       "epsilon": grid, "error": err}))
+        cv = (pd.concat(parts, ignore_index=True) if parts else
+              pd.DataFrame({"mechanism": [], "label": [], "epsilon": [], "error": []}))
+        cv = cv[np.isfinite(cv["error"].to_numpy(dtype=float))].reset_index(drop=True)
+        ok = df[np.isfinite(df["epsilon"].to_numpy(dtype=float)) & (df["epsilon"] > 0)
+                & df["mechanism"].isin(names)]
+        cv.attrs.update(target=t, metric=metric,
+                        points=pd.DataFrame({"epsilon": ok["epsilon"], "error": ok["error"],
+                                             "label": ok["label"]}).reset_index(drop=True))
+        self._done = key
+        self._set(table=df, curve=cv, error="")
+
+    # ------------------------------------------------------------- text
+    def summary(self) -> str:
+        """The mode's result in words (Markdown)."""
+        df = self.table
+        what = _target_words(self.target, self.metric, self.level, self.share)
+        if df is None:
+            return f"**ε for {what}:** computing…" if self.busy else f"**ε for {what}**"
+        ok = df[np.isfinite(df["epsilon"].to_numpy(dtype=float))]
+        text = f"**ε for {what}** ({df.attrs.get('noise', '')} noise): "
+        if len(ok):
+            best = ok.iloc[0]
+            text += f"the least is **{best['label']}** with **ε = {best['epsilon']:.3g}**"
+            if len(ok) > 1:
+                worst = ok.iloc[-1]
+                text += f"; the most, {worst['label']} with ε = {worst['epsilon']:.3g}"
+            text += ". Less ε is more private, so a smaller bar is better."
+        else:
+            text += "no mechanism has a computable ε yet."
+        floor = df.attrs.get("floor_epsilon", math.nan)
+        if math.isfinite(floor):
+            text += (f" No strategy of the matrix mechanism can meet it with less than "
+                     f"ε = {floor:.3g} (the SVD bound).")
+        else:
+            text += f" ({df.attrs.get('floor_note', '')}.)"
+        if self.busy:
+            text += " Updating…"
+        return text
+
+    # --------------------------------------------------------------- UI
+    def controls(self) -> pn.Row:
+        """The mode switch, the target's kind and the target box."""
+        mode = pn.widgets.RadioButtonGroup(options=MODES, value=self.mode, **{_LABEL: "Question"})
+        mode.link(self, value="mode", bidirectional=True)
+        metric = pn.widgets.RadioButtonGroup(options=TARGET_METRICS, value=self.metric,
+                                             visible=self.mode == "epsilon",
+                                             **{_LABEL: "Target kind"})
+        metric.link(self, value="metric", bidirectional=True)
+        box = pn.widgets.FloatInput(value=self.target, start=None, step=5.0, width=160,
+                                    visible=self.mode == "epsilon",
+                                    **{_LABEL: "Target error (counts)"})
+
+        def typed(event):
+            if event.new is None or event.new == self.target:
+                return
+            if not (isinstance(event.new, int | float) and event.new > 0
+                    and math.isfinite(event.new)):
+                self.set_target(f"{event.new}")
+                box.value = self.target  # show the target still in use
+                return
+            self.set_target(event.new)
+        box.param.watch(typed, "value")
+        self.param.watch(lambda e: setattr(box, "value", e.new), "target")
+
+        def shown(e):
+            metric.visible = box.visible = e.new == "epsilon"
+        self.param.watch(shown, "mode")
+        self._widgets = {"mode": mode, "metric": metric, "target": box}
+        return pn.Row(mode, metric, box, sizing_mode="stretch_width")
+
+    def table_widget(self) -> pn.widgets.Tabulator:
+        """Read-only table of :attr:`table`."""
+        return pn.widgets.Tabulator(
+            self.table_value(), show_index=False, disabled=True, sizing_mode="stretch_width",
+            layout="fit_data_table",
+            titles={"label": "mechanism", "epsilon": "ε needed", "rho": "ρ (zCDP)",
+                    "error": "error at that ε", "ratio": "ε / SVD-bound ε"},
+            formatters={"epsilon": NumberFormatter(format="0.0000"),
+                        "rho": NumberFormatter(format="0.00000"),
+                        "error": NumberFormatter(format="0,0.00"),
+                        "ratio": NumberFormatter(format="0.000"),
+                        "note": {"type": "textarea"}},
+            widths={"note": 360})
+
+    def table_value(self) -> pd.DataFrame:
+        """The columns of :attr:`table` the table widget shows."""
+        df = self.table
+        cols = ["label", "epsilon", "rho", "error", "ratio", "note"]
+        if df is None:
+            return pd.DataFrame({c: pd.Series(dtype=float if c not in ("label", "note")
+                                              else object) for c in cols})
+        return df[cols]
+
+
+def _eps_note(eps: float, t: float) -> str:
+    if eps == 0.0:
+        return "any ε > 0 meets the target"
+    if not math.isfinite(eps):
+        return f"no ε meets ±{t:g} counts"
+    return ""
+
+
+def _family_label(noise) -> str:
+    if isinstance(noise, dpx.Gaussian):
+        return f"Gaussian (δ = {noise.delta:g}, {noise.calibration})"
+    return "Laplace"
+
+
+def _target_words(t: float, metric: str, level: float, share: float) -> str:
+    if metric == "rmse":
+        return f"an RMSE of {t:g} counts per query"
+    return (f"±{t:g} counts on {share * 100:g} % of queries "
+            f"(each a {level * 100:g} % confidence interval)")
+
+
+def epsilon_bars(df: pd.DataFrame | None) -> hv.Overlay:
+    """Bars of each mechanism's ε for the target (log y), the SVD bound's ε as a dashed floor."""
+    if df is None or not np.isfinite(df["epsilon"].to_numpy(dtype=float)).any():
+        return hv.Overlay([hv.Text(0.5, 0.5, "No ε yet").opts(
+            xaxis=None, yaxis=None, responsive=True, height=360, shared_axes=False,
+            toolbar=None)])
+    a = df.attrs
+    ok = df[np.isfinite(df["epsilon"].to_numpy(dtype=float)) & (df["epsilon"] > 0)]
+    floor = float(a.get("floor_epsilon", math.nan))
+    values = list(ok["epsilon"]) + ([floor] if math.isfinite(floor) and floor > 0 else [])
+    bars = hv.Bars(ok, hv.Dimension("label", label="Mechanism"),
+                   [hv.Dimension("epsilon", label="ε needed"), "error"]).opts(
+        logy=True, tools=["hover"], color="#2ca02c", responsive=True, height=360,
+        default_tools=["save", "reset"], shared_axes=False,
+        ylim=(min(values) / 1.5, max(values) * 1.5),
+        title=f"ε needed for {_target_words(a.get('target', 0), a.get('metric', 'rmse'), 0.95, 0.95)}")
+    if not (math.isfinite(floor) and floor > 0):
+        return hv.Overlay([bars])
+    line = hv.HLine(floor, label=f"SVD bound's ε {floor:.3g}").opts(
+        color="#d62728", line_dash="dashed", line_width=2)
+    return (bars * line).opts(shared_axes=False)
+
+
+def target_curve_plot(df: pd.DataFrame | None) -> hv.Overlay:
+    """The chosen metric over ε per mechanism (log-log), the target as a line, each ε marked."""
+    if df is None or df.empty:
+        return hv.Overlay([hv.Curve([], "epsilon", "error")])
+    t = float(df.attrs.get("target", math.nan))
+    metric = df.attrs.get("metric", "rmse")
+    ylabel = "RMSE (counts)" if metric == "rmse" else "± counts on 95 % of queries"
+    elems = []
+    for name, part in df.groupby("mechanism", sort=False):
+        c = hv.Curve(part, hv.Dimension("epsilon", label="ε"),
+                     [hv.Dimension("error", label=ylabel)], label=part["label"].iloc[0]).opts(
+            logx=True, logy=True, tools=["hover"], line_width=2)
+        if name == "svd_bound":
+            c = c.opts(color="#d62728", line_dash="dashed")
+        elems.append(c)
+    elems.append(hv.HLine(t).opts(color="black", line_dash="dotted", line_width=2))
+    points = df.attrs.get("points")
+    if points is not None and len(points):
+        elems.append(hv.Scatter(points, hv.Dimension("epsilon", label="ε"),
+                                [hv.Dimension("error", label=ylabel), "label"],
+                                label="ε needed").opts(color="black", size=7, tools=["hover"]))
+    elems.append(hv.Text(float(df["epsilon"].min()), t * 1.25, f"target {t:g}").opts(
+        text_align="left", text_font_size="10pt"))
+    err = df["error"].to_numpy(dtype=float)
+    ylim = (min(err[err > 0].min(), t) / 1.5, max(err.max(), t) * 1.5) if (err > 0).any() \
+        else (None, None)
+    return hv.Overlay(elems).opts(
+        responsive=True, height=380, legend_position="right", logx=True, logy=True,
+        shared_axes=False, ylim=ylim,
+        xlim=(float(df["epsilon"].min()) / 1.2, float(df["epsilon"].max()) * 1.2),
+        title=f"{ylabel} over ε; the target (dotted) is met where each curve crosses it")
+
+
+class PrivacySentence:
+    """The sidebar's plain words: what ε (and δ) mean, and what they buy on the current workload.
+
+    :func:`dpexplorer.accuracy.describe_privacy` for the settings, then one
+    sentence in the manner of :func:`dpexplorer.accuracy.accuracy_sentence`:
+    "With HB and Laplace noise at ε = 1, 95 % of your 32,896 range answers
+    are within ±43 counts of the truth (each with 95 % confidence)."  The
+    number is the ``ci95`` metric of HB's :class:`~dpexplorer.accuracy.ErrorProfile`
+    (Identity where HB does not apply), computed once per workload and noise
+    family in the background (the sentence follows when it is ready), so a
+    change of ε or δ is arithmetic.  Workloads larger than
+    :attr:`max_queries` queries or :attr:`max_cells` cells get the first part
+    only (their interval widths are not worth computing on every change).
+    """
+
+    #: Mechanisms tried, in order, for the sentence.
+    mechanisms = ("hb", "identity")
+    max_queries = 50_000
+    max_cells = 4096
+
+    def __init__(self, session, on_ready=None):
+        import threading
+
+        from .compare_view import Jobs  # (compare_view imports this module)
+
+        self.session = session
+        #: Called (on the session's event loop) when a profile computed in the background is ready.
+        self.on_ready = on_ready
+        self._profiles: OrderedDict = OrderedDict()
+        self._lock = threading.RLock()
+        self._jobs = Jobs(self._lock)
+        self._pending: set = set()
+
+    def wait(self, timeout: float = 120.0) -> bool:
+        """Block until the profiles being computed are ready (tests, scripts)."""
+        return self._jobs.wait(timeout)
+
+    def _profile(self, W, noise):
+        """HB's (or Identity's) interval profile, or ``"pending"`` while it is computed in the background."""
+        key = (W, type(noise).__name__)
+        with self._lock:
+            if key in self._profiles:
+                self._profiles.move_to_end(key)
+                return self._profiles[key]
+            if key not in self._pending:
+                self._pending.add(key)
+                self._jobs.submit(self._job, key, W, noise)
+        return "pending"
+
+    def _job(self, post, key, W, noise) -> None:
+        prof = None
+        for name in self.mechanisms:
+            try:
+                prof = dpx.accuracy.error_profile(W, name, noise, "ci95", cache=self.session.cache)
+                break
+            except Exception:  # noqa: BLE001 - try the next mechanism; none: no sentence
+                log.debug("no interval profile of %s for %s", name, W.name, exc_info=True)
+
+        def done():
+            self._pending.discard(key)
+            self._profiles[key] = prof
+            while len(self._profiles) > 4:
+                self._profiles.popitem(last=False)
+            if self.on_ready is not None:
+                self.on_ready()
+        post(done)
+
+    def text(self) -> str:
+        """Markdown for the sidebar (never raises: bad settings give a short note)."""
+        s = self.session
+        try:
+            noise = s.noise_model()
+        except ValueError as exc:
+            return f"*These settings are not valid: {exc}*"
+        delta = noise.delta if isinstance(noise, dpx.Gaussian) else 0.0
+        words = dpx.describe_privacy(noise.epsilon, delta)
+        W = s.workload
+        if W is None:
+            return words
+        if W.m > self.max_queries or W.n > self.max_cells:
+            return words + (f"\n\nYour workload has {W.m:,} queries: see the Compare page for "
+                            "what this ε buys.")
+        prof = self._profile(W, noise)
+        if prof == "pending":
+            return words + "\n\n*Working out what this ε buys on your workload…*"
+        if prof is None:
+            return words
+        t = prof.error(noise)
+        kind = "Laplace" if isinstance(noise, dpx.Laplace) else "Gaussian"
+        at = f"ε = {noise.epsilon:.3g}" + (f", δ = {delta:g}" if delta else "")
+        answers = f"your {W.m:,} answers" if W.m > 1 else "your answer"
+        share = f"{prof.share * 100:g} % of " if W.m > 1 else ""
+        return (words + f"\n\n**On this workload:** with {prof.label} and {kind} noise at {at}, "
+                f"{share}{answers} fall within **±{_count(t)} counts** of the truth, each with "
+                f"{prof.level * 100:g} % confidence.")
+
+
+def _count(v: float) -> str:
+    if not math.isfinite(v):
+        return "∞"
+    return f"{v:,.0f}" if v >= 10 else (f"{v:.1f}" if v >= 1 else f"{v:.2g}")

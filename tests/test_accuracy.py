@@ -1,0 +1,406 @@
+"""Tests of dpexplorer.accuracy: the smallest ε for an error target, and the plain words.
+
+The reference for every analytic ε is a brute-force bisection written here on the
+forward error functions the rest of the engine uses (``dpx.rmse``,
+``dpx.per_query_rmse``, ``mechanism.confidence_half_widths``), independent of the
+closed forms under test.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dpexplorer as dpx
+from dpexplorer import accuracy
+from dpexplorer.mechanism import confidence_half_widths
+from dpexplorer.privacy import noise_sampler
+
+W32 = dpx.workloads.all_range(32)
+P16 = dpx.workloads.prefix(16)
+I16 = dpx.workloads.identity(16)
+
+
+def _strategy(W, name, norm=1):
+    noise = dpx.Laplace(1.0) if norm == 1 else dpx.Gaussian(1.0, 1e-6)
+    return dpx.registry.get(name).strategy(W, noise)
+
+
+def _noise(eps, delta=None, calibration=None):
+    return dpx.Laplace(eps) if delta is None else dpx.Gaussian(eps, delta, calibration)
+
+
+def _forward(W, A, metric, eps, delta=None, calibration=None, counts=True, level=0.95, share=0.95):
+    """The metric at ε from the engine's forward functions (no accuracy.py code)."""
+    noise = _noise(eps, delta, calibration)
+    if metric == "rmse":
+        return dpx.rmse(W, A, noise)
+    if metric == "max":
+        return float(np.max(dpx.per_query_rmse(W, A, noise)))
+    h, _ = confidence_half_widths(W, A, noise, noise_sampler(A, noise, counts), level)
+    return float(np.quantile(h, share, method="inverted_cdf"))
+
+
+def _brute(f, target, lo=1e-4, hi=1e4, rtol=1e-11):
+    """Smallest ε with f(ε) ≤ target by plain bisection on log ε (f non-increasing)."""
+    assert f(hi) <= target < f(lo)
+    while hi > lo * (1 + rtol):
+        mid = math.sqrt(lo * hi)
+        if f(mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+# ------------------------------------------------------------------ brute force
+CASES = [(W32, "identity"), (W32, "hb"), (W32, "h2"), (W32, "greedy_h"), (P16, "identity"),
+         (P16, "wavelet"), (I16, "identity"), (I16, "hb")]
+
+
+@pytest.mark.parametrize("W,name", CASES, ids=[f"{w.name}-{n}" for w, n in CASES])
+@pytest.mark.parametrize("metric,counts", [("rmse", True), ("max", True), ("ci95", True),
+                                           ("ci95", False)])   # counts changes the interval rules
+def test_laplace_matches_brute_force_bisection(W, name, metric, counts):
+    A = _strategy(W, name)
+    target = 0.7 * _forward(W, A, metric, 1.0, counts=counts)   # needs ε somewhat above 1
+    res = dpx.epsilon_for(W, name, target, metric, counts=counts)
+    ref = _brute(lambda e: _forward(W, A, metric, e, counts=counts), target)
+    assert res.epsilon == pytest.approx(ref, rel=1e-9)
+    assert res.error <= target
+    assert res.exact and res.kind == "analytic" and res.delta == 0.0
+    assert res.rho == pytest.approx(res.epsilon**2 / 2, rel=1e-12)
+    assert isinstance(res.noise, dpx.Laplace) and res.noise.epsilon == res.epsilon
+
+
+@pytest.mark.parametrize("calibration", ["zcdp", "analytic", "eigen_design", "classical"])
+@pytest.mark.parametrize("metric", ["rmse", "max", "ci95"])
+@pytest.mark.parametrize("name", ["identity", "hb", "greedy_h"])
+def test_gaussian_matches_brute_force_bisection(calibration, metric, name):
+    delta = 1e-6
+    A = _strategy(W32, name, norm=2)
+    lo_eps = 0.3 if calibration == "classical" else 1.0         # classical holds only for ε < 1
+    target = 0.8 * _forward(W32, A, metric, lo_eps, delta, calibration)
+    res = dpx.epsilon_for(W32, name, target, metric, delta=delta, calibration=calibration)
+    hi = 0.999 if calibration == "classical" else 1e4
+    ref = _brute(lambda e: _forward(W32, A, metric, e, delta, calibration), target, lo=1e-3, hi=hi)
+    assert res.epsilon == pytest.approx(ref, rel=1e-9)
+    assert res.error <= target and res.error == pytest.approx(target, rel=1e-9)
+    assert res.noise == dpx.Gaussian(res.epsilon, delta, calibration)
+    assert res.rho == pytest.approx(res.noise.rho_per_unit, rel=1e-9)
+
+
+def test_zcdp_without_delta_gives_rho():
+    A = _strategy(W32, "hb", norm=2)
+    unit = dpx.rmse(W32, A, dpx.Gaussian(1.0, 1e-6, "zcdp")) / dpx.Gaussian(1.0, 1e-6, "zcdp").sigma_per_unit
+    res = dpx.epsilon_for(W32, "hb", 5.0, noise="gaussian")
+    # ρ = Δ₂²/(2σ²) with σ = c·Δ₂ and c = target/unit (Bun & Steinke 2016, Prop. 1.6)
+    assert res.rho == pytest.approx(unit**2 / (2 * 25.0), rel=1e-12)
+    assert math.isnan(res.epsilon) and res.noise is None and math.isnan(res.delta)
+    assert res.error == pytest.approx(5.0, rel=1e-12)
+    assert "ρ" in str(res)
+    # with δ, the zCDP result is the conversion of the same ρ
+    with_delta = dpx.epsilon_for(W32, "hb", 5.0, delta=1e-6)
+    assert with_delta.rho == pytest.approx(res.rho, rel=1e-9)
+    assert with_delta.epsilon == pytest.approx(dpx.accounting.epsilon_from_rho(res.rho, 1e-6), rel=1e-9)
+
+
+def test_classical_calibration_out_of_range_says_so():
+    res = dpx.epsilon_for(W32, "hb", 0.5, delta=1e-6, calibration="classical")
+    assert math.isnan(res.epsilon) and "ε < 1" in res.note
+
+
+def test_hdmm_table_value_round_trips():
+    # HDMM Table 4: HB on All Range, n = 256, Laplace ε = 1 gives RMSE 8.90 (see README);
+    # asking for exactly that RMSE gives back ε = 1
+    W = dpx.workloads.all_range(256)
+    r1 = dpx.compare(W, dpx.Laplace(1.0), mechanisms=["hb"])["rmse"].iloc[0]
+    assert round(r1, 2) == 8.90
+    assert dpx.epsilon_for(W, "hb", r1).epsilon == pytest.approx(1.0, rel=1e-12)
+
+
+def test_a_strategy_matrix_works_like_its_name():
+    A = _strategy(W32, "h2")
+    by_matrix = dpx.epsilon_for(W32, A, 3.0)
+    by_name = dpx.epsilon_for(W32, "h2", 3.0)
+    assert by_matrix.epsilon == pytest.approx(by_name.epsilon, rel=1e-12)
+
+
+def test_session_noise_model_sets_the_family():
+    g = dpx.Gaussian(0.3, 1e-5, "analytic")
+    res = dpx.epsilon_for(W32, "identity", 4.0, "max", noise=g)
+    assert res.noise.delta == 1e-5 and res.noise.calibration == "analytic"
+    with pytest.raises(ValueError, match="not both"):
+        dpx.epsilon_for(W32, "identity", 4.0, noise=g, delta=1e-6)
+
+
+# ------------------------------------------------------------ discrete intervals
+@settings(max_examples=40, deadline=None)
+@given(eps=st.floats(0.01, 30.0), which=st.sampled_from([(P16, "identity"), (I16, "identity"),
+                                                         (I16, "hb"), (W32, "hb")]))
+def test_discrete_laplace_intervals_equal_the_release_rule(eps, which):
+    W, name = which
+    A = _strategy(W, name)
+    prof = accuracy._DiscreteLaplaceIntervals(W, A, 0.95, 0.95)
+    h, _ = confidence_half_widths(W, A, dpx.Laplace(eps), "discrete", 0.95)
+    np.testing.assert_allclose(prof.half_widths(eps), h, rtol=1e-12, atol=1e-12)
+
+
+def test_discrete_laplace_single_answers_give_a_step():
+    # Identity on Identity: each answer is one discrete Laplace variable, half-width k(b) whole;
+    # ε for ±3 is where k drops to 3: 2q^4/(1+q) = 0.05 with q = e^{-ε} (CKS 2020 tail)
+    res = dpx.epsilon_for(I16, "identity", 3.0, "ci95")
+    q = math.exp(-res.epsilon)
+    assert 2 * q**4 / (1 + q) == pytest.approx(0.05, rel=1e-9)
+    assert res.error == 3.0
+    assert _forward(I16, _strategy(I16, "identity"), "ci95", res.epsilon * (1 - 1e-9)) > 3.0
+
+
+# ------------------------------------------------------------------- properties
+MECHS = ["identity", "hb", "h2", "greedy_h", "wavelet"]
+FAMILIES = [dict(), dict(delta=1e-6), dict(delta=1e-8, calibration="analytic"),
+            dict(delta=1e-5, calibration="eigen_design")]
+
+
+@settings(max_examples=60, deadline=None)
+@given(t=st.floats(0.5, 500.0), name=st.sampled_from(MECHS),
+       metric=st.sampled_from(accuracy.METRICS), fam=st.sampled_from(FAMILIES),
+       counts=st.booleans())
+def test_round_trip_error_at_epsilon_for_is_the_target(t, name, metric, fam, counts):
+    res = dpx.epsilon_for(W32, name, t, metric, counts=counts, **fam)
+    back = accuracy.error_at(W32, name, res.noise, metric, counts=counts)
+    assert back == res.error and back <= t
+    discrete_laplace = (metric == "ci95" and counts and not fam)
+    if discrete_laplace:   # a step function: just below ε the target is missed
+        below = res.noise.with_epsilon(res.epsilon * (1 - 1e-10))
+        assert accuracy.error_at(W32, name, below, metric, counts=counts) > t
+    else:                  # continuous in ε: the target is met with equality
+        assert back == pytest.approx(t, rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(eps=st.floats(0.05, 20.0), name=st.sampled_from(MECHS),
+       metric=st.sampled_from(["rmse", "max"]), fam=st.sampled_from(FAMILIES))
+def test_round_trip_epsilon_for_error_at_is_epsilon(eps, name, metric, fam):
+    noise = _noise(eps, fam.get("delta"), fam.get("calibration", "zcdp") if fam else None)
+    t = accuracy.error_at(W32, name, noise, metric)
+    assert dpx.epsilon_for(W32, name, t, metric, **fam).epsilon == pytest.approx(eps, rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(t1=st.floats(0.5, 200.0), factor=st.floats(1.0, 10.0), name=st.sampled_from(MECHS),
+       metric=st.sampled_from(accuracy.METRICS), fam=st.sampled_from(FAMILIES))
+def test_a_looser_target_never_costs_more_epsilon(t1, factor, name, metric, fam):
+    e1 = dpx.epsilon_for(W32, name, t1, metric, **fam).epsilon
+    e2 = dpx.epsilon_for(W32, name, t1 * factor, metric, **fam).epsilon
+    assert e2 <= e1 * (1 + 1e-11)          # up to the solvers' relative 1e-12
+
+
+@settings(max_examples=50, deadline=None)
+@given(eps=st.floats(0.01, 50.0), delta=st.sampled_from([1e-3, 1e-6, 1e-9]),
+       calibration=st.sampled_from(["zcdp", "analytic", "eigen_design"]))
+def test_noise_for_std_inverts_every_calibration(eps, delta, calibration):
+    c = dpx.Gaussian(eps, delta, calibration).sigma_per_unit
+    got, rho = accuracy.noise_for_std(c, delta=delta, calibration=calibration)
+    assert got == pytest.approx(eps, rel=1e-8)
+    assert rho == pytest.approx(1 / (2 * c * c), rel=1e-12)
+    assert accuracy.noise_for_std(math.sqrt(2) / eps)[0] == pytest.approx(eps, rel=1e-14)
+
+
+def test_analytic_gaussian_with_huge_noise_meets_any_epsilon():
+    # σ(ε → 0, δ) is finite for the analytic calibration: 2Φ(1/(2σ)) − 1 = δ
+    s0 = accuracy._sigma_zero(1e-3)
+    assert dpx.Gaussian(1e-8, 1e-3).sigma_per_unit == pytest.approx(s0, rel=1e-5)
+    eps, _ = accuracy.noise_for_std(2 * s0, delta=1e-3, calibration="analytic")
+    assert eps == 0.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(st.floats(0, 1e6), min_size=1, max_size=60), share=st.floats(0.01, 1.0))
+def test_quantile_over_queries_is_the_inverted_cdf(values, share):
+    t = accuracy.quantile_over_queries(values, share)
+    v = np.asarray(values)
+    assert t == np.quantile(v, share, method="inverted_cdf")
+    assert (v <= t).sum() >= math.ceil(round(share * v.size, 9))
+    smaller = v[v < t]
+    if smaller.size:
+        assert (v <= smaller.max()).sum() < share * v.size
+
+
+# ------------------------------------------------------------------ simulations
+def test_data_dependent_epsilon_is_a_seeded_simulation_with_a_band():
+    W = dpx.workloads.all_range(32)
+    x = np.random.default_rng(3).poisson(30, 32).astype(float)
+    res = dpx.epsilon_for(W, "dawa", 6.0, x=x, trials=8, seed=1, rtol=0.05)
+    assert res.kind == "simulation" and not res.exact
+    assert (res.seed, res.trials, res.rtol) == (1, 8, 0.05)
+    assert res.epsilon_low <= res.epsilon <= res.epsilon_high
+    assert res.error <= 6.0 and "simulated" in res.method and "bootstrap" in res.method
+    again = dpx.epsilon_for(W, "dawa", 6.0, x=x, trials=8, seed=1, rtol=0.05)
+    assert again == res                                   # reproducible from the seed
+    assert accuracy.error_at(W, "dawa", res.noise, x=x, trials=8, seed=1) == res.error
+    assert "band" in str(res) and "seed 1" in str(res)
+
+
+def test_simulation_agrees_with_the_analytic_epsilon():
+    """The simulation path, run on a data-independent mechanism, finds the exact ε within its error.
+
+    Identity on Identity(64): 64 independent answers per run, T = 20 runs; the relative standard
+    error of the RMSE is about sqrt(Var(e²))/(2σ² sqrt(Tm)) = sqrt(20)/2/sqrt(1280) ≈ 0.063 for
+    Laplace noise (E e⁴ = 24 b⁴); ε ∝ 1/RMSE, so 4 standard errors plus the bisection's 2 %.
+    """
+    W = dpx.workloads.identity(64)
+    x = np.full(64, 10.0)
+    fam = accuracy._family(None, None, None)
+    sim = accuracy._simulated(W, "identity", "Identity", 4.0, "rmse", fam, 0.95, 0.95, True, x,
+                              20, 0, 0.02, None)
+    exact = dpx.epsilon_for(W, "identity", 4.0).epsilon
+    assert sim.kind == "simulation"
+    assert abs(sim.epsilon / exact - 1) <= 4 * 0.063 + 0.02
+    assert sim.epsilon_low <= sim.epsilon <= sim.epsilon_high
+
+
+def test_simulated_ci95_needs_enough_runs():
+    x = np.ones(32)
+    with pytest.raises(ValueError, match="at least 20 runs"):
+        dpx.epsilon_for(W32, "dawa", 5.0, "ci95", x=x, trials=10)
+    with pytest.raises(ValueError, match="data-dependent"):
+        dpx.epsilon_for(W32, "dawa", 5.0)
+    with pytest.raises(ValueError, match="5 cells but the workload is over 32"):
+        dpx.epsilon_for(W32, "dawa", 5.0, x=np.ones(5))
+
+
+# ------------------------------------------------------------------------ table
+def test_epsilon_table_every_mechanism_and_the_svd_floor():
+    W = dpx.workloads.prefix(32)
+    df = dpx.epsilon_table(W, 5.0)
+    assert set(df["mechanism"]) == set(dpx.registry.names())
+    floor = df.attrs["floor_epsilon"]
+    # the floor: the ε at which the SVD bound on the RMSE equals the target
+    assert dpx.svd_bound(W, dpx.Laplace(floor)) == pytest.approx(5.0, rel=1e-12)
+    ok = df.dropna(subset=["epsilon"])
+    assert len(ok) >= 5 and (ok["epsilon"] >= floor * (1 - 1e-9)).all()
+    assert list(ok["epsilon"]) == sorted(ok["epsilon"])
+    assert df["epsilon"].isna().sum() == len(df) - len(ok)      # NaN rows last
+    for _, row in ok.iterrows():                                 # the comparison at that ε agrees
+        cmp = dpx.compare(W, dpx.Laplace(row["epsilon"]), mechanisms=[row["mechanism"]])
+        assert cmp["rmse"].iloc[0] == pytest.approx(5.0, rel=1e-9)
+        assert row["ratio"] == pytest.approx(row["epsilon"] / floor)
+    dawa = df.set_index("mechanism").loc["dawa"]
+    assert math.isnan(dawa["epsilon"]) and "pass x=" in dawa["note"]
+    assert df.attrs["metric"] == "rmse" and df.attrs["target"] == 5.0
+
+
+def test_epsilon_table_gaussian_rho_and_ci95_have_no_floor():
+    W = dpx.workloads.marginals((4, 5, 3), [1, 2])
+    df = dpx.epsilon_table(W, 2.0, noise="gaussian", mechanisms=["identity", "residual_planner",
+                                                                   "opt_m"])
+    assert df["epsilon"].isna().all() and (df["rho"] > 0).all()
+    assert list(df["rho"]) == sorted(df["rho"])          # the cheapest mechanism first
+    assert df.attrs["floor_rho"] > 0
+    ci = dpx.epsilon_table(W, 2.0, "ci95", delta=1e-6, mechanisms=["identity", "opt_m"])
+    assert math.isnan(ci.attrs["floor_epsilon"]) and "no floor" in ci.attrs["floor_note"]
+    assert ci["epsilon"].notna().all()
+
+
+def test_epsilon_table_max_metric_builds_residual_planner_for_the_worst_query():
+    W = dpx.workloads.marginals((4, 5, 3), [1, 2])
+    df = dpx.epsilon_table(W, 2.0, "max", delta=1e-6, mechanisms=["residual_planner"])
+    cmp = dpx.compare(W, dpx.Gaussian(df["epsilon"].iloc[0], 1e-6, "zcdp"),
+                      mechanisms=["residual_planner"], objective="max")
+    assert cmp["max_std"].iloc[0] == pytest.approx(2.0, rel=1e-8)
+
+
+def test_epsilon_table_simulates_data_dependent_mechanisms_with_x():
+    W = dpx.workloads.all_range(16)
+    x = np.random.default_rng(0).poisson(20, 16).astype(float)
+    df = dpx.epsilon_table(W, 4.0, x=x, trials=4, rtol=0.1, mechanisms=["dawa", "identity"])
+    kinds = dict(zip(df["mechanism"], df["kind"], strict=True))
+    assert kinds == {"dawa": "simulation", "identity": "analytic"}
+
+
+# ------------------------------------------------------------------ plain words
+def test_accuracy_sentence_uses_the_release_interval_rules():
+    W = dpx.workloads.all_range(64)
+    noise = dpx.Laplace(1.0)
+    A = _strategy(W, "hb")
+    h, _ = confidence_half_widths(W, A, noise, noise_sampler(A, noise, True), 0.95)
+    t = float(np.quantile(h, 0.95, method="inverted_cdf"))
+    text = dpx.accuracy_sentence(W, "hb", noise)
+    assert f"±{t:,.0f} counts" in text and "2,080 range answers" in text
+    assert "95 % of your" in text and f"±{h.max():,.0f})" in text
+    assert "HB" in text and "ε = 1" in text
+    g = dpx.accuracy_sentence(W, "hb", dpx.Gaussian(1.0, 1e-6, "zcdp"), noun="ranges")
+    assert "Gaussian" in g and "δ = 1e-06" in g and "ranges" in g
+
+
+def test_accuracy_sentence_single_answer_and_all_equal_widths():
+    one = dpx.accuracy_sentence(dpx.workloads.identity(1), "identity", dpx.Laplace(1.0))
+    assert one.startswith("With Identity") and "your answer is within ±3.0 counts" in one
+    all16 = dpx.accuracy_sentence(I16, "identity", dpx.Laplace(1.0))
+    assert "all 16 counts are within ±3.0 counts" in all16
+
+
+def test_accuracy_sentence_data_dependent():
+    x = np.random.default_rng(0).poisson(20, 32).astype(float)
+    assert "depends on the data" in dpx.accuracy_sentence(W32, "dawa", dpx.Laplace(1.0))
+    sim = dpx.accuracy_sentence(W32, "dawa", dpx.Laplace(1.0), x=x, trials=20)
+    assert sim.startswith("In a simulation on this data (20 seeded runs)")
+
+
+def test_describe_privacy():
+    text = dpx.describe_privacy(1.0)
+    assert "e^ε ≈ 2.72" in text and "Smaller ε is more private" in text and "δ" not in text
+    with_delta = dpx.describe_privacy(0.5, 1e-6, rho=0.01)
+    assert "1 in 1,000,000" in with_delta and "ρ = 0.01" in with_delta and "1.65" in with_delta
+    for bad in [dict(epsilon=0), dict(epsilon=-1), dict(epsilon=1, delta=1.0),
+                dict(epsilon=float("nan"))]:
+        with pytest.raises(ValueError):
+            dpx.describe_privacy(**bad)
+
+
+# ------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(target=0), "positive"), (dict(target=float("inf")), "positive"),
+    (dict(target="a lot"), "positive"), (dict(metric="mae"), "metric"),
+    (dict(delta=1e-6, noise="laplace"), "pure"), (dict(noise="cauchy"), "noise must be"),
+    (dict(noise="gaussian", calibration="analytic"), "needs δ"),
+    (dict(delta=1e-6, calibration="fancy"), "calibration"), (dict(delta=2.0), "delta"),
+    (dict(level=0.5, metric="ci95"), "level"), (dict(share=0, metric="ci95"), "share"),
+])
+def test_bad_input_is_refused_clearly(kwargs, match):
+    args = dict(target=5.0)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        dpx.epsilon_for(W32, "hb", **args)
+
+
+def test_unknown_mechanism_and_unsupported_scope():
+    with pytest.raises(KeyError, match="registered"):
+        dpx.epsilon_for(W32, "nope", 5.0)
+    with pytest.raises(dpx.registry.NotApplicableError):
+        dpx.epsilon_for(W32, "eigen_design", 5.0)     # Gaussian-only mechanism under Laplace
+    with pytest.raises(TypeError):
+        accuracy.error_at(W32, "hb", 1.0)
+
+
+def test_error_profile_is_reused_for_many_targets_and_epsilons():
+    W = dpx.workloads.all_range(32)
+    for noise in (dpx.Laplace(1.0), dpx.Gaussian(1.0, 1e-6, "zcdp")):
+        prof = dpx.accuracy.error_profile(W, "hb", noise, "ci95")
+        for eps in (0.1, 0.7, 3.0):
+            at = noise.with_epsilon(eps)
+            assert prof.error(at) == pytest.approx(dpx.accuracy.error_at(W, "hb", at, "ci95"),
+                                                   rel=1e-12)
+        for t in (3.0, 10.0, 40.0):
+            got, want = prof.epsilon_for(t, noise), dpx.epsilon_for(W, "hb", t, "ci95", noise=noise)
+            assert got.epsilon == pytest.approx(want.epsilon, rel=1e-12)
+            assert prof.error(noise.with_epsilon(got.epsilon)) <= t
+    with pytest.raises(ValueError, match="laplace noise"):
+        dpx.accuracy.error_profile(W, "hb", dpx.Laplace(1.0)).epsilon_for(5.0, delta=1e-6)
+    with pytest.raises(ValueError, match="adapts to the data"):
+        dpx.accuracy.error_profile(W, "dawa", dpx.Laplace(1.0))

@@ -1,0 +1,271 @@
+"""Accuracy first in the app (issue 15) and first-contact texts (issue 17 items 4, 6, 8, 13),
+driven without a browser: the Compare page's "ε for this error" mode against dpx.epsilon_for,
+the sidebar's plain words, the app's wording of engine advice, DPBench listed by default."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpexplorer as dpx
+
+pn = pytest.importorskip("panel")
+hv = pytest.importorskip("holoviews")
+
+from dpexplorer.ui import session as session_module  # noqa: E402
+from dpexplorer.ui.accuracy_view import (  # noqa: E402
+    ADAPTIVE_NOTE, epsilon_bars, target_curve_plot)
+from dpexplorer.ui.compare_view import ComparePage  # noqa: E402
+from dpexplorer.ui.session import Session, app_text, exception_message  # noqa: E402
+
+W64 = dpx.workloads.all_range(64)
+
+
+@pytest.fixture
+def page():
+    session = Session(workload=W64)
+    p = ComparePage(session, auto_optimize=False)
+    assert p.wait(120)
+    p.panel()
+    return p
+
+
+def _finite(df):
+    return df[np.isfinite(df["epsilon"].to_numpy(dtype=float))]
+
+
+@pytest.mark.parametrize("noise", ["Laplace", "Gaussian"])
+def test_epsilon_for_ci95_target_is_the_engines(page, noise):
+    session, first = page.session, page.accuracy_first
+    session.noise = noise
+    assert page.wait(120)
+    first.target = 12.0
+    first.mode = "epsilon"
+    assert page.wait(120)
+    df = first.table
+    assert df is not None and df.attrs["metric"] == "ci95" and df.attrs["target"] == 12.0
+    ok = _finite(df)
+    assert len(ok) >= 4                                   # HB, Identity, H2, Privelet, ...
+    model = session.noise_model()
+    for r in ok.itertuples():
+        want = dpx.epsilon_for(W64, r.mechanism, 12.0, "ci95", noise=model)
+        assert r.epsilon == pytest.approx(want.epsilon, rel=1e-12), r.mechanism
+        # the smallest ε: the target holds at ε and fails just below it
+        at = dpx.accuracy.error_at(W64, r.mechanism, model.with_epsilon(r.epsilon), "ci95")
+        below = dpx.accuracy.error_at(W64, r.mechanism, model.with_epsilon(r.epsilon * (1 - 1e-6)),
+                                      "ci95")
+        assert at <= 12.0 < below, r.mechanism
+    assert list(ok["epsilon"]) == sorted(ok["epsilon"])   # least ε (most private) first
+    dep = df[df["mechanism"].isin(dpx.registry.names(data_dependent=True))]
+    assert len(dep) and dep["epsilon"].isna().all() and (dep["note"] == ADAPTIVE_NOTE).all()
+    assert math.isnan(df.attrs["floor_epsilon"]) and "no floor" in df.attrs["floor_note"]
+    text = first.summary()
+    assert f"ε = {ok['epsilon'].iloc[0]:.3g}" in text and ok["label"].iloc[0] in text
+    assert "±12 counts on 95 % of queries" in text
+
+
+def test_rmse_target_floor_and_curve(page):
+    first = page.accuracy_first
+    first.metric, first.target, first.mode = "rmse", 5.0, "epsilon"
+    assert page.wait(120)
+    df = first.table
+    want = dpx.epsilon_table(W64, 5.0, "rmse", mechanisms=list(_finite(df)["mechanism"]))
+    assert df.attrs["floor_epsilon"] == pytest.approx(want.attrs["floor_epsilon"], rel=1e-12)
+    for r in _finite(df).itertuples():
+        w = want.set_index("mechanism").loc[r.mechanism]
+        assert r.epsilon == pytest.approx(w["epsilon"], rel=1e-12)
+        assert r.error == pytest.approx(5.0, rel=1e-9) and r.error <= 5.0 * (1 + 1e-12)
+        assert r.ratio >= 1 - 1e-12                   # no strategy below the SVD bound's ε
+    # the curve is RMSE(ε) of each mechanism and passes through the target at each ε found
+    cv = first.curve
+    assert set(cv["mechanism"]) >= set(_finite(df)["mechanism"]) | {"svd_bound"}
+    hb = cv[cv["mechanism"] == "hb"]
+    e = float(hb["epsilon"].iloc[7])
+    assert hb["error"].iloc[7] == pytest.approx(
+        dpx.rmse(W64, dpx.registry.get("hb").strategy(W64, dpx.Laplace(1.0)), dpx.Laplace(e)),
+        rel=1e-9)
+    pts = cv.attrs["points"]
+    np.testing.assert_allclose(pts["error"], 5.0, rtol=1e-9)
+    hv.render(epsilon_bars(df))
+    hv.render(target_curve_plot(cv))
+    # the target is drawn: a horizontal line at 5 in the curve, the floor in the bars
+    assert any(isinstance(el, hv.HLine) and el.data == 5.0 for el in target_curve_plot(cv))
+    assert any(isinstance(el, hv.HLine) for el in epsilon_bars(df))
+
+
+def test_target_changes_without_rebuilding_and_the_mode_switches_views(page):
+    first = page.accuracy_first
+    first.mode = "epsilon"
+    assert page.wait(120)
+    panes = page._panes
+    assert panes["target_summary"].object == first.summary()
+    by_epsilon = [c for c in page.panel().objects if isinstance(c, pn.Column)
+                  and panes["target_table"] in c.objects][0]
+    results = [c for c in page.panel().objects if isinstance(c, pn.Column)
+               and panes["table"] in c.objects][0]
+    assert by_epsilon.visible and not results.visible
+    old = first.table.set_index("mechanism")["epsilon"]
+    first.target = first.target * 2                       # doubles the tolerated error
+    assert page.wait(120)
+    new = first.table.set_index("mechanism")["epsilon"]
+    lap = _finite(first.table)["mechanism"]
+    # Laplace intervals are linear in 1/ε except the discrete single-measurement rule (a step)
+    np.testing.assert_allclose(new[lap] / old[lap], 0.5, rtol=0.05)
+    assert panes["target_table"].value["epsilon"].tolist() == pytest.approx(
+        first.table["epsilon"].tolist(), nan_ok=True)
+    first.mode = "error"
+    assert results.visible and not by_epsilon.visible
+
+
+def test_bad_target_is_refused_with_a_message(page):
+    first = page.accuracy_first
+    first.mode = "epsilon"
+    assert page.wait(120)
+    before = first.target
+    assert first.set_target("abc") is False
+    assert first.target == before and "positive number of counts" in first.error
+    assert "Target error" in page.session.error
+    box = first._widgets["target"]
+    box.value = -3.0
+    assert box.value == before and first.target == before
+    box.value = 7.5
+    assert page.wait(120) and first.target == 7.5 and first.table.attrs["target"] == 7.5
+
+
+def test_sidebar_says_what_the_settings_mean_and_updates_live():
+    session = Session(workload=W64)
+    session.controls()
+    assert session._sentence.wait(60)
+    text = session.privacy_text()
+    assert session._meaning_pane.object == text
+    assert text.startswith(dpx.describe_privacy(1.0))
+    t = dpx.accuracy.error_at(W64, "hb", dpx.Laplace(1.0), "ci95")
+    assert f"±{t:,.0f} counts" in text and "64" not in text.split("your")[0][-5:]
+    assert "95 % of your 2,080 answers" in text
+    session.epsilon = 0.25                      # arithmetic on the stored profile: no wait
+    t2 = dpx.accuracy.error_at(W64, "hb", dpx.Laplace(0.25), "ci95")
+    assert f"±{t2:,.0f} counts" in session._meaning_pane.object
+    session.noise = "Gaussian"
+    assert session._sentence.wait(60)
+    g = dpx.accuracy.error_at(W64, "hb", session.noise_model(), "ci95")
+    assert f"δ = {session.delta:g}" in session._meaning_pane.object
+    assert f"±{g:,.0f} counts" in session._meaning_pane.object
+
+
+def test_sidebar_sentence_for_a_workload_hb_does_not_fit():
+    W = dpx.workloads.marginals((4, 5), 1)
+    session = Session(workload=W)
+    session.controls()
+    assert session._sentence.wait(60)
+    text = session.privacy_text()
+    match = re.search(r"with (\S+) and Laplace noise", text)
+    assert match, text
+    label = match.group(1)
+    name = {dpx.registry.get(n).label: n for n in ("hb", "identity")}[label]
+    t = dpx.accuracy.error_at(W, name, dpx.Laplace(1.0), "ci95")
+    assert f"±{t:.1f} counts" in text or f"±{t:,.0f} counts" in text or f"±{t:.2g} counts" in text
+
+
+# ------------------------------------------------------------------ issue 17, item 8
+ENGINE_ADVICE = [
+    "Use dpx.Gaussian(epsilon, delta), or OPT_M/HDMM for Laplace",
+    "use dpx.Gaussian(1, 1e-06, calibration='zcdp') (the 'analytic' calibration's ...)",
+    "data-dependent: its error depends on the data; pass x= (or use dpx.evaluate)",
+    "above 1,024 for Laplace noise: use opt_kron, opt_plus or hdmm, which work factor by factor",
+]
+
+
+@pytest.mark.parametrize("message", ENGINE_ADVICE)
+def test_app_text_names_the_control_not_the_python_call(message):
+    text = app_text(message)
+    assert "dpx." not in text and "x=" not in text and "opt_kron" not in text
+    assert any(w in text for w in ("sidebar", "choose", "Data & DAWA")), text
+
+
+def test_messages_the_app_shows_speak_of_controls():
+    # the Compare table's notes under Laplace (ResidualPlanner, Eigen-Design, data-dependent)
+    table = dpx.compare(W64, dpx.Laplace(1.0), ["residual_planner", "eigen_design", "dawa"])
+    notes = " ".join(table["note"].astype(str))
+    assert "dpx." not in notes and "x=" not in notes and "Gaussian noise" in notes
+    # a release under the analytic calibration: the sidebar setting to change
+    with pytest.raises(ValueError) as info:
+        dpx.release(np.ones(4), dpx.workloads.identity(4), "identity",
+                    dpx.Gaussian(1.0, 1e-6, "analytic"))
+    text = exception_message(info.value)
+    assert "Settings → Gaussian calibration" in text and "dpx." not in text
+    # OPT0 beyond its dense limit
+    with pytest.raises(dpx.registry.NotApplicableError) as info:
+        dpx.registry.get("opt0").strategy(dpx.workloads.prefix(dpx.templates.OPT0_MAX_CELLS[1] + 1),
+                                          dpx.Laplace(1.0))
+    assert "OPT⊗, OPT+ or HDMM" in str(info.value) and "opt_kron" not in str(info.value)
+    # the session's report translates whatever reaches it
+    session = Session()
+    session.report("Eigen-Design ...; use dpx.Gaussian(epsilon, delta)")
+    assert session.error.endswith("choose Gaussian noise in the sidebar")
+
+
+# ------------------------------------------------------------------ issue 17, item 6
+def test_dpbench_is_listed_by_default(monkeypatch, tmp_path):
+    shared = dpx.datasets.default_dpbench_dir()
+    if shared is None or not shared.is_dir():
+        pytest.skip("no DPBench copy on this machine")
+    monkeypatch.delenv("DPEXPLORER_DPBENCH", raising=False)
+    monkeypatch.setattr(dpx.datasets, "default_dpbench_dir", lambda: shared)
+    session = Session()
+    assert session.dpbench_dir == str(shared)
+    listed = [d for d in session.param.dataset.objects if d.startswith("DPBench: ")]
+    assert len(listed) == len(dpx.datasets.list_dpbench(shared))
+    # no copy anywhere: only the bundled datasets, no message
+    monkeypatch.setattr(dpx.datasets, "default_dpbench_dir", lambda: None)
+    bare = Session()
+    assert bare.dpbench_dir == "" and bare.error == ""
+    assert not any(d.startswith("DPBench") for d in bare.param.dataset.objects)
+
+
+# ------------------------------------------------------------------ issue 17, item 4
+def test_no_page_shows_math_md(monkeypatch):
+    from dpexplorer.ui.app import PAGES, ExplorerApp
+
+    app = ExplorerApp(Session())
+    texts = []
+    for title, _, _ in PAGES:
+        page = app.page_for(title)
+        if isinstance(page, ComparePage):
+            page.cancel()                             # texts only: no optimiser needed
+        layout = page.__panel__() if hasattr(page, "__panel__") else page
+        for pane in layout.select(lambda o: isinstance(o, (pn.pane.Markdown, pn.pane.Alert,
+                                                          pn.pane.HTML, pn.pane.Str))):
+            obj = pane.object
+            texts.append(obj if isinstance(obj, str) else "")
+    for pane in app.session.controls().select(pn.pane.Markdown):
+        texts.append(pane.object)
+    joined = "\n".join(texts)
+    assert len(joined) > 2000                         # the pages' texts were found
+    assert "MATH.md" not in joined and "http://MATH" not in joined and "../shared" not in joined
+    for page in app.pages.values():
+        if callable(getattr(page, "stop", None)):
+            page.stop()
+
+
+# ------------------------------------------------------------------ issue 17, item 13
+def test_release_download_says_which_range_each_answer_is():
+    from dpexplorer.ui.release_view import ReleaseView
+
+    session = Session(workload=dpx.workloads.all_range(8))
+    session.dataset = "airports_elevation"
+    view = ReleaseView(session, trials=0)
+    view.mechanism = "hb"
+    ds = session.data()
+    if ds.x.size != 8:
+        session.workload = dpx.workloads.all_range(ds.x.size)
+    assert view.run_release(trials=0), session.error
+    df = pd.read_csv(io.StringIO(view.csv_text()), comment="#")
+    lo, hi = session.workload.ranges()
+    assert df["label"].tolist() == [f"[{a}, {b}]" for a, b in zip(lo, hi, strict=True)]
+    assert f"# dpexplorer_version: {dpx.__version__}" in view.csv_text()
+    assert "# dataset_spent_after_release: " in view.csv_text()
