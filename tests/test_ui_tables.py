@@ -284,6 +284,9 @@ def test_marginal_plots(session, table_view):
     heat = tv.marginal_plot(3)  # Segment × Region
     assert isinstance(heat, hv.HeatMap)
     assert heat.data.shape[0] == 12 and {"std", "ci_low", "ci_high"} <= set(heat.data.columns)
+    assert "heatmap" in tv.marginal_caption(3) and "Segment × Region" in tv.marginal_caption(3)
+    half = 1.959963984540054 * tv.last.marginals[1]["std"][0]
+    assert f"± {half:.4g}" in tv.marginal_caption(1) and "bars" in tv.marginal_caption(1)
     tv.marginal = 5
     assert "Region × Category" in tv.marginal_plot().opts.get().kwargs["title"]
 
@@ -310,3 +313,23 @@ def test_table_downloads_hold_no_seed_and_no_truth(session, table_view):
     # a later simulation does not change what is downloaded
     assert table_view.run_trials() is True
     assert json.loads(tv.json_text())["mode"] == "release"
+
+
+def test_table_results_layout_follows_releases(session, table_view):
+    session.noise = "Gaussian"
+    layout = table_view.panel()
+    assert layout.get_root() is not None
+    tv = table_view.tables
+    assert table_view.run_release() is True
+    picks = [s for s in layout.select(pn.widgets.Select) if "1. Segment (3 cells)" in s.options]
+    assert len(picks) == 1 and len(picks[0].options) == 6
+    captions = [m for m in layout.select(pn.pane.Markdown)
+                if isinstance(m.object, str) and m.object.startswith("**Segment**")]
+    assert len(captions) == 1
+    picks[0].value = 3  # the user picks Segment × Region
+    assert tv.marginal == 3 and captions[0].object.startswith("**Segment × Region**")
+    cells = [t for t in layout.select(pn.widgets.Tabulator) if "marginal" in t.value.columns]
+    assert len(cells) == 1 and len(cells[0].value) == session.workload.m
+    downloads = [d for d in layout.select(pn.widgets.FileDownload)
+                 if d.filename.startswith("release_superstore_orders")]
+    assert len(downloads) == 2 and not any(d.disabled for d in downloads)

@@ -209,10 +209,8 @@ class TableRelease(param.Parameterized):
             values = {"shown": result, "error": ""}
             if release:
                 values["last"] = result
-            marginal = self.marginal if self.marginal < len(result.marginals) else 0
-            with pn.io.hold():
-                self.marginal = marginal
-                self._set(**values)
+            values["marginal"] = self.marginal if self.marginal < len(result.marginals) else 0
+            self._set(**values)  # one update: the page redraws once
             return True
         finally:
             self._set(busy=False)
@@ -332,6 +330,23 @@ class TableRelease(param.Parameterized):
                                       title=title + note, fontsize={"title": "9pt"},
                                       ylabel="count", shared_axes=False)
 
+    def marginal_caption(self, index: int | None = None) -> str:
+        """Markdown under the chart: which marginal, how it is drawn, its 95 % half-widths."""
+        res = self.shown
+        if res is None or not res.marginals:
+            return ""
+        index = self.marginal if index is None else index
+        part = res.marginals[min(max(int(index), 0), len(res.marginals) - 1)]
+        k = len(part["shape"])
+        how = ("heatmap (hover a cell for its std and interval)" if k == 2 else
+               "bar with its 95 % error bar" if k == 0 else "bars with 95 % error bars")
+        half = (part["ci_high"] - part["ci_low"]).ravel() / 2
+        spread = (f"± {half.min():.4g}" if np.allclose(half, half.min(), rtol=1e-9)
+                  else f"± {half.min():.4g} to ± {half.max():.4g}")
+        what = f"simulated (seed {res.release.seed})" if res.simulated else "released"
+        return (f"**{marginal_name(part)}**: {part['answer'].size:,} {what} cells, drawn as a "
+                f"{how}; 95 % interval {spread} (std {part['std'].ravel().max():.4g}).")
+
     def summary(self) -> str:
         table = self.table()
         s = self.session
@@ -389,6 +404,8 @@ class TableRelease(param.Parameterized):
                                  value=self.marginal, width=360)
         pick.param.watch(lambda e: setattr(self, "marginal", e.new), "value")
         plot = pn.pane.HoloViews(self.marginal_plot(), sizing_mode="stretch_width", height=480)
+        caption = pn.pane.Markdown(self.marginal_caption(), sizing_mode="stretch_width")
+        drawn = {"key": (id(self.shown), id(self.last), self.objective)}
         number = NumberFormatter(format="0,0.000")
         cells = pn.widgets.Tabulator(
             self.frame(), show_index=False, disabled=True, sizing_mode="stretch_width",
@@ -410,31 +427,37 @@ class TableRelease(param.Parameterized):
                                      pagination="local", page_size=5)
 
         def redraw(*_):
+            # one redraw per change, each model replaced once (two replacements of the chart in
+            # one message left the browser with a reference to a model it never received)
+            key = (id(self.shown), id(self.last), self.objective)
             with pn.io.hold():  # one message to the browser for all its changes
-                summary.object = self.summary()
-                options = self._options()
-                if options != pick.options:
-                    pick.options = options
-                pick.value = self.marginal
+                if key != drawn["key"]:  # a new result: everything; else only the marginal
+                    drawn["key"] = key
+                    summary.object = self.summary()
+                    options = self._options()
+                    if options != pick.options:
+                        pick.options = options
+                    cells.value = self.frame()
+                    for w, ext in ((csv, "csv"), (js, "json")):
+                        w.filename = self.filename(ext)
+                        w.disabled = self.last is None
+                if pick.value != self.marginal:
+                    pick.value = self.marginal
                 plot.object = self.marginal_plot()
-                cells.value = self.frame()
-                for w, ext in ((csv, "csv"), (js, "json")):
-                    w.filename = self.filename(ext)
-                    w.disabled = self.last is None
+                caption.object = self.marginal_caption()
 
         def ledger_update():
             with pn.io.hold():
                 ledger.object = self.ledger_text()
                 table.value = self._ledger_frame()
         self._hooks.append(ledger_update)
-        self.param.watch(lambda *_: self.gate.run("table", redraw), ["shown", "last", "objective"])
-        self.param.watch(lambda *_: self.gate.run("table-marginal", lambda: setattr(
-            plot, "object", self.marginal_plot())), "marginal")
+        self.param.watch(lambda *_: self.gate.run("table", redraw),
+                         ["shown", "last", "objective", "marginal"])
         self.session.param.watch(lambda *_: self.gate.run("table-summary", lambda: (
             setattr(summary, "object", self.summary()), ledger_update())),
             ["noise", "epsilon", "delta", "workload", "table"])
         return pn.Column(
-            error_alert(self.param.error), summary, pick, plot,
+            error_alert(self.param.error), summary, pick, caption, plot,
             pn.pane.Markdown("**Released cells** of every marginal with their analytic standard "
                              "error and 95 % interval (exactly what the downloads hold; no true "
                              "answer is computed)."), cells, pn.Row(csv, js),

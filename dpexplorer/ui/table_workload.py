@@ -261,6 +261,7 @@ class TableMarginals(param.Parameterized):
         mode = w.RadioButtonGroup.from_param(self.param.mode, options={"all k-way": "orders",
                                                                         "attribute sets": "sets"})
         orders = w.TextInput.from_param(self.param.orders, **{_LABEL: "Orders k (e.g. 2 or 1-2)"},
+                                        placeholder="k, e.g. 2 or 1-2",
                                         visible=pn.bind(lambda m: m == "orders", self.param.mode))
         sets = w.TextAreaInput.from_param(self.param.sets, **{_LABEL: "Attribute sets"}, height=80,
                                           placeholder="Region, Segment; Category",
