@@ -317,7 +317,11 @@ def test_optimisers_in_compare_strategy_and_a_large_preset(page):
 
     _tab(page, "Strategy")
     canvases = page.locator(".bk-Canvas:visible").count()
-    selects = page.locator("select:visible")  # the strategy picker: the first offering OPT0
+    # the strategy picker: the first select offering OPT0 (the page is built on first opening,
+    # which takes more than _tab's pause on a loaded machine)
+    page.locator("select:visible", has=page.locator("option", has_text="OPT0")).first.wait_for(
+        timeout=60_000)
+    selects = page.locator("select:visible")
     left = next(sel for sel in (selects.nth(i) for i in range(selects.count()))
                 if "OPT0" in sel.locator("option").all_inner_texts())
     left.select_option(label="OPT0")

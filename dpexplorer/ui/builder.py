@@ -642,6 +642,8 @@ class Term:
             return f"{_orders_label(p.get('k'))}-way marginals"
         if f == "range_marginals":
             return f"{_orders_label(p.get('k'))}-way range marginals ({p.get('kind', 'all_range')})"
+        if f == "marginal_sets":
+            return f"Marginals on {len(p.get('sets', []))} attribute set(s)"
         if f == "spec":
             return f"from spec: {p.get('name', '')}"
         if f == "external":
@@ -684,6 +686,10 @@ class Term:
             if f == "marginals":
                 return dpx.workloads.marginals(domain, k)
             return dpx.workloads.range_marginals(domain, k, p.get("kind", "all_range"))
+        if f == "marginal_sets":  # listed attribute sets (the Record table card)
+            parts = [dpx.workloads.marginal(domain, axes) for axes in p["sets"]]
+            return dpx.workloads.union(parts, name=f"marginals({len(parts)} sets)") \
+                if len(parts) > 1 else parts[0]
         if f == "predicates":
             M = np.asarray(p["matrix"], dtype=float)
             cells = math.prod(domain)
@@ -876,6 +882,8 @@ class WorkloadBuilder(param.Parameterized):
             if not self._commit([Term("all_range")], domain, names, "Start"):
                 self._commit([Term("identity")], (256,), (), "Start")
         self.session.param.watch(self._on_session_workload, "workload")
+        from .table_workload import TableMarginals
+        self.tables = TableMarginals(self)  # the "Record table: marginals" card
         # A plain element, redrawn with a fresh stream on every change: a BoundsX stream on a
         # DynamicMap never received the browser's box-select geometry (Panel 1.9/HoloViews 1.23)
         self._hist_pane = pn.pane.HoloViews(sizing_mode="stretch_width", height=240)
@@ -1646,7 +1654,11 @@ class WorkloadBuilder(param.Parameterized):
         if self.large_domain_note():
             lines.append("⚠ " + self.large_domain_note())
         cells = self._dataset_cells()
-        if cells is not None and self._domain != (cells,):
+        table = self.session.table
+        if table is not None and tuple(table.shape) == self._domain:
+            lines.append(f"Over the record table `{table.name}` ({', '.join(table.domain.names)}): "
+                         "the Release page releases its marginals from the records.")
+        elif cells is not None and self._domain != (cells,):
             lines.append(f"⚠ The dataset {self.session.dataset!r} has {cells} cells but the domain is "
                          f"{_describe_domain(self._domain, self._names)}: releases need n = {cells}.")
         return "\n\n".join(lines)
@@ -1734,7 +1746,7 @@ class WorkloadBuilder(param.Parameterized):
                         upload.note(),
                         text, pn.Row(load, copy), title="Import / export spec",
                         sizing_mode="stretch_width", collapsed=True)
-        return pn.Column(domain, presets, adder, specs, width=360)
+        return pn.Column(domain, presets, self.tables.panel(), adder, specs, width=360)
 
     def _block_selectors(self, version=None) -> pn.Column:
         """One block-type Select per attribute (product terms)."""

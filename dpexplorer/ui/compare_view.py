@@ -57,6 +57,7 @@ from bokeh.models.widgets.tables import NumberFormatter
 from panel.io.state import set_curdoc
 
 import dpexplorer as dpx
+from dpexplorer.compare import OBJECTIVES
 
 from .accuracy_view import AccuracyFirst, epsilon_bars, target_curve_plot
 from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRelay
@@ -88,8 +89,9 @@ def comparison_table(frame: pd.DataFrame) -> pn.widgets.Tabulator:
         frame, show_index=False, disabled=True, sizing_mode="stretch_width",
         layout="fit_columns",
         titles={"label": "mechanism", "rmse": "RMSE", "ratio": "RMSE / SVD bound",
-                "seconds": "build (s)"},
+                "seconds": "build (s)", "max_std": "worst query std"},
         formatters={"rmse": NumberFormatter(format="0,0.000"),
+                    "max_std": NumberFormatter(format="0,0.000"),
                     "ratio": NumberFormatter(format="0.000"),
                     "seconds": NumberFormatter(format="0.0000"),
                     "description": {"type": "textarea"}, "source": {"type": "textarea"},
@@ -323,6 +325,13 @@ more private).
 """
 
 
+OBJECTIVE_NOTE = """\
+**Objective.** *Total error* ranks by RMSE (the root of the mean squared error over all
+queries); *worst query* ranks by the largest per-query standard deviation and adds it to the
+table.  OPT0, OPT⊗, OPT+, OPT_M, HDMM and Eigen-Design always **optimise the total error**,
+whichever is chosen; ResidualPlanner (Gaussian noise) optimises the chosen objective."""
+
+
 #: Registry names of the strategy optimisers (HDMM's OPT0, OPT⊗, OPT+, OPT_M, HDMM;
 #: Eigen-Design): they report progress and may take seconds to minutes, so the Compare
 #: page can leave them out of the automatic comparison (``ComparePage.auto_optimize``).
@@ -352,6 +361,7 @@ class _Base:
     svdb: float
     failures: list = field(default_factory=list)
     pending: list = field(default_factory=list)  # optimisers not run (deferred or cancelled)
+    objective: str = "sum"  # what the table ranks by (dpx.compare's objective)
 
     @property
     def failed(self) -> bool:
@@ -415,6 +425,11 @@ class ComparePage(pn.viewable.Viewer):
     total = param.Integer(default=1, constant=True, precedence=-1,
                           doc="Mechanisms in the running comparison.")
     status = param.String(default="", constant=True, precedence=-1)
+    objective = param.Selector(default="sum", objects=list(OBJECTIVES), doc="""
+        What the comparison ranks by: 'sum' (total squared error, shown as RMSE) or 'max'
+        (the worst query's standard deviation, dpx.compare(objective='max')).  Mechanisms with
+        an objective (ResidualPlanner) are built for it; OPT0, OPT⊗, OPT+, OPT_M, HDMM and
+        Eigen-Design always optimise the total squared error.""")
     auto_optimize = param.Boolean(default=True, doc="""
         Build the strategy optimisers (OPTIMIZERS) in every comparison; when False they
         are listed as 'not run yet' until run_optimizers() (the 'Run optimisers' button).""")
@@ -489,6 +504,7 @@ class ComparePage(pn.viewable.Viewer):
             self.mechanism = self.mechanisms()[0]
         self.session.param.watch(lambda *_: self.update(), ["workload", "epsilon", "delta", "noise"])
         self.param.watch(lambda *_: self._refresh_per_query(), "mechanism")
+        self.param.watch(lambda *_: self.update(), "objective")
         self.update()
 
     # ------------------------------------------------------------ state
@@ -543,7 +559,7 @@ class ComparePage(pn.viewable.Viewer):
                 self._set(busy=False, status="")
                 self._fail(_message(exc))
                 return False
-            key = (W, noise.norm, tuple(dpx.registry.names(private=True)))
+            key = (W, noise.norm, tuple(dpx.registry.names(private=True)), self.objective)
             base = self._bases.get(key)
             if base is None:
                 if self._pending != key:
@@ -586,8 +602,8 @@ class ComparePage(pn.viewable.Viewer):
             self._set(**values)
         post(apply)
 
-    def _build_row(self, post, token, W, noise, name,
-                   cancellable: bool = True) -> tuple[pd.DataFrame, str | None]:
+    def _build_row(self, post, token, W, noise, name, cancellable: bool = True,
+                   objective: str = "sum") -> tuple[pd.DataFrame, str | None]:
         """Worker: the :func:`dpexplorer.compare` row of ``name`` (built in session.cache).
 
         Optimisers report progress to :attr:`optimization`; a superseded build
@@ -605,8 +621,11 @@ class ComparePage(pn.viewable.Viewer):
             with dpx.optimization.progress(relay), build_lock(cache, (W, name, noise.norm)):
                 if stop():  # stopped while waiting for the lock
                     raise Cancelled(name)
-                df = dpx.compare(W, noise, [name], cache=cache)
-                df["unit_tse"] = cache.entry(W, name, noise)[1]
+                df = dpx.compare(W, noise, [name], cache=cache, objective=objective)
+                params = _params(mech, objective)
+                df["unit_tse"] = cache.entry(W, name, noise, params)[1]
+                df["unit_max"] = (cache.max_variance(W, name, noise, params)[0]
+                                  if objective == "max" else math.nan)
             return df, None
         except Exception as exc:  # noqa: BLE001 - one mechanism failing is reported
             if not isinstance(exc, ValueError):
@@ -640,7 +659,7 @@ class ComparePage(pn.viewable.Viewer):
                                   status=f"Building {mech.label} ({i + 1}/{len(now)})…")
                 try:
                     rows[name], failure = self._build_row(post, token, W, noise, name,
-                                                          cancellable=False)
+                                                          cancellable=False, objective=key[3])
                 except Cancelled:
                     if token != self._token:
                         return  # superseded (new workload or noise norm)
@@ -654,10 +673,10 @@ class ComparePage(pn.viewable.Viewer):
             frames = [rows[n] for n in names if n in rows]
             if dep:
                 try:
-                    df = dpx.compare(W, noise, dep, cache=cache)
+                    df = dpx.compare(W, noise, dep, cache=cache, objective=key[3])
                     order = {n: i for i, n in enumerate(dep)}
                     df = df.sort_values("mechanism", key=lambda s: s.map(order), kind="stable")
-                    df["unit_tse"] = math.nan
+                    df["unit_tse"] = df["unit_max"] = math.nan
                     frames.append(df)
                 except Exception as exc:  # noqa: BLE001
                     failures.append(f"data-dependent mechanisms: {_message(exc)}")
@@ -666,7 +685,7 @@ class ComparePage(pn.viewable.Viewer):
                 order = {n: i for i, n in enumerate(names)}
                 frame = frame.sort_values("mechanism", key=lambda s: s.map(order),
                                           kind="stable").reset_index(drop=True)
-            base = _Base(W, noise.norm, frame, svdb, failures, later)
+            base = _Base(W, noise.norm, frame, svdb, failures, later, key[3])
         except Exception as exc:  # noqa: BLE001 - e.g. the SVD bound failing
             log.exception("comparison failed")
             message = _message(exc)  # `exc` is unbound once the except block ends
@@ -752,7 +771,8 @@ class ComparePage(pn.viewable.Viewer):
             frame = base.frame.copy()
             frame.loc[frame["mechanism"].isin(base.pending), "note"] = OPTIMIZING
             base = self._bases[key] = _Base(base.W, base.norm, frame, base.svdb,
-                                            list(base.failures), list(base.pending))
+                                            list(base.failures), list(base.pending),
+                                            base.objective)
             self._set(optimizing=True, pending=[],
                       status=f"Running {len(base.pending)} optimiser(s)…")
             self._show(key, base, noise)
@@ -785,7 +805,8 @@ class ComparePage(pn.viewable.Viewer):
             frame = pd.concat([done[m].reindex(columns=old.columns) if m in done
                                else old.iloc[[i]] for i, m in enumerate(old["mechanism"])],
                               ignore_index=True)
-            return _Base(base.W, base.norm, frame, base.svdb, list(failures), pending)
+            return _Base(base.W, base.norm, frame, base.svdb, list(failures), pending,
+                         base.objective)
 
         try:
             for i, name in enumerate(names):
@@ -796,7 +817,8 @@ class ComparePage(pn.viewable.Viewer):
                     f"Optimising {mech.label} ({i + 1}/{len(names)}); the table shows the "
                     f"other mechanisms meanwhile"))
                 try:
-                    done[name], failure = self._build_row(post, token, base.W, noise, name)
+                    done[name], failure = self._build_row(post, token, base.W, noise, name,
+                                                          objective=key[3])
                 except Cancelled:
                     break
                 if failure:
@@ -863,7 +885,8 @@ class ComparePage(pn.viewable.Viewer):
                     if self._opt_pending == self._shown else
                     f"{label} has not been built for this workload yet: run the optimisers first"))
                 return
-            pkey = (W, name, norm)
+            mech = dpx.registry.get(name)
+            pkey = (W, name, norm, self._shown[3] if "objective" in mech.params else "sum")
             pq = self._pq.get(pkey)
             if pq is None:
                 if self._pq_pending != pkey:
@@ -892,14 +915,15 @@ class ComparePage(pn.viewable.Viewer):
             self._set(per_query=df, per_query_note="")
 
     def _per_query_job(self, post, pkey, noise) -> None:
-        W, name, _ = pkey
+        W, name, _, objective = pkey
         try:
             if W.m > self.max_per_query_rows:
                 pq = _PerQuery(None, None, f"{W.m:,} queries: too many to compute the error of "
                                f"each (at most {self.max_per_query_rows:,})")
             else:
                 with build_lock(self.cache, (W, name, noise.norm)):
-                    A, _, _, note = self.cache.entry(W, name, noise)
+                    A, _, _, note = self.cache.entry(
+                        W, name, noise, _params(dpx.registry.get(name), objective))
                 if A is None:
                     pq = _PerQuery(None, None, f"{dpx.registry.get(name).label} does not apply "
                                    f"to this workload: {note}")
@@ -907,7 +931,7 @@ class ComparePage(pn.viewable.Viewer):
                     var = dpx.error.per_query_variance(W, A, noise)
                     pq = _PerQuery(np.sqrt(var / noise.variance_per_unit))
                     if callable(getattr(W, "lengths", None)):
-                        same = [p for (w, _, _), p in list(self._pq.items())
+                        same = [p for (w, _, _, _), p in list(self._pq.items())
                                 if w is W and p.lengths is not None]
                         pq.lengths = same[0].lengths if same else np.asarray(W.lengths())
                         values, inverse, counts = np.unique(pq.lengths, return_inverse=True,
@@ -946,6 +970,13 @@ class ComparePage(pn.viewable.Viewer):
                                .opts(xaxis=None, yaxis=None, responsive=True, height=360,
                                      shared_axes=False, toolbar=None)])
         running = df.loc[df["note"] == OPTIMIZING, "label"] if "note" in df else []
+        if "max_std" in df and df["max_std"].notna().any():
+            # objective "max": bars of the worst query's std (the SVD bound bounds the RMSE only)
+            worst = df.assign(rmse=df["max_std"])
+            worst.attrs = dict(df.attrs, svd_bound=math.nan)
+            title = title.replace("RMSE per query", "Largest per-query std")
+            return rmse_chart(worst, title, slots=list(running)).opts(
+                shared_axes=False, ylabel="worst query's std (counts)")
         return rmse_chart(df, title, slots=list(running)).opts(shared_axes=False)
 
     def curve_plot(self, df: pd.DataFrame | None = None) -> hv.Overlay:
@@ -1027,7 +1058,12 @@ class ComparePage(pn.viewable.Viewer):
                 (f"{bound:.4g}" if math.isfinite(bound) else
                  "not computable for this workload (it needs a dense n × n Gram matrix; "
                  "single Kronecker products and marginal workloads have closed forms)"))
-        if len(best):
+        if "max_std" in df:
+            worst = df.dropna(subset=["max_std"])
+            if len(worst):
+                text += (f"; **best worst-query std** {worst['label'].iloc[0]} "
+                         f"({worst['max_std'].iloc[0]:.4g}, RMSE {worst['rmse'].iloc[0]:.4g})")
+        elif len(best):
             ratio = best["ratio"].iloc[0]
             text += (f"; **best** {best['label'].iloc[0]} (RMSE {best['rmse'].iloc[0]:.4g}"
                      + (f", {ratio:.2f}× the bound)" if math.isfinite(ratio) else ")"))
@@ -1049,6 +1085,8 @@ class ComparePage(pn.viewable.Viewer):
 
     def _table_value(self) -> pd.DataFrame:
         df = self.table if self.table is not None else _empty_table()
+        if "max_std" in df:  # the worst query's std beside the RMSE (objective "max")
+            return df[PAGE_COLUMNS[:2] + ["max_std"] + PAGE_COLUMNS[2:]]
         return df[PAGE_COLUMNS]
 
     def _pq_sample_with_means(self) -> pd.DataFrame:
@@ -1070,6 +1108,10 @@ class ComparePage(pn.viewable.Viewer):
             bar_color="primary", sizing_mode="stretch_width", height=20)
         status = pn.pane.Markdown(shown.param.status, sizing_mode="stretch_width")
         optimizing = self.optimization.panel(cancel=self.cancel, gate=self.gate)
+        objective = pn.widgets.RadioButtonGroup.from_param(
+            self.param.objective, options={"Total error (RMSE)": "sum", "Worst query (max std)": "max"})
+        objective_note = pn.pane.Markdown(OBJECTIVE_NOTE, sizing_mode="stretch_width",
+                                          styles={"font-size": "90%"})
         auto = pn.widgets.Checkbox.from_param(
             self.param.auto_optimize, **{_LABEL: "Run optimisers automatically (HDMM, "
                                          "Eigen-Design, …: slower)"})
@@ -1172,6 +1214,7 @@ class ComparePage(pn.viewable.Viewer):
             accuracy_box, target_curve_box, loading=shown.param.busy, sizing_mode="stretch_width")
         root = pn.Column(pn.pane.Markdown(PAGE_HEADER, sizing_mode="stretch_width"),
                          first.controls(),
+                         pn.Row(objective, objective_note, sizing_mode="stretch_width"),
                          pn.Row(auto, run, sizing_mode="stretch_width"),
                          progress, status, optimizing, results, by_epsilon, per_query, accuracy,
                          sizing_mode="stretch_width")
@@ -1245,7 +1288,9 @@ _LAYERS = ("Overlay", "Bars", "Curve", "Scatter", "HLine", "VLine", "Text", "Ima
 def scale_table(base: _Base, noise) -> pd.DataFrame:
     """The :func:`dpexplorer.compare` table of ``base`` at ``noise`` (same formulas, same order).
 
-    ``rmse = sqrt(v · unit TSE / m)``, SVD bound ``sqrt(v · SVDB / m)``.
+    ``rmse = sqrt(v · unit TSE / m)``, SVD bound ``sqrt(v · SVDB / m)``; for the
+    ``"max"`` objective also ``max_std = sqrt(v · unit max variance)`` (the worst query's
+    standard deviation, ranked by).
     """
     W, v = base.W, noise.variance_per_unit
     bound = math.sqrt(v * base.svdb / W.m)
@@ -1255,8 +1300,13 @@ def scale_table(base: _Base, noise) -> pd.DataFrame:
     df.loc[analytic, "rmse"] = [math.sqrt(v * u / W.m) for u in units[analytic]]
     rm = df["rmse"].to_numpy(dtype=float)
     df["ratio"] = rm / bound if bound and not math.isnan(bound) else math.nan
-    df = df.sort_values("rmse", na_position="last", kind="stable").reset_index(drop=True)
-    df.attrs.update(svd_bound=bound, noise=noise.label, m=W.m, n=W.n, workload=W.name)
+    objective = base.objective
+    if objective == "max":  # the worst query's std: sqrt(v · unit max variance)
+        df["max_std"] = np.sqrt(v * df["unit_max"].to_numpy(dtype=float))
+    df = df.sort_values("max_std" if objective == "max" else "rmse", na_position="last",
+                        kind="stable").reset_index(drop=True)
+    df.attrs.update(svd_bound=bound, noise=noise.label, m=W.m, n=W.n, workload=W.name,
+                    objective=objective)
     return df
 
 
@@ -1285,13 +1335,18 @@ def accuracy_curve(base: _Base, noise, grid=EPS_GRID) -> pd.DataFrame:
     return df
 
 
+def _params(mech, objective: str) -> dict:
+    """The builder parameters of ``mech`` for ``objective`` (as :func:`dpexplorer.compare` passes them)."""
+    return {"objective": objective} if "objective" in mech.params else {}
+
+
 def _row(mech, unit_tse: float, note: str) -> pd.DataFrame:
     """A :func:`dpexplorer.compare` row without an analytic error (failed, not run, ...)."""
     return pd.DataFrame([{
         "mechanism": mech.name, "label": mech.label, "rmse": math.nan, "kind": "analytic",
         "ratio": math.nan, "seconds": math.nan, "rows": math.nan, "sensitivity": math.nan,
         "data_dependent": False, "description": mech.description, "source": mech.source,
-        "note": note, "unit_tse": unit_tse}])
+        "note": note, "unit_tse": unit_tse, "unit_max": math.nan}])
 
 
 def _empty_table() -> pd.DataFrame:

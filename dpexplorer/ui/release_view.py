@@ -51,6 +51,7 @@ from dpexplorer.queries.matrix import Matrix
 from .session import Session, error_alert, side_by_side
 from .session import exception_message as _message
 from .shown import ShownGate
+from .table_release import TableRelease
 
 __all__ = ["ReleaseView", "ReleaseRecord", "Simulation", "DataDependentRelease", "MAX_SHOWN",
            "TRIAL_SEED_TAG"]
@@ -79,7 +80,10 @@ the vetted samplers of the OpenDP library: there is **no seed**, and nothing
 in the downloads lets anyone regenerate it.  Every answer comes with its standard error
 and a 95 % confidence interval.  The **simulation** repeats the mechanism on the same
 data many times with the sidebar's *simulation seed*, *outside* the ledger, only to show
-how much the answers vary: it is a teaching aid, not a release.
+how much the answers vary: it is a teaching aid, not a release.  When the workload holds
+**marginals of a record table** (Workload page, card *Record table*), the page releases them
+from the table's records with ResidualPlanner (Gaussian noise) and draws each marginal with
+its intervals; *Simulate* then makes one seeded simulated release instead.
 """
 
 
@@ -201,6 +205,8 @@ class ReleaseView(param.Parameterized):
         self.gate = ShownGate()  # redraws wait while the page's tab is hidden (ExplorerApp)
         type(self).param.mechanism.objects = registry.names(private=True)  # registered later too
         super().__init__(**params)
+        #: Releases from the session's record table (when the workload is over its domain).
+        self.tables = TableRelease(self.session, self.gate, self._lock)
         # refresh when other pages spend too
         self.session.param.watch(lambda *_: self._ledger_refreshed(), ["ledger_version", "dataset"])
 
@@ -228,7 +234,12 @@ class ReleaseView(param.Parameterized):
         Returns ``True`` if the release succeeded (a failing simulation is
         reported but keeps the release).  On failure reports the message
         (``session.report``), sets :attr:`error` and keeps :attr:`last`.
+
+        When the workload is over the session's record table the release is
+        made from the table's records instead (:meth:`TableRelease.run`).
         """
+        if self.tables.active:
+            return self.tables.run(release=True)
         if not self._lock.acquire(blocking=False):
             self._fail(RuntimeError("a release is already running; wait for it to finish"))
             return False
@@ -262,7 +273,12 @@ class ReleaseView(param.Parameterized):
             self._lock.release()
 
     def run_trials(self, trials: int | None = None, seed: int | None = None) -> bool:
-        """Only the simulation (no release, nothing recorded in the session ledger)."""
+        """Only the simulation (no release, nothing recorded in the session ledger).
+
+        Over a record table: one simulated release seeded by the simulation seed.
+        """
+        if self.tables.active:
+            return self.tables.run(release=False)
         if not self._lock.acquire(blocking=False):
             self._fail(RuntimeError("a run is in progress; wait for it to finish"))
             return False
@@ -503,6 +519,7 @@ class ReleaseView(param.Parameterized):
         run.on_click(lambda _: self.run_release())
         sim.on_click(lambda _: self.run_trials())
         self.param.watch(lambda e: [setattr(b, "disabled", e.new) for b in (run, sim)], "busy")
+        self.tables.param.watch(lambda e: [setattr(b, "disabled", e.new) for b in (run, sim)], "busy")
         progress = pn.indicators.Progress(value=0, max=max(self.trials, 1), active=False,
                                           sizing_mode="stretch_width", visible=False)
 
@@ -515,8 +532,8 @@ class ReleaseView(param.Parameterized):
             progress.active = e.new and self.progress == 0
         self.param.watch(on_progress, "progress")
         self.param.watch(on_busy, "busy")
-        return pn.Column(pn.pane.Markdown("### Release"), mech, about, trials, run, sim,
-                         progress, width=300)
+        return pn.Column(pn.pane.Markdown("### Release"), mech, about, self.tables.controls(),
+                         trials, run, sim, progress, width=300)
 
     def _about(self) -> str:
         try:
@@ -604,9 +621,15 @@ class ReleaseView(param.Parameterized):
     def panel(self) -> pn.Column:
         """The whole page (built once per component)."""
         if self._layout is None:
+            # the vector release or the table release, whichever the workload is over
+            shown = self.gate.mirror(self.tables, ["active"])
+            vector = pn.Column(self.results(), visible=pn.bind(lambda a: not a, shown.param.active),
+                               sizing_mode="stretch_width")
+            table = pn.Column(self.tables.results(), visible=shown.param.active,
+                              sizing_mode="stretch_width")
             self._layout = pn.Column(
                 pn.pane.Markdown(HEADER, sizing_mode="stretch_width"), self.error_alert(),
-                side_by_side(self.controls(), self.results()),
+                side_by_side(self.controls(), pn.Column(vector, table, sizing_mode="stretch_width")),
                 self.ledger_card(), sizing_mode="stretch_width")
         return self._layout
 

@@ -170,6 +170,10 @@ class Session(param.Parameterized):
     dpbench_dir = param.String(default="", doc="Folder of DPBench histograms (optional).")
     workload = param.ClassSelector(class_=dpx.matrix.Matrix, default=None, allow_None=True, doc="""
         The current workload W (built on the Workload page; All Range over 256 cells at start).""")
+    table = param.ClassSelector(class_=dpx.Table, default=None, allow_None=True, doc="""
+        The record table (records over a public domain) whose marginals the workload was built
+        over on the Workload page; the Release page releases from it when the workload's domain
+        is the table's.  Its records stay behind the privacy kernel (dpx.privacy.PrivateTable).""")
 
     error = param.String(default="", doc="Last error shown to the user (for tests).")
     ledger_version = param.Integer(default=0, doc="Bumped whenever the ledger gains entries.")
@@ -221,19 +225,33 @@ class Session(param.Parameterized):
             led = self.ledgers[self.dataset] = dpx.PrivacyLedger(self.budget_object())
         return led
 
+    def table_ledger(self, table: dpx.Table) -> dpx.PrivacyLedger:
+        """The ledger of a record table (one per table name, whatever attributes a workload uses).
+
+        Created with the sidebar's budget on first use, like a dataset's; every
+        release from the table's records spends from it.
+        """
+        key = f"table: {table.name}"
+        led = self.ledgers.get(key)
+        if led is None:
+            led = self.ledgers[key] = dpx.PrivacyLedger(self.budget_object())
+        return led
+
     @param.depends("budget", "budget_epsilon", "budget_delta", "budget_rho", watch=True)
     def _apply_budget(self) -> None:
-        """Give the selected dataset's ledger the sidebar's budget, unless it already spent more."""
-        led = self.ledger
+        """Give the selected dataset's ledger (and the record table's) the sidebar's budget,
+        unless it already spent more."""
         new = self.budget_object()
-        old = led.budget
-        led.budget = new
-        if led.entries and not led._fits(led.entries):
-            led.budget = old
-            self.report(f"not applied: the dataset {self.dataset!r} has already spent more than "
-                        f"{new.label} ({led.summary()}); its budget stays "
-                        f"{old.label if old else 'unset'}")
-            return
+        ledgers = [(f"the dataset {self.dataset!r}", self.ledger)]
+        if self.table is not None:
+            ledgers.append((f"the table {self.table.name!r}", self.table_ledger(self.table)))
+        for what, led in ledgers:
+            old = led.budget
+            led.budget = new
+            if led.entries and not led._fits(led.entries):
+                led.budget = old
+                self.report(f"not applied: {what} has already spent more than {new.label} "
+                            f"({led.summary()}); its budget stays {old.label if old else 'unset'}")
         self.ledger_changed()
 
     # -------------------------------------------------------------- datasets

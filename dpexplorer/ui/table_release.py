@@ -1,0 +1,469 @@
+"""Releases from a record table on the Release page: marginals, their intervals, downloads.
+
+When the session's workload is over the domain of :attr:`Session.table`
+(built on the Workload page's "Record table" card), the Release page
+releases from the table's records instead of a data vector:
+``dpx.release(table, W, "residual_planner", noise, ledger=...)``.  The privacy
+kernel (:class:`dpexplorer.privacy.PrivateTable`) counts the marginals the
+ResidualPlanner strategy needs by group-by -- the full domain (9.2·10⁷ cells
+for Superstore) is never formed -- adds Gaussian noise drawn from the OS
+CSPRNG through opendp (no seed exists), and spends from the table's ledger
+(:meth:`Session.table_ledger`, one per table, with the sidebar's budget; an
+over-budget release is refused before any noise is drawn).  ResidualPlanner
+answers every workload marginal in closed form with its analytic standard
+error (Xiao, He, Zhang & Kifer, NeurIPS 2023; :mod:`dpexplorer.strategies.residual`),
+and every answer has a 95 % interval (Gaussian: exact, answer ± 1.96·std).
+
+**Simulate** runs the same mechanism with a numpy Generator seeded by the
+sidebar's simulation seed and a throwaway ledger (``dpx.simulate``): labelled
+as a simulation, never downloadable, nothing spent.
+
+Each released marginal is drawn as a bar chart with 95 % error bars (0- and
+1-way; more than two attributes: bars over its cells) or a heatmap (2-way,
+hover for std and interval).  The downloads (CSV, JSON) hold the last
+*release*: labels, answers, std, intervals, the package version and what the
+table has spent in all -- no seed and no true answer (none is ever computed).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+import holoviews as hv
+import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh backend for .opts)
+import numpy as np
+import pandas as pd
+import panel as pn
+import param
+from bokeh.models.widgets.tables import NumberFormatter
+
+import dpexplorer as dpx
+from dpexplorer.privacy import PrivacyLedger
+
+from .session import Session, error_alert
+from .session import exception_message as _message
+from .shown import ShownGate
+
+__all__ = ["TableRelease", "TableResult", "TABLE_MECHANISM", "MAX_BARS"]
+
+log = logging.getLogger(__name__)
+
+#: The mechanism of table releases: it measures marginal counts (``marginal_measure``).
+TABLE_MECHANISM = "residual_planner"
+#: Most cells drawn as bars for one marginal (a heatmap has no limit below the kernel's).
+MAX_BARS = 400
+
+_LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
+_BUTTON = "color" if "color" in pn.widgets.Button.param else "button_type"
+
+
+@dataclass
+class TableResult:
+    """One release (or simulation) from a record table and its marginals.
+
+    Attributes
+    ----------
+    release : Release
+        ``mode`` "release" (no seed) or "simulation" (seeded).
+    marginals : list of dict
+        :meth:`Release.marginals` (attributes, shape, labels, answer, std, ci_low, ci_high).
+    spent : str
+        The table's ledger summary right after a release ('' for a simulation).
+    seconds : float
+        Wall time of ``dpx.release`` / ``dpx.simulate`` (plan, counts, noise, answers).
+    """
+
+    release: object
+    marginals: list
+    spent: str = ""
+    seconds: float = math.nan
+
+    @property
+    def simulated(self) -> bool:
+        return self.release.mode != "release"
+
+
+def marginal_name(part: dict) -> str:
+    """``"Region × Segment"`` (``"total"`` for the 0-way marginal)."""
+    return " × ".join(part["attributes"]) or "total"
+
+
+class TableRelease(param.Parameterized):
+    """Table releases of the Release page around one :class:`Session`.
+
+    Parameters
+    ----------
+    session : Session
+    gate : ShownGate, optional
+        The Release page's gate (redraws wait while its tab is hidden).
+    lock : threading.Lock, optional
+        The page's lock: one release or simulation at a time.
+    """
+
+    objective = param.Selector(default="sum", objects=["sum", "max"], doc="""
+        ResidualPlanner's objective: total variance ('sum') or the worst query's ('max').""")
+    marginal = param.Integer(default=0, bounds=(0, None), doc="Index of the marginal drawn.")
+    active = param.Boolean(default=False, constant=True, precedence=-1, doc="""
+        Whether the session's workload is over the session's record table (table mode).""")
+    last = param.ClassSelector(class_=TableResult, default=None, allow_None=True, constant=True,
+                               precedence=-1, doc="The last real release (what the downloads hold).")
+    shown = param.ClassSelector(class_=TableResult, default=None, allow_None=True, constant=True,
+                                precedence=-1, doc="What is drawn: the last release or simulation.")
+    busy = param.Boolean(default=False, constant=True, precedence=-1)
+    error = param.String(default="", constant=True, precedence=-1)
+
+    def __init__(self, session: Session, gate: ShownGate | None = None,
+                 lock: threading.Lock | None = None, **params):
+        self.session = session
+        self.gate = gate if gate is not None else ShownGate()
+        self._lock = lock if lock is not None else threading.Lock()
+        self._hooks: list = []
+        super().__init__(**params)
+        self._refresh_active()
+        session.param.watch(lambda *_: self._refresh_active(), ["workload", "table"])
+
+    # ------------------------------------------------------------ state
+    def _set(self, **values) -> None:
+        with param.edit_constant(self):
+            self.param.update(**values)
+
+    def _fail(self, exc: BaseException | str) -> bool:
+        if isinstance(exc, str):
+            msg = exc
+        elif isinstance(exc, (ValueError, KeyError, RuntimeError, TypeError)):
+            msg = _message(exc)
+        else:
+            log.exception("table release failed")
+            msg = f"{type(exc).__name__}: {exc}"
+        self._set(error=msg)
+        self.session.report(msg)
+        return False
+
+    def table(self):
+        """The session's record table if the workload is over its domain, else ``None``."""
+        t, W = self.session.table, self.session.workload
+        if t is None or W is None or tuple(W.domain) != tuple(t.shape):
+            return None
+        return t
+
+    def _refresh_active(self) -> None:
+        self._set(active=self.table() is not None)
+
+    def ledger(self) -> PrivacyLedger | None:
+        """The ledger of the session's table (``None`` without one)."""
+        t = self.session.table
+        return None if t is None else self.session.table_ledger(t)
+
+    # -------------------------------------------------------------- run
+    def _inputs(self):
+        table = self.table()
+        if table is None:
+            raise ValueError("the workload is not over a record table: build table marginals on "
+                             "the Workload page (card 'Record table: marginals')")
+        noise = self.session.noise_model()
+        if noise.norm != 2:
+            raise ValueError("a table release uses ResidualPlanner, a Gaussian mechanism: choose "
+                             "Gaussian noise in the sidebar")
+        return table, self.session.workload, noise
+
+    def run(self, release: bool = True) -> bool:
+        """A real release (``release=True``) or a seeded simulation; ``True`` on success.
+
+        A release spends ε, δ (zCDP ρ) from the table's ledger, refused before
+        any noise is drawn if it would exceed the budget; a simulation uses the
+        sidebar's simulation seed and a throwaway ledger.  Errors are reported
+        (``session.report``) and the last results kept.
+        """
+        if not self._lock.acquire(blocking=False):
+            return self._fail("a release is already running; wait for it to finish")
+        try:
+            self._set(busy=True)
+            try:
+                table, W, noise = self._inputs()
+                params = {"objective": self.objective}
+                t0 = time.perf_counter()
+                if release:
+                    led = self.session.table_ledger(table)
+                    before = len(led)
+                    try:
+                        rel = dpx.release(table, W, TABLE_MECHANISM, noise, ledger=led, params=params)
+                    finally:
+                        if len(led) != before:
+                            self.session.ledger_changed()
+                            self._ledger_changed()
+                else:
+                    rel = dpx.simulate(table, W, TABLE_MECHANISM, noise, seed=int(self.session.seed),
+                                       ledger=PrivacyLedger(), params=params)
+                seconds = time.perf_counter() - t0
+                result = TableResult(rel, rel.marginals(), led.summary() if release else "", seconds)
+            except Exception as exc:  # noqa: BLE001 - reported on the page, never a traceback
+                return self._fail(exc)
+            if release:
+                self.session.releases.append(rel)
+            values = {"shown": result, "error": ""}
+            if release:
+                values["last"] = result
+            values["marginal"] = self.marginal if self.marginal < len(result.marginals) else 0
+            self._set(**values)  # one update: the page redraws once
+            return True
+        finally:
+            self._set(busy=False)
+            self._lock.release()
+
+    # -------------------------------------------------------- downloads
+    def _release_or_raise(self):
+        if self.last is None:
+            raise ValueError("no table release yet: click Run release first")
+        return self.last
+
+    def metadata(self) -> dict:
+        """The last table release's metadata, the table and what it has spent in all (no seed)."""
+        last = self._release_or_raise()
+        meta = last.release.metadata()
+        meta["dataset"] = last.release.table.name
+        meta["table_spent_after_release"] = last.spent
+        meta["marginals"] = [marginal_name(p) for p in last.marginals]
+        return meta
+
+    def frame(self, result: TableResult | None = None) -> pd.DataFrame:
+        """Per answer: ``marginal``, ``label``, ``answer``, ``std``, ``ci_low``, ``ci_high``, ``ci_method``."""
+        result = self.shown if result is None else result
+        if result is None:
+            return pd.DataFrame(columns=["marginal", "label", "answer", "std", "ci_low", "ci_high",
+                                         "ci_method"])
+        df = result.release.to_frame()
+        names = np.concatenate([np.full(p["answer"].size, marginal_name(p), dtype=object)
+                                for p in result.marginals])
+        df.insert(1, "marginal", names)
+        return df.drop(columns=["query"])
+
+    def csv_text(self) -> str:
+        """The last release's answers as CSV under ``# key: value`` metadata lines.
+
+        Read back with ``pandas.read_csv(..., comment="#")``.
+        """
+        last = self._release_or_raise()
+        lines = ["# dpexplorer release from a record table"]
+        for key, value in self.metadata().items():
+            lines.append(f"# {key}: {value if isinstance(value, str) else json.dumps(value)}")
+        return "\n".join(lines) + "\n" + self.frame(last).to_csv(index=False)
+
+    def json_text(self) -> str:
+        """Metadata and one entry per marginal (attributes, labels, answers, std, intervals)."""
+        last = self._release_or_raise()
+        doc = self.metadata()
+        doc["marginals"] = [
+            {"attributes": list(p["attributes"]), "shape": list(p["shape"]),
+             "labels": p["labels"], **{k: p[k].tolist() for k in ("answer", "std", "ci_low", "ci_high")}}
+            for p in last.marginals]
+        return json.dumps(doc)
+
+    def filename(self, ext: str) -> str:
+        if self.last is None:
+            return f"table_release.{ext}"
+        rel = self.last.release
+        stamp = "".join(ch for ch in rel.created if ch.isdigit())[:14]
+        return f"release_{rel.table.name}_eps{rel.epsilon:g}_{stamp}.{ext}"
+
+    def _download(self, text_fn):
+        try:
+            return io.BytesIO(text_fn().encode("utf-8"))
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc)
+            return io.BytesIO(b"")
+
+    # ------------------------------------------------------------ plots
+    def marginal_plot(self, index: int | None = None, result: TableResult | None = None):
+        """The drawn marginal: bars with 95 % error bars, or a heatmap for two attributes."""
+        result = self.shown if result is None else result
+        if result is None or not result.marginals:
+            return hv.Curve([]).opts(title="No table release yet", responsive=True, height=380)
+        index = self.marginal if index is None else index
+        part = result.marginals[min(max(int(index), 0), len(result.marginals) - 1)]
+        what = "SIMULATION (seed " + str(result.release.seed) + ", not a release)" \
+            if result.simulated else "released"
+        title = f"{marginal_name(part)}: {what} counts with 95 % intervals"
+        ans, std = part["answer"], part["std"]
+        lo, hi = part["ci_low"], part["ci_high"]
+        if len(part["shape"]) == 2:
+            rows, cols = part["labels"]
+            r, c = np.meshgrid(np.arange(len(rows)), np.arange(len(cols)), indexing="ij")
+            df = pd.DataFrame({part["attributes"][1]: np.asarray(cols, dtype=object)[c.ravel()],
+                               part["attributes"][0]: np.asarray(rows, dtype=object)[r.ravel()],
+                               "answer": ans.ravel(), "std": std.ravel(),
+                               "ci_low": lo.ravel(), "ci_high": hi.ravel()})
+            half = (hi - lo).ravel() / 2
+            span = (f"± {half.min():.3g}" if np.allclose(half, half.min(), rtol=1e-9)
+                    else f"± {half.min():.3g} to {half.max():.3g}")
+            return hv.HeatMap(df, kdims=[part["attributes"][1], part["attributes"][0]],
+                              vdims=["answer", "std", "ci_low", "ci_high"]).opts(
+                cmap="Blues", colorbar=True, tools=["hover"], responsive=True, height=460,
+                xrotation=60, title=f"{title} ({span} per cell)", fontsize={"title": "9pt"},
+                clabel="released count")
+        if part["shape"]:
+            labels = [", ".join(t) for t in zip(*[np.asarray(lab, dtype=object)[i.ravel()]
+                                                   for lab, i in zip(part["labels"], np.meshgrid(
+                                                       *[np.arange(n) for n in part["shape"]],
+                                                       indexing="ij"), strict=True)], strict=True)]
+        else:
+            labels = ["total"]
+        df = pd.DataFrame({"cell": labels, "answer": ans.ravel(), "std": std.ravel(),
+                           "ci_low": lo.ravel(), "ci_high": hi.ravel()})
+        note = ""
+        if len(df) > MAX_BARS:
+            note = f" (first {MAX_BARS} of {len(df):,} cells; all are in the table and downloads)"
+            df = df.iloc[:MAX_BARS]
+        err = pd.DataFrame({"cell": df["cell"], "answer": df["answer"],
+                            "minus": df["answer"] - df["ci_low"], "plus": df["ci_high"] - df["answer"]})
+        kd = hv.Dimension("cell", label=marginal_name(part))
+        bars = hv.Bars(df, kdims=[kd], vdims=["answer", "std", "ci_low", "ci_high"]).opts(
+            color="#4c72b0", tools=["hover"], alpha=0.8)
+        bars_err = hv.ErrorBars(err, kdims=[kd], vdims=["answer", "minus", "plus"]).opts(
+            color="#d95f02", line_width=2)
+        return (bars * bars_err).opts(responsive=True, height=400, xrotation=60 if len(df) > 6 else 0,
+                                      title=title + note, fontsize={"title": "9pt"},
+                                      ylabel="count", shared_axes=False)
+
+    def marginal_caption(self, index: int | None = None) -> str:
+        """Markdown under the chart: which marginal, how it is drawn, its 95 % half-widths."""
+        res = self.shown
+        if res is None or not res.marginals:
+            return ""
+        index = self.marginal if index is None else index
+        part = res.marginals[min(max(int(index), 0), len(res.marginals) - 1)]
+        k = len(part["shape"])
+        how = ("heatmap (hover a cell for its std and interval)" if k == 2 else
+               "bar with its 95 % error bar" if k == 0 else "bars with 95 % error bars")
+        half = (part["ci_high"] - part["ci_low"]).ravel() / 2
+        spread = (f"± {half.min():.4g}" if np.allclose(half, half.min(), rtol=1e-9)
+                  else f"± {half.min():.4g} to ± {half.max():.4g}")
+        what = f"simulated (seed {res.release.seed})" if res.simulated else "released"
+        return (f"**{marginal_name(part)}**: {part['answer'].size:,} {what} cells, drawn as a "
+                f"{how}; 95 % interval {spread} (std {part['std'].ravel().max():.4g}).")
+
+    def summary(self) -> str:
+        table = self.table()
+        s = self.session
+        if table is None:
+            return ""
+        lead = (f"**Record table** `{table.name}` over {', '.join(table.domain.names)} "
+                f"({table.domain.cells:,} cells, never formed): the workload's marginals are "
+                f"released with **ResidualPlanner** ({self.objective} objective), measured from "
+                "marginal counts of the records.")
+        if s.noise != "Gaussian":
+            lead += "  ⚠ It needs **Gaussian** noise: choose it in the sidebar."
+        res = self.shown
+        if res is None:
+            return lead + f"  No table release yet; budget of the table: {self.ledger().remaining()}."
+        r = res.release
+        if res.simulated:
+            what = (f"**Simulation** (seed {r.seed}, throwaway ledger, nothing spent; not a "
+                    "release and not downloadable)")
+        else:
+            what = f"**Released** (OS CSPRNG via opendp, no seed; table spent: {res.spent})"
+        return (lead + f"\n\n{what}: {r.answers.size:,} answers in {len(res.marginals)} marginals, "
+                f"{r.noise.label} (ρ = {r.rho:.4g}), analytic RMSE {r.analytic_rmse:.4g}, "
+                f"{res.seconds:.2f} s.  95 % intervals: {r.CI_METHODS['gaussian']}.")
+
+    def ledger_text(self) -> str:
+        led, t = self.ledger(), self.session.table
+        if led is None:
+            return ""
+        return f"**Spent on the table `{t.name}`:** {led.summary()}."
+
+    def _ledger_changed(self) -> None:
+        def apply():
+            for hook in self._hooks:
+                hook()
+        self.gate.run("table-ledger", apply)
+
+    # --------------------------------------------------------------- UI
+    def controls(self) -> pn.Column:
+        objective = pn.widgets.RadioButtonGroup.from_param(
+            self.param.objective, options={"total variance": "sum", "worst query": "max"})
+        return pn.Column(pn.pane.Markdown("**Table release:** ResidualPlanner objective"),
+                         objective, visible=self.param.active, sizing_mode="stretch_width")
+
+    def _options(self) -> dict:
+        res = self.shown
+        if res is None:
+            return {"(no release yet)": 0}
+        return {f"{i + 1}. {marginal_name(p)} ({p['answer'].size:,} cells)": i
+                for i, p in enumerate(res.marginals)}
+
+    def results(self) -> pn.Column:
+        """Summary, marginal picker, the marginal's chart, its cells, downloads, the table's ledger."""
+        summary = pn.pane.Markdown(self.summary(), sizing_mode="stretch_width")
+        pick = pn.widgets.Select(**{_LABEL: "Marginal"}, options=self._options(),
+                                 value=self.marginal, width=360)
+        pick.param.watch(lambda e: setattr(self, "marginal", e.new), "value")
+        plot = pn.pane.HoloViews(self.marginal_plot(), sizing_mode="stretch_width", height=480)
+        caption = pn.pane.Markdown(self.marginal_caption(), sizing_mode="stretch_width")
+        drawn = {"key": (id(self.shown), id(self.last), self.objective)}
+        number = NumberFormatter(format="0,0.000")
+        cells = pn.widgets.Tabulator(
+            self.frame(), show_index=False, disabled=True, sizing_mode="stretch_width",
+            layout="fit_data_stretch", pagination="local", page_size=10,
+            titles={"answer": "released answer", "std": "std error", "ci_low": "95 % low",
+                    "ci_high": "95 % high", "ci_method": "interval"},
+            formatters={c: number for c in ("answer", "std", "ci_low", "ci_high")})
+        csv = pn.widgets.FileDownload(callback=lambda: self._download(self.csv_text),
+                                      filename=self.filename("csv"),
+                                      **{_LABEL: "Download table release (CSV)"},
+                                      **{_BUTTON: "default"}, disabled=self.last is None)
+        js = pn.widgets.FileDownload(callback=lambda: self._download(self.json_text),
+                                     filename=self.filename("json"),
+                                     **{_LABEL: "Download table release (JSON)"},
+                                     **{_BUTTON: "default"}, disabled=self.last is None)
+        ledger = pn.pane.Markdown(self.ledger_text(), sizing_mode="stretch_width")
+        table = pn.widgets.Tabulator(self._ledger_frame(), show_index=False, disabled=True,
+                                     sizing_mode="stretch_width", layout="fit_data_table",
+                                     pagination="local", page_size=5)
+
+        def redraw(*_):
+            # one redraw per change, each model replaced once (two replacements of the chart in
+            # one message left the browser with a reference to a model it never received)
+            key = (id(self.shown), id(self.last), self.objective)
+            with pn.io.hold():  # one message to the browser for all its changes
+                if key != drawn["key"]:  # a new result: everything; else only the marginal
+                    drawn["key"] = key
+                    summary.object = self.summary()
+                    options = self._options()
+                    if options != pick.options:
+                        pick.options = options
+                    cells.value = self.frame()
+                    for w, ext in ((csv, "csv"), (js, "json")):
+                        w.filename = self.filename(ext)
+                        w.disabled = self.last is None
+                if pick.value != self.marginal:
+                    pick.value = self.marginal
+                plot.object = self.marginal_plot()
+                caption.object = self.marginal_caption()
+
+        def ledger_update():
+            with pn.io.hold():
+                ledger.object = self.ledger_text()
+                table.value = self._ledger_frame()
+        self._hooks.append(ledger_update)
+        self.param.watch(lambda *_: self.gate.run("table", redraw),
+                         ["shown", "last", "objective", "marginal"])
+        self.session.param.watch(lambda *_: self.gate.run("table-summary", lambda: (
+            setattr(summary, "object", self.summary()), ledger_update())),
+            ["noise", "epsilon", "delta", "workload", "table"])
+        return pn.Column(
+            error_alert(self.param.error), summary, pick, caption, plot,
+            pn.pane.Markdown("**Released cells** of every marginal with their analytic standard "
+                             "error and 95 % interval (exactly what the downloads hold; no true "
+                             "answer is computed)."), cells, pn.Row(csv, js),
+            pn.pane.Markdown("**Privacy ledger of the table**"), ledger, table,
+            loading=self.param.busy, sizing_mode="stretch_width")
+
+    def _ledger_frame(self) -> pd.DataFrame:
+        led = self.ledger()
+        return led.to_frame() if led is not None else pd.DataFrame()
