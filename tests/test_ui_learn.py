@@ -210,7 +210,7 @@ def test_data_lesson_is_a_simulation_matching_the_engine(view, session):
     x = learn.easy_histogram(256)
     np.testing.assert_array_equal(r["data"]["easy"]["x"], x)
     # recompute the MAE of Identity and DAWA with the documented seeds
-    for name, params in [("identity", {}), ("dawa", {"penalty": 3.0})]:
+    for name, params in [("identity", {}), ("dawa", {"penalty": lesson.penalty})]:
         errs, first = [], None
         for t in range(2):
             rng = np.random.default_rng(np.random.SeedSequence([3, t]))

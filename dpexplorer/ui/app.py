@@ -39,8 +39,8 @@ PAGES = [
     ("Strategy", "dpexplorer.ui.strategy_view", "StrategyView"),
     ("Data & DAWA", "dpexplorer.ui.data_view", "DataView"),
     ("Release", "dpexplorer.ui.release_view", "ReleaseView"),
-    ("Sum queries", "dpexplorer.ui.sums_view", "SumsView"),
     ("Audit", "dpexplorer.ui.audit_view", "AuditView"),
+    ("Sum queries", "dpexplorer.ui.sums_view", "SumsView"),
     ("Learn", "dpexplorer.ui.learn", "LearnView"),
 ]
 

@@ -686,7 +686,7 @@ Alg. 1 as printed in the paper; larger values give fewer buckets)."""
                           label="Datasets")
     n = param.Selector(default=256, objects=[256, 1024], label="Domain size n")
     trials = param.Integer(default=5, bounds=(1, 20), label="Runs per mechanism")
-    penalty = param.Number(default=3.0, bounds=(0.0, 10.0), step=0.5, label="DAWA bucket penalty")
+    penalty = param.Number(default=0.5, bounds=(0.0, 10.0), step=0.5, label="DAWA bucket penalty")
 
     def __init__(self, session: Session, **params):
         super().__init__(session, **params)
