@@ -282,8 +282,10 @@ def test_page_layout_renders_and_updates():
     session, page = _page(dpx.workloads.all_range(64))
     layout = page.panel()
     assert layout.get_root() is not None
-    tabs = layout.select(pn.widgets.Tabulator)
-    assert len(tabs) == 1 and list(tabs[0].value.columns) == compare_view.PAGE_COLUMNS
+    tabs = layout.select(pn.widgets.Tabulator)  # the comparison, and the ε-for-error table
+    assert len(tabs) == 2 and page._panes["target_table"] in tabs
+    tabs = [page._panes["table"]]
+    assert list(tabs[0].value.columns) == compare_view.PAGE_COLUMNS
     chart = page.bars()
     bars = [e for e in chart if isinstance(e, hv.Bars)]
     lines = [e for e in chart if isinstance(e, hv.HLine)]
