@@ -232,7 +232,7 @@ def test_opt0_bad_input():
         templates.opt0(np.ones((3, 4)), LAPLACE)
     with pytest.raises(ValueError, match="zero"):
         templates.opt0(np.zeros((3, 3)), LAPLACE)
-    with pytest.raises(registry.NotApplicableError, match="opt_kron"):
+    with pytest.raises(registry.NotApplicableError, match="OPT⊗, OPT\+ or HDMM"):
         templates.opt0(workloads.prefix(5000), LAPLACE)
     with pytest.raises(registry.NotApplicableError, match="2,048"):
         templates.opt0(workloads.prefix(3000), GAUSSIAN)
