@@ -298,7 +298,7 @@ def test_opt0_bad_input():
         templates.opt0(np.ones((3, 4)), LAPLACE)
     with pytest.raises(ValueError, match="zero"):
         templates.opt0(np.zeros((3, 3)), LAPLACE)
-    with pytest.raises(registry.NotApplicableError, match="opt_kron"):  # dense: 4096 cells
+    with pytest.raises(registry.NotApplicableError, match=r"OPT⊗, OPT\+ or HDMM"):  # dense: 4096
         templates.opt0(Dense(np.ones((2, 5000))), LAPLACE)
     with pytest.raises(registry.NotApplicableError, match="16,384"):  # structured Gram
         templates.opt0(workloads.prefix(20000), LAPLACE)

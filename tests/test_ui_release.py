@@ -67,7 +67,9 @@ def test_gaussian_release(session, view):
     # the analytic calibration is for study only: a release refuses it with a clear message
     session.calibration = "analytic"
     assert view.run_release(trials=0) is False
-    assert "zcdp" in session.error and len(session.ledger) == 1
+    # ... naming the sidebar control to change, not the Python call
+    assert "'zCDP (releases)' under Settings → Gaussian calibration" in session.error
+    assert "dpx." not in session.error and len(session.ledger) == 1
 
 
 def test_trials_do_not_touch_session_ledger(session, view):
