@@ -1104,8 +1104,11 @@ def describe_privacy(epsilon: float, delta: float = 0.0, rho: float | None = Non
     d = accounting._positive(delta, "delta", allow_zero=True)
     if d >= 1.0:
         raise ValueError(f"delta must be in [0, 1), got {delta!r}")
-    factor = math.exp(eps)
-    ftxt = f"{factor:.3g}" if factor < 1e6 else f"{factor:.2e}"
+    if eps < 700:
+        factor = math.exp(eps)
+        ftxt = f"{factor:.3g}" if factor < 1e6 else f"{factor:.2e}"
+    else:  # e^ε overflows a float (ε up to 1e9 is accepted): give its power of ten
+        ftxt = f"10^{eps / math.log(10):.3g}"
     text = (f"ε = {eps:.3g}: adding or removing any one person's record changes the chance of "
             f"every possible result by at most a factor e^ε ≈ {ftxt}, which bounds what the "
             f"results reveal about any one person. Smaller ε is more private (more noise, less "

@@ -200,8 +200,8 @@ def test_messages_the_app_shows_speak_of_controls():
     assert "Settings → Gaussian calibration" in text and "dpx." not in text
     # OPT0 beyond its dense limit
     with pytest.raises(dpx.registry.NotApplicableError) as info:
-        dpx.registry.get("opt0").strategy(dpx.workloads.prefix(dpx.templates.OPT0_MAX_CELLS[1] + 1),
-                                          dpx.Laplace(1.0))
+        dpx.registry.get("opt0").strategy(
+            dpx.workloads.prefix(dpx.templates.OPT0_MAX_CELLS_STRUCTURED + 1), dpx.Laplace(1.0))
     assert "OPT⊗, OPT+ or HDMM" in str(info.value) and "opt_kron" not in str(info.value)
     # the session's report translates whatever reaches it
     session = Session()

@@ -32,7 +32,6 @@ import panel as pn
 import param
 
 import dpexplorer as dpx
-from dpexplorer.privacy.tables import MAX_MARGINAL_CELLS
 
 __all__ = ["TableMarginals", "parse_sets", "MAX_MARGINALS", "MAX_QUERIES"]
 
@@ -168,7 +167,7 @@ class TableMarginals(param.Parameterized):
             attribute above ``MAX_N`` cells, more than ``MAX_CELLS`` cells,
             bad orders or sets, more than :data:`MAX_MARGINALS` marginals or
             :data:`MAX_QUERIES` queries, or a marginal above the kernel's
-            ``MAX_MARGINAL_CELLS``.
+            the ``cells`` limit (``dpx.limits``).
         """
         from . import builder as b
 
@@ -206,9 +205,10 @@ class TableMarginals(param.Parameterized):
         if queries > MAX_QUERIES:
             raise ValueError(f"these marginals hold {queries:,} queries (cells); at most "
                              f"{MAX_QUERIES:,} are allowed: choose fewer attributes or lower orders")
-        if largest > MAX_MARGINAL_CELLS:
+        cap = dpx.limits.current().cells
+        if largest > cap:
             raise ValueError(f"the largest marginal has {largest:,} cells; the privacy kernel counts "
-                             f"marginals of at most {MAX_MARGINAL_CELLS:,} cells")
+                             f"marginals of at most {cap:,} cells (the cells limit, dpx.limits)")
         table = dpx.Table(full.records, dpx.Domain(attrs), full.name, full.description)
         return {"table": table, "names": tuple(chosen), "shape": shape, "cells": cells,
                 "sets": sets, "queries": queries, "largest": largest}
