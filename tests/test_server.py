@@ -22,8 +22,13 @@ import time
 import urllib.parse
 
 import pytest
-
-from test_browser import CHROMIUM, FLAGS, playwright_api, start_server  # skips without chromium
+from test_browser import (  # skips without chromium
+    CHROMIUM,
+    FLAGS,
+    _rmse_of,
+    playwright_api,
+    start_server,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -81,16 +86,6 @@ def _rss_mb(pid: int) -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def _rmse_of(pg, label: str) -> float:
-    labels = pg.locator(".tabulator-cell[tabulator-field='label']").all_inner_texts()
-    values = pg.locator(".tabulator-cell[tabulator-field='rmse']").all_inner_texts()
-    text = dict(zip(labels, values, strict=False)).get(label, "").replace(",", "").strip()
-    try:
-        return float(text)
-    except ValueError:
-        return float("nan")
 
 
 def _until(pages, done, what: str) -> list[float]:

@@ -1148,23 +1148,23 @@ class ComparePage(pn.viewable.Viewer):
                            optimizing=optimizing, auto=auto, run=run)
 
         def on_results(*_):
-            with pn.io.hold():  # one message to the browser for all its changes
-                options = {dpx.registry.get(n).label: n for n in self.mechanisms()}
-                if options != select.options:  # mechanisms registered since
-                    select.options = options
-                summary.object = self._summary()
-                table.value = self._table_value()
-                bars.update(self.table, self._plot_key())
-                curve.update(self.curve, self._plot_key())
+            # no pn.io.hold here: a live plot replaced (new key) and updated in one held
+            # message left the browser a dangling model reference ('reference … isn't known')
+            options = {dpx.registry.get(n).label: n for n in self.mechanisms()}
+            if options != select.options:  # mechanisms registered since
+                select.options = options
+            summary.object = self._summary()
+            table.value = self._table_value()
+            bars.update(self.table, self._plot_key())
+            curve.update(self.curve, self._plot_key())
 
         def on_per_query(*_):
-            with pn.io.hold():  # one message to the browser for all its changes
-                s = self._pq_sample_with_means()
-                key = self._pq_view_key()
-                by_index.update(s, key)
-                by_length.update(s, key)
-                index_box.visible = len(s) > 0
-                length_box.visible = "length" in s and len(s) > 0
+            s = self._pq_sample_with_means()
+            key = self._pq_view_key()
+            by_index.update(s, key)
+            by_length.update(s, key)
+            index_box.visible = len(s) > 0
+            length_box.visible = "length" in s and len(s) > 0
         # a hidden page keeps its redraws until shown (dpexplorer.ui.shown)
         self.param.watch(lambda *_: self.gate.run("results", on_results), ["table", "curve"])
         self.param.watch(lambda *_: self.gate.run("per_query", on_per_query), "per_query")
@@ -1181,15 +1181,14 @@ class ComparePage(pn.viewable.Viewer):
                            target_curve=t_curve)
 
         def on_target(*_):
-            with pn.io.hold():
-                t_summary.object = first.summary()
-                t_table.value = first.table_value()
-                key = self._target_key()
-                t_bars.update(first.table, key)
-                t_curve.update(first.curve, key)
+            t_summary.object = first.summary()
+            t_table.value = first.table_value()
+            key = self._target_key()
+            t_bars.update(first.table, key)
+            t_curve.update(first.curve, key)
         first.param.watch(lambda *_: self.gate.run("target", on_target), ["table", "curve", "busy"])
         by_epsilon = pn.Column(t_summary, t_bars.pane, t_table, loading=target_shown.param.busy,
-                               visible=first.mode == "epsilon", sizing_mode="stretch_width")
+                           visible=first.mode == "epsilon", sizing_mode="stretch_width")
         results.visible = first.mode == "error"
 
         def switch(e):
