@@ -631,18 +631,19 @@ class StrategyView(pn.viewable.Viewer):
         box = pn.Column(pane, visible=plot is not None)
 
         def redraw(*_):
-            with pn.io.hold():  # one message to the browser for all its changes
-                info = self.info(side)
-                stats.object = self.stats(side)
-                msg = self.messages(side)
-                note.object, note.visible = msg, bool(msg)
-                b = info.blocks if info is not None else None
-                if b is not None:
-                    btable.value = b
-                btable.visible = b is not None
-                rebuild.visible = bool(info is not None and info.error)
-                p = self.plot(side)
-                pane.object, box.visible = p, p is not None
+            # no pn.io.hold: a plot replaced twice in one held message leaves the browser a
+            # dangling model reference ('reference … isn't known')
+            info = self.info(side)
+            stats.object = self.stats(side)
+            msg = self.messages(side)
+            note.object, note.visible = msg, bool(msg)
+            b = info.blocks if info is not None else None
+            if b is not None:
+                btable.value = b
+            btable.visible = b is not None
+            rebuild.visible = bool(info is not None and info.error)
+            p = self.plot(side)
+            pane.object, box.visible = p, p is not None
         # a hidden page keeps its redraws until shown (dpexplorer.ui.shown)
         self.param.watch(lambda *_: self.gate.run(side, redraw), [f"{side}_info"])
         self.param.watch(lambda *_: self.gate.run(f"{side}_stats", lambda: setattr(
