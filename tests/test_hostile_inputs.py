@@ -37,7 +37,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 

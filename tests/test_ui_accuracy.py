@@ -17,7 +17,6 @@ import dpexplorer as dpx
 pn = pytest.importorskip("panel")
 hv = pytest.importorskip("holoviews")
 
-from dpexplorer.ui import session as session_module  # noqa: E402
 from dpexplorer.ui.accuracy_view import (  # noqa: E402
     ADAPTIVE_NOTE, epsilon_bars, target_curve_plot)
 from dpexplorer.ui.compare_view import ComparePage  # noqa: E402

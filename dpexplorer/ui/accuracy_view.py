@@ -175,7 +175,7 @@ class AccuracyFirst(param.Parameterized):
         """Worker: the interval profile of every built mechanism (strategies from the cache)."""
         from .compare_view import build_lock
 
-        made, failures = {}, []
+        made = {}
         cache = self.session.cache
         for name in names:
             try:
