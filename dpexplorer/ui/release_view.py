@@ -27,7 +27,6 @@ Driven without a browser::
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import math
@@ -48,7 +47,7 @@ from dpexplorer.core import registry
 from dpexplorer.privacy import PrivacyLedger, PrivateData
 from dpexplorer.queries.matrix import Matrix
 
-from .session import Session, error_alert, side_by_side
+from .session import Session, download_bytes, error_alert, release_stamp, side_by_side
 from .session import exception_message as _message
 from .shown import ShownGate
 from .table_release import TableRelease
@@ -381,15 +380,11 @@ class ReleaseView(param.Parameterized):
         if self.last is None:
             return f"release.{ext}"
         rel = self.last.release
-        stamp = "".join(ch for ch in rel.created if ch.isdigit())[:14]
+        stamp = release_stamp(rel)
         return f"release_{rel.mechanism}_eps{rel.epsilon:g}_{stamp}.{ext}"
 
     def _download(self, text_fn):
-        try:
-            return io.BytesIO(text_fn().encode("utf-8"))
-        except Exception as exc:  # noqa: BLE001
-            self._fail(exc)
-            return io.BytesIO(b"")
+        return download_bytes(text_fn, self._fail)
 
     # ============================================================== tables
     def rmse_table(self) -> pd.DataFrame:

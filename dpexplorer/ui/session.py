@@ -14,6 +14,7 @@ exceed it is refused before any noise is drawn.  The seed is the
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import re
@@ -28,7 +29,7 @@ from dpexplorer.datasets import Dataset
 
 from .accuracy_view import PrivacySentence
 
-__all__ = ["Session", "notify", "error_alert", "exception_message", "app_text", "side_by_side"]
+__all__ = ["Session", "notify", "error_alert", "exception_message", "app_text", "side_by_side", "download_bytes", "release_stamp"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,20 @@ def app_text(message: str) -> str:
     for pattern, instead in PYTHON_SPEAK:
         text = pattern.sub(instead, text)
     return text
+
+
+def download_bytes(text_fn, fail) -> io.BytesIO:
+    """``text_fn()`` as UTF-8 bytes for a FileDownload; on error ``fail(exc)`` and empty bytes."""
+    try:
+        return io.BytesIO(text_fn().encode("utf-8"))
+    except Exception as exc:  # noqa: BLE001 - reported on the page, never a traceback
+        fail(exc)
+        return io.BytesIO(b"")
+
+
+def release_stamp(release) -> str:
+    """The release's creation time as ``YYYYMMDDhhmmss`` (for download file names)."""
+    return "".join(ch for ch in release.created if ch.isdigit())[:14]
 
 
 def exception_message(exc: BaseException) -> str:

@@ -27,7 +27,6 @@ table has spent in all -- no seed and no true answer (none is ever computed).
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import math
@@ -46,7 +45,7 @@ from bokeh.models.widgets.tables import NumberFormatter
 import dpexplorer as dpx
 from dpexplorer.privacy import PrivacyLedger
 
-from .session import Session, error_alert
+from .session import Session, download_bytes, error_alert, release_stamp
 from .session import exception_message as _message
 from .shown import ShownGate
 
@@ -268,15 +267,11 @@ class TableRelease(param.Parameterized):
         if self.last is None:
             return f"table_release.{ext}"
         rel = self.last.release
-        stamp = "".join(ch for ch in rel.created if ch.isdigit())[:14]
+        stamp = release_stamp(rel)
         return f"release_{rel.table.name}_eps{rel.epsilon:g}_{stamp}.{ext}"
 
     def _download(self, text_fn):
-        try:
-            return io.BytesIO(text_fn().encode("utf-8"))
-        except Exception as exc:  # noqa: BLE001
-            self._fail(exc)
-            return io.BytesIO(b"")
+        return download_bytes(text_fn, self._fail)
 
     # ------------------------------------------------------------ plots
     def marginal_plot(self, index: int | None = None, result: TableResult | None = None):
