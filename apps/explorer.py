@@ -13,7 +13,9 @@ Bootstrap template loads no web fonts.  One
 :class:`~dpexplorer.ui.app.ExplorerApp` (one session state, strategy cache
 and set of privacy ledgers) is built per browser session; its pages are built
 when first opened.  SIGTERM ends the process within seconds, even while a
-session's optimiser runs (:mod:`dpexplorer.ui.server`).
+session's optimiser runs (:mod:`dpexplorer.ui.server`); the optimisers run in
+worker processes (:mod:`dpexplorer.ui.workers`), so that an ε change never
+waits behind one.
 """
 
 import os
@@ -25,8 +27,10 @@ import panel as pn  # noqa: E402
 
 from dpexplorer.ui.app import ExplorerApp  # noqa: E402
 from dpexplorer.ui.server import exit_promptly_on_sigterm  # noqa: E402
+from dpexplorer.ui.workers import warm_up  # noqa: E402
 
 exit_promptly_on_sigterm()  # SIGTERM ends the server within seconds, even while optimisers run
+warm_up()  # the optimisers' worker processes start now, not at the first optimiser
 
 pn.extension("tabulator", "filedropper", notifications=True, nthreads=2)
 

@@ -36,9 +36,20 @@ class StrategyCache:
     (``TSE = v · Δ_p(A)² · tr(WᵀW (AᵀA)⁺)``, HDMM Prop. 4), so when ε or δ
     changes nothing is rebuilt: :meth:`unit_tse` is looked up and multiplied
     by the new ``v``.  The explorer keeps one cache per session.
+
+    Parameters
+    ----------
+    build : callable, optional
+        ``build(mechanism, W, noise, params) -> A`` builds a strategy (default:
+        ``mechanism.strategy(W, noise, **params)``, in the calling thread).
+        The explorer passes one that runs the strategy optimisers in worker
+        processes (:func:`dpexplorer.ui.workers.build`).
     """
 
-    def __init__(self):
+    def __init__(self, build=None):
+        if build is not None and not callable(build):
+            raise TypeError(f"build must be callable, got {type(build).__name__}")
+        self.build = build or _build_here
         self._entries: dict[tuple, tuple[Matrix | None, float, float, str]] = {}
         self._svdb: dict[Matrix, float] = {}
         self._max: dict[tuple, tuple[float, str]] = {}
@@ -72,7 +83,7 @@ class StrategyCache:
             mech = registry.get(name)
             t0 = time.perf_counter()
             try:
-                A = mech.strategy(W, noise, **params)
+                A = self.build(mech, W, noise, params)
                 built = time.perf_counter() - t0
                 self._entries[key] = (A, error.unit_tse(W, A, noise.norm), built, "")
             except (registry.NotApplicableError, error.UnsupportedWorkloadError,
@@ -107,6 +118,10 @@ class StrategyCache:
         self._entries.clear()
         self._svdb.clear()
         self._max.clear()
+
+
+def _build_here(mechanism, W, noise: NoiseModel, params: dict) -> Matrix:
+    return mechanism.strategy(W, noise, **params)
 
 
 def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,

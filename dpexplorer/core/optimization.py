@@ -26,7 +26,7 @@ import numpy as np
 
 from ..queries.matrix import Matrix
 
-__all__ = ["OptimizationResult", "progress", "report", "tqdm_progress", "attach"]
+__all__ = ["OptimizationResult", "progress", "report", "current", "tqdm_progress", "attach"]
 
 
 @dataclass
@@ -91,6 +91,15 @@ def progress(callback: ProgressCallback | None) -> Iterator[None]:
         yield
     finally:
         _local.callback = old
+
+
+def current() -> ProgressCallback | None:
+    """The progress callback installed for this thread (None if none).
+
+    For code that runs an optimiser elsewhere (another process) and relays its
+    reports: it can ask the callback whether to stop between reports.
+    """
+    return getattr(_local, "callback", None)
 
 
 def report(stage: str, done: int, total: int, objective: float = float("nan")) -> None:

@@ -59,6 +59,7 @@ from panel.io.state import set_curdoc
 import dpexplorer as dpx
 from dpexplorer.compare import OBJECTIVES
 
+from . import workers
 from .accuracy_view import AccuracyFirst, epsilon_bars, target_curve_plot
 from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRelay
 from .session import Session
@@ -335,7 +336,7 @@ whichever is chosen; ResidualPlanner (Gaussian noise) optimises the chosen objec
 #: Registry names of the strategy optimisers (HDMM's OPT0, OPT⊗, OPT+, OPT_M, HDMM;
 #: Eigen-Design): they report progress and may take seconds to minutes, so the Compare
 #: page can leave them out of the automatic comparison (``ComparePage.auto_optimize``).
-OPTIMIZERS = ("opt0", "opt_kron", "opt_plus", "opt_m", "hdmm", "eigen_design")
+OPTIMIZERS = workers.OPTIMIZERS
 
 NOT_RUN = ("optimiser not run yet: press 'Run optimisers' (or tick 'Run optimisers "
            "automatically'); it may take a while")

@@ -2,13 +2,14 @@
 
 ``panel serve`` stops its IOLoop on SIGTERM, but the interpreter then waits
 for every worker thread (Panel's thread pool, the pages' job threads) to
-finish what it is computing: an optimiser started by a session can keep a
+finish what it is computing: a long computation started by a session can keep a
 stopped server alive for many seconds (10.5 s measured, 15 s and more in
 issue 16).  The computations are simulations on public data that the
 stopped server will never show, so nothing is lost by not waiting:
 :func:`exit_promptly_on_sigterm` chains a handler to the server's that, after
 :data:`GRACE_SECONDS` for the server's own shutdown, ends the process with
-``os._exit`` -- and, should that thread not get to run (it needs the GIL,
+``os._exit`` after killing the optimisers' worker processes
+(:func:`dpexplorer.ui.workers.shutdown`) -- and, should that thread not get to run (it needs the GIL,
 which busy worker threads hold), SIGALRM's default action ends it
 :data:`HARD_EXTRA_SECONDS` later (exit status 128 + 14).
 """
@@ -71,6 +72,9 @@ def exit_promptly_on_sigterm(grace: float = GRACE_SECONDS) -> bool:
 
 def _exit_now() -> None:
     try:
+        from . import workers
+
+        workers.shutdown()  # the optimisers' worker processes end with the server
         sys.stderr.write("SIGTERM: ending the process without waiting for running computations\n")
         sys.stderr.flush()
     finally:

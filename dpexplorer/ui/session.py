@@ -27,6 +27,7 @@ import param
 import dpexplorer as dpx
 from dpexplorer.datasets import Dataset
 
+from . import workers
 from .accuracy_view import PrivacySentence
 
 __all__ = ["Session", "notify", "error_alert", "exception_message", "app_text", "side_by_side", "download_bytes", "release_stamp"]
@@ -195,7 +196,7 @@ class Session(param.Parameterized):
     def __init__(self, **params):
         self._datasets: dict[str, Dataset] = {}
         self._loaders: dict[str, object] = {}
-        self.cache = dpx.StrategyCache()
+        self.cache = dpx.StrategyCache(build=workers.build)  # optimisers in worker processes
         self.ledgers: dict[str, dpx.PrivacyLedger] = {}
         self.releases: list = []
         self._sentence = PrivacySentence(self, on_ready=self._explain)

@@ -1,0 +1,288 @@
+"""Strategy optimisers in worker processes: an ε change never waits behind an optimiser.
+
+The explorer's pages build strategies in background threads
+(:class:`~dpexplorer.ui.compare_view.Jobs`).  A quick strategy (identity,
+H2, ...) takes milliseconds there, but an optimiser (OPT0, OPT⊗, OPT+, OPT_M,
+HDMM, Eigen-Design) computes for seconds to minutes, and much of that time
+is Python code holding the interpreter lock the server's event loop needs:
+on this project's 2-core machine an ε change waited 0.2-2 s behind one
+optimiser and 3-15 s with eight sessions optimising (issue 14), where it
+costs milliseconds alone.  Lowering the threads' priority did not help (a
+low-priority thread holding the lock stalls the event loop all the same).
+
+So every session's :class:`~dpexplorer.StrategyCache` builds the optimisers
+through :func:`build`, which runs them in a small pool of worker processes
+(:data:`MAX_WORKERS`, at :data:`WORKER_NICE` priority), each with its own
+interpreter.  They start with ``forkserver``: forked from a single-threaded
+process that has imported ``dpexplorer`` (never the server's own threads and
+locks), and without re-running the user's main script, as ``spawn`` would.  The calling thread (a page's job) waits for the result and
+relays the optimiser's progress reports to the page's progress callback
+(:func:`dpexplorer.core.optimization.progress`), so progress bars, Cancel
+and "the workload changed meanwhile" work as before: when the callback asks
+to stop, the worker is told and stops at its next report, and the page's
+job gets the same :class:`~dpexplorer.ui.optimize_view.Cancelled`.
+
+What goes to a worker is public: the workload, the noise model's parameters
+and the mechanism's name and parameters; what comes back is the strategy
+(with its ``optimization`` record).  No data ever crosses.
+
+Only mechanisms whose builder is defined in the ``dpexplorer`` package run
+in a worker (a worker process registers exactly those at import); a
+mechanism registered at run time by a user or a test is built in the
+calling thread as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import math
+import os
+import queue
+import threading
+import time
+
+import dpexplorer as dpx
+
+from .optimize_view import SHUTDOWN, Cancelled
+
+__all__ = ["build", "in_worker", "shutdown", "warm_up", "MAX_WORKERS", "WORKER_NICE", "OPTIMIZERS"]
+
+log = logging.getLogger(__name__)
+
+#: Worker processes shared by every session of the server (at most this many optimisers run
+#: at once; more wait their turn, their progress bars saying so).
+MAX_WORKERS = max(1, min(2, os.cpu_count() or 1))
+#: CPU priority (nice) of the worker processes: the server's own process keeps the processor.
+WORKER_NICE = 10
+#: Registry names of the mechanisms built in a worker (the strategy optimisers).
+OPTIMIZERS = ("opt0", "opt_kron", "opt_plus", "opt_m", "hdmm", "eigen_design")
+#: Seconds between two checks of the worker's progress reports and of the page's Cancel.
+POLL_SECONDS = 0.05
+#: Least seconds between two progress reports sent by a worker (the last one always goes).
+REPORT_SECONDS = 0.1
+
+
+def in_worker(mechanism) -> bool:
+    """Whether :func:`build` runs ``mechanism`` (a registry entry) in a worker process.
+
+    True for the strategy optimisers whose builder is defined in the
+    ``dpexplorer`` package (registered in every worker at import).
+    """
+    fn = getattr(mechanism, "build", None)
+    return (mechanism.name in OPTIMIZERS and fn is not None
+            and getattr(fn, "__module__", "").startswith("dpexplorer."))
+
+
+# ------------------------------------------------------------------ in the worker process
+_reports = None  # the queue of progress reports (worker -> server)
+_parent = None
+
+
+def _start_worker(reports, parent: int, nice: int) -> None:
+    global _reports, _parent
+    _reports, _parent = reports, parent
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(nice)
+
+
+#: The last message of a task: its reports are all delivered.
+_DONE = "__done__"
+
+
+class _Stopped(Exception):
+    """Raised inside a worker when the page stopped the optimisation."""
+
+
+def _remote_build(task: int, stop, name: str, W, noise, params: dict):
+    """In the worker: build ``name``'s strategy, sending throttled progress, stopping on request."""
+    last = [-math.inf]
+    held = []  # the latest report not sent (throttled): sent at the end
+
+    def relay(stage, done, total, objective=math.nan):
+        msg = (task, str(stage), int(done), int(total), float(objective))
+        now = time.monotonic()
+        final = total > 0 and done >= total
+        if not final and now - last[0] < REPORT_SECONDS:
+            held[:] = [msg]
+            return
+        last[0] = now
+        held.clear()
+        if os.getppid() != _parent:  # the server is gone: nobody waits for this
+            os._exit(0)
+        if stop.is_set():
+            raise _Stopped(name)
+        _reports.put(msg)
+
+    try:
+        with dpx.optimization.progress(relay):
+            return dpx.registry.get(name).strategy(W, noise, **params)
+    finally:
+        for msg in held:
+            _reports.put(msg)
+        _reports.put((task, _DONE))  # after every report of this task (one queue, in order)
+
+
+# ------------------------------------------------------------------ in the server
+class _Pool:
+    """loky's reusable executor, the shared report queue, the stop events' manager, the router.
+
+    loky starts its workers without re-running the caller's main script (as
+    ``spawn`` and ``forkserver`` do) and without forking the server's threads.
+    """
+
+    def __init__(self):
+        from loky import get_reusable_executor
+        from loky.backend.context import get_context
+
+        ctx = get_context("loky")
+        self.reports = ctx.Queue()
+        self.manager = ctx.Manager()  # per-task stop events
+        self.executor = get_reusable_executor(
+            max_workers=MAX_WORKERS, timeout=None, initializer=_start_worker,
+            initargs=(self.reports, os.getpid(), WORKER_NICE))
+        self.inboxes: dict[int, queue.Queue] = {}
+        self.guard = threading.Lock()
+        self.ids = itertools.count(1)
+        self.router = threading.Thread(target=self._route, name="dpexplorer-reports", daemon=True)
+        self.router.start()
+
+    def _route(self) -> None:
+        while True:
+            try:
+                msg = self.reports.get()
+            except (EOFError, OSError, ValueError):  # closed at shutdown
+                return
+            if msg is None:
+                return
+            with self.guard:
+                inbox = self.inboxes.get(msg[0])
+            if inbox is not None:
+                inbox.put(msg[1:])
+
+    def open(self) -> tuple[int, queue.Queue, object]:
+        task, inbox, stop = next(self.ids), queue.Queue(), self.manager.Event()
+        with self.guard:
+            self.inboxes[task] = inbox
+        return task, inbox, stop
+
+    def close(self, task: int) -> None:
+        with self.guard:
+            self.inboxes.pop(task, None)
+
+
+
+_lock = threading.Lock()
+_pool: _Pool | None = None
+_register_atexit = getattr(threading, "_register_atexit", None)
+if _register_atexit is not None:  # before loky's own exit hook joins a worker still optimising
+    _register_atexit(lambda: shutdown())
+
+
+def _get_pool() -> _Pool:
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = _Pool()
+        return _pool
+
+
+def warm_up() -> None:
+    """Start the worker processes now (the served app, at each session), not at the first optimiser.
+
+    Starting a worker imports numpy, scipy and dpexplorer (seconds on a busy
+    machine); only the first call does it.
+    """
+    global _pool
+    with _lock:
+        if _pool is not None:
+            return
+        _pool = _Pool()
+        for _ in range(MAX_WORKERS):
+            _pool.executor.submit(os.getpid)
+
+
+def shutdown() -> None:
+    """Stop the workers at once (a server exiting); a running optimisation is abandoned."""
+    global _pool
+    with _lock:
+        pool, _pool = _pool, None
+    if pool is not None:
+        with contextlib.suppress(Exception):
+            pool.executor.shutdown(wait=False, kill_workers=True)
+        with contextlib.suppress(Exception):
+            pool.reports.put(None)
+        with contextlib.suppress(Exception):
+            pool.manager.shutdown()
+
+
+def build(mechanism, W, noise, params: dict):
+    """Build ``mechanism``'s strategy for ``W``, an optimiser in a worker process.
+
+    The builder of a :class:`~dpexplorer.StrategyCache` (``StrategyCache(build=build)``):
+    same arguments and result as ``mechanism.strategy(W, noise, **params)``.
+    Progress reports of the worker go to this thread's progress callback; when
+    that callback asks to stop (it raises, or its ``stop()`` says so) the
+    worker is told to stop and the callback's exception (or
+    :class:`~dpexplorer.ui.optimize_view.Cancelled`) is raised here.
+
+    Raises
+    ------
+    Whatever the mechanism raises for this workload (ValueError, NotApplicableError, ...).
+    Cancelled
+        When the page stopped the optimisation or the server shuts down.
+    """
+    if not in_worker(mechanism):
+        return mechanism.strategy(W, noise, **params)
+    mechanism.check_params(params)  # refuse bad parameters here, before any process work
+    callback = dpx.optimization.current()
+    pool = _get_pool()
+    task, inbox, stop = pool.open()
+    try:
+        try:
+            future = pool.executor.submit(_remote_build, task, stop, mechanism.name, W, noise, dict(params))
+        except RuntimeError:  # shut down meanwhile
+            raise Cancelled(f"{mechanism.name}: the server is stopping") from None
+        try:
+            while not _relay(inbox):  # until every report of the task is delivered
+                if future.done() and future.exception() is not None:
+                    break  # failed (or the worker died): its reports do not matter
+                if SHUTDOWN.is_set() or _stop_requested(callback):
+                    raise Cancelled(f"{mechanism.name} stopped")
+                if future.done():
+                    time.sleep(POLL_SECONDS / 10)  # the result came first; its reports follow
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        future.result(timeout=POLL_SECONDS)
+            try:
+                return future.result()
+            except _Stopped:
+                raise Cancelled(f"{mechanism.name} stopped") from None
+        except BaseException:
+            if not future.cancel():
+                with contextlib.suppress(Exception):
+                    stop.set()
+            raise
+    finally:
+        pool.close(task)
+
+
+def _relay(inbox: queue.Queue) -> bool:
+    """Hand the worker's queued reports to this thread's callback (it may raise to stop).
+
+    Returns ``True`` once the task's last message came (its reports are all delivered).
+    """
+    while True:
+        try:
+            msg = inbox.get_nowait()
+        except queue.Empty:
+            return False
+        if msg == (_DONE,):
+            return True
+        dpx.optimization.report(*msg)
+
+
+def _stop_requested(callback) -> bool:
+    stop = getattr(callback, "stop", None)
+    return bool(stop()) if callable(stop) else False
