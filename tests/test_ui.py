@@ -105,6 +105,7 @@ def test_epsilon_halved_doubles_everything_without_rebuilding():
     page.panel().get_root()  # rendered: updates go through the live plots
     before, curve0, pq0 = page.table, page.curve, page.per_query
     bars = page._panes["bars"].pane.object
+    layers0 = page.curve_plot().values()
     entries = len(session.cache)
     assert entries > 0
     session.epsilon = 0.5
@@ -131,6 +132,14 @@ def test_epsilon_halved_doubles_everything_without_rebuilding():
     np.testing.assert_allclose(page.per_query["rmse"], 2 * pq0["rmse"], rtol=1e-12)
     # the plots were updated in place, not rebuilt
     assert page._panes["bars"].pane.object is bars
+    # the privacy–accuracy curves are the same elements (HoloViews sends none of them again);
+    # only the marker of the session's ε moved
+    layers = page.curve_plot().values()
+    curves = [e for e in layers if isinstance(e, hv.Curve)]
+    assert len(curves) == len([e for e in layers0 if isinstance(e, hv.Curve)]) >= 5
+    assert all(a is b for a, b in zip(curves, layers0, strict=False))
+    marker = [e for e in layers if isinstance(e, hv.Scatter)][0]
+    assert set(marker.dimension_values("epsilon")) == {0.5}
     # δ and ε under Gaussian noise: one more set of strategies (L2), then nothing
     session.noise = "Gaussian"
     assert page.wait(120)

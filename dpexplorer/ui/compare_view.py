@@ -475,6 +475,7 @@ class ComparePage(pn.viewable.Viewer):
         self._pq_pending = None
         self._shown = None  # key of the base behind `table`
         self._opt_pending = None  # key whose optimisers run_optimizers() is building
+        self._curve_layers = {}  # mechanism -> (key, curve) of the privacy–accuracy chart drawn
         self._pq_view = None  # (key, noise, data) of the per-query errors shown
         self._cancel = False  # set by cancel(): the running optimisation stops
         self._serials = itertools.count(1)  # build numbers (next() is atomic in CPython)
@@ -986,21 +987,30 @@ class ComparePage(pn.viewable.Viewer):
         if df is None or df.empty:
             return hv.Overlay([hv.Curve([], "epsilon", "rmse")])
         eps = df.attrs.get("epsilon", self.session.epsilon)
-        elems = []
-        for mech, part in df.groupby("mechanism", sort=False):
-            c = hv.Curve(part, hv.Dimension("epsilon", label="ε"),
-                         [hv.Dimension("rmse", label="RMSE (counts)")],
-                         label=part["label"].iloc[0]).opts(
-                logx=True, logy=True, tools=["hover"], line_width=2)
-            if mech == "svd_bound":
-                c = c.opts(color="#d62728", line_dash="dashed")
-            elems.append(c)
+        # the curves are drawn over the fixed ε grid, so that an ε change leaves them as they
+        # are (and an optimiser's curve filling in changes only its own): each curve element
+        # is kept while its numbers stay the same, and HoloViews sends only what changed
+        grid = df[df["epsilon"].isin(EPS_GRID)]
+        kept, elems = self._curve_layers, []
+        for mech, part in grid.groupby("mechanism", sort=False):
+            key = (part["label"].iloc[0], part["rmse"].to_numpy(dtype=float).tobytes())
+            c = kept.get(mech, (None, None))
+            if c[0] != key:
+                curve = hv.Curve(part, hv.Dimension("epsilon", label="ε"),
+                                 [hv.Dimension("rmse", label="RMSE (counts)")],
+                                 label=key[0]).opts(
+                    logx=True, logy=True, tools=["hover"], line_width=2)
+                if mech == "svd_bound":
+                    curve = curve.opts(color="#d62728", line_dash="dashed")
+                c = (key, curve)
+            elems.append((mech, c))
+        self._curve_layers = dict(elems)
         now = df[df["epsilon"] == eps]
-        elems.append(hv.Scatter(now, "epsilon", ["rmse", "label"], label="current ε").opts(
-            color="black", size=7, tools=["hover"]))
-        elems.append(hv.VLine(eps).opts(color="gray", line_width=1))
+        marker = hv.Scatter(now, "epsilon", ["rmse", "label"], label="current ε").opts(
+            color="black", size=7, tools=["hover"])
+        layers = [c[1] for _, c in elems]
         # explicit limits: with live updates the axes must follow every frame
-        return hv.Overlay(elems).opts(
+        return hv.Overlay([*layers, marker, hv.VLine(eps).opts(color="gray", line_width=1)]).opts(
             responsive=True, height=380, legend_position="right", logx=True, logy=True,
             shared_axes=False, ylim=_limits(df["rmse"], log=True),
             xlim=_limits(df["epsilon"], log=True, pad=1.2),
