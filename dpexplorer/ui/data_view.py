@@ -530,7 +530,7 @@ class DataView(param.Parameterized):
         if run is None:
             return None
         res, ds = run.result, run.dataset
-        title = f"DAWA private partition: {res.partition.k} buckets (ε₁ = {res.epsilon1:.3g})"
+        title = f"DAWA, private: {res.partition.k} buckets (ε₁ = {res.epsilon1:.3g})"
         if ds.x.ndim == 1:
             edges = _cell_edges(ds, 0)
             top = _top(ds.x, res.x_hat)
@@ -538,7 +538,7 @@ class DataView(param.Parameterized):
                     * histogram_element(ds).relabel("x (data)")
                     * steps_curve(edges, res.x_hat, "x̂: noisy bucket means", _attr(ds, 0)).opts(
                         color="#c44e52", line_width=2)).opts(
-                title=title, legend_position="top_right", xlabel=_attr(ds, 0), ylabel="count")
+                title=title, legend_position="bottom", xlabel=_attr(ds, 0), ylabel="count")
         return bucket_image(ds, res.partition, res.order, title)
 
     def exact_partition_plot(self, run: DAWARun | None = None):
@@ -547,7 +547,7 @@ class DataView(param.Parameterized):
         if run is None:
             return None
         ds, p = run.dataset, run.exact
-        title = f"Exact partition, NOT PRIVATE: {p.k} buckets"
+        title = f"Exact, NOT PRIVATE: {p.k} buckets"
         if ds.x.ndim == 1:
             edges = _cell_edges(ds, 0)
             means = p.expand(p.counts(ds.x))
@@ -555,7 +555,7 @@ class DataView(param.Parameterized):
                     * histogram_element(ds).relabel("x (data)")
                     * steps_curve(edges, means, "true bucket means", _attr(ds, 0)).opts(
                         color="#55a868", line_width=2)).opts(
-                title=title, legend_position="top_right", xlabel=_attr(ds, 0), ylabel="count")
+                title=title, legend_position="bottom", xlabel=_attr(ds, 0), ylabel="count")
         return bucket_image(ds, p, run.result.order, title)
 
     def estimate_plot(self, run: DAWARun | None = None):
@@ -741,17 +741,20 @@ class DataView(param.Parameterized):
         self.session.param.watch(
             lambda *_: self.gate.run("summary", lambda: setattr(summary, "object", self.summary())),
             ["epsilon"])
-        captions = pn.Row(
+        captions = [
             pn.pane.Markdown("**Private** — what DAWA releases (stage 1, ε₁): its buckets, and x̂ "
-                             "(noisy bucket totals spread uniformly).", sizing_mode="stretch_width"),
+                             "(noisy bucket totals spread uniformly).", sizing_mode="stretch_width",
+                             visible=self.last is not None),
             pn.pane.Markdown("**Not private — for comparison only:** the exact least-cost "
                              "partition of x for the same ε₂, computed from the raw data.",
-                             sizing_mode="stretch_width"),
-            sizing_mode="stretch_width", visible=self.last is not None)
-        self.param.watch(lambda e: setattr(captions, "visible", e.new is not None), "last")
+                             sizing_mode="stretch_width", visible=self.last is not None)]
+        for caption in captions:
+            self.param.watch(lambda e, c=caption: setattr(c, "visible", e.new is not None), "last")
+        # each partition under its caption; the two side by side, one under the other when narrow
+        pair = side_by_side(pn.Column(captions[0], private, sizing_mode="stretch_width"),
+                            pn.Column(captions[1], exact, sizing_mode="stretch_width"), basis=420)
         return pn.Column(
-            data_info, data_pane, summary, captions,
-            pn.Row(private, exact, sizing_mode="stretch_width"), explain,
+            data_info, data_pane, summary, pair, explain,
             estimate, hilbert, loading=self.param.busy, sizing_mode="stretch_width")
 
     def _estimate_panes(self, run: DAWARun | None) -> list:
