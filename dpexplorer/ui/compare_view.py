@@ -65,8 +65,8 @@ from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRe
 from .session import Session
 from .shown import ShownGate
 
-__all__ = ["ComparePage",
-           "Jobs", "build_lock", "check_workload", "rmse_chart", "OPTIMIZERS", "cached_entry"]
+__all__ = ["ComparePage", "Jobs", "build_lock", "check_workload", "rmse_chart", "OPTIMIZERS",
+           "OPTIMIZER_THREADS", "cached_entry"]
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +153,12 @@ def _background_thread() -> None:
 #: Worker threads shared by all pages and sessions (strategy builds, per-query errors).
 EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dpexplorer-ui",
                               initializer=_background_thread)
+#: Threads that wait for the strategy optimisers, which compute in worker processes
+#: (:mod:`dpexplorer.ui.workers`): they hold no processor, so there are enough of them for
+#: every session's optimisers to wait their turn without taking :data:`EXECUTOR`'s threads
+#: from the other sessions' comparisons.
+OPTIMIZER_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dpexplorer-opt",
+                                       initializer=_background_thread)
 
 _BUILD_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _BUILD_LOCKS_GUARD = threading.Lock()
@@ -200,7 +206,8 @@ class Jobs:
         self._futures: set = set()
         self._guard = threading.Lock()
 
-    def submit(self, fn: Callable, *args) -> None:
+    def submit(self, fn: Callable, *args, executor: ThreadPoolExecutor | None = None) -> None:
+        """Run ``fn(post, *args)`` on ``executor`` (default :data:`EXECUTOR`)."""
         doc = pn.state.curdoc
         post = self._poster(doc)
 
@@ -210,7 +217,7 @@ class Jobs:
                 fn(post, *args)
 
         try:
-            future = EXECUTOR.submit(run)
+            future = (executor or EXECUTOR).submit(run)
         except RuntimeError:  # the interpreter is shutting down: nothing more runs
             log.debug("job not started: the executor is shut down", exc_info=True)
             return
@@ -531,9 +538,9 @@ class ComparePage(pn.viewable.Viewer):
         """Block until background builds and per-query computations are done."""
         return self._jobs.wait(timeout)
 
-    def _submit(self, fn, *args) -> None:
+    def _submit(self, fn, *args, executor=None) -> None:
         if self.background:
-            self._jobs.submit(fn, *args)
+            self._jobs.submit(fn, *args, executor=executor)
         else:
             fn(lambda callback: callback(), *args)
 
@@ -696,11 +703,16 @@ class ComparePage(pn.viewable.Viewer):
         run = (auto and bool(later) and token == self._token and not self._cancel
                and not base.failed)
         post(lambda: self._job_done(token, key, base, running=run))
-        if run:  # go on with the optimisers in this worker, the table already shown
-            if not self._loaded.is_set():  # the page's first load: let the browser draw it
-                self._loaded.wait(timeout=self.load_wait)
-                time.sleep(self._grace)
-            self._optimize_job(post, token, key, base, noise, list(later))
+        if run:  # then the optimisers, the table already shown (a thread that only waits)
+            self._submit(self._optimize_after_load, token, key, base, noise, list(later),
+                         executor=OPTIMIZER_THREADS)
+
+    def _optimize_after_load(self, post, token, key, base: _Base, noise, names) -> None:
+        """Worker: :meth:`_optimize_job`, once the browser has drawn the page (first load)."""
+        if not self._loaded.is_set():
+            self._loaded.wait(timeout=self.load_wait)
+            time.sleep(self._grace)
+        self._optimize_job(post, token, key, base, noise, names)
 
     def _job_failed(self, token, key, message) -> None:
         if self._pending == key:
@@ -778,7 +790,8 @@ class ComparePage(pn.viewable.Viewer):
             self._set(optimizing=True, pending=[],
                       status=f"Running {len(base.pending)} optimiser(s)…")
             self._show(key, base, noise)
-            self._submit(self._optimize_job, self._token, key, base, noise, list(base.pending))
+            self._submit(self._optimize_job, self._token, key, base, noise, list(base.pending),
+                         executor=OPTIMIZER_THREADS)
             return True
 
     def stop(self) -> None:

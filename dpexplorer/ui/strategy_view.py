@@ -56,7 +56,15 @@ from dpexplorer.queries.matrix import (
     Weighted,
 )
 
-from .compare_view import _LABEL, Jobs, _message, build_lock, check_workload
+from . import workers
+from .compare_view import (
+    _LABEL,
+    OPTIMIZER_THREADS,
+    Jobs,
+    _message,
+    build_lock,
+    check_workload,
+)
 from .optimize_view import (
     Cancelled,
     OptimizationProgress,
@@ -417,15 +425,17 @@ class StrategyView(pn.viewable.Viewer):
                 self._tokens[s] += 1
                 self._cancel[s] = False
                 self._set(**{f"{s}_busy": True, f"{s}_status": ""})
-                self._submit(self._build_job, s, self._tokens[s], W, noise, name, self.max_pixels)
+                optimiser = workers.in_worker(dpx.registry.REGISTRY.get(name))
+                self._submit(self._build_job, s, self._tokens[s], W, noise, name, self.max_pixels,
+                             executor=OPTIMIZER_THREADS if optimiser else None)
             self._pixels = self.max_pixels
             return True
 
     _pixels = None
 
-    def _submit(self, fn, *args) -> None:
+    def _submit(self, fn, *args, executor=None) -> None:
         if self.background:
-            self._jobs.submit(fn, *args)
+            self._jobs.submit(fn, *args, executor=executor)
         else:
             fn(lambda callback: callback(), *args)
 

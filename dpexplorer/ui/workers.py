@@ -65,13 +65,13 @@ REPORT_SECONDS = 0.1
 
 
 def in_worker(mechanism) -> bool:
-    """Whether :func:`build` runs ``mechanism`` (a registry entry) in a worker process.
+    """Whether :func:`build` runs ``mechanism`` (a registry entry, or None) in a worker process.
 
     True for the strategy optimisers whose builder is defined in the
     ``dpexplorer`` package (registered in every worker at import).
     """
     fn = getattr(mechanism, "build", None)
-    return (mechanism.name in OPTIMIZERS and fn is not None
+    return (fn is not None and mechanism.name in OPTIMIZERS
             and getattr(fn, "__module__", "").startswith("dpexplorer."))
 
 
