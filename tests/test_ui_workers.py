@@ -144,3 +144,25 @@ def test_the_optimisers_cpu_time_is_not_spent_in_this_process():
     # the same optimisation costs `here` seconds of CPU in this process; through a worker
     # this process only waits (it polls twice a tenth of a second)
     assert cpu < 0.5 * here, (cpu, here, wall)
+
+
+def test_optimisers_wait_on_their_own_threads_not_the_build_threads(monkeypatch):
+    """Eight sessions' queued optimisers must not hold the four threads comparisons build on."""
+    from dpexplorer.ui.compare_view import ComparePage
+    from dpexplorer.ui.session import Session
+
+    seen = []
+    original = ComparePage._optimize_job
+
+    def recording(self, *args):
+        seen.append(threading.current_thread().name)
+        return original(self, *args)
+
+    monkeypatch.setattr(ComparePage, "_optimize_job", recording)
+    session = Session()
+    session.workload = dpx.workloads.prefix(32)
+    page = ComparePage(session)
+    page._loaded.set()  # no browser here: nothing to wait for
+    assert page.wait(300)
+    assert seen and all(name.startswith("dpexplorer-opt") for name in seen), seen
+    assert np.isfinite(page.table.set_index("mechanism").loc["opt0", "rmse"])
