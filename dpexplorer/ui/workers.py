@@ -126,21 +126,23 @@ def _remote_build(task: int, stop, name: str, W, noise, params: dict):
 
 # ------------------------------------------------------------------ in the server
 class _Pool:
-    """loky's reusable executor, the shared report queue, the stop events' manager, the router.
+    """A loky process pool, the shared report queue, the stop events' manager, the router.
 
     loky starts its workers without re-running the caller's main script (as
     ``spawn`` and ``forkserver`` do) and without forking the server's threads.
     """
 
     def __init__(self):
-        from loky import get_reusable_executor
+        from loky import ProcessPoolExecutor
         from loky.backend.context import get_context
 
         ctx = get_context("loky")
         self.reports = ctx.Queue()
         self.manager = ctx.Manager()  # per-task stop events
-        self.executor = get_reusable_executor(
-            max_workers=MAX_WORKERS, timeout=None, initializer=_start_worker,
+        # a pool of our own, not loky's process-wide reusable one (joblib in the same
+        # notebook would replace that one, and break the futures waiting on it)
+        self.executor = ProcessPoolExecutor(
+            max_workers=MAX_WORKERS, context=ctx, initializer=_start_worker,
             initargs=(self.reports, os.getpid(), WORKER_NICE))
         self.inboxes: dict[int, queue.Queue] = {}
         self.guard = threading.Lock()
