@@ -152,3 +152,20 @@ def test_compare_max_objective_is_implicit_for_kronecker_and_marginal_strategies
     df = dpx.compare(W, noise, mechanisms=names, objective="max").set_index("mechanism")
     assert df["max_std"].notna().all(), df["note"].to_dict()
     assert df["max_std"].idxmin() == "residual_planner"
+
+
+def test_strategy_cache_builds_through_its_builder():
+    calls = []
+
+    def build(mech, W, noise, params):
+        calls.append((mech.name, W, params))
+        return mech.strategy(W, noise, **params)
+
+    cache = dpx.StrategyCache(build=build)
+    W, noise = dpx.workloads.prefix(16), dpx.Laplace(1.0)
+    A, unit, _, note = cache.entry(W, "hb", noise)
+    cache.entry(W, "hb", noise)  # cached: not built again
+    assert calls == [("hb", W, {})] and note == ""
+    assert unit == pytest.approx(dpx.StrategyCache().entry(W, "hb", noise)[1], rel=1e-12)
+    with pytest.raises(TypeError, match="build must be callable"):
+        dpx.StrategyCache(build="hb")

@@ -9,8 +9,9 @@ stopped server will never show, so nothing is lost by not waiting:
 :func:`exit_promptly_on_sigterm` chains a handler to the server's that, after
 :data:`GRACE_SECONDS` for the server's own shutdown, ends the process with
 ``os._exit`` after killing the optimisers' worker processes
-(:func:`dpexplorer.ui.workers.shutdown`) -- and, should that thread not get to run (it needs the GIL,
-which busy worker threads hold), SIGALRM's default action ends it
+(:func:`dpexplorer.ui.workers.shutdown`) -- and, should that thread not get
+to run (it needs the GIL, which busy worker threads hold), SIGALRM's default
+action ends it
 :data:`HARD_EXTRA_SECONDS` later (exit status 128 + 14).
 """
 
