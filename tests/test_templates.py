@@ -101,6 +101,7 @@ def test_laplace_objective_sparse_theta_and_structured_gram(wname, sparse, monke
     # products with Θ, and the structured and the dense Gram, give the same value and
     # gradient, equal to the direct tr(G (AᵀA)⁻¹) and to finite differences
     monkeypatch.setattr(templates, "SPARSE_THETA", 1.0 if sparse else 0.0)
+    monkeypatch.setattr(templates, "SPARSE_MIN_ENTRIES", 0)
     n, p = 48, 4
     rng = np.random.default_rng(7)
     W = WORKLOADS[wname](n)
