@@ -86,11 +86,43 @@ def test_laplace_objective_value_and_gradient(p, n):
     A = templates.p_identity(theta).array
     # value: tr(G (AᵀA)⁻¹) for A = [I; Θ]·D (HDMM Def. 13-14), computed directly
     direct = np.trace(G @ np.linalg.inv(A.T @ A))
-    assert fun(theta.ravel())[0] == pytest.approx(direct, rel=1e-10)
-    g = fun(theta.ravel())[1]
-    err = scipy.optimize.check_grad(lambda x: fun(x)[0], lambda x: fun(x)[1], theta.ravel(),
-                                    epsilon=1e-7)
+    x = theta.T.ravel()  # the optimiser's layout: Θᵀ, flattened
+    assert fun(x)[0] == pytest.approx(direct, rel=1e-10)
+    assert fun.value(theta) == pytest.approx(direct, rel=1e-10)
+    g = fun(x)[1]
+    err = scipy.optimize.check_grad(lambda x: fun(x)[0], lambda x: fun(x)[1], x, epsilon=1e-7)
     assert err <= 1e-5 * np.linalg.norm(g)
+
+
+@pytest.mark.parametrize("wname", ["all_range", "prefix", "width32", "permuted"])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_laplace_objective_sparse_theta_and_structured_gram(wname, sparse, monkeypatch):
+    # Θ with most entries at the bound 0 (as L-BFGS-B leaves it): the sparse and the dense
+    # products with Θ, and the structured and the dense Gram, give the same value and
+    # gradient, equal to the direct tr(G (AᵀA)⁻¹) and to finite differences
+    monkeypatch.setattr(templates, "SPARSE_THETA", 1.0 if sparse else 0.0)
+    monkeypatch.setattr(templates, "SPARSE_MIN_ENTRIES", 0)
+    n, p = 48, 4
+    rng = np.random.default_rng(7)
+    W = WORKLOADS[wname](n)
+    G = W.gram().dense()
+    theta = rng.random((p, n)) * (rng.random((p, n)) < 0.1)
+    A = templates.p_identity(theta).array
+    direct = np.trace(G @ np.linalg.inv(A.T @ A))
+    x = theta.T.ravel()
+    for gram in (G, gram_operator(W)):
+        fun = templates._PIdentityObjective(gram, p, scale=2.0)
+        f, g = fun(x)
+        assert templates._ThetaProducts(theta.T.copy()).sparse == sparse
+        assert f * 2.0 == pytest.approx(direct, rel=1e-10)
+        err = scipy.optimize.check_grad(lambda x: fun(x)[0], lambda x: fun(x)[1], x,
+                                        epsilon=1e-7)
+        assert err <= 1e-5 * np.linalg.norm(g)
+        monkeypatch.setattr(templates, "SPARSE_THETA", 0.0 if sparse else 1.0)
+        f2, g2 = fun(x)  # the other kind of products with Θ
+        monkeypatch.setattr(templates, "SPARSE_THETA", 1.0 if sparse else 0.0)
+        assert f2 == pytest.approx(f, rel=1e-12)
+        np.testing.assert_allclose(g2, g, rtol=1e-9, atol=1e-12 * np.abs(g).max())
 
 
 @pytest.mark.parametrize("n", [5, 16])

@@ -140,12 +140,7 @@ class _Semiseparable(GramOperator):
         self.n = a.size
 
     def matmat(self, X):
-        X = np.asarray(X, dtype=float)
-        a, b = self.a[:, None], self.b[:, None]
-        low = np.cumsum(a * X, axis=0)  # Σ_{j≤i} a_j x_j
-        high = np.cumsum((b * X)[::-1], axis=0)[::-1]  # Σ_{j≥i} b_j x_j
-        high = np.vstack([high[1:], np.zeros((1, X.shape[1]))])  # Σ_{j>i}
-        return b * low + a * high
+        return _semiseparable_cols(np.ascontiguousarray(X, dtype=float), self.a, self.b)
 
     def diag(self):
         return self.a * self.b
@@ -158,6 +153,27 @@ class _Semiseparable(GramOperator):
         before = segmented_cumsum(self.a * u, lo, hi) - self.a * u  # Σ_{i<j, i ∈ q} a_i u_i
         per_cell = self.b * u * (self.a * u + 2.0 * before)
         return segment_sums(per_cell, lo, hi)
+
+
+@numba.njit(cache=True)
+def _semiseparable_cols(X, a, b):
+    """``G X`` for ``G_ij = a_min(i,j) b_max(i,j)``, ``X: (n, k)`` row-major: two passes over the rows."""
+    n, k = X.shape
+    out = np.empty((n, k))
+    acc = np.zeros(k)
+    for i in range(n):  # Σ_{j ≤ i} a_j x_j
+        x, o, ai, bi = X[i], out[i], a[i], b[i]
+        for c in range(k):
+            t = acc[c] + ai * x[c]
+            acc[c] = t
+            o[c] = bi * t
+    acc = np.zeros(k)
+    for i in range(n - 1, -1, -1):  # Σ_{j > i} b_j x_j
+        x, o, ai, bi = X[i], out[i], a[i], b[i]
+        for c in range(k):
+            o[c] += ai * acc[c]
+            acc[c] += bi * x[c]
+    return out
 
 
 @numba.njit(cache=True)
@@ -186,7 +202,10 @@ class _RangesGram(GramOperator):
         self.lo, self.hi = W.ranges()
 
     def matmat(self, X):
-        return self.W._rmatmat(self.W._matmat(np.asarray(X, dtype=float)))
+        X = np.asarray(X, dtype=float)
+        Z = self.W._matmat(X)  # W X, shape (m, k)
+        # Wᵀ Z: +Z at lo, −Z at hi + 1, then cumulative sums down the cells
+        return np.cumsum(self._differences() @ Z, axis=0)[: self.n]
 
     def rows(self, Y):
         Y = np.asarray(Y, dtype=float)
