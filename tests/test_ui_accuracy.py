@@ -97,6 +97,39 @@ def test_rmse_target_floor_and_curve(page):
     assert any(isinstance(el, hv.HLine) for el in epsilon_bars(df))
 
 
+@pytest.mark.parametrize("noise", ["Laplace", "Gaussian"])
+def test_worst_query_target_is_the_engines(page, noise):
+    """The "max" target: every query's std at most t (the worst query's), against dpx.epsilon_for."""
+    session, first = page.session, page.accuracy_first
+    session.noise = noise
+    assert page.wait(120)
+    first.metric, first.target, first.mode = "max", 9.0, "epsilon"
+    assert page.wait(120)
+    df = first.table
+    assert df.attrs["metric"] == "max" and df.attrs["target"] == 9.0
+    ok = _finite(df)
+    assert len(ok) >= 4
+    model = session.noise_model()
+    for r in ok.itertuples():
+        want = dpx.epsilon_for(W64, r.mechanism, 9.0, "max", noise=model)
+        assert r.epsilon == pytest.approx(want.epsilon, rel=1e-12), r.mechanism
+        assert r.error == pytest.approx(want.error, rel=1e-12)
+        # the worst query's std at that ε, by a dense computation of every query's variance
+        A = dpx.registry.get(r.mechanism).strategy(W64, model)
+        var = dpx.error.per_query_variance(W64, A, model.with_epsilon(r.epsilon))
+        assert math.sqrt(float(np.max(var))) == pytest.approx(9.0, rel=1e-9)
+        assert r.ratio >= 1 - 1e-12                   # the SVD bound's ε is a floor here too
+    floor = dpx.epsilon_table(W64, 9.0, "max", noise=model, mechanisms=["identity"])
+    assert df.attrs["floor_epsilon"] == pytest.approx(floor.attrs["floor_epsilon"], rel=1e-12)
+    text = first.summary()
+    assert "at most 9 counts on every query" in text and "SVD bound" in text
+    cv = first.curve
+    assert set(cv["mechanism"]) >= set(ok["mechanism"]) | {"svd_bound"}
+    np.testing.assert_allclose(cv.attrs["points"]["error"], 9.0, rtol=1e-9)
+    assert "worst query" in target_curve_plot(cv).opts.get().kwargs["title"]
+    assert "Std on every query (worst query)" in first._widgets["metric"].options
+
+
 def test_target_changes_without_rebuilding_and_the_mode_switches_views(page):
     first = page.accuracy_first
     first.mode = "epsilon"

@@ -3,11 +3,12 @@
 The Compare page shows "the error at this ε".  Its switch turns the question
 around ("ε for this error"): the user types a target -- "±50 counts on 95 %
 of queries" (the half-widths of the 95 % confidence intervals a release
-reports) or an RMSE per query -- and :class:`AccuracyFirst` gives every
+reports), an RMSE per query, or a standard deviation of at most t counts on
+every query (the worst query's) -- and :class:`AccuracyFirst` gives every
 mechanism's smallest ε meeting it, with the SVD bound's ε as the floor
-(RMSE only: the bound limits the mean squared error, not a percentile of the
-interval widths), a bar chart of those ε and the privacy–accuracy curve of
-the chosen metric with the target marked.
+(RMSE and worst query: the bound limits the mean squared error, which neither
+exceeds, but not a percentile of the interval widths), a bar chart of those ε
+and the privacy–accuracy curve of the chosen metric with the target marked.
 
 The numbers are :mod:`dpexplorer.accuracy`'s, exact for every
 data-independent mechanism:
@@ -15,11 +16,12 @@ data-independent mechanism:
 * RMSE: ``rmse(ε) = sqrt(unit TSE/m) · s(ε)`` from the comparison's stored
   unit-noise TSE (HDMM Prop. 4), inverted in closed form for the sidebar's
   noise (:func:`dpexplorer.accuracy.noise_for_std`) -- arithmetic only.
-* ±t on 95 % of queries: each mechanism's
+* ±t on 95 % of queries, and the worst query's std (``max_i sqrt(Var_i)``,
+  metric ``"max"``): each mechanism's
   :func:`dpexplorer.accuracy.error_profile` (its per-query interval
-  half-widths, computed once per workload, mechanism and noise family in a
-  background job, strategies from the session's cache), then
-  ``ErrorProfile.epsilon_for`` per target.
+  half-widths or variances, computed once per workload, mechanism, metric and
+  noise family in a background job, strategies from the session's cache),
+  then ``ErrorProfile.epsilon_for`` per target.
 
 Data-dependent mechanisms have no formula for their error, so none for ε:
 their rows say so.
@@ -49,7 +51,8 @@ _LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
 #: The page's two questions (widget label -> value).
 MODES = {"Error at this ε": "error", "ε for this error": "epsilon"}
 #: The targets a user can state (widget label -> dpexplorer.accuracy metric).
-TARGET_METRICS = {"± counts on 95 % of queries": "ci95", "RMSE per query": "rmse"}
+TARGET_METRICS = {"± counts on 95 % of queries": "ci95", "RMSE per query": "rmse",
+                  "Std on every query (worst query)": "max"}
 
 #: Columns of the target table.
 TARGET_COLUMNS = ["mechanism", "label", "epsilon", "rho", "error", "ratio", "exact", "note"]
@@ -76,9 +79,11 @@ class AccuracyFirst(param.Parameterized):
     ----------
     mode : {"error", "epsilon"}
         The page's question: the error at the sidebar's ε, or the ε for :attr:`target`.
-    metric : {"ci95", "rmse"}
+    metric : {"ci95", "rmse", "max"}
         ``"ci95"``: ±target counts on ``share`` of the queries, each a
-        ``level`` confidence interval of a release; ``"rmse"``: RMSE per query.
+        ``level`` confidence interval of a release; ``"rmse"``: RMSE per
+        query; ``"max"``: the worst query's standard deviation (every query's
+        std at most the target).
     target : float
         The error to meet, in counts (> 0).
     """
@@ -86,7 +91,8 @@ class AccuracyFirst(param.Parameterized):
     mode = param.Selector(default="error", objects=list(MODES.values()), doc="""
         'error': the error at the sidebar's ε; 'epsilon': each mechanism's ε for the target.""")
     metric = param.Selector(default="ci95", objects=list(TARGET_METRICS.values()), doc="""
-        'ci95': ±target counts on 95 % of queries (95 % intervals); 'rmse': RMSE per query.""")
+        'ci95': ±target counts on 95 % of queries (95 % intervals); 'rmse': RMSE per query;
+        'max': the worst query's standard deviation.""")
     target = param.Number(default=50.0, bounds=(0, None), inclusive_bounds=(False, True),
                           doc="The error to meet, in counts (> 0).")
     table = param.DataFrame(default=None, allow_None=True, constant=True, precedence=-1, doc="""
@@ -96,7 +102,7 @@ class AccuracyFirst(param.Parameterized):
         The chosen metric over ε per mechanism: mechanism, label, epsilon, error
         (the floor as mechanism 'svd_bound' for the RMSE); attrs target, metric.""")
     busy = param.Boolean(default=False, constant=True, precedence=-1,
-                         doc="True while interval profiles are being computed.")
+                         doc="True while error profiles are being computed.")
     error = param.String(default="", constant=True, precedence=-1,
                          doc="Last error of this mode ('' after a success).")
 
@@ -153,14 +159,16 @@ class AccuracyFirst(param.Parameterized):
             if self.metric == "rmse":
                 self._show(key, *self._rmse(base, noise, self.target))
                 return
+            metric = self.metric
             names = self._built(base)
-            missing = [n for n in names if self._profile_key(base, n, noise) not in self._profiles]
+            missing = [n for n in names
+                       if self._profile_key(base, n, noise, metric) not in self._profiles]
             if not missing:
-                self._show(key, *self._ci95(base, noise, self.target))
+                self._show(key, *self._profiled(base, noise, self.target, metric))
                 return
             self._pending = key
             self._set(busy=True)
-            self._submit(self._profile_job, key, base, noise, missing)
+            self._submit(self._profile_job, key, base, noise, missing, metric)
 
     @staticmethod
     def _built(base) -> list[str]:
@@ -168,11 +176,18 @@ class AccuracyFirst(param.Parameterized):
         return list(base.frame["mechanism"][np.isfinite(units)])
 
     @staticmethod
-    def _profile_key(base, name, noise) -> tuple:
-        return (base.W, name, type(noise).__name__)
+    def _params(base, name) -> dict:
+        """The builder parameters of the strategy the comparison shows (its objective)."""
+        mech = dpx.registry.get(name)
+        objective = getattr(base, "objective", "sum")
+        return {"objective": objective} if "objective" in mech.params else {}
 
-    def _profile_job(self, post, key, base, noise, names) -> None:
-        """Worker: the interval profile of every built mechanism (strategies from the cache)."""
+    @staticmethod
+    def _profile_key(base, name, noise, metric) -> tuple:
+        return (base.W, name, type(noise).__name__, metric, getattr(base, "objective", "sum"))
+
+    def _profile_job(self, post, key, base, noise, names, metric) -> None:
+        """Worker: the ``metric`` profile of every built mechanism (strategies from the cache)."""
         from .compare_view import build_lock
 
         made = {}
@@ -181,16 +196,16 @@ class AccuracyFirst(param.Parameterized):
             try:
                 with build_lock(cache, (base.W, name, noise.norm)):
                     made[name] = dpx.accuracy.error_profile(
-                        base.W, name, noise, "ci95", level=self.level, share=self.share,
-                        cache=cache)
+                        base.W, name, noise, metric, level=self.level, share=self.share,
+                        params=self._params(base, name) or None, cache=cache)
             except Exception as exc:  # noqa: BLE001 - one mechanism failing is shown in its row
                 if not isinstance(exc, ValueError):
-                    log.exception("interval profile of %s failed", name)
-                made[name] = f"no interval profile: {exc}"
+                    log.exception("error profile of %s failed", name)
+                made[name] = f"no error profile: {exc}"
 
         def done():
             for name, prof in made.items():
-                self._profiles[self._profile_key(base, name, noise)] = prof
+                self._profiles[self._profile_key(base, name, noise, metric)] = prof
             while len(self._profiles) > self.keep:
                 self._profiles.popitem(last=False)
             if self._pending == key:
@@ -214,6 +229,16 @@ class AccuracyFirst(param.Parameterized):
             rows.append(row)
         return rows
 
+    @staticmethod
+    def _floor(base, noise, t: float) -> tuple[float, str]:
+        """The SVD bound's ε for an RMSE (or worst-query std) of ``t``, and its note."""
+        if math.isfinite(base.svdb) and base.svdb > 0:
+            floor, _ = dpx.accuracy.noise_for_std(t / math.sqrt(base.svdb / base.W.m), noise)
+            return floor, "SVD bound (Li & Miklau 2012, Thm 2): no strategy needs less ε"
+        if not math.isfinite(base.svdb):
+            return math.nan, "the workload is too large for the SVD bound"
+        return math.nan, NO_FLOOR
+
     def _rmse(self, base, noise, t: float):
         """ε for an RMSE target: closed-form inversion of ``sqrt(unit/m) · s(ε) = t``."""
         m = base.W.m
@@ -229,12 +254,7 @@ class AccuracyFirst(param.Parameterized):
             return {"epsilon": eps, "rho": rho, "error": err, "note": _eps_note(eps, t)}
 
         rows = self._rows(base, solve)
-        floor, note = math.nan, NO_FLOOR
-        if math.isfinite(base.svdb) and base.svdb > 0:
-            floor, _ = dpx.accuracy.noise_for_std(t / math.sqrt(base.svdb / m), noise)
-            note = "SVD bound (Li & Miklau 2012, Thm 2): no strategy needs less ε"
-        elif not math.isfinite(base.svdb):
-            note = "the workload is too large for the SVD bound"
+        floor, note = self._floor(base, noise, t)
         units = {r.mechanism: math.sqrt(float(r.unit_tse) / m) for r in base.frame.itertuples()
                  if math.isfinite(float(r.unit_tse))}
         if math.isfinite(floor):
@@ -244,24 +264,34 @@ class AccuracyFirst(param.Parameterized):
             return units[name] * np.array([noise.with_epsilon(float(e)).std_per_unit for e in eps])
         return rows, floor, note, curve, list(units)
 
-    def _ci95(self, base, noise, t: float):
-        """ε for '±t on 95 % of queries' from each mechanism's interval profile."""
+    def _profiled(self, base, noise, t: float, metric: str):
+        """ε for '±t on 95 % of queries' or the worst query's std from each mechanism's profile.
+
+        The worst query's std has the SVD bound's floor too: ``max_i Var_i``
+        is at least the mean variance ``TSE/m``, which the bound limits.
+        """
         def solve(r):
-            prof = self._profiles.get(self._profile_key(base, r.mechanism, noise))
+            prof = self._profiles.get(self._profile_key(base, r.mechanism, noise, metric))
             if isinstance(prof, str) or prof is None:
-                return {"note": prof or "no interval profile"}
+                return {"note": prof or "no error profile"}
             res = prof.epsilon_for(t, noise)
             return {"epsilon": res.epsilon, "rho": res.rho, "error": res.error,
                     "note": res.note or _eps_note(res.epsilon, t)}
 
         rows = self._rows(base, solve)
         profs = {n: p for n in self._built(base)
-                 if not isinstance(p := self._profiles.get(self._profile_key(base, n, noise)), str)
+                 if not isinstance(p := self._profiles.get(self._profile_key(base, n, noise,
+                                                                             metric)), str)
                  and p is not None}
+        floor, note = (math.nan, NO_FLOOR) if metric == "ci95" else self._floor(base, noise, t)
+        unit = math.sqrt(base.svdb / base.W.m) if math.isfinite(floor) else math.nan
 
         def curve(name, eps):
+            if name == "svd_bound":
+                return unit * np.array([noise.with_epsilon(float(e)).std_per_unit for e in eps])
             return np.array([profs[name].error(noise.with_epsilon(float(e))) for e in eps])
-        return rows, math.nan, NO_FLOOR, curve, list(profs)
+        return rows, floor, note, curve, list(profs) + (["svd_bound"] if math.isfinite(floor)
+                                                          else [])
 
     def _show(self, key, rows, floor, floor_note, curve_of, names) -> None:
         t, metric, noise = self.target, self.metric, self._noise
@@ -398,6 +428,8 @@ def _family_label(noise) -> str:
 def _target_words(t: float, metric: str, level: float, share: float) -> str:
     if metric == "rmse":
         return f"an RMSE of {t:g} counts per query"
+    if metric == "max":
+        return f"a standard deviation of at most {t:g} counts on every query (the worst query's)"
     return (f"±{t:g} counts on {share * 100:g} % of queries "
             f"(each a {level * 100:g} % confidence interval)")
 
@@ -431,7 +463,8 @@ def target_curve_plot(df: pd.DataFrame | None) -> hv.Overlay:
         return hv.Overlay([hv.Curve([], "epsilon", "error")])
     t = float(df.attrs.get("target", math.nan))
     metric = df.attrs.get("metric", "rmse")
-    ylabel = "RMSE (counts)" if metric == "rmse" else "± counts on 95 % of queries"
+    ylabel = {"rmse": "RMSE (counts)", "max": "worst query's std (counts)"}.get(
+        metric, "± counts on 95 % of queries")
     elems = []
     for name, part in df.groupby("mechanism", sort=False):
         c = hv.Curve(part, hv.Dimension("epsilon", label="ε"),
