@@ -451,7 +451,8 @@ class DataView(param.Parameterized):
                          description=(f"Column {column!r} of the uploaded {filename} ({len(df):,} "
                                       f"rows) in {int(bins)} equal-width bins over [{edges[0]:g}, "
                                       f"{edges[-1]:g}] ({where})"),
-                         n_records=int(counts.sum()), frame=df)
+                         n_records=int(counts.sum()), frame=df,
+                         source=dpx.datasets.upload_source(filename))
             self.session.add_dataset(ds)
         except Exception as exc:  # noqa: BLE001 - reported, state kept
             self._fail(exc)
@@ -479,7 +480,7 @@ class DataView(param.Parameterized):
             name = self._unique_name(PurePath(filename).stem or "upload")
             ds = Dataset(name=name, x=x, edges=edges, attributes=attrs,
                          description=f"Uploaded {filename}: counts of shape {x.shape}",
-                         n_records=int(x.sum()))
+                         n_records=int(x.sum()), source=dpx.datasets.upload_source(filename))
             self.session.add_dataset(ds)
         except Exception as exc:  # noqa: BLE001 - reported, state kept
             self._fail(ValueError(f"{filename}: {_message(exc)}"))
@@ -766,7 +767,7 @@ class DataView(param.Parameterized):
         ds = self.current_dataset()
         if ds is None:
             return "**Dataset unavailable** (see the message)."
-        return f"**{ds.name}** — {ds.description}"
+        return f"**{ds.name}** — {ds.description}\n\n{self.session.source_text(ds.name)}"
 
     def error_alert(self) -> pn.pane.Alert:
         """A danger Alert showing :attr:`error`, hidden while there is none."""

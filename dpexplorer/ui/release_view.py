@@ -471,7 +471,8 @@ class ReleaseView(param.Parameterized):
             s = self.session
             return (f"No release yet. **Run release** spends ε = {s.epsilon:g}"
                     + (f", δ = {s.delta:g}" if s.noise == "Gaussian" else "")
-                    + f" from the budget of `{s.dataset}` ({s.ledger.remaining()}).")
+                    + f" from the budget of `{s.dataset}` ({s.ledger.remaining()}).\n\n"
+                    + s.source_text())
         r = rec.release
         text = (f"**Released** {r.answers.size:,} answers of `{r.workload.name}` on `{rec.dataset}` "
                 f"with **{r.mechanism}**, {r.noise.label} (ρ = {r.rho:.4g}); randomness: OS CSPRNG "
@@ -483,7 +484,7 @@ class ReleaseView(param.Parameterized):
         if self.simulation is not None:
             text += (f"  *Simulation: {self.simulation.trials} trials with seeds derived from the "
                      f"simulation seed {self.simulation.seed}, outside the ledger.*")
-        return text
+        return text + "\n\n" + self.session.source_text(rec.dataset)
 
     def answers_frame(self) -> pd.DataFrame:
         """The last release's answers with std and 95 % interval (what the downloads hold)."""
