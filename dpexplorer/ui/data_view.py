@@ -58,6 +58,7 @@ from dpexplorer.datasets import Dataset
 from dpexplorer.privacy import PrivacyLedger, PrivateData, Spend
 from dpexplorer.queries.matrix import Matrix
 
+from .exports import FigureExport
 from .session import Session, error_alert, side_by_side
 from .uploads import Upload
 from .session import exception_message as _message
@@ -716,6 +717,22 @@ class DataView(param.Parameterized):
                           visible=self.last is not None)
         hilbert = pn.pane.HoloViews(self.hilbert_plot(), sizing_mode="stretch_width", height=320,
                                     visible=self.hilbert_plot() is not None)
+        self.exports: dict = {}
+
+        def export(name, make):
+            return FigureExport("data", name, make, report=self.session.report, into=self.exports)
+        data_export = export("data", self.data_plot)
+        run_exports = {
+            "private-partition": lambda: self.private_partition_plot(),
+            "exact-partition": lambda: self.exact_partition_plot(),
+            "estimate": lambda: self.estimate_plot(),
+            "hilbert": lambda: self.hilbert_plot()}
+        run_exports = {name: export(name, make) for name, make in run_exports.items()}
+
+        def show_exports():
+            for exp in run_exports.values():
+                exp.show(exp.make() is not None)
+        show_exports()
 
         def redraw_run(*_):
             with pn.io.hold():  # one message to the browser for all its changes
@@ -730,6 +747,7 @@ class DataView(param.Parameterized):
                     pane.visible = obj is not None
                 estimate.objects = self._estimate_panes(run)
                 estimate.visible = run is not None
+                show_exports()
 
         def redraw_data(*_):
             with pn.io.hold():  # one message to the browser for all its changes
@@ -751,9 +769,12 @@ class DataView(param.Parameterized):
             sizing_mode="stretch_width", visible=self.last is not None)
         self.param.watch(lambda e: setattr(captions, "visible", e.new is not None), "last")
         return pn.Column(
-            data_info, data_pane, summary, captions,
-            pn.Row(private, exact, sizing_mode="stretch_width"), explain,
-            estimate, hilbert, loading=self.param.busy, sizing_mode="stretch_width")
+            data_info, data_pane, data_export, summary, captions,
+            pn.Row(private, exact, sizing_mode="stretch_width"),
+            pn.Row(run_exports["private-partition"], run_exports["exact-partition"],
+                   sizing_mode="stretch_width"), explain,
+            estimate, run_exports["estimate"], hilbert, run_exports["hilbert"],
+            loading=self.param.busy, sizing_mode="stretch_width")
 
     def _estimate_panes(self, run: DAWARun | None) -> list:
         """One pane per element of :meth:`estimate_plot` (side by side for 2D grids)."""
