@@ -1200,6 +1200,7 @@ class ComparePage(pn.viewable.Viewer):
         first.param.watch(lambda *_: self.gate.run("target", on_target), ["table", "curve", "busy"])
         by_epsilon = pn.Column(t_summary, t_bars.pane,
                                export("epsilon-bars", lambda: epsilon_bars(first.table)), t_table,
+                               first.simulation_panel(),
                                loading=target_shown.param.busy,
                            visible=first.mode == "epsilon", sizing_mode="stretch_width")
         results.visible = first.mode == "error"
