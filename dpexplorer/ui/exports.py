@@ -22,6 +22,7 @@ check every figure has one and that its CSV holds the figure's numbers.
 
 from __future__ import annotations
 
+import html
 import io
 import logging
 import re
@@ -145,12 +146,16 @@ class FigureExport(pn.viewable.Viewer):
             return
         for w in self._buttons[:2]:
             w.disabled = True
-        self._note.object = f"*{self.images_missing()}; the CSV holds the figure's numbers.*"
+        self._note.object = self._note_text(self.images_missing())
         self._note.visible = True
 
     def show(self, visible: bool) -> None:
         """Show or hide the control (with its figure)."""
         self.__panel__().visible = bool(visible)
+
+    @staticmethod
+    def _note_text(missing: str) -> str:
+        return f"<em>{html.escape(missing)}; the CSV holds the figure's numbers.</em>"
 
     def buttons(self) -> dict[str, pn.widgets.FileDownload]:
         """The download widgets by format (built with the row)."""
@@ -170,10 +175,10 @@ class FigureExport(pn.viewable.Viewer):
                              "Download the numbers this figure draws (CSV)"),
                 css_classes=[f"figure-export-{fmt}"])
             for fmt in figures.FORMATS]
-        self._note = pn.pane.Markdown(
-            f"*{missing}; the CSV holds the figure's numbers.*" if missing else "",
-            visible=bool(missing), styles={"font-size": "85%"}, margin=(6, 5),
-            sizing_mode="stretch_width")
+        self._note = pn.pane.HTML(self._note_text(missing) if missing else "",
+                                  visible=bool(missing), styles={"font-size": "85%"},
+                                  margin=(6, 5), sizing_mode="stretch_width",
+                                  css_classes=["figure-export-note"])
         self._row = pn.Row(pn.pane.Markdown("Export:", margin=(6, 5), styles={"font-size": "85%"}),
                            *self._buttons, self._note, sizing_mode="stretch_width",
                            css_classes=["figure-export"])
