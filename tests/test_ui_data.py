@@ -408,3 +408,11 @@ def test_dpbench_source_names_the_original_data():
     assert "not part of the public DPBench release" in dpx.datasets.dpbench_source("mine")
     for f in dpx.datasets.DPBENCH_FILES:
         assert "Hay et al., SIGMOD 2016" in dpx.datasets.dpbench_source(f.paper_name)
+
+
+def test_csv_uploads_take_the_types_browsers_give_csv_files():
+    """A CSV saved by Excel on Windows arrives as application/vnd.ms-excel (first-contact sweep)."""
+    up = Upload(accepted_filetypes=[".csv", "text/csv"])
+    assert {"text/csv", "application/vnd.ms-excel", "text/plain"} <= set(up.accepted_filetypes)
+    assert up.accepted_filetypes[:2] == [".csv", "text/csv"]          # the given ones first
+    assert Upload(accepted_filetypes=[".npy"]).accepted_filetypes == [".npy"]
