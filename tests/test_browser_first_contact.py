@@ -59,6 +59,15 @@ def _fill(pg, label: str, value: str) -> None:
     box.press("Enter")
 
 
+def _refused_then_taken(pg, label: str, bad: str, message: str, good: str, shown: str) -> None:
+    """Type ``bad`` in the box ``label`` (a message matching ``message`` must say why it is
+    refused), then ``good``, which must be used (``shown`` appears): the page stays usable."""
+    _fill(pg, label, bad)
+    _toast(pg, message)
+    _fill(pg, label, good)
+    _text(pg, shown)
+
+
 def _select(pg, label: str, option: str) -> None:
     pg.locator(".bk-input-group", has_text=label).locator("select").first.select_option(label=option)
 
@@ -120,10 +129,7 @@ def test_odd_links_and_every_sidebar_control(page, server):  # noqa: F811
     expect(_input(page, "ε (> 0)")).to_have_value("0.5", timeout=READY_MS)  # the value in use
     page.get_by_role("button", name="Gaussian").first.click()
     _text(page, "Gaussian noise at ε = 0.5")
-    _fill(page, "δ (0 < δ < 1)", "2")
-    _toast(page, "δ is a probability")
-    _fill(page, "δ (0 < δ < 1)", "1e-7")
-    _text(page, "δ = 1e-07")
+    _refused_then_taken(page, "δ (0 < δ < 1)", "2", "δ is a probability", "1e-7", "δ = 1e-07")
     _select(page, "Dataset", "superstore")
     _text(page, "Source:.*Tableau's Sample Superstore")
     _fill(page, "Simulation seed", "3")
@@ -148,10 +154,7 @@ def test_odd_links_and_every_sidebar_control(page, server):  # noqa: F811
 # ------------------------------------------------------------------ Workload and Compare
 def test_workload_and_compare_controls(page):  # noqa: F811
     _tab(page, "Workload", page.get_by_role("button", name="Add term"))
-    _fill(page, "1D domain size n", "0")
-    _toast(page, "n")
-    _fill(page, "1D domain size n", "64")
-    _text(page, "over n = 64|64 cells")
+    _refused_then_taken(page, "1D domain size n", "0", "at least 1 cell", "64", "64 cells")
     _select(page, "Query family", "Prefix (CDF)")
     page.get_by_role("button", name="Add term").click()
     _fill(page, "Weight (> 0)", "-2")
@@ -183,10 +186,8 @@ def test_workload_and_compare_controls(page):  # noqa: F811
     _text(page, "an RMSE of 50 counts per query")
     page.locator(".bk-btn", has_text="Std on every query").first.click()
     _text(page, "at most 50 counts on every query")
-    _fill(page, "Target error", "-5")
-    _toast(page, "positive number of counts")
-    _fill(page, "Target error", "30")
-    _text(page, "at most 30 counts on every query")
+    _refused_then_taken(page, "Target error", "-5", "positive number of counts", "30",
+                        "at most 30 counts on every query")
     page.locator(".bk-btn", has_text="± counts on 95 % of queries").first.click()
     _text(page, "±30 counts on 95 % of queries")
     page.get_by_role("button", name="Estimate by simulation on airports_elevation").click()

@@ -1143,10 +1143,6 @@ class ComparePage(pn.viewable.Viewer):
                               sizing_mode="stretch_width")
         length_box = pn.Column(by_length.pane, visible="length" in sample and len(sample) > 0,
                                sizing_mode="stretch_width")
-        per_query_exports = [
-            ("per-query", lambda: self.per_query_plot(self._pq_sample_with_means()), index_box),
-            ("per-query-by-length", lambda: self.length_plot(self._pq_sample_with_means()),
-             length_box)]
         self._panes.update(summary=summary, bars=bars, table=table, curve=curve,
                            select=select, by_index=by_index, by_length=by_length,
                            index_box=index_box, length_box=length_box,
@@ -1216,8 +1212,10 @@ class ComparePage(pn.viewable.Viewer):
                              "data)."),
             select, pq_note, index_box, length_box,
             loading=shown.param.per_query_busy, sizing_mode="stretch_width")
-        for name, make, box in per_query_exports:
-            box.append(export(name, make))
+        index_box.append(export("per-query",
+                                lambda: self.per_query_plot(self._pq_sample_with_means())))
+        length_box.append(export("per-query-by-length",
+                                 lambda: self.length_plot(self._pq_sample_with_means())))
         accuracy_box = pn.Column(curve.pane, export("privacy-accuracy", self.curve_plot),
                                  visible=first.mode == "error", sizing_mode="stretch_width")
         target_curve_box = pn.Column(t_curve.pane,
