@@ -819,6 +819,40 @@ BUNDLED_SOURCES = {
                   "(sample_superstore)",
 }
 
+#: Where the data of an upload come from (``filename``: the file's name as uploaded).
+UPLOAD_SOURCE = "your upload ({filename}), held in this session only"
+
+
+def dpbench_source(name: str) -> str:
+    """Where a DPBench histogram comes from, in words (for the app's dataset lists).
+
+    Parameters
+    ----------
+    name : str
+        File stem (``"ADULTFRANK.n4096"``) or DAWA paper name (``"ADULT"``),
+        case-insensitive.
+
+    Returns
+    -------
+    str
+        "DPBench histogram ADULT: UCI Adult census data; prepared for DPBench
+        (Hay et al., SIGMOD 2016)" for a file of the public release
+        (:data:`DPBENCH_FILES`); for another file of a DPBench folder, that
+        its origin is not known.
+    """
+    key = str(name).lower()
+    for f in DPBENCH_FILES:
+        if key in (Path(f.path).name[:-len(".npy")].lower(), f.paper_name.lower()):
+            return f"DPBench histogram {f.paper_name}: {f.source}"
+    return (f"DPBench folder file {name}: not part of the public DPBench release "
+            "(Hay et al., SIGMOD 2016), so its origin is not known")
+
+
+def upload_source(filename: str) -> str:
+    """:data:`UPLOAD_SOURCE` for an uploaded file."""
+    return UPLOAD_SOURCE.format(filename=filename)
+
+
 _BUNDLED: dict[str, Callable[[], Dataset]] = {
     "airports_elevation": _airports_elevation,   # (256,), 514 airports
     "us_cities_lonlat": _us_cities_lonlat,       # (64, 64), 37281 cities
@@ -1309,6 +1343,8 @@ def superstore_table(dask_partitions: int | None = None):
 
 #: Record tables bundled with the package: name -> loader.
 TABLES: dict[str, Callable] = {"superstore_orders": superstore_table}
+#: Where every bundled record table comes from (shown next to the app's table list).
+TABLE_SOURCES = {"superstore_orders": BUNDLED_SOURCES["superstore"]}
 
 
 def table_from_csv(path_or_buffer, attributes, bins: dict | None = None, ranges: dict | None = None,

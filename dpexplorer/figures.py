@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 __all__ = ["FORMATS", "to_bokeh", "figure_frame", "export_csv", "export_png", "export_svg",
-           "export_figure", "figure_bytes", "webdriver"]
+           "export_figure", "figure_bytes", "webdriver", "image_export_missing"]
 
 #: File formats :func:`export_figure` writes, by suffix.
 FORMATS = ("png", "svg", "csv")
@@ -195,6 +195,31 @@ def webdriver():
                            "or Firefox with geckodriver; " + "; ".join(errors))
     atexit.register(_quit)
     return _DRIVER
+
+
+def image_export_missing() -> str:
+    """Why PNG/SVG export cannot work on this machine, in plain words; ``""`` if it may.
+
+    A cheap check before any browser is started: selenium importable, and a
+    webdriver for Chromium (``chromedriver`` on ``PATH`` or
+    ``BOKEH_CHROMEDRIVER_PATH``) or Firefox (``geckodriver``) present.  An
+    empty answer does not promise success (the browser may still fail to
+    start: :func:`webdriver` then raises), a non-empty one means it cannot.
+    """
+    import importlib.util
+    import shutil
+
+    if _DRIVER is not None:
+        return ""
+    if importlib.util.find_spec("selenium") is None:
+        return ("PNG and SVG images need the selenium package and a headless browser on the "
+                "computer running the app, and selenium is not installed there")
+    chromedriver = os.environ.get("BOKEH_CHROMEDRIVER_PATH") or shutil.which("chromedriver")
+    if chromedriver is None and shutil.which("geckodriver") is None:
+        return ("PNG and SVG images are drawn by a headless browser on the computer running the "
+                "app (Chromium with chromedriver, or Firefox with geckodriver), and none is "
+                "installed there")
+    return ""
 
 
 def _quit() -> None:

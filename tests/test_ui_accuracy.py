@@ -97,6 +97,39 @@ def test_rmse_target_floor_and_curve(page):
     assert any(isinstance(el, hv.HLine) for el in epsilon_bars(df))
 
 
+@pytest.mark.parametrize("noise", ["Laplace", "Gaussian"])
+def test_worst_query_target_is_the_engines(page, noise):
+    """The "max" target: every query's std at most t (the worst query's), against dpx.epsilon_for."""
+    session, first = page.session, page.accuracy_first
+    session.noise = noise
+    assert page.wait(120)
+    first.metric, first.target, first.mode = "max", 9.0, "epsilon"
+    assert page.wait(120)
+    df = first.table
+    assert df.attrs["metric"] == "max" and df.attrs["target"] == 9.0
+    ok = _finite(df)
+    assert len(ok) >= 4
+    model = session.noise_model()
+    for r in ok.itertuples():
+        want = dpx.epsilon_for(W64, r.mechanism, 9.0, "max", noise=model)
+        assert r.epsilon == pytest.approx(want.epsilon, rel=1e-12), r.mechanism
+        assert r.error == pytest.approx(want.error, rel=1e-12)
+        # the worst query's std at that ε, by a dense computation of every query's variance
+        A = dpx.registry.get(r.mechanism).strategy(W64, model)
+        var = dpx.error.per_query_variance(W64, A, model.with_epsilon(r.epsilon))
+        assert math.sqrt(float(np.max(var))) == pytest.approx(9.0, rel=1e-9)
+        assert r.ratio >= 1 - 1e-12                   # the SVD bound's ε is a floor here too
+    floor = dpx.epsilon_table(W64, 9.0, "max", noise=model, mechanisms=["identity"])
+    assert df.attrs["floor_epsilon"] == pytest.approx(floor.attrs["floor_epsilon"], rel=1e-12)
+    text = first.summary()
+    assert "at most 9 counts on every query" in text and "SVD bound" in text
+    cv = first.curve
+    assert set(cv["mechanism"]) >= set(ok["mechanism"]) | {"svd_bound"}
+    np.testing.assert_allclose(cv.attrs["points"]["error"], 9.0, rtol=1e-9)
+    assert "worst query" in target_curve_plot(cv).opts.get().kwargs["title"]
+    assert "Std on every query (worst query)" in first._widgets["metric"].options
+
+
 def test_target_changes_without_rebuilding_and_the_mode_switches_views(page):
     first = page.accuracy_first
     first.mode = "epsilon"
@@ -268,3 +301,77 @@ def test_release_download_says_which_range_each_answer_is():
     assert df["label"].tolist() == [f"[{a}, {b}]" for a, b in zip(lo, hi, strict=True)]
     assert f"# dpexplorer_version: {dpx.__version__}" in view.csv_text()
     assert "# dataset_spent_after_release: " in view.csv_text()
+
+
+# ------------------------------------------------------------------ data-dependent ε (issue 15)
+def _small_data_page(noise="Laplace"):
+    from dpexplorer.datasets import Dataset
+
+    x = np.random.default_rng(7).poisson(np.linspace(2, 40, 32) ** 1.2).astype(float)
+    session = Session(workload=dpx.workloads.all_range(32), noise=noise)
+    session.add_dataset(Dataset("small", x, (np.arange(33.0),), ("bin",), "test counts", int(x.sum()),
+                                source="a test"))
+    session.seed = 4
+    page = ComparePage(session, auto_optimize=False)
+    assert page.wait(120)
+    page.panel()
+    return session, page, x
+
+
+def test_simulation_study_fills_the_data_dependent_rows_with_epsilon_for():
+    session, page, x = _small_data_page()
+    first = page.accuracy_first
+    first.param.update(metric="rmse", target=6.0, mode="epsilon")
+    assert page.wait(120)
+    assert first.simulation_label() == "Estimate by simulation on small"
+    assert first._widgets_sim["run"].label == "Estimate by simulation on small"
+    names = ["dawa", "uniform", "mwem"]
+    assert first.simulate(names) is True
+    assert first.wait_simulation(600) and page.wait(120)
+    assert not first.sim_busy and first.sim_done == 3 and "Simulated 3 of 3" in first.sim_status
+    df = first.table.set_index("mechanism")
+    model = session.noise_model()
+    for name in names:
+        want = dpx.epsilon_for(session.workload, name, 6.0, "rmse", noise=model, x=x, seed=4,
+                               trials=first.sim_trials, rtol=first.sim_rtol)
+        row = df.loc[name]
+        assert row["kind"] == "simulation" and not row["exact"]
+        if math.isfinite(want.epsilon):
+            assert row["epsilon"] == pytest.approx(want.epsilon, rel=1e-12), name
+            assert row["epsilon_low"] == pytest.approx(want.epsilon_low, rel=1e-12, nan_ok=True)
+            assert row["epsilon_high"] == pytest.approx(want.epsilon_high, rel=1e-12, nan_ok=True)
+            assert row["error"] == pytest.approx(want.error, rel=1e-12)
+            assert "simulation (seed 4, 20 trials) on small" in row["note"]
+            assert "95 % band" in row["note"]
+        else:
+            assert math.isnan(row["epsilon"]) and "simulation (seed 4" in row["note"]
+    assert any(math.isfinite(df.loc[n, "epsilon"]) for n in names)
+    assert "estimated by simulation on small (seed 4" in first.summary()
+    # analytic rows keep their exact ε with a zero-width band
+    hb = df.loc["hb"]
+    assert hb["kind"] == "analytic" and hb["epsilon_low"] == hb["epsilon"] == hb["epsilon_high"]
+    # another seed is another study: the rows go back to saying how to get one
+    session.seed = 5
+    assert page.wait(120)
+    assert first.table.set_index("mechanism").loc["dawa", "note"] == ADAPTIVE_NOTE
+    session.seed = 4
+    assert page.wait(120)
+    assert "seed 4" in first.table.set_index("mechanism").loc["dawa", "note"]
+
+
+def test_simulation_study_refuses_a_dataset_that_does_not_fit_and_can_be_cancelled():
+    session, page, x = _small_data_page()
+    first = page.accuracy_first
+    first.mode = "epsilon"
+    assert page.wait(120)
+    session.dataset = "airports_elevation"          # 256 cells, the workload has 32
+    assert first.simulate() is False
+    assert "has 256 cells but the workload has 32" in first.sim_status
+    assert "256 cells" in session.error and not first.sim_busy
+    session.dataset = "small"
+    assert first.simulate(["uniform", "dawa", "mwem"]) is True
+    first.cancel_simulation()                      # stops after the mechanism being run
+    assert first.wait_simulation(600) and page.wait(120)
+    assert not first.sim_busy and first.sim_done < 3 and "cancelled" in first.sim_status
+    assert first.simulate(["uniform"]) is True     # the page stays usable
+    assert first.wait_simulation(600)

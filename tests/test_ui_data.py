@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -354,3 +355,64 @@ def test_explanation_pane_in_the_layout(session, view):
     panes = [m for m in layout.select(pn.pane.Markdown) if str(m.object).startswith("### What you see")]
     assert len(panes) == 1 and panes[0].visible
     assert panes[0].object == view.explanation()
+
+
+# ------------------------------------------------------------------ dataset sources (issue 15)
+def _texts(layout) -> str:
+    return "\n".join(str(p.object) for p in layout.select(pn.pane.Markdown))
+
+
+def test_every_listed_dataset_says_where_it_comes_from(monkeypatch):
+    shared = dpx.datasets.default_dpbench_dir()
+    session = Session(dpbench_dir="" if shared is None else str(shared))
+    for name in dpx.datasets.bundled():
+        assert session.dataset_source(name) == dpx.datasets.BUNDLED_SOURCES[name]
+    assert "bokeh-sampledata" in session.dataset_source("superstore")
+    dpbench = [d for d in session.param.dataset.objects if d.startswith("DPBench: ")]
+    if shared is not None and shared.is_dir():
+        assert dpbench
+        assert session.dataset_source("DPBench: ADULT") == (
+            "DPBench histogram ADULT: UCI Adult census data; prepared for DPBench "
+            "(Hay et al., SIGMOD 2016)")
+        session.dataset = "DPBench: ADULT"
+        assert session.data().source == session.dataset_source()
+    for name in session.param.dataset.objects:
+        assert session.dataset_source(name) not in ("", "origin not recorded"), name
+    # the sidebar says it next to the select, and follows the selection
+    sidebar = session.controls()
+    assert session.source_text() in _texts(sidebar)
+    session.dataset = "superstore"
+    assert dpx.datasets.BUNDLED_SOURCES["superstore"] in _texts(sidebar)
+    # an upload is the user's own, named by its file
+    DataView(session).load_npy(_npy([1, 2, 3]), "mine.npy")
+    assert session.dataset == "mine"
+    assert session.dataset_source() == "your upload (mine.npy), held in this session only"
+    assert "your upload (mine.npy)" in _texts(sidebar)
+
+
+def test_data_release_and_table_pages_show_the_source(session, view):
+    from dpexplorer.ui.release_view import ReleaseView
+    from dpexplorer.ui.table_workload import TableMarginals
+
+    session.dataset = "airports_elevation"
+    assert dpx.datasets.BUNDLED_SOURCES["airports_elevation"] in view._data_text()
+    release = ReleaseView(session)
+    assert session.source_text() in release._summary()
+    tables = TableMarginals(SimpleNamespace(session=session))
+    assert "bokeh-sampledata" in tables._description(tables.table_name)
+
+
+def test_dpbench_source_names_the_original_data():
+    assert dpx.datasets.dpbench_source("hepth.n4096").startswith("DPBench histogram HEPTH: arXiv")
+    assert dpx.datasets.dpbench_source("ADULT") == dpx.datasets.dpbench_source("ADULTFRANK.n4096")
+    assert "not part of the public DPBench release" in dpx.datasets.dpbench_source("mine")
+    for f in dpx.datasets.DPBENCH_FILES:
+        assert "Hay et al., SIGMOD 2016" in dpx.datasets.dpbench_source(f.paper_name)
+
+
+def test_csv_uploads_take_the_types_browsers_give_csv_files():
+    """A CSV saved by Excel on Windows arrives as application/vnd.ms-excel (first-contact sweep)."""
+    up = Upload(accepted_filetypes=[".csv", "text/csv"])
+    assert {"text/csv", "application/vnd.ms-excel", "text/plain"} <= set(up.accepted_filetypes)
+    assert up.accepted_filetypes[:2] == [".csv", "text/csv"]          # the given ones first
+    assert Upload(accepted_filetypes=[".npy"]).accepted_filetypes == [".npy"]

@@ -3,11 +3,12 @@
 The Compare page shows "the error at this ε".  Its switch turns the question
 around ("ε for this error"): the user types a target -- "±50 counts on 95 %
 of queries" (the half-widths of the 95 % confidence intervals a release
-reports) or an RMSE per query -- and :class:`AccuracyFirst` gives every
+reports), an RMSE per query, or a standard deviation of at most t counts on
+every query (the worst query's) -- and :class:`AccuracyFirst` gives every
 mechanism's smallest ε meeting it, with the SVD bound's ε as the floor
-(RMSE only: the bound limits the mean squared error, not a percentile of the
-interval widths), a bar chart of those ε and the privacy–accuracy curve of
-the chosen metric with the target marked.
+(RMSE and worst query: the bound limits the mean squared error, which neither
+exceeds, but not a percentile of the interval widths), a bar chart of those ε
+and the privacy–accuracy curve of the chosen metric with the target marked.
 
 The numbers are :mod:`dpexplorer.accuracy`'s, exact for every
 data-independent mechanism:
@@ -15,20 +16,30 @@ data-independent mechanism:
 * RMSE: ``rmse(ε) = sqrt(unit TSE/m) · s(ε)`` from the comparison's stored
   unit-noise TSE (HDMM Prop. 4), inverted in closed form for the sidebar's
   noise (:func:`dpexplorer.accuracy.noise_for_std`) -- arithmetic only.
-* ±t on 95 % of queries: each mechanism's
+* ±t on 95 % of queries, and the worst query's std (``max_i sqrt(Var_i)``,
+  metric ``"max"``): each mechanism's
   :func:`dpexplorer.accuracy.error_profile` (its per-query interval
-  half-widths, computed once per workload, mechanism and noise family in a
-  background job, strategies from the session's cache), then
-  ``ErrorProfile.epsilon_for`` per target.
+  half-widths or variances, computed once per workload, mechanism, metric and
+  noise family in a background job, strategies from the session's cache),
+  then ``ErrorProfile.epsilon_for`` per target.
 
-Data-dependent mechanisms have no formula for their error, so none for ε:
-their rows say so.
+Data-dependent mechanisms (DAWA, MWEM, ...) have no formula for their error,
+so none for ε: their rows say so until the user asks for a study on the
+session's dataset (:meth:`AccuracyFirst.simulate`, the button "Estimate by
+simulation on <dataset>"): :func:`dpexplorer.epsilon_for` with ``x`` the
+dataset's counts, treated as public benchmark data, ``seed`` the sidebar's
+simulation seed and :attr:`AccuracyFirst.sim_trials` seeded runs per ε, which
+gives ε and a 95 % band for it.  It runs in a background job, one mechanism
+after another with the progress shown, and can be cancelled between
+mechanisms; the rows then say "simulation (seed …, … trials) on <dataset>".
+Nothing is released and nothing is spent.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections import OrderedDict
 
 import holoviews as hv
@@ -49,13 +60,15 @@ _LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
 #: The page's two questions (widget label -> value).
 MODES = {"Error at this ε": "error", "ε for this error": "epsilon"}
 #: The targets a user can state (widget label -> dpexplorer.accuracy metric).
-TARGET_METRICS = {"± counts on 95 % of queries": "ci95", "RMSE per query": "rmse"}
+TARGET_METRICS = {"± counts on 95 % of queries": "ci95", "RMSE per query": "rmse",
+                  "Std on every query (worst query)": "max"}
 
 #: Columns of the target table.
-TARGET_COLUMNS = ["mechanism", "label", "epsilon", "rho", "error", "ratio", "exact", "note"]
+TARGET_COLUMNS = ["mechanism", "label", "epsilon", "rho", "error", "ratio", "exact", "note",
+                  "kind", "epsilon_low", "epsilon_high"]
 
 ADAPTIVE_NOTE = ("adapts to the data: its error has no formula, so the ε it needs depends on "
-                 "the data (the Data & DAWA page runs it on a dataset)")
+                 "the data ('Estimate by simulation' studies it on the selected dataset)")
 NO_FLOOR = ("no floor for '± counts on 95 % of queries': the SVD bound limits the mean squared "
             "error, not the width of most intervals")
 
@@ -76,9 +89,11 @@ class AccuracyFirst(param.Parameterized):
     ----------
     mode : {"error", "epsilon"}
         The page's question: the error at the sidebar's ε, or the ε for :attr:`target`.
-    metric : {"ci95", "rmse"}
+    metric : {"ci95", "rmse", "max"}
         ``"ci95"``: ±target counts on ``share`` of the queries, each a
-        ``level`` confidence interval of a release; ``"rmse"``: RMSE per query.
+        ``level`` confidence interval of a release; ``"rmse"``: RMSE per
+        query; ``"max"``: the worst query's standard deviation (every query's
+        std at most the target).
     target : float
         The error to meet, in counts (> 0).
     """
@@ -86,7 +101,8 @@ class AccuracyFirst(param.Parameterized):
     mode = param.Selector(default="error", objects=list(MODES.values()), doc="""
         'error': the error at the sidebar's ε; 'epsilon': each mechanism's ε for the target.""")
     metric = param.Selector(default="ci95", objects=list(TARGET_METRICS.values()), doc="""
-        'ci95': ±target counts on 95 % of queries (95 % intervals); 'rmse': RMSE per query.""")
+        'ci95': ±target counts on 95 % of queries (95 % intervals); 'rmse': RMSE per query;
+        'max': the worst query's standard deviation.""")
     target = param.Number(default=50.0, bounds=(0, None), inclusive_bounds=(False, True),
                           doc="The error to meet, in counts (> 0).")
     table = param.DataFrame(default=None, allow_None=True, constant=True, precedence=-1, doc="""
@@ -96,15 +112,29 @@ class AccuracyFirst(param.Parameterized):
         The chosen metric over ε per mechanism: mechanism, label, epsilon, error
         (the floor as mechanism 'svd_bound' for the RMSE); attrs target, metric.""")
     busy = param.Boolean(default=False, constant=True, precedence=-1,
-                         doc="True while interval profiles are being computed.")
+                         doc="True while error profiles are being computed.")
     error = param.String(default="", constant=True, precedence=-1,
                          doc="Last error of this mode ('' after a success).")
+    sim_busy = param.Boolean(default=False, constant=True, precedence=-1,
+                             doc="True while a simulation of the data-dependent mechanisms runs.")
+    sim_done = param.Integer(default=0, constant=True, precedence=-1,
+                             doc="Data-dependent mechanisms simulated so far in the running study.")
+    sim_total = param.Integer(default=0, constant=True, precedence=-1,
+                              doc="Data-dependent mechanisms the running study simulates.")
+    sim_status = param.String(default="", constant=True, precedence=-1,
+                              doc="What the simulation study is doing, or why it cannot run.")
 
     #: Share of queries and confidence level of the "ci95" target.
     share = 0.95
     level = 0.95
     #: Interval profiles kept (least recently used dropped).
     keep = 64
+    #: Seeded runs per ε of a simulation (enough for the 95 % quantile of "ci95"), and the
+    #: relative precision of its ε (dpx.epsilon_for's ``trials`` and ``rtol``).
+    sim_trials = 20
+    sim_rtol = 0.02
+    #: Largest workload (cells) a simulation study is offered for.
+    sim_max_cells = 4096
 
     def __init__(self, session, submit, lock, report, **params):
         self.session = session
@@ -116,8 +146,13 @@ class AccuracyFirst(param.Parameterized):
         self._profiles: OrderedDict = OrderedDict()
         self._pending = None
         self._done = None
+        self._sims: OrderedDict = OrderedDict()
+        self._sim_jobs = None
+        self._sim_cancel = None
         super().__init__(**params)
         self.param.watch(lambda *_: self.update(), ["mode", "metric", "target"])
+        # a simulation study is of one dataset and seed: their rows follow the sidebar
+        session.param.watch(lambda *_: self.update(), ["dataset", "seed"])
 
     def _set(self, **values) -> None:
         with param.edit_constant(self):
@@ -147,20 +182,23 @@ class AccuracyFirst(param.Parameterized):
             base, noise = self._base, self._noise
             if self.mode != "epsilon" or base is None or noise is None:
                 return
-            key = (id(base), base.W, _family_key(noise), self.metric, self.target)
+            key = (id(base), base.W, _family_key(noise), self.metric, self.target,
+                   self.session.dataset, self.session.seed)
             if key == self._done or key == self._pending:
                 return
             if self.metric == "rmse":
                 self._show(key, *self._rmse(base, noise, self.target))
                 return
+            metric = self.metric
             names = self._built(base)
-            missing = [n for n in names if self._profile_key(base, n, noise) not in self._profiles]
+            missing = [n for n in names
+                       if self._profile_key(base, n, noise, metric) not in self._profiles]
             if not missing:
-                self._show(key, *self._ci95(base, noise, self.target))
+                self._show(key, *self._profiled(base, noise, self.target, metric))
                 return
             self._pending = key
             self._set(busy=True)
-            self._submit(self._profile_job, key, base, noise, missing)
+            self._submit(self._profile_job, key, base, noise, missing, metric)
 
     @staticmethod
     def _built(base) -> list[str]:
@@ -168,11 +206,18 @@ class AccuracyFirst(param.Parameterized):
         return list(base.frame["mechanism"][np.isfinite(units)])
 
     @staticmethod
-    def _profile_key(base, name, noise) -> tuple:
-        return (base.W, name, type(noise).__name__)
+    def _params(base, name) -> dict:
+        """The builder parameters of the strategy the comparison shows (its objective)."""
+        mech = dpx.registry.get(name)
+        objective = getattr(base, "objective", "sum")
+        return {"objective": objective} if "objective" in mech.params else {}
 
-    def _profile_job(self, post, key, base, noise, names) -> None:
-        """Worker: the interval profile of every built mechanism (strategies from the cache)."""
+    @staticmethod
+    def _profile_key(base, name, noise, metric) -> tuple:
+        return (base.W, name, type(noise).__name__, metric, getattr(base, "objective", "sum"))
+
+    def _profile_job(self, post, key, base, noise, names, metric) -> None:
+        """Worker: the ``metric`` profile of every built mechanism (strategies from the cache)."""
         from .compare_view import build_lock
 
         made = {}
@@ -181,16 +226,16 @@ class AccuracyFirst(param.Parameterized):
             try:
                 with build_lock(cache, (base.W, name, noise.norm)):
                     made[name] = dpx.accuracy.error_profile(
-                        base.W, name, noise, "ci95", level=self.level, share=self.share,
-                        cache=cache)
+                        base.W, name, noise, metric, level=self.level, share=self.share,
+                        params=self._params(base, name) or None, cache=cache)
             except Exception as exc:  # noqa: BLE001 - one mechanism failing is shown in its row
                 if not isinstance(exc, ValueError):
-                    log.exception("interval profile of %s failed", name)
-                made[name] = f"no interval profile: {exc}"
+                    log.exception("error profile of %s failed", name)
+                made[name] = f"no error profile: {exc}"
 
         def done():
             for name, prof in made.items():
-                self._profiles[self._profile_key(base, name, noise)] = prof
+                self._profiles[self._profile_key(base, name, noise, metric)] = prof
             while len(self._profiles) > self.keep:
                 self._profiles.popitem(last=False)
             if self._pending == key:
@@ -200,19 +245,38 @@ class AccuracyFirst(param.Parameterized):
         post(done)
 
     def _rows(self, base, solve) -> list[dict]:
-        """One row per mechanism of the comparison; ``solve(name, row)`` gives the analytic ones."""
+        """One row per mechanism of the comparison; ``solve(name, row)`` gives the analytic ones.
+
+        Data-dependent rows take the simulation study of the current
+        workload, target, noise, dataset and seed, if one was run.
+        """
+        sims = self._sims.get(self._sim_key(base))
         rows = []
         for r in base.frame.itertuples():
             row = {"mechanism": r.mechanism, "label": r.label, "epsilon": math.nan,
-                   "rho": math.nan, "error": math.nan, "exact": True, "note": ""}
+                   "rho": math.nan, "error": math.nan, "exact": True, "note": "",
+                   "kind": "analytic", "epsilon_low": math.nan, "epsilon_high": math.nan}
             if bool(getattr(r, "data_dependent", False)):
-                row.update(exact=False, note=ADAPTIVE_NOTE)
+                row.update(exact=False, kind="simulation", note=ADAPTIVE_NOTE)
+                row.update(self._simulated_row(r.mechanism, sims))
             elif not math.isfinite(float(r.unit_tse)):
                 row["note"] = r.note or "no analytic error for this workload"
             else:
-                row.update(solve(r))
+                row.update(solve(r), epsilon_low=math.nan, epsilon_high=math.nan)
+                if math.isfinite(row["epsilon"]):
+                    row.update(epsilon_low=row["epsilon"], epsilon_high=row["epsilon"])
             rows.append(row)
         return rows
+
+    @staticmethod
+    def _floor(base, noise, t: float) -> tuple[float, str]:
+        """The SVD bound's ε for an RMSE (or worst-query std) of ``t``, and its note."""
+        if math.isfinite(base.svdb) and base.svdb > 0:
+            floor, _ = dpx.accuracy.noise_for_std(t / math.sqrt(base.svdb / base.W.m), noise)
+            return floor, "SVD bound (Li & Miklau 2012, Thm 2): no strategy needs less ε"
+        if not math.isfinite(base.svdb):
+            return math.nan, "the workload is too large for the SVD bound"
+        return math.nan, NO_FLOOR
 
     def _rmse(self, base, noise, t: float):
         """ε for an RMSE target: closed-form inversion of ``sqrt(unit/m) · s(ε) = t``."""
@@ -229,12 +293,7 @@ class AccuracyFirst(param.Parameterized):
             return {"epsilon": eps, "rho": rho, "error": err, "note": _eps_note(eps, t)}
 
         rows = self._rows(base, solve)
-        floor, note = math.nan, NO_FLOOR
-        if math.isfinite(base.svdb) and base.svdb > 0:
-            floor, _ = dpx.accuracy.noise_for_std(t / math.sqrt(base.svdb / m), noise)
-            note = "SVD bound (Li & Miklau 2012, Thm 2): no strategy needs less ε"
-        elif not math.isfinite(base.svdb):
-            note = "the workload is too large for the SVD bound"
+        floor, note = self._floor(base, noise, t)
         units = {r.mechanism: math.sqrt(float(r.unit_tse) / m) for r in base.frame.itertuples()
                  if math.isfinite(float(r.unit_tse))}
         if math.isfinite(floor):
@@ -244,24 +303,34 @@ class AccuracyFirst(param.Parameterized):
             return units[name] * np.array([noise.with_epsilon(float(e)).std_per_unit for e in eps])
         return rows, floor, note, curve, list(units)
 
-    def _ci95(self, base, noise, t: float):
-        """ε for '±t on 95 % of queries' from each mechanism's interval profile."""
+    def _profiled(self, base, noise, t: float, metric: str):
+        """ε for '±t on 95 % of queries' or the worst query's std from each mechanism's profile.
+
+        The worst query's std has the SVD bound's floor too: ``max_i Var_i``
+        is at least the mean variance ``TSE/m``, which the bound limits.
+        """
         def solve(r):
-            prof = self._profiles.get(self._profile_key(base, r.mechanism, noise))
+            prof = self._profiles.get(self._profile_key(base, r.mechanism, noise, metric))
             if isinstance(prof, str) or prof is None:
-                return {"note": prof or "no interval profile"}
+                return {"note": prof or "no error profile"}
             res = prof.epsilon_for(t, noise)
             return {"epsilon": res.epsilon, "rho": res.rho, "error": res.error,
                     "note": res.note or _eps_note(res.epsilon, t)}
 
         rows = self._rows(base, solve)
         profs = {n: p for n in self._built(base)
-                 if not isinstance(p := self._profiles.get(self._profile_key(base, n, noise)), str)
+                 if not isinstance(p := self._profiles.get(self._profile_key(base, n, noise,
+                                                                             metric)), str)
                  and p is not None}
+        floor, note = (math.nan, NO_FLOOR) if metric == "ci95" else self._floor(base, noise, t)
+        unit = math.sqrt(base.svdb / base.W.m) if math.isfinite(floor) else math.nan
 
         def curve(name, eps):
+            if name == "svd_bound":
+                return unit * np.array([noise.with_epsilon(float(e)).std_per_unit for e in eps])
             return np.array([profs[name].error(noise.with_epsilon(float(e))) for e in eps])
-        return rows, math.nan, NO_FLOOR, curve, list(profs)
+        return rows, floor, note, curve, list(profs) + (["svd_bound"] if math.isfinite(floor)
+                                                          else [])
 
     def _show(self, key, rows, floor, floor_note, curve_of, names) -> None:
         t, metric, noise = self.target, self.metric, self._noise
@@ -298,6 +367,164 @@ class AccuracyFirst(param.Parameterized):
         self._done = key
         self._set(table=df, curve=cv, error="")
 
+    # -------------------------------------------------- simulation study
+    def _sim_key(self, base) -> tuple | None:
+        """What a simulation study's numbers depend on (the rows show a study only if it matches)."""
+        if base is None or self._noise is None:
+            return None
+        return (base.W, self.session.dataset, self.metric, self.target,
+                _family_key(self._noise), self.session.seed, self.sim_trials, self.sim_rtol)
+
+    def _data_dependent(self, base) -> list[str]:
+        frame = base.frame
+        if "data_dependent" not in frame:
+            return []
+        return list(frame["mechanism"][frame["data_dependent"].astype(bool)])
+
+    def simulation_data(self):
+        """``(name, x)`` of the session's dataset for a study on the shown workload.
+
+        Raises
+        ------
+        ValueError
+            If there is no comparison yet, the dataset cannot be loaded, its
+            cells do not match the workload's, or the workload is larger than
+            :attr:`sim_max_cells`.
+        """
+        base = self._base
+        if base is None:
+            raise ValueError("there is no comparison yet: wait for the table to fill in")
+        W = base.W
+        if W.n > self.sim_max_cells:
+            raise ValueError(f"the workload has {W.n:,} cells; a simulation study is offered up "
+                             f"to {self.sim_max_cells:,} cells (each ε costs "
+                             f"{self.sim_trials} runs of every mechanism)")
+        ds = self.session.data()
+        if ds.x.size != W.n:
+            raise ValueError(f"the dataset {ds.name!r} has {ds.x.size:,} cells but the workload "
+                             f"has {W.n:,}: pick a dataset of {W.n:,} cells in the sidebar, or "
+                             f"build a workload over {ds.x.size:,} cells on the Workload page")
+        return ds.name, ds.x
+
+    def simulation_label(self) -> str:
+        """The button's words: "Estimate by simulation on <dataset>"."""
+        return f"Estimate by simulation on {self.session.dataset}"
+
+    def simulate(self, names=None) -> bool:
+        """Start the simulation study of the data-dependent mechanisms (background job).
+
+        For each mechanism, :func:`dpexplorer.epsilon_for` with the
+        session's dataset as ``x`` (treated as public benchmark data), the
+        sidebar's simulation seed and :attr:`sim_trials` runs per ε: its ε
+        for the current target with a 95 % band.  Nothing is released or
+        spent.  ``names`` restricts the study (default every data-dependent
+        mechanism of the comparison).  ``False`` and a message if it cannot
+        start (no comparison, a dataset that does not fit, a study running).
+        """
+        with self._lock:
+            if self.sim_busy:
+                return self._sim_refuse("a simulation study is already running: wait for it or "
+                                        "cancel it")
+            if self.mode != "epsilon":
+                return self._sim_refuse("switch the question to 'ε for this error' first")
+            base, noise = self._base, self._noise
+            try:
+                dataset, x = self.simulation_data()
+            except Exception as exc:  # noqa: BLE001 - a dataset that cannot be loaded, too
+                return self._sim_refuse(f"Simulation not started: {exc}")
+            todo = self._data_dependent(base) if names is None else list(names)
+            if not todo:
+                return self._sim_refuse("Simulation not started: the comparison has no "
+                                        "data-dependent mechanism")
+            key = self._sim_key(base)
+            cancel = self._sim_cancel = threading.Event()
+            self._set(sim_busy=True, sim_done=0, sim_total=len(todo),
+                      sim_status=f"Simulating {len(todo)} mechanisms on {dataset} "
+                                 f"(seed {self.session.seed}, {self.sim_trials} runs per ε)…")
+            if self._sim_jobs is None:
+                from .compare_view import Jobs  # (compare_view imports this module)
+
+                self._sim_jobs = Jobs(self._lock)
+            self._sim_jobs.submit(self._sim_job, key, base, noise, dataset, x, todo,
+                                  self.target, self.metric, self.session.seed, cancel)
+            return True
+
+    def _sim_refuse(self, message: str) -> bool:
+        self._set(sim_status=message)
+        self._report(message)
+        return False
+
+    def cancel_simulation(self) -> None:
+        """Stop the study after the mechanism being simulated (its finished rows stay)."""
+        if self._sim_cancel is not None and self.sim_busy:
+            self._sim_cancel.set()
+            self._set(sim_status="Cancelling after the mechanism being simulated…")
+
+    def wait_simulation(self, timeout: float = 600.0) -> bool:
+        """Block until the simulation study is done (tests, scripts)."""
+        return True if self._sim_jobs is None else self._sim_jobs.wait(timeout)
+
+    def _sim_job(self, post, key, base, noise, dataset, x, names, target, metric, seed,
+                 cancel) -> None:
+        """Worker: :func:`dpexplorer.epsilon_for` by simulation, one mechanism after another."""
+        found = {}
+        for i, name in enumerate(names):
+            if cancel.is_set():
+                break
+            try:
+                found[name] = dpx.epsilon_for(
+                    base.W, name, target, metric, noise=noise, level=self.level,
+                    share=self.share, x=x, trials=self.sim_trials, seed=seed,
+                    rtol=self.sim_rtol, cache=self.session.cache)
+            except Exception as exc:  # noqa: BLE001 - one mechanism failing is shown in its row
+                if not isinstance(exc, ValueError):
+                    log.exception("simulation of %s failed", name)
+                found[name] = f"simulation failed: {exc}"
+
+            def progress(i=i, results=dict(found)):
+                self._sims[key] = results
+                self._sims.move_to_end(key)
+                while len(self._sims) > 8:
+                    self._sims.popitem(last=False)
+                self._set(sim_done=i + 1)
+                self._done = None  # the same target, new rows
+                self.update()
+            post(progress)
+        stopped = cancel.is_set() and len(found) < len(names)
+
+        def done():
+            label = dpx.registry.get
+            text = (f"Simulated {len(found)} of {len(names)} mechanisms on {dataset} "
+                    f"(seed {seed}, {self.sim_trials} runs per ε)"
+                    + (": cancelled." if stopped else ".")
+                    + (" Not simulated: " + ", ".join(label(n).label for n in names
+                                                        if n not in found) + "."
+                       if stopped else ""))
+            self._set(sim_busy=False, sim_status=text)
+        post(done)
+
+    def _simulated_row(self, name: str, sims: dict | None) -> dict:
+        """The row of a data-dependent mechanism from the matching study, or nothing."""
+        res = None if sims is None else sims.get(name)
+        if res is None:
+            return {}
+        if isinstance(res, str):
+            return {"note": res}
+        seed, trials = res.seed, res.trials
+        dataset = self.session.dataset
+        what = f"simulation (seed {seed}, {trials} trials) on {dataset}"
+        if math.isfinite(res.epsilon):
+            band = (f"95 % band for ε {res.epsilon_low:.3g}–{res.epsilon_high:.3g}"
+                    if math.isfinite(res.epsilon_low) and math.isfinite(res.epsilon_high)
+                    else "95 % band for ε not found in range")
+            note = (f"{what}: {band}; a study on the data treated as public, not a release "
+                    "(the ε another dataset needs differs)")
+        else:
+            note = f"{what}: {res.note}"
+        return {"epsilon": res.epsilon, "rho": res.rho if math.isfinite(res.epsilon) else math.nan,
+                "error": res.error, "note": note, "epsilon_low": res.epsilon_low,
+                "epsilon_high": res.epsilon_high}
+
     # ------------------------------------------------------------- text
     def summary(self) -> str:
         """The mode's result in words (Markdown)."""
@@ -322,6 +549,11 @@ class AccuracyFirst(param.Parameterized):
                      f"ε = {floor:.3g} (the SVD bound).")
         else:
             text += f" ({df.attrs.get('floor_note', '')}.)"
+        sims = self._sims.get(self._sim_key(self._base))
+        if sims:
+            text += (f" Data-dependent mechanisms: ε estimated by simulation on "
+                     f"{self.session.dataset} (seed {self.session.seed}, {self.sim_trials} "
+                     "trials), a study on data treated as public.")
         if self.busy:
             text += " Updating…"
         return text
@@ -356,6 +588,39 @@ class AccuracyFirst(param.Parameterized):
         self.param.watch(shown, "mode")
         self._widgets = {"mode": mode, "metric": metric, "target": box}
         return pn.Row(mode, metric, box, sizing_mode="stretch_width")
+
+    def simulation_panel(self) -> pn.Column:
+        """The study of the data-dependent mechanisms: button, cancel, progress and status."""
+        run = pn.widgets.Button(**{_LABEL: self.simulation_label()}, button_type="primary",
+                                description="Runs DAWA, MWEM, … on the selected dataset with "
+                                            "seeded noise to estimate the ε each needs (a study: "
+                                            "nothing is released or spent)")
+        cancel = pn.widgets.Button(**{_LABEL: "Cancel simulation"}, button_type="light",
+                                   visible=False)
+        progress = pn.indicators.Progress(value=0, max=1, visible=False, width=240,
+                                          bar_color="primary")
+        status = pn.pane.Markdown(self.sim_status, sizing_mode="stretch_width",
+                                  styles={"font-size": "90%"})
+        run.on_click(lambda e: self.simulate())
+        cancel.on_click(lambda e: self.cancel_simulation())
+
+        def follow(*_):
+            run.disabled = self.sim_busy
+            cancel.visible = progress.visible = self.sim_busy
+            progress.max = max(self.sim_total, 1)
+            progress.value = min(self.sim_done, progress.max)
+            status.object = self.sim_status
+        self.param.watch(follow, ["sim_busy", "sim_done", "sim_total", "sim_status"])
+        self.session.param.watch(
+            lambda *_: setattr(run, _LABEL, self.simulation_label()), "dataset")
+        self._widgets_sim = {"run": run, "cancel": cancel, "progress": progress, "status": status}
+        return pn.Column(
+            pn.pane.Markdown(
+                "**Data-dependent mechanisms** (DAWA, MWEM, …): their ε depends on the data. "
+                "A seeded simulation on the selected dataset estimates it, with a 95 % band "
+                "(a study on data treated as public: nothing is released or spent).",
+                sizing_mode="stretch_width", styles={"font-size": "90%"}),
+            pn.Row(run, cancel, progress), status, sizing_mode="stretch_width")
 
     def table_widget(self) -> pn.widgets.Tabulator:
         """Read-only table of :attr:`table`."""
@@ -398,6 +663,8 @@ def _family_label(noise) -> str:
 def _target_words(t: float, metric: str, level: float, share: float) -> str:
     if metric == "rmse":
         return f"an RMSE of {t:g} counts per query"
+    if metric == "max":
+        return f"a standard deviation of at most {t:g} counts on every query (the worst query's)"
     return (f"±{t:g} counts on {share * 100:g} % of queries "
             f"(each a {level * 100:g} % confidence interval)")
 
@@ -431,7 +698,8 @@ def target_curve_plot(df: pd.DataFrame | None) -> hv.Overlay:
         return hv.Overlay([hv.Curve([], "epsilon", "error")])
     t = float(df.attrs.get("target", math.nan))
     metric = df.attrs.get("metric", "rmse")
-    ylabel = "RMSE (counts)" if metric == "rmse" else "± counts on 95 % of queries"
+    ylabel = {"rmse": "RMSE (counts)", "max": "worst query's std (counts)"}.get(
+        metric, "± counts on 95 % of queries")
     elems = []
     for name, part in df.groupby("mechanism", sort=False):
         c = hv.Curve(part, hv.Dimension("epsilon", label="ε"),
@@ -479,8 +747,6 @@ class PrivacySentence:
     max_cells = 4096
 
     def __init__(self, session, on_ready=None):
-        import threading
-
         from .compare_view import Jobs  # (compare_view imports this module)
 
         self.session = session

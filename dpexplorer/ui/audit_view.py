@@ -42,6 +42,7 @@ from dpexplorer.audit import AuditResult, cases
 from dpexplorer.core import registry
 
 from .compare_view import Jobs
+from .exports import FigureExport
 from .session import Session, error_alert
 from .session import exception_message as _message
 from .shown import ShownGate
@@ -373,7 +374,10 @@ class AuditView(param.Parameterized):
         self.param.watch(lambda *_: self.gate.run(
             "summary", lambda: setattr(summary, "object", self.summary())),
             ["mechanism", "epsilon", "case"])
-        return pn.Column(summary, bound, hist, sizing_mode="stretch_width")
+        self.exports: dict = {}
+        exports = [FigureExport("audit", name, make, report=self.session.report, into=self.exports)
+                   for name, make in (("bound", self.bound_plot), ("histogram", self.histogram_plot))]
+        return pn.Column(summary, bound, exports[0], hist, exports[1], sizing_mode="stretch_width")
 
     def error_alert(self) -> pn.pane.Alert:
         """A danger Alert showing :attr:`error`, hidden while there is none."""

@@ -71,6 +71,7 @@ import dpexplorer as dpx
 from dpexplorer.queries import spec as dspec
 from dpexplorer.queries.matrix import Matrix, MatrixTooLargeError
 
+from .exports import FigureExport
 from .session import Session, error_alert, notify, side_by_side
 from .uploads import Upload, size_text, upload_limit
 
@@ -1799,8 +1800,17 @@ class WorkloadBuilder(param.Parameterized):
                                            self.session.param.dataset), sizing_mode="stretch_width")
         heat = pn.panel(self.heatmap_view, loading_indicator=True, sizing_mode="stretch_width")
         hist = self._hist_pane
+        self.exports: dict = {}
+
+        def heatmap_now():
+            out = self.heatmap()
+            return out if isinstance(out, hv.Element) else None
         main = pn.Column(summary, self._terms_table(), heat,
+                         FigureExport("workload", "heatmap", heatmap_now,
+                                      report=self.session.report, into=self.exports),
                          pn.pane.Markdown("### Brush custom ranges on the data"), hist,
+                         FigureExport("workload", "data-histogram", lambda: hist.object,
+                                      report=self.session.report, into=self.exports),
                          sizing_mode="stretch_width", loading=self.param.busy)
         self._layout = pn.Column(pn.pane.Markdown(HEADER, sizing_mode="stretch_width"),
                                  self.error_alert(), side_by_side(self._controls(), main),

@@ -61,6 +61,7 @@ from dpexplorer.compare import OBJECTIVES
 
 from . import workers
 from .accuracy_view import AccuracyFirst, epsilon_bars, target_curve_plot
+from .exports import FigureExport
 from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRelay
 from .session import Session
 from .shown import ShownGate
@@ -1193,8 +1194,14 @@ class ComparePage(pn.viewable.Viewer):
         self.param.watch(lambda *_: self.gate.run("results", on_results), ["table", "curve"])
         self.param.watch(lambda *_: self.gate.run("per_query", on_per_query), "per_query")
 
-        results = pn.Column(summary, bars.pane, table, loading=shown.param.busy,
-                            sizing_mode="stretch_width")
+        # a download control (PNG, SVG, CSV) under every figure, made from the shown numbers
+        self.exports: dict = {}
+
+        def export(name, make):
+            return FigureExport("compare", name, make, report=self.session.report,
+                                into=self.exports)
+        results = pn.Column(summary, bars.pane, export("rmse-bars", self.bars), table,
+                            loading=shown.param.busy, sizing_mode="stretch_width")
         first = self.accuracy_first
         target_shown = self.gate.mirror(first, ["busy", "mode"])
         t_summary = pn.pane.Markdown(first.summary(), sizing_mode="stretch_width")
@@ -1211,7 +1218,10 @@ class ComparePage(pn.viewable.Viewer):
             t_bars.update(first.table, key)
             t_curve.update(first.curve, key)
         first.param.watch(lambda *_: self.gate.run("target", on_target), ["table", "curve", "busy"])
-        by_epsilon = pn.Column(t_summary, t_bars.pane, t_table, loading=target_shown.param.busy,
+        by_epsilon = pn.Column(t_summary, t_bars.pane,
+                               export("epsilon-bars", lambda: epsilon_bars(first.table)), t_table,
+                               first.simulation_panel(),
+                               loading=target_shown.param.busy,
                            visible=first.mode == "epsilon", sizing_mode="stretch_width")
         results.visible = first.mode == "error"
 
@@ -1226,10 +1236,15 @@ class ComparePage(pn.viewable.Viewer):
                              "data)."),
             select, pq_note, index_box, length_box,
             loading=shown.param.per_query_busy, sizing_mode="stretch_width")
-        accuracy_box = pn.Column(curve.pane, visible=first.mode == "error",
-                                 sizing_mode="stretch_width")
-        target_curve_box = pn.Column(t_curve.pane, visible=first.mode == "epsilon",
-                                     sizing_mode="stretch_width")
+        index_box.append(export("per-query",
+                                lambda: self.per_query_plot(self._pq_sample_with_means())))
+        length_box.append(export("per-query-by-length",
+                                 lambda: self.length_plot(self._pq_sample_with_means())))
+        accuracy_box = pn.Column(curve.pane, export("privacy-accuracy", self.curve_plot),
+                                 visible=first.mode == "error", sizing_mode="stretch_width")
+        target_curve_box = pn.Column(t_curve.pane,
+                                     export("target-curve", lambda: target_curve_plot(first.curve)),
+                                     visible=first.mode == "epsilon", sizing_mode="stretch_width")
         accuracy = pn.Column(
             pn.pane.Markdown("### Privacy–accuracy\nThe error of each mechanism as ε varies "
                              "(same strategies: the error scales with the noise's standard "

@@ -58,6 +58,7 @@ from dpexplorer.datasets import Dataset
 from dpexplorer.privacy import PrivacyLedger, PrivateData, Spend
 from dpexplorer.queries.matrix import Matrix
 
+from .exports import FigureExport
 from .session import Session, error_alert, side_by_side
 from .uploads import Upload
 from .session import exception_message as _message
@@ -451,7 +452,8 @@ class DataView(param.Parameterized):
                          description=(f"Column {column!r} of the uploaded {filename} ({len(df):,} "
                                       f"rows) in {int(bins)} equal-width bins over [{edges[0]:g}, "
                                       f"{edges[-1]:g}] ({where})"),
-                         n_records=int(counts.sum()), frame=df)
+                         n_records=int(counts.sum()), frame=df,
+                         source=dpx.datasets.upload_source(filename))
             self.session.add_dataset(ds)
         except Exception as exc:  # noqa: BLE001 - reported, state kept
             self._fail(exc)
@@ -479,7 +481,7 @@ class DataView(param.Parameterized):
             name = self._unique_name(PurePath(filename).stem or "upload")
             ds = Dataset(name=name, x=x, edges=edges, attributes=attrs,
                          description=f"Uploaded {filename}: counts of shape {x.shape}",
-                         n_records=int(x.sum()))
+                         n_records=int(x.sum()), source=dpx.datasets.upload_source(filename))
             self.session.add_dataset(ds)
         except Exception as exc:  # noqa: BLE001 - reported, state kept
             self._fail(ValueError(f"{filename}: {_message(exc)}"))
@@ -715,6 +717,22 @@ class DataView(param.Parameterized):
                           visible=self.last is not None)
         hilbert = pn.pane.HoloViews(self.hilbert_plot(), sizing_mode="stretch_width", height=320,
                                     visible=self.hilbert_plot() is not None)
+        self.exports: dict = {}
+
+        def export(name, make):
+            return FigureExport("data", name, make, report=self.session.report, into=self.exports)
+        data_export = export("data", self.data_plot)
+        run_exports = {
+            "private-partition": lambda: self.private_partition_plot(),
+            "exact-partition": lambda: self.exact_partition_plot(),
+            "estimate": lambda: self.estimate_plot(),
+            "hilbert": lambda: self.hilbert_plot()}
+        run_exports = {name: export(name, make) for name, make in run_exports.items()}
+
+        def show_exports():
+            for exp in run_exports.values():
+                exp.show(exp.make() is not None)
+        show_exports()
 
         def redraw_run(*_):
             with pn.io.hold():  # one message to the browser for all its changes
@@ -729,6 +747,7 @@ class DataView(param.Parameterized):
                     pane.visible = obj is not None
                 estimate.objects = self._estimate_panes(run)
                 estimate.visible = run is not None
+                show_exports()
 
         def redraw_data(*_):
             with pn.io.hold():  # one message to the browser for all its changes
@@ -751,11 +770,15 @@ class DataView(param.Parameterized):
         for caption in captions:
             self.param.watch(lambda e, c=caption: setattr(c, "visible", e.new is not None), "last")
         # each partition under its caption; the two side by side, one under the other when narrow
-        pair = side_by_side(pn.Column(captions[0], private, sizing_mode="stretch_width"),
-                            pn.Column(captions[1], exact, sizing_mode="stretch_width"), basis=420)
+        pair = side_by_side(
+            pn.Column(captions[0], private, run_exports["private-partition"],
+                      sizing_mode="stretch_width"),
+            pn.Column(captions[1], exact, run_exports["exact-partition"],
+                      sizing_mode="stretch_width"), basis=420)
         return pn.Column(
-            data_info, data_pane, summary, pair, explain,
-            estimate, hilbert, loading=self.param.busy, sizing_mode="stretch_width")
+            data_info, data_pane, data_export, summary, pair, explain,
+            estimate, run_exports["estimate"], hilbert, run_exports["hilbert"],
+            loading=self.param.busy, sizing_mode="stretch_width")
 
     def _estimate_panes(self, run: DAWARun | None) -> list:
         """One pane per element of :meth:`estimate_plot` (side by side for 2D grids)."""
@@ -769,7 +792,7 @@ class DataView(param.Parameterized):
         ds = self.current_dataset()
         if ds is None:
             return "**Dataset unavailable** (see the message)."
-        return f"**{ds.name}** — {ds.description}"
+        return f"**{ds.name}** — {ds.description}\n\n{self.session.source_text(ds.name)}"
 
     def error_alert(self) -> pn.pane.Alert:
         """A danger Alert showing :attr:`error`, hidden while there is none."""

@@ -48,6 +48,7 @@ import param
 import dpexplorer as dpx
 from dpexplorer.privacy import PrivacyLedger, PrivateData
 
+from .exports import FigureExport
 from .session import Session
 from .shown import ShownGate
 
@@ -417,10 +418,14 @@ class Lesson(param.Parameterized):
                                              sizing_mode="stretch_width")
             self._alert = pn.pane.Alert("", alert_type="danger", visible=bool(self.error),
                                         sizing_mode="stretch_width", disable_math=True)
+            #: The plot's download control (PNG, SVG, CSV of the lesson's figure).
+            self.export = FigureExport(
+                "learn", self.title, lambda: self.figure() if self.result is not None else None,
+                report=self.session.report)
             self._layout = pn.Column(
                 pn.pane.Markdown(f"### {self.title}\n\n{self.text}", sizing_mode="stretch_width"),
                 pn.Row(*self.widgets(), sizing_mode="stretch_width"),
-                self._alert, self._plot, self._summary, sizing_mode="stretch_width")
+                self._alert, self._plot, self.export, self._summary, sizing_mode="stretch_width")
         return self._layout
 
     def __panel__(self):
@@ -833,8 +838,11 @@ class LearnView(pn.viewable.Viewer):
         #: The open lesson's refresh waits while the page's tab is hidden (told by ExplorerApp).
         self.gate = ShownGate()
         self.lessons: dict[str, Lesson] = {k: cls(self.session) for k, cls in self.LESSONS.items()}
+        #: Every lesson's figure download control, by lesson key (built with the tabs).
+        self.exports: dict = {}
         self.tabs = pn.Tabs(*[(ls.title, ls.panel()) for ls in self.lessons.values()],
                             dynamic=True, sizing_mode="stretch_width", active=self.active)
+        self.exports.update({k: ls.export for k, ls in self.lessons.items()})
         self.tabs.link(self, active="active", bidirectional=True)
         watched = sorted({p for ls in self.lessons.values() for p in ls.session_inputs})
         self.session.param.watch(self._session_changed, watched)

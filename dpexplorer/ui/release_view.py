@@ -47,6 +47,7 @@ from dpexplorer.core import registry
 from dpexplorer.privacy import PrivacyLedger, PrivateData
 from dpexplorer.queries.matrix import Matrix
 
+from .exports import FigureExport
 from .session import Session, download_bytes, error_alert, release_stamp, side_by_side
 from .session import exception_message as _message
 from .shown import ShownGate
@@ -458,6 +459,41 @@ class ReleaseView(param.Parameterized):
             title=title, responsive=True, height=380, legend_position="top_left",
             ylabel="answer (counts)")
 
+    def export_plot(self):
+        """What a figure export of the release holds: released answers and their 95 % intervals.
+
+        Only what the release's downloads hold (:meth:`answers_frame`): the
+        shown queries by query index, each released answer with its 95 %
+        confidence interval (data-independent mechanisms).  The page's figure
+        also draws the true answers, their order and the simulated bands,
+        which come from the private data: none of them is exported, nor any
+        seed or generator state.  ``None`` before a release.
+        """
+        rec = self.last
+        if rec is None:
+            return None
+        shown = rec.shown
+        frame = rec.release.to_frame().iloc[shown]
+        kd = hv.Dimension("query", label="query index")
+        df = pd.DataFrame({"query": frame["query"].to_numpy(),
+                           "released": frame["answer"].to_numpy(dtype=float)})
+        layers = []
+        if not rec.data_dependent:
+            lo = frame["ci_low"].to_numpy(dtype=float)
+            hi = frame["ci_high"].to_numpy(dtype=float)
+            err = pd.DataFrame({"query": df["query"], "released": df["released"],
+                                "minus": df["released"] - lo, "plus": hi - df["released"]})
+            layers.append(hv.ErrorBars(err, kdims=[kd], vdims=["released", "minus", "plus"],
+                                       label="95 % confidence interval").opts(
+                color="#d95f02", alpha=0.35, line_width=1))
+        layers.append(hv.Scatter(df, kdims=[kd], vdims=["released"], label="released (noisy)")
+                      .opts(color="#d95f02", size=2.5, alpha=0.6))
+        sample = "" if len(shown) == rec.true_answers.size else (
+            f" (sample of {len(shown):,} of {rec.true_answers.size:,} queries)")
+        return hv.Overlay(layers).opts(
+            title=f"{rec.release.mechanism}: released answers{sample}", responsive=True,
+            height=380, legend_position="top_left", ylabel="answer (counts)")
+
     @staticmethod
     def _matches(sim: Simulation | None, rec: ReleaseRecord | None) -> bool:
         """Whether the simulation is of the release's mechanism, data, workload and queries."""
@@ -471,7 +507,8 @@ class ReleaseView(param.Parameterized):
             s = self.session
             return (f"No release yet. **Run release** spends ε = {s.epsilon:g}"
                     + (f", δ = {s.delta:g}" if s.noise == "Gaussian" else "")
-                    + f" from the budget of `{s.dataset}` ({s.ledger.remaining()}).")
+                    + f" from the budget of `{s.dataset}` ({s.ledger.remaining()}).\n\n"
+                    + s.source_text())
         r = rec.release
         text = (f"**Released** {r.answers.size:,} answers of `{r.workload.name}` on `{rec.dataset}` "
                 f"with **{r.mechanism}**, {r.noise.label} (ρ = {r.rho:.4g}); randomness: OS CSPRNG "
@@ -483,7 +520,7 @@ class ReleaseView(param.Parameterized):
         if self.simulation is not None:
             text += (f"  *Simulation: {self.simulation.trials} trials with seeds derived from the "
                      f"simulation seed {self.simulation.seed}, outside the ledger.*")
-        return text
+        return text + "\n\n" + self.session.source_text(rec.dataset)
 
     def answers_frame(self) -> pd.DataFrame:
         """The last release's answers with std and 95 % interval (what the downloads hold)."""
@@ -570,6 +607,15 @@ class ReleaseView(param.Parameterized):
                     w.filename = self._filename(ext)
                     w.disabled = self.last is None
         self.param.watch(redraw, ["last", "simulation"])
+        self.exports: dict = {}
+        figure_export = pn.Column(
+            pn.pane.Markdown("**The figure's export** holds the released answers and their 95 % "
+                             "intervals only (no true answer, no simulation).",
+                             styles={"font-size": "85%"}, sizing_mode="stretch_width"),
+            FigureExport("release", "released-answers", self.export_plot,
+                         report=self.session.report, into=self.exports),
+            visible=self.last is not None, sizing_mode="stretch_width")
+        self.param.watch(lambda e: setattr(figure_export, "visible", e.new is not None), "last")
         self.session.param.watch(
             lambda *_: self.gate.run("summary", lambda: setattr(summary, "object", self._summary())),
             ["epsilon", "delta", "noise", "dataset"])
@@ -578,7 +624,7 @@ class ReleaseView(param.Parameterized):
             "(exactly what the downloads hold; the true answers never leave)."), answers,
             pn.pane.Markdown(
                 "**RMSE per query** (empirical: against the true answers; analytic: expected value "
-                "for data-independent mechanisms)."), rmse, pn.Row(csv, js),
+                "for data-independent mechanisms)."), rmse, pn.Row(csv, js), figure_export,
             loading=self.param.busy, sizing_mode="stretch_width")
 
     def ledger_card(self) -> pn.Card:

@@ -196,6 +196,7 @@ class Session(param.Parameterized):
     def __init__(self, **params):
         self._datasets: dict[str, Dataset] = {}
         self._loaders: dict[str, object] = {}
+        self._sources: dict[str, str] = {}
         self.cache = dpx.StrategyCache(build=workers.build)  # optimisers in worker processes
         self.ledgers: dict[str, dpx.PrivacyLedger] = {}
         self.releases: list = []
@@ -273,17 +274,22 @@ class Session(param.Parameterized):
     @param.depends("dpbench_dir", watch=True)
     def _refresh_datasets(self) -> None:
         loaders: dict[str, object] = dict(dpx.datasets.bundled())
+        sources = dict(dpx.datasets.BUNDLED_SOURCES)
         folder = self.dpbench_dir.strip()
         if folder:
             try:
                 listing = dpx.datasets.list_dpbench(folder)
                 for _, row in listing.iterrows():
-                    loaders[f"DPBench: {row['paper_name']}"] = _dpbench_loader(row["path"], row["paper_name"])
+                    name = f"DPBench: {row['paper_name']}"
+                    loaders[name] = _dpbench_loader(row["path"], row["paper_name"])
+                    sources[name] = dpx.datasets.dpbench_source(row["name"])
             except (FileNotFoundError, ValueError) as exc:
                 self.report(f"DPBench folder not usable: {exc}")
-        for name in self._datasets:
+        for name, ds in self._datasets.items():
             loaders.setdefault(name, None)
+            sources.setdefault(name, ds.source)
         self._loaders = loaders
+        self._sources = sources
         self.param.dataset.objects = list(loaders)
         if self.dataset not in loaders:
             self.dataset = dpx.datasets.DEFAULT_1D
@@ -292,9 +298,19 @@ class Session(param.Parameterized):
         """Add an uploaded dataset (CSV column or .npy) to the selector."""
         self._datasets[dataset.name] = dataset
         self._loaders[dataset.name] = None
+        self._sources[dataset.name] = dataset.source
         self.param.dataset.objects = list(self._loaders)
         if select:
             self.dataset = dataset.name
+
+    def dataset_source(self, name: str | None = None) -> str:
+        """Where a listed dataset (default the selected one) comes from, in words; never loads it."""
+        name = self.dataset if name is None else name
+        return self._sources.get(name) or "origin not recorded"
+
+    def source_text(self, name: str | None = None) -> str:
+        """The line shown next to every dataset list: "*Source:* …" (Markdown)."""
+        return f"*Source:* {self.dataset_source(name)}"
 
     def data(self) -> Dataset:
         """The selected dataset (loaded once, then cached).
@@ -414,6 +430,11 @@ class Session(param.Parameterized):
                                             value=self.noise)
         dataset = pn.widgets.Select(**_cap("Dataset"), options=self.param.dataset.objects,
                                     value=self.dataset, sizing_mode="stretch_width")
+        source = pn.pane.Markdown(self.source_text(), sizing_mode="stretch_width",
+                                  margin=(0, 10), styles={"font-size": "0.9em"})
+        self.param.watch(lambda *_: setattr(source, "object", self.source_text()), "dataset")
+        self.param.watch(lambda *_: setattr(source, "object", self.source_text()), "dataset",
+                         what="objects")
         seed = pn.widgets.IntInput(**_cap("Simulation seed"), value=self.seed, start=0,
                                    description="Seeds simulations only (bands, comparisons on data, "
                                                "DAWA and sum-query simulations). Releases have no seed: "
@@ -475,7 +496,7 @@ class Session(param.Parameterized):
         self._ledger_pane = ledger
         return pn.Column(
             pn.pane.Markdown("### Privacy"), noise, eps, delta, advice, meaning,
-            pn.pane.Markdown("### Data"), dataset, seed,
+            pn.pane.Markdown("### Data"), dataset, source, seed,
             pn.pane.Markdown("### Budget"), budget_kind, b_eps, b_delta, b_rho, ledger,
             pn.Card(folder, calib, title="Settings", collapsed=True, sizing_mode="stretch_width"),
             sizing_mode="stretch_width")
@@ -510,7 +531,7 @@ def _dpbench_loader(path, name):
         attrs = ("bin",) if x.ndim == 1 else ("row", "col")
         return Dataset(name=f"DPBench: {name}", x=x, edges=edges, attributes=attrs,
                        description=f"DPBench histogram {name} (Hay et al. SIGMOD 2016), shape {x.shape}",
-                       n_records=int(x.sum()))
+                       n_records=int(x.sum()), source=dpx.datasets.dpbench_source(Path(path).stem))
     return load
 
 

@@ -65,6 +65,7 @@ from .compare_view import (
     build_lock,
     check_workload,
 )
+from .exports import FigureExport
 from .optimize_view import (
     Cancelled,
     OptimizationProgress,
@@ -581,6 +582,14 @@ class StrategyView(pn.viewable.Viewer):
         # one column: two sides of two heatmaps with colorbars do not fit a page's width
         return hv.Layout(parts).cols(1).opts(shared_axes=False)
 
+    def heatmaps_plot(self, side: str):
+        """The heatmaps of ``side``'s strategy (A and AᵀA, per factor, per block), or None."""
+        info = self.info(side)
+        if info is None:
+            return None
+        parts = [heatmap_element(h, size=320) for h in info.heatmaps if h.array is not None]
+        return hv.Layout(parts).cols(1).opts(shared_axes=False) if parts else None
+
     def convergence(self, side: str):
         """The convergence plot of the optimiser behind ``side`` (hv.Overlay), or None."""
         info = self.info(side)
@@ -638,7 +647,19 @@ class StrategyView(pn.viewable.Viewer):
         # `visible` raises in Panel 1.9 (its Bokeh stylesheets are re-validated as strings)
         plot = self.plot(side)
         pane = pn.pane.HoloViews(plot, linked_axes=False)
-        box = pn.Column(pane, visible=plot is not None)
+        exports = {
+            "convergence": lambda: self.convergence(side),
+            "marginal-weights": lambda: self.marginals_plot(side),
+            "heatmaps": lambda: self.heatmaps_plot(side)}
+        exports = {name: FigureExport("strategy", f"{side}-{name}", make,
+                                      report=self.session.report, into=self.exports)
+                   for name, make in exports.items()}
+
+        def show_exports():
+            for exp in exports.values():
+                exp.show(exp.make() is not None)
+        show_exports()
+        box = pn.Column(pane, *exports.values(), visible=plot is not None)
 
         def redraw(*_):
             # no pn.io.hold: a plot replaced twice in one held message leaves the browser a
@@ -654,6 +675,7 @@ class StrategyView(pn.viewable.Viewer):
             rebuild.visible = bool(info is not None and info.error)
             p = self.plot(side)
             pane.object, box.visible = p, p is not None
+            show_exports()
         # a hidden page keeps its redraws until shown (dpexplorer.ui.shown)
         self.param.watch(lambda *_: self.gate.run(side, redraw), [f"{side}_info"])
         self.param.watch(lambda *_: self.gate.run(f"{side}_stats", lambda: setattr(
@@ -672,6 +694,7 @@ class StrategyView(pn.viewable.Viewer):
     def panel(self) -> pn.Column:
         """The page's layout (built once)."""
         if "root" not in self._panes:
+            self.exports: dict = {}
             self._panes["root"] = pn.Column(
                 pn.pane.Markdown(HEADER, sizing_mode="stretch_width"),
                 pn.Row(self._column("left"), self._column("right"), sizing_mode="stretch_width"),

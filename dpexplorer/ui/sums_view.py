@@ -56,6 +56,7 @@ from dpexplorer.sums import mechanisms as sums
 from dpexplorer.sums.thresholds import SVTParams
 
 from .compare_view import Jobs
+from .exports import FigureExport
 from .session import Session, error_alert, side_by_side
 from .uploads import Upload
 from .session import exception_message as _message
@@ -766,6 +767,18 @@ class SumsView(pn.viewable.Viewer):
         curve_select = pn.widgets.Select.from_param(self.param.curve_mechanism,
                                                     **{_LABEL: "Mechanism for the τ curve"}, width=240)
         curve = pn.pane.HoloViews(self.curve_plot(), sizing_mode="stretch_width", height=360)
+        self.exports: dict = {}
+
+        def export(name, make):
+            return FigureExport("sums", name, make, report=self.session.report, into=self.exports)
+
+        def ran(make):
+            return lambda: make() if self.result is not None else None
+        exports = {name: export(name, make) for name, make in {
+            "answers": ran(lambda: hv.Layout(self.answer_panels()).cols(3)),
+            "relative-error": ran(lambda: self.relative_error_plot(False)),
+            "relative-error-isotonic": ran(lambda: self.relative_error_plot(True)),
+            "tau-curve": ran(self.curve_plot)}.items()}
 
         def redraw(*_):
             summary.object = self.summary_text()
@@ -780,14 +793,17 @@ class SumsView(pn.viewable.Viewer):
         return pn.Column(
             summary,
             pn.pane.Markdown("#### Noisy answers against the truth (mean and 5–95 % over the trials)"),
-            iso_toggle, answers,
+            iso_toggle, answers, exports["answers"],
             pn.pane.Markdown("#### Relative error per query (log scale)"), rel,
+            pn.Row(exports["relative-error"], exports["relative-error-isotonic"],
+                   sizing_mode="stretch_width"),
             pn.pane.Markdown("**Small and large queries** (smallest / largest 20 % of true answers; "
                              "relative error over trials and queries)."), sizes,
             pn.pane.Markdown("#### Bias–variance trade-off of τ\nBias² is computed from the data "
                              "(not private, shown to explain the trade-off); the variance is "
                              "analytic. Dashed red: median τ of the trials; shaded: their 5–95 %."),
-            curve_select, curve, loading=self.param.busy, sizing_mode="stretch_width")
+            curve_select, curve, exports["tau-curve"], loading=self.param.busy,
+            sizing_mode="stretch_width")
 
     def error_alert(self) -> pn.pane.Alert:
         """A danger Alert showing :attr:`error`, hidden while there is none."""

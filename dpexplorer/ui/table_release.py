@@ -45,6 +45,7 @@ from bokeh.models.widgets.tables import NumberFormatter
 import dpexplorer as dpx
 from dpexplorer.privacy import PrivacyLedger
 
+from .exports import FigureExport
 from .session import Session, download_bytes, error_alert, release_stamp
 from .session import exception_message as _message
 from .shown import ShownGate
@@ -395,6 +396,7 @@ class TableRelease(param.Parameterized):
     def results(self) -> pn.Column:
         """Summary, marginal picker, the marginal's chart, its cells, downloads, the table's ledger."""
         summary = pn.pane.Markdown(self.summary(), sizing_mode="stretch_width")
+        self.exports: dict = {}
         pick = pn.widgets.Select(**{_LABEL: "Marginal"}, options=self._options(),
                                  value=self.marginal, width=360)
         pick.param.watch(lambda e: setattr(self, "marginal", e.new), "value")
@@ -453,6 +455,8 @@ class TableRelease(param.Parameterized):
             ["noise", "epsilon", "delta", "workload", "table"])
         return pn.Column(
             error_alert(self.param.error), summary, pick, caption, plot,
+            FigureExport("table-release", "marginal", self.marginal_plot,
+                         report=self.session.report, into=self.exports),
             pn.pane.Markdown("**Released cells** of every marginal with their analytic standard "
                              "error and 95 % interval (exactly what the downloads hold; no true "
                              "answer is computed)."), cells, pn.Row(csv, js),

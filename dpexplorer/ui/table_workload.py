@@ -278,7 +278,8 @@ class TableMarginals(param.Parameterized):
                        title="Record table: marginals", sizing_mode="stretch_width", collapsed=True)
 
     def _description(self, name) -> str:
+        source = dpx.datasets.TABLE_SOURCES.get(name, "origin not recorded")
         try:
-            return self.table().description
+            return f"{self.table().description}. Source: {source}"
         except ValueError as exc:
-            return str(exc)
+            return f"{exc}. Source: {source}"

@@ -34,6 +34,17 @@ __all__ = ["Upload", "upload_limit", "size_text", "CHUNK_BYTES"]
 CHUNK_BYTES = 4 * 2**20
 
 
+#: The MIME types browsers give files of these extensions (FilePond checks the type, not the
+#: name): a CSV saved by Excel on Windows is ``application/vnd.ms-excel``, not ``text/csv``.
+ALSO_ACCEPTED = {
+    ".csv": ("text/csv", "application/vnd.ms-excel", "application/csv", "text/x-csv",
+             "text/comma-separated-values", "text/plain"),
+    ".txt": ("text/plain",),
+    ".yaml": ("text/yaml", "application/x-yaml", "application/yaml", "text/x-yaml"),
+    ".yml": ("text/yaml", "application/x-yaml", "application/yaml", "text/x-yaml"),
+}
+
+
 def upload_limit(also: str | None = None) -> int:
     """Largest upload in bytes: the ``upload_bytes`` limit, and the ``also`` limit if given (e.g. ``"spec_bytes"``)."""
     current = dpx.limits.current()
@@ -74,6 +85,10 @@ class Upload(pn.widgets.FileDropper):
         params.setdefault("layout", "compact")
         params.setdefault("sizing_mode", "stretch_width")
         max_bytes = params.setdefault("max_bytes", upload_limit())
+        types = list(params.get("accepted_filetypes", []))
+        for ext in list(types):
+            types += [t for t in ALSO_ACCEPTED.get(ext.lower(), ()) if t not in types]
+        params["accepted_filetypes"] = types
         # FilePond counts in units of 1000 bytes: round down so that it never lets through more
         params.setdefault("max_file_size", f"{max(1, max_bytes // 1000)}KB")
         super().__init__(**params)

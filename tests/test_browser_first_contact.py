@@ -1,0 +1,258 @@
+"""Cold first contact in a real browser (issue 15): every page opened cold in a fresh session,
+its controls changed once, odd files uploaded, odd links opened.  Where input is refused a
+clear message must appear, the page must stay usable (a valid change afterwards works), and
+the browser must log no console error or page error.
+
+Reuses the server/browser fixtures of ``test_browser.py`` (skipped there when chromium or
+playwright is missing).  Every step waits on what the page shows (its own readiness), never
+on a fixed short time: the machine running the suite is shared and may be loaded.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dpexplorer as dpx
+from test_browser import READY_MS, _shot, browser, page, server  # noqa: F401
+
+from playwright.sync_api import expect  # noqa: E402 (after test_browser's skip without playwright)
+
+pytestmark = pytest.mark.slow
+
+
+# ------------------------------------------------------------------ helpers
+def _problems(pg, where: str) -> None:
+    found = [p for p in pg.problems if "favicon" not in p]
+    assert not found, (where, found)
+
+
+def _toast(pg, pattern: str):
+    """Wait for a notification matching ``pattern`` (a regular expression); return its text."""
+    loc = pg.locator(".notyf__message", has_text=re.compile(pattern)).first
+    try:
+        loc.wait_for(timeout=READY_MS)
+    except Exception:
+        _shot(pg, "first-contact-no-message")
+        raise AssertionError(f"no message matching {pattern!r}; messages shown: "
+                             f"{pg.locator('.notyf__message').all_inner_texts()}") from None
+    return loc.inner_text()
+
+
+def _tab(pg, title: str, ready) -> None:
+    """Open the tab ``title`` and wait until ``ready`` (a locator of the page) is visible."""
+    pg.locator(".bk-tab", has_text=title).first.click()
+    ready.first.wait_for(state="visible", timeout=READY_MS)
+
+
+def _input(pg, label: str):
+    return pg.locator(".bk-input-group", has_text=label).locator("input").first
+
+
+def _fill(pg, label: str, value: str) -> None:
+    box = _input(pg, label)
+    box.fill(value)
+    box.press("Enter")
+
+
+def _refused_then_taken(pg, label: str, bad: str, message: str, good: str, shown: str) -> None:
+    """Type ``bad`` in the box ``label`` (a message matching ``message`` must say why it is
+    refused), then ``good``, which must be used (``shown`` appears): the page stays usable."""
+    _fill(pg, label, bad)
+    _toast(pg, message)
+    _fill(pg, label, good)
+    _text(pg, shown)
+
+
+def _select(pg, label: str, option: str) -> None:
+    pg.locator(".bk-input-group", has_text=label).locator("select").first.select_option(label=option)
+
+
+def _text(pg, pattern: str):
+    loc = pg.locator(f"text=/{pattern}/ >> visible=true").first
+    loc.wait_for(timeout=READY_MS)
+    return loc
+
+
+def _card(pg, title: str, inside) -> None:
+    """Expand the card ``title`` (a header still being drawn may miss the click: retried)."""
+    # opening a card re-lays out the whole page: seconds of the browser's time on a loaded
+    # machine, so the click may take long to be handled (READY_MS, not Playwright's 30 s)
+    for _ in range(3):
+        pg.locator(".card-header", has_text=title).first.click(timeout=READY_MS)
+        try:
+            inside.first.wait_for(state="visible", timeout=READY_MS // 4)
+            return
+        except Exception:  # noqa: BLE001 - playwright's TimeoutError: click again
+            continue
+    inside.first.wait_for(state="visible", timeout=READY_MS)
+
+
+def _upload(pg, accept: str, name: str, data: bytes, mime: str | None = None) -> None:
+    """Upload ``data`` as the file ``name``, with the type a browser gives such a file."""
+    mime = mime or ("text/csv" if name.endswith(".csv") else "application/octet-stream")
+    pg.locator(f"input[type=file][accept^='{accept}']").last.set_input_files(
+        files=[{"name": name, "mimeType": mime, "buffer": data}])
+
+
+def _npy(arr) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+def _open(pg, url: str) -> None:
+    pg.goto(url, wait_until="load")
+    # the page is ready when the sidebar says what ε buys on the workload
+    _text(pg, "fall within ±[0-9,.]+ counts")
+
+
+# ------------------------------------------------------------------ odd links and the sidebar
+def test_odd_links_and_every_sidebar_control(page, server):  # noqa: F811
+    _open(page, server + "?eps=-1&noise=Foo&data=nope&delta=2&n=abc")
+    text = _toast(page, "This link's eps=-1")
+    for words in ("ε must be a number above 0", "noise must be Laplace or Gaussian",
+                  "no dataset of that name", "δ must be a number strictly between 0 and 1",
+                  "kept its current value"):
+        assert words in text, words
+    assert "n must be a whole number" in _toast(page, "n='abc'")
+    expect(_input(page, "ε (> 0)")).to_have_value("1")             # the defaults stay
+    # a valid change works after the refused link
+    _fill(page, "ε (> 0)", "0.5")
+    _text(page, "at ε = 0.5")
+    _fill(page, "ε (> 0)", "-1")
+    assert "ε must be a number above 0" in _toast(page, "ε.*-1")
+    expect(_input(page, "ε (> 0)")).to_have_value("0.5", timeout=READY_MS)  # the value in use
+    page.get_by_role("button", name="Gaussian").first.click()
+    _text(page, "Gaussian noise at ε = 0.5")
+    _refused_then_taken(page, "δ (0 < δ < 1)", "2", "δ is a probability", "1e-7", "δ = 1e-07")
+    _select(page, "Dataset", "superstore")
+    _text(page, "Source:.*Tableau's Sample Superstore")
+    _fill(page, "Simulation seed", "3")
+    _select(page, "Budget of each dataset", "ρ (zCDP)")
+    _fill(page, "Budget ρ", "0.5")
+    _text(page, "Spent on superstore")
+    folder = page.get_by_placeholder("folder holding the 1D/ and 2D/ .npy files")
+    _card(page, "Settings", folder)
+    folder.fill("/nonexistent-folder")
+    folder.press("Enter")
+    _toast(page, "DPBench folder")
+    page.get_by_role("button", name="analytic (study)").first.click()
+    page.get_by_role("button", name="Laplace").first.click()
+    _text(page, "Laplace noise at ε = 0.5")
+    _shot(page, "first-contact-sidebar")
+    # a valid link applies
+    _open(page, server + "?eps=0.25&noise=Gaussian&data=airports_elevation")
+    _text(page, "at ε = 0.25")
+    _problems(page, "sidebar and links")
+
+
+# ------------------------------------------------------------------ Workload and Compare
+def test_workload_and_compare_controls(page):  # noqa: F811
+    _tab(page, "Workload", page.get_by_role("button", name="Add term"))
+    _refused_then_taken(page, "1D domain size n", "0", "at least 1 cell", "64", "64 cells")
+    _select(page, "Query family", "Prefix (CDF)")
+    page.get_by_role("button", name="Add term").click()
+    _fill(page, "Weight (> 0)", "-2")
+    page.get_by_role("button", name="Add term").click()
+    _toast(page, "[Ww]eight")
+    page.get_by_role("button", name="Use the dataset's size").click()
+    _text(page, "over n = 256|256 cells")
+
+    _tab(page, "Compare", page.locator(".tabulator-cell[tabulator-field='rmse']"))
+    page.locator(".bk-btn", has_text="Worst query (max std)").first.click()
+    _text(page, "best worst-query std")
+    page.locator(".bk-btn", has_text="Total error (RMSE)").first.click()
+    _select(page, "Mechanism", "Identity")     # the per-query chart's mechanism
+    # every figure's download control: the numbers (CSV) and a picture (PNG)
+    bars_export = page.locator(".figure-export:visible").first
+    with page.expect_download(timeout=READY_MS) as info:
+        bars_export.get_by_role("button", name="CSV").click()
+    assert info.value.suggested_filename == "dpexplorer-compare-rmse-bars.csv"
+    csv = Path(info.value.path()).read_text()
+    assert csv.startswith("element,element_group,element_label") and "HB" in csv
+    with page.expect_download(timeout=READY_MS) as info:
+        bars_export.get_by_role("button", name="PNG").click()
+    assert info.value.suggested_filename == "dpexplorer-compare-rmse-bars.png"
+    assert Path(info.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # accuracy first: every target kind, a refused target, the simulation study
+    page.locator(".bk-btn", has_text="ε for this error").first.click()
+    _text(page, "the least is")
+    page.locator(".bk-btn", has_text="RMSE per query").first.click()
+    _text(page, "an RMSE of 50 counts per query")
+    page.locator(".bk-btn", has_text="Std on every query").first.click()
+    _text(page, "at most 50 counts on every query")
+    _refused_then_taken(page, "Target error", "-5", "positive number of counts", "30",
+                        "at most 30 counts on every query")
+    page.locator(".bk-btn", has_text="± counts on 95 % of queries").first.click()
+    _text(page, "±30 counts on 95 % of queries")
+    page.get_by_role("button", name="Estimate by simulation on airports_elevation").click()
+    _text(page, "Simulating [0-9]+ mechanisms on airports_elevation")
+    page.get_by_role("button", name="Cancel simulation").click()
+    _text(page, "Simulated [0-9]+ of [0-9]+ mechanisms on airports_elevation.*cancelled")
+    _text(page, "simulation \\(seed 0, 20 trials\\) on airports_elevation")
+    _shot(page, "first-contact-compare")
+    page.locator(".bk-btn", has_text="Error at this ε").first.click()
+    page.locator(".tabulator-cell[tabulator-field='rmse']").first.wait_for(timeout=READY_MS)
+    _problems(page, "workload and compare")
+
+
+# ------------------------------------------------------------------ Strategy, Data, uploads
+def test_strategy_data_and_odd_uploads(page):  # noqa: F811
+    _tab(page, "Strategy", page.locator(".bk-input-group", has_text="Right strategy"))
+    _select(page, "Right strategy", "Identity")
+    _text(page, re.escape(dpx.registry.get("identity").description[:40]))  # its figures shown
+    _tab(page, "Data & DAWA", page.get_by_role("button", name="Run DAWA"))
+    page.get_by_role("button", name="Run DAWA").click()
+    _text(page, "Exact optimal partition")
+    csv_input = page.locator("input[type=file][accept^='text/csv,']")
+    _card(page, "Upload data", csv_input.last.locator(".."))
+    _upload(page, "text/csv,", "empty.csv", b"")
+    _toast(page, "empty.csv.*empty")
+    _upload(page, "text/csv,", "garbage.csv", bytes(range(256)) * 8)
+    _toast(page, "garbage.csv")
+    # a good CSV as Excel on Windows labels it is taken (it was refused as "invalid type")
+    _upload(page, "text/csv,", "people.csv", b"age,income\n31,10\n45,20\n", "application/vnd.ms-excel")
+    _text(page, "people.csv")
+    expect(page.locator("text=/File is of invalid type/ >> visible=true")).to_have_count(0)
+    _upload(page, "application/octet-stream", "negative.npy", _npy([3, -2, 5]))
+    assert "must be >= 0" in _toast(page, "negative.npy")
+    # a good file afterwards is taken and said to be the user's own
+    _upload(page, "application/octet-stream", "mine.npy", _npy(np.arange(256) % 7))
+    _text(page, "Source:.*your upload \\(mine.npy\\)")
+    page.get_by_role("button", name="Run DAWA").click()
+    _text(page, "Dataset mine \\(n = 256 cells\\)")
+    _shot(page, "first-contact-data")
+    _problems(page, "strategy, data and uploads")
+
+
+# ------------------------------------------------------------------ Release, Audit, Sums, Learn
+def test_release_audit_sums_and_learn(page):  # noqa: F811
+    _tab(page, "Release", page.get_by_role("button", name="Run release"))
+    _fill(page, "Simulation trials", "0")
+    page.get_by_role("button", name="Simulate only (no release)").click()
+    _toast(page, "trials")
+    page.get_by_role("button", name="Run release").click()
+    page.locator("text=95 % high").first.wait_for(timeout=READY_MS)   # answers with intervals
+    _text(page, "95 % intervals:")
+    _fill(page, "Simulation trials", "5")
+    page.get_by_role("button", name="Simulate only (no release)").click()
+    _text(page, "Simulation: 5 trials")
+    _select(page, "Mechanism", "Identity (identity)")
+    page.get_by_role("button", name="Run release").click()
+    _text(page, "with identity")
+    _tab(page, "Audit", page.get_by_role("button", name="Run audit"))
+    page.get_by_role("button", name="Run audit").click()
+    page.locator(".figure-export:visible").first.wait_for(timeout=READY_MS)
+    _tab(page, "Sum queries", page.get_by_role("button", name="Run simulation"))
+    page.get_by_role("button", name="Run simulation").click()
+    _text(page, "τ chosen by SVT")
+    _tab(page, "Learn", page.locator(".bk-tab", has_text="2."))
+    page.locator(".bk-tab", has_text="2.").first.click()
+    page.locator(".figure-export:visible").first.wait_for(timeout=READY_MS)
+    _shot(page, "first-contact-release-learn")
+    _problems(page, "release, audit, sums and learn")
