@@ -166,3 +166,45 @@ def test_optimisers_wait_on_their_own_threads_not_the_build_threads(monkeypatch)
     assert page.wait(300)
     assert seen and all(name.startswith("dpexplorer-opt") for name in seen), seen
     assert np.isfinite(page.table.set_index("mechanism").loc["opt0", "rmse"])
+
+
+def test_a_worker_ends_with_the_process_that_started_it(tmp_path):
+    """An idle worker of a server killed without shutdown (SIGKILL) does not live on."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "server.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "from dpexplorer.ui import workers\n"
+        "workers.warm_up()\n"
+        "pool = workers._get_pool()\n"
+        "pids = [pool.executor.submit(os.getpid).result(timeout=120) for _ in range(4)]\n"
+        "print(' '.join(map(str, sorted(set(pids)))), flush=True)\n"
+        "time.sleep(600)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert pids and proc.pid not in pids
+        proc.send_signal(signal.SIGKILL)  # no shutdown, no exit hooks
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.2)
+        assert not [p for p in pids if _alive(p)], "a worker outlived its server"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -62,6 +62,8 @@ OPTIMIZERS = ("opt0", "opt_kron", "opt_plus", "opt_m", "hdmm", "eigen_design")
 POLL_SECONDS = 0.05
 #: Least seconds between two progress reports sent by a worker (the last one always goes).
 REPORT_SECONDS = 0.1
+#: Seconds between two checks, in a worker, that the server that started it still runs.
+PARENT_CHECK_SECONDS = 1.0
 
 
 def in_worker(mechanism) -> bool:
@@ -85,6 +87,16 @@ def _start_worker(reports, parent: int, nice: int) -> None:
     _reports, _parent = reports, parent
     with contextlib.suppress(OSError, AttributeError):
         os.nice(nice)
+    # an idle worker waits on loky's call queue and would outlive a server that ended
+    # without shutting it down (os._exit, SIGKILL): it ends within a second of its parent
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True,
+                     name="dpexplorer-parent-watch").start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_SECONDS)
+    os._exit(0)
 
 
 #: The last message of a task: its reports are all delivered.
