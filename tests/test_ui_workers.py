@@ -169,7 +169,7 @@ def test_optimisers_wait_on_their_own_threads_not_the_build_threads(monkeypatch)
 
 
 def test_a_worker_ends_with_the_process_that_started_it(tmp_path):
-    """An idle worker of a server killed without shutdown (SIGKILL) does not live on."""
+    """Idle workers and the manager of a server killed without shutdown (SIGKILL) do not live on."""
     import os
     import signal
     import subprocess
@@ -183,6 +183,7 @@ def test_a_worker_ends_with_the_process_that_started_it(tmp_path):
         "workers.warm_up()\n"
         "pool = workers._get_pool()\n"
         "pids = [pool.executor.submit(os.getpid).result(timeout=120) for _ in range(4)]\n"
+        "pids.append(pool.manager._process.pid)\n"
         "print(' '.join(map(str, sorted(set(pids)))), flush=True)\n"
         "time.sleep(600)\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}

@@ -42,6 +42,7 @@ import os
 import queue
 import threading
 import time
+from multiprocessing.managers import SyncManager
 
 import dpexplorer as dpx
 
@@ -87,8 +88,15 @@ def _start_worker(reports, parent: int, nice: int) -> None:
     _reports, _parent = reports, parent
     with contextlib.suppress(OSError, AttributeError):
         os.nice(nice)
-    # an idle worker waits on loky's call queue and would outlive a server that ended
-    # without shutting it down (os._exit, SIGKILL): it ends within a second of its parent
+    _watch_parent(parent)
+
+
+def _watch_parent(parent: int) -> None:
+    """End this process within a second of ``parent`` (worker and manager initializer).
+
+    An idle worker waits on loky's call queue, and the manager serves forever: both
+    would outlive a server that ended without shutting them down (os._exit, SIGKILL).
+    """
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True,
                      name="dpexplorer-parent-watch").start()
 
@@ -150,7 +158,9 @@ class _Pool:
 
         ctx = get_context("loky")
         self.reports = ctx.Queue()
-        self.manager = ctx.Manager()  # per-task stop events
+        # per-task stop events; the manager's process, like the workers, ends with the server
+        self.manager = SyncManager(ctx=ctx)
+        self.manager.start(_watch_parent, (os.getpid(),))
         # a pool of our own, not loky's process-wide reusable one (joblib in the same
         # notebook would replace that one, and break the futures waiting on it)
         self.executor = ProcessPoolExecutor(
