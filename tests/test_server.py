@@ -22,6 +22,8 @@ import time
 import urllib.parse
 
 import pytest
+from processes import children as child_processes
+from processes import still_alive
 from test_browser import (  # skips without chromium
     CHROMIUM,
     FLAGS,
@@ -62,7 +64,7 @@ def test_sigterm_ends_a_busy_server_within_5_seconds(tmp_path):
             pg.wait_for_selector("text=Compare", timeout=120_000)
             _tab(pg, "Compare")  # starts the comparison and its optimisers in worker threads
             pg.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=120_000)
-            children = _children(proc.pid)  # the optimisers' worker processes among them
+            children = child_processes(proc.pid)  # the optimisers' worker processes among them
             t0 = time.monotonic()
             sent = time.strftime("%H:%M:%S") + f".{int(time.time() * 1000) % 1000:03d}"
             proc.send_signal(signal.SIGTERM)
@@ -76,38 +78,11 @@ def test_sigterm_ends_a_busy_server_within_5_seconds(tmp_path):
         print(f"SIGTERM (sent {sent}) → exit: {seconds:.2f} s")
         assert seconds < 5.0, open(tmp_path / "serve.log").read()[-3000:]
         assert children, "no worker process was running the optimisers"
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline and any(_alive(c) for c in children):
-            time.sleep(0.1)
-        assert not [c for c in children if _alive(c)], "worker processes outlived the server"
+        assert not still_alive(children, 5.0), "worker processes outlived the server"
     finally:
         if proc.poll() is None:
             proc.kill()
         log.close()
-
-
-def _children(pid: int) -> list[int]:
-    """Pids of the live child processes of ``pid`` (from /proc)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                out.append(int(entry))
-    return out
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, ended but not reaped, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _rss_mb(pid: int) -> float:

@@ -17,6 +17,7 @@ import time
 import numpy as np
 import pytest
 import ui_fakes
+from processes import still_alive
 
 import dpexplorer as dpx
 from dpexplorer.ui import workers
@@ -194,18 +195,8 @@ def test_a_worker_ends_with_the_process_that_started_it(tmp_path):
         assert pids and proc.pid not in pids
         proc.send_signal(signal.SIGKILL)  # no shutdown, no exit hooks
         proc.wait(timeout=30)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
-            time.sleep(0.2)
-        assert not [p for p in pids if _alive(p)], "a worker outlived its server"
+        assert not still_alive(pids, 30.0), "a worker outlived its server"
     finally:
         if proc.poll() is None:
             proc.kill()
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
