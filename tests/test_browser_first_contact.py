@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-import dpexplorer as dpx
 from test_browser import READY_MS, _shot, browser, page, server  # noqa: F401
 
-from playwright.sync_api import expect  # noqa: E402 (after test_browser's skip without playwright)
+import dpexplorer as dpx
+
+expect = pytest.importorskip("playwright.sync_api").expect  # (skips without playwright)
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,7 @@ import dpexplorer as dpx
 pn = pytest.importorskip("panel")
 hv = pytest.importorskip("holoviews")
 
-from dpexplorer.ui.accuracy_view import (  # noqa: E402
-    ADAPTIVE_NOTE, epsilon_bars, target_curve_plot)
+from dpexplorer.ui.accuracy_view import ADAPTIVE_NOTE, epsilon_bars, target_curve_plot  # noqa: E402
 from dpexplorer.ui.compare_view import ComparePage  # noqa: E402
 from dpexplorer.ui.session import Session, app_text, exception_message  # noqa: E402
 

@@ -16,7 +16,7 @@ hv = pytest.importorskip("holoviews")
 
 from dpexplorer.core.optimization import OptimizationResult, progress, report  # noqa: E402
 from dpexplorer.ui import optimize_view as ov  # noqa: E402
-from dpexplorer.ui.optimize_view import (
+from dpexplorer.ui.optimize_view import (  # noqa: E402
     Cancelled,
     OptimizationProgress,
     ProgressRelay,

@@ -9,11 +9,11 @@ import pytest
 pn = pytest.importorskip("panel")
 hv = pytest.importorskip("holoviews")
 
-from dpexplorer import datasets
+from dpexplorer import datasets  # noqa: E402
 from dpexplorer.sums import mechanisms as sums  # noqa: E402
 from dpexplorer.sums.thresholds import SVTParams  # noqa: E402
 from dpexplorer.ui import app  # noqa: E402
-from dpexplorer.ui import session as session_module
+from dpexplorer.ui import session as session_module  # noqa: E402
 from dpexplorer.ui.session import Session  # noqa: E402
 from dpexplorer.ui.sums_view import SumsView  # noqa: E402
 

@@ -60,9 +60,9 @@ from dpexplorer.queries.matrix import Matrix
 
 from .exports import FigureExport
 from .session import Session, error_alert, side_by_side
-from .uploads import Upload
 from .session import exception_message as _message
 from .shown import ShownGate
+from .uploads import Upload
 
 __all__ = ["DataView", "DAWARun", "ALL_CANDIDATES_MAX_N", "RANDOM_WORKLOAD", "histogram_element",
            "partition_explanation",

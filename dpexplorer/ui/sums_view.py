@@ -58,8 +58,8 @@ from dpexplorer.sums.thresholds import SVTParams
 from .compare_view import Jobs
 from .exports import FigureExport
 from .session import Session, error_alert, side_by_side
-from .uploads import Upload
 from .session import exception_message as _message
+from .uploads import Upload
 
 __all__ = ["SumsView", "SumsResult", "ATTRIBUTES", "COLORS"]
 
