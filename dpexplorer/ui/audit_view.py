@@ -43,8 +43,7 @@ from dpexplorer.core import registry
 
 from .compare_view import Jobs
 from .exports import FigureExport
-from .session import Session, error_alert
-from .session import exception_message as _message
+from .session import Page, Session
 from .shown import ShownGate
 
 __all__ = ["AuditView", "TEACHING", "PUBLISHED_NOTE", "Stopped"]
@@ -90,7 +89,7 @@ def _mechanism_options() -> dict[str, str]:
     return {f"{m.label} ({name})": name for name, m in registry.REGISTRY.items()}
 
 
-class AuditView(param.Parameterized):
+class AuditView(Page, param.Parameterized):
     """The "Audit" page around one :class:`~dpexplorer.ui.session.Session`."""
 
     mechanism = param.Selector(default="identity", objects=list(registry.REGISTRY), doc="""
@@ -379,10 +378,6 @@ class AuditView(param.Parameterized):
                    for name, make in (("bound", self.bound_plot), ("histogram", self.histogram_plot))]
         return pn.Column(summary, bound, exports[0], hist, exports[1], sizing_mode="stretch_width")
 
-    def error_alert(self) -> pn.pane.Alert:
-        """A danger Alert showing :attr:`error`, hidden while there is none."""
-        return error_alert(self.param.error)
-
     def panel(self) -> pn.Column:
         """The whole page (built once per component)."""
         if self._layout is None:
@@ -392,23 +387,7 @@ class AuditView(param.Parameterized):
                 sizing_mode="stretch_width")
         return self._layout
 
-    def __panel__(self):
-        return self.panel()
-
     # ================================================================ state
-    def _set(self, **values) -> None:
-        with param.edit_constant(self):
-            self.param.update(**values)
-
-    def _fail(self, exc: BaseException) -> None:
-        if isinstance(exc, (ValueError, KeyError, RuntimeError)):
-            msg = _message(exc)
-        else:
-            log.error("AuditView action failed", exc_info=exc)
-            msg = f"{type(exc).__name__}: {exc}"
-        self._set(error=msg)
-        self.session.report(msg)
-
 
 def _vec(x) -> str:
     return "(" + ", ".join(f"{float(v):g}" for v in np.asarray(x).ravel()) + ")"

@@ -59,7 +59,7 @@ from dpexplorer.privacy import PrivacyLedger, PrivateData, Spend
 from dpexplorer.queries.matrix import Matrix
 
 from .exports import FigureExport
-from .session import Session, error_alert, side_by_side
+from .session import Page, Session, side_by_side
 from .session import exception_message as _message
 from .shown import ShownGate
 from .uploads import Upload
@@ -283,7 +283,7 @@ class DAWARun:
         return x_hat if self.result.order is None else x_hat[self.result.order]
 
 
-class DataView(param.Parameterized):
+class DataView(Page, param.Parameterized):
     """The "Data & DAWA" page around one :class:`~dpexplorer.ui.session.Session`."""
 
     # ------------------------------------------------------------ DAWA options
@@ -497,19 +497,6 @@ class DataView(param.Parameterized):
         return name
 
     # ================================================================ state
-    def _set(self, **values) -> None:
-        with param.edit_constant(self):
-            self.param.update(**values)
-
-    def _fail(self, exc: BaseException) -> None:
-        if isinstance(exc, (ValueError, KeyError, RuntimeError)):
-            msg = _message(exc)
-        else:
-            log.exception("DataView action failed")
-            msg = f"{type(exc).__name__}: {exc}"
-        self._set(error=msg)
-        self.session.report(msg)
-
     # ================================================================ plots
     def current_dataset(self) -> Dataset | None:
         """The session's selected dataset, or ``None`` (reported) if it cannot be loaded."""
@@ -794,10 +781,6 @@ class DataView(param.Parameterized):
             return "**Dataset unavailable** (see the message)."
         return f"**{ds.name}** — {ds.description}\n\n{self.session.source_text(ds.name)}"
 
-    def error_alert(self) -> pn.pane.Alert:
-        """A danger Alert showing :attr:`error`, hidden while there is none."""
-        return error_alert(self.param.error)
-
     def panel(self) -> pn.Column:
         """The whole page (built once per component)."""
         if self._layout is None:
@@ -806,9 +789,6 @@ class DataView(param.Parameterized):
                 side_by_side(self.controls(), self.results()),
                 sizing_mode="stretch_width")
         return self._layout
-
-    def __panel__(self):
-        return self.panel()
 
 
 def partition_explanation(run: DAWARun) -> str:

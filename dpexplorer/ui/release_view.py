@@ -48,7 +48,7 @@ from dpexplorer.privacy import PrivacyLedger, PrivateData
 from dpexplorer.queries.matrix import Matrix
 
 from .exports import FigureExport
-from .session import Session, download_bytes, error_alert, release_stamp, side_by_side
+from .session import Page, Session, download_bytes, release_stamp, side_by_side
 from .session import exception_message as _message
 from .shown import ShownGate
 from .table_release import TableRelease
@@ -179,7 +179,7 @@ def _mechanism_options() -> dict[str, str]:
 
 
 # ==================================================================== view
-class ReleaseView(param.Parameterized):
+class ReleaseView(Page, param.Parameterized):
     """The "Release" page around one :class:`~dpexplorer.ui.session.Session`."""
 
     mechanism = param.Selector(default="hb", objects=registry.names(private=True), doc="""
@@ -655,10 +655,6 @@ class ReleaseView(param.Parameterized):
                 hook()
         self.gate.run("ledger", apply)
 
-    def error_alert(self) -> pn.pane.Alert:
-        """A danger Alert showing :attr:`error`, hidden while there is none."""
-        return error_alert(self.param.error)
-
     def panel(self) -> pn.Column:
         """The whole page (built once per component)."""
         if self._layout is None:
@@ -674,23 +670,7 @@ class ReleaseView(param.Parameterized):
                 self.ledger_card(), sizing_mode="stretch_width")
         return self._layout
 
-    def __panel__(self):
-        return self.panel()
-
     # ================================================================ state
-    def _set(self, **values) -> None:
-        with param.edit_constant(self):
-            self.param.update(**values)
-
-    def _fail(self, exc: BaseException) -> None:
-        if isinstance(exc, (ValueError, KeyError, RuntimeError)):
-            msg = _message(exc)
-        else:
-            log.exception("ReleaseView action failed")
-            msg = f"{type(exc).__name__}: {exc}"
-        self._set(error=msg)
-        self.session.report(msg)
-
 
 def _shape(shape) -> str:
     return " × ".join(str(int(v)) for v in shape)

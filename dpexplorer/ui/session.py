@@ -30,7 +30,7 @@ from dpexplorer.datasets import Dataset
 from . import workers
 from .accuracy_view import PrivacySentence
 
-__all__ = ["Session", "notify", "error_alert", "exception_message", "app_text", "side_by_side", "download_bytes", "release_stamp"]
+__all__ = ["Session", "Page", "notify", "error_alert", "exception_message", "app_text", "side_by_side", "download_bytes", "release_stamp"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,38 @@ def notify(message: str, level: str = "error") -> None:
     except Exception:  # noqa: BLE001 - no session or no notification area
         pass
     log.info("%s: %s", level, message)
+
+
+class Page:
+    """What the explorer's pages share: read-only outputs, failures reported, the error shown.
+
+    Mixed into a page's ``param.Parameterized`` class, which has an ``error``
+    string parameter, a ``session`` (:class:`Session`) and a ``panel()``
+    method building its layout.
+    """
+
+    def _set(self, **values) -> None:
+        """Set parameters, constant (read-only) outputs included."""
+        with param.edit_constant(self):
+            self.param.update(**values)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Show ``exc`` in the page and as a notification; unexpected ones are logged."""
+        if isinstance(exc, (ValueError, KeyError, RuntimeError)):
+            msg = exception_message(exc)
+        else:
+            logging.getLogger(type(self).__module__).error(
+                "%s action failed", type(self).__name__, exc_info=exc)
+            msg = f"{type(exc).__name__}: {exc}"
+        self._set(error=msg)
+        self.session.report(msg)
+
+    def error_alert(self) -> pn.pane.Alert:
+        """A danger Alert showing the page's ``error``, hidden while there is none."""
+        return error_alert(self.param.error)
+
+    def __panel__(self):
+        return self.panel()
 
 
 def side_by_side(*columns, basis: int = 480) -> pn.FlexBox:
