@@ -247,7 +247,7 @@ def test_per_query_choice_not_applicable_or_unknown():
 
 
 @pytest.mark.parametrize("bad", [{"epsilon": float("inf")},
-                                 {"workload": dpx.workloads.all_range(5000)},
+                                 {"workload": dpx.workloads.permuted(dpx.workloads.all_range(5000))},
                                  {"workload": dpx.workloads.kron([dpx.workloads.prefix(5000),
                                                                   dpx.workloads.prefix(2)])}])
 def test_failing_input_keeps_last_table(bad, reported):

@@ -280,7 +280,7 @@ def test_domain_change_that_breaks_a_term_is_refused(small):
 
 def test_messages_say_what_is_allowed(small):
     small.n = 0
-    assert "at least 1" in small.session.error and "4,096" in small.session.error
+    assert "at least 1" in small.session.error and "65,536" in small.session.error
     small.add_term("width_range", k=40)
     assert "40" in small.session.error and "32" in small.session.error
     small.add_term("ranges", ranges="5-40")
