@@ -761,6 +761,7 @@ def test_big_workloads_refused_with_reasons(reported):
     assert page.wait(300) and page.error == ""
     table = page.table.set_index("mechanism")
     assert np.isfinite(table.loc["greedy_h", "rmse"]) and np.isnan(table.loc["opt0", "rmse"])
+    assert np.isnan(page.svd_bound)  # no structured spectrum, and no dense n × n one above 4,096
     # Privelet's fast formula needs a power-of-two domain
     assert "power of two" in table.loc["wavelet", "note"] and "4,096 or 8,192" in table.loc["wavelet", "note"]
     assert compare_view.too_large(dpx.workloads.prefix(8192), "wavelet") is None
