@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from . import mechanism
-from .core import error, registry
+from .core import error, registry, spectra
 from .privacy import PrivateData, check_noise, validate_counts
 from .privacy.noise import NoiseModel
 from .queries import limits
@@ -44,12 +44,27 @@ class StrategyCache:
         ``mechanism.strategy(W, noise, **params)``, in the calling thread).
         The explorer passes one that runs the strategy optimisers in worker
         processes (:func:`dpexplorer.ui.workers.build`).
+    dense_cells : int, optional
+        Largest 1D domain whose SVD bound may come from a dense ``n × n``
+        Gram eigendecomposition; above it only closed-form or structured
+        spectra are used (:func:`dpexplorer.core.spectra.svdb_structured`) and
+        the bound is NaN without one.  Default: no limit of its own (the dense
+        path stops at :data:`~dpexplorer.queries.matrix.DENSE_LIMIT` entries).
+
+    Raises
+    ------
+    TypeError
+        If ``build`` is not callable.
+    ValueError
+        If ``dense_cells`` is not a whole number >= 1.
     """
 
-    def __init__(self, build=None):
+    def __init__(self, build=None, dense_cells: int | None = None):
         if build is not None and not callable(build):
             raise TypeError(f"build must be callable, got {type(build).__name__}")
         self.build = build or _build_here
+        self.dense_cells = (None if dense_cells is None
+                            else limits.whole_number(dense_cells, "StrategyCache: dense_cells"))
         self._entries: dict[tuple, tuple[Matrix | None, float, float, str]] = {}
         self._svdb: dict[Matrix, float] = {}
         self._max: dict[tuple, tuple[float, str]] = {}
@@ -61,11 +76,16 @@ class StrategyCache:
     def svdb(self, W: Matrix) -> float:
         """``SVDB(W)`` (unit-noise TSE bound, :func:`dpexplorer.core.error.svdb`), computed once per workload.
 
-        NaN when the workload is too large for a dense Gram matrix.
+        NaN when the workload is too large for a dense Gram matrix, or when it
+        is 1D, above ``dense_cells`` and has no structured spectrum.
         """
         if W not in self._svdb:
             try:
-                self._svdb[W] = error.svdb(W)
+                if self.dense_cells is not None and len(W.domain) == 1 and W.n > self.dense_cells:
+                    value = spectra.svdb_structured(W)
+                    self._svdb[W] = math.nan if value is None else float(value)
+                else:
+                    self._svdb[W] = error.svdb(W)
             except MatrixTooLargeError:
                 self._svdb[W] = math.nan
         return self._svdb[W]

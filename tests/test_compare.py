@@ -169,3 +169,21 @@ def test_strategy_cache_builds_through_its_builder():
     assert unit == pytest.approx(dpx.StrategyCache().entry(W, "hb", noise)[1], rel=1e-12)
     with pytest.raises(TypeError, match="build must be callable"):
         dpx.StrategyCache(build="hb")
+
+
+def test_strategy_cache_dense_cells_keeps_only_structured_svd_bounds(monkeypatch):
+    # above dense_cells a 1D SVD bound comes from a structured spectrum or is NaN: never from
+    # a dense n × n eigendecomposition
+    n = 300
+    cache = dpx.StrategyCache(dense_cells=256)
+    monkeypatch.setattr(error, "_dense_gram_eigenvalues", lambda W: pytest.fail("dense eigenvalues"))
+    P = workloads.prefix(n)
+    assert cache.svdb(P) == pytest.approx(dpx.spectra.svdb_structured(P), rel=1e-12)
+    U = workloads.union([workloads.prefix(n), workloads.identity(n), workloads.total(n)])
+    assert math.isnan(cache.svdb(U))
+    monkeypatch.undo()
+    assert not math.isnan(dpx.StrategyCache().svdb(U))  # without the limit: the dense bound
+    assert dpx.StrategyCache().svdb(U) == pytest.approx(error.svdb(U.dense()), rel=1e-9)
+    for bad in (0, 1.5, "many"):
+        with pytest.raises(ValueError, match="dense_cells"):
+            dpx.StrategyCache(dense_cells=bad)

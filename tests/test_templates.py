@@ -16,7 +16,7 @@ import dpexplorer as dpx
 from dpexplorer.core import error, optimization, registry
 from dpexplorer.queries import workloads
 from dpexplorer.queries.gram_ops import gram_operator
-from dpexplorer.queries.matrix import Dense, Identity, Kronecker, Total, VStack
+from dpexplorer.queries.matrix import Dense, Diagonal, Identity, Kronecker, Product, Total, VStack
 from dpexplorer.strategies import templates
 
 LAPLACE = dpx.Laplace(1.0)
@@ -251,6 +251,93 @@ def test_p_identity_implicit_matches_dense(p, n, seed):
             error.per_query_variance(Dense(W.dense()), Dense(D), LAPLACE), rtol=1e-9)
     # dense explicit workloads keep the dense path
     assert A.workload_trace(Dense(np.ones((2, n)))) is NotImplemented
+
+
+def _row_variance_workloads(n: int, seed: int):
+    """All Range, Prefix, Width-k, a weighted union with Identity/Total, permuted, value-weighted, random."""
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(1, n + 1))
+    return [workloads.all_range(n), workloads.prefix(n), workloads.width_range(n, k),
+            workloads.union([workloads.prefix(n), workloads.total(n), workloads.identity(n)],
+                            weights=[1.0, 2.5, 0.5]),
+            workloads.permuted(workloads.union([workloads.width_range(n, k), workloads.total(n)]), seed=seed),
+            Product(workloads.all_range(n), Diagonal(rng.uniform(0.5, 2.0, n))),
+            workloads.random_ranges(n, 7, seed=seed)]
+
+
+def _dense_row_variances(W, A) -> np.ndarray:
+    """``diag(W pinv(AᵀA) Wᵀ)`` with explicit matrices (the reference)."""
+    Wd, Ad = W.dense(), np.asarray(A.array)
+    X = np.linalg.pinv(Ad.T @ Ad, hermitian=True)
+    return np.einsum("ij,jk,ik->i", Wd, X, Wd)
+
+
+@settings(max_examples=30, deadline=None)
+@given(p=st.integers(0, 6), n=st.integers(1, 40), density=st.sampled_from([0.05, 0.3, 1.0]),
+       seed=st.integers(0, 2**31))
+def test_p_identity_row_variances_equal_dense(p, n, density, seed):
+    # diag(W S (I − ΘᵀRΘ) S Wᵀ) = rownorms²(W S) − ‖(W B)_i‖², B = S Θᵀ C⁻ᵀ: no n × n matrix
+    rng = np.random.default_rng(seed)
+    theta = rng.random((p, n)) * (rng.random((p, n)) < density)
+    A = templates.p_identity(theta)
+    for W in _row_variance_workloads(n, seed):
+        got = A.workload_row_variances(W)
+        assert got is not NotImplemented, W.name
+        np.testing.assert_allclose(got, _dense_row_variances(W, A), rtol=1e-9, err_msg=W.name)
+
+
+def test_p_identity_row_variances_sparse_theta_blocks_and_fallbacks(monkeypatch):
+    n, p = 300, 40
+    rng = np.random.default_rng(5)
+    theta = rng.random((p, n)) * (rng.random((p, n)) < 0.05)
+    A = templates.p_identity(theta)
+    W = workloads.union([workloads.all_range(n), workloads.identity(n)])
+    got = A.workload_row_variances(W)
+    assert "array" not in vars(A)  # never materialised
+    ref = _dense_row_variances(W, A)
+    np.testing.assert_allclose(got, ref, rtol=1e-9)
+    # columns of B taken a few at a time: the same numbers
+    monkeypatch.setattr(templates, "ROW_VARIANCE_BLOCK", 3 * W.m)
+    np.testing.assert_allclose(A.workload_row_variances(W), ref, rtol=1e-9)
+    # too much work (m·p'), or rows without interval structure: the dense path of error.py
+    monkeypatch.setattr(templates, "ROW_VARIANCE_WORK", W.m * A.Theta.shape[0] - 1)
+    assert A.workload_row_variances(W) is NotImplemented
+    np.testing.assert_allclose(error.per_query_variance(W, A, LAPLACE) / (2.0 * A.sensitivity(1) ** 2),
+                               ref, rtol=1e-9)
+    Wd = Dense(rng.random((3, n)))
+    assert A.workload_row_variances(Wd) is NotImplemented
+    assert A.workload_row_variances(workloads.prefix(n + 1)) is NotImplemented
+
+
+def test_p_identity_integral_without_materialising():
+    A = templates.p_identity(np.array([[0.0, 0.5, 0.0], [0.0, 0.0, 0.0]]))
+    assert not A.integral and "array" not in vars(A)
+    assert not Dense(A.array).integral
+    B = templates.p_identity(np.zeros((2, 3)))  # every row dropped: A = I
+    assert B.integral and Dense(B.array).integral
+
+
+def test_simulate_prefix_p_identity_per_query_variances():
+    # a simulated release with a p-Identity strategy: its per-query standard deviations are the
+    # analytic ones (dense reference), and over seeded trials the errors have those variances
+    n, p, trials = 48, 4, 2000
+    rng = np.random.default_rng(11)
+    A = templates.p_identity(rng.random((p, n)) * (rng.random((p, n)) < 0.3))
+    W = workloads.prefix(n)
+    x = rng.integers(0, 50, n)
+    truth = W.matvec(x)
+    noise = dpx.Laplace(0.5)
+    assert templates.p_identity(A.Theta).workload_row_variances(W) is not NotImplemented
+    analytic = noise.variance_per_unit * A.sensitivity(1) ** 2 * _dense_row_variances(W, A)
+    first = dpx.simulate(x, W, A, noise, seed=0)
+    assert first.sampler == "continuous"
+    np.testing.assert_allclose(first.per_query_std() ** 2, analytic, rtol=1e-9)
+    assert first.analytic_rmse == pytest.approx(math.sqrt(analytic.mean()), rel=1e-9)
+    errors = np.array([dpx.simulate(x, W, A, noise, seed=s).answers - truth for s in range(trials)])
+    ratio = (errors**2).mean(axis=0) / analytic
+    # unbiased errors, a sum of Laplace variables: kurtosis at most 6, so the ratio of every query
+    # has standard deviation at most sqrt(5 / trials) = 0.05; 5 of them allowed
+    assert np.all(np.abs(ratio - 1.0) < 5 * math.sqrt(5 / trials))
 
 
 @pytest.mark.parametrize("wname", ["all_range", "prefix", "width32", "permuted"])

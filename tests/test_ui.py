@@ -247,7 +247,7 @@ def test_per_query_choice_not_applicable_or_unknown():
 
 
 @pytest.mark.parametrize("bad", [{"epsilon": float("inf")},
-                                 {"workload": dpx.workloads.all_range(5000)},
+                                 {"workload": dpx.workloads.permuted(dpx.workloads.all_range(5000))},
                                  {"workload": dpx.workloads.kron([dpx.workloads.prefix(5000),
                                                                   dpx.workloads.prefix(2)])}])
 def test_failing_input_keeps_last_table(bad, reported):
@@ -697,3 +697,72 @@ def test_a_closed_session_stops_its_optimizers(monkeypatch):
         _time.sleep(0.1)
         assert len(fake.reports) == n and fake.builds == 1
         assert "fake_opt" not in {k[1] for k in session.cache._entries}
+
+
+# ------------------------------------------------------- big 1D structured workloads
+def test_big_prefix_compares_structured_mechanisms_and_gives_reasons(reported):
+    # Prefix over 16,384 cells (above the 4,096 of dense workloads): the mechanisms whose
+    # strategies and errors need no n × n matrix are compared, with the SVD bound; the others
+    # are rows with a reason in plain words, and nothing n × n is allocated
+    import tracemalloc
+
+    W = dpx.workloads.prefix(2**14)
+    session = Session()
+    session.workload = W
+    tracemalloc.start()
+    try:
+        page = ComparePage(session)
+        assert page.wait(300)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < W.n * W.n * 8 / 16  # far below one n × n matrix of doubles (2 GiB)
+    assert page.error == "" and not reported and page.pending == []
+    table = page.table.set_index("mechanism")
+    noise = session.noise_model()
+    structured = list(compare_view.STRUCTURED_MECHANISMS)
+    want = dpx.compare(W, noise, structured).set_index("mechanism")
+    for name in structured:
+        assert np.isfinite(table.loc[name, "rmse"]), name
+        assert table.loc[name, "rmse"] == pytest.approx(want.loc[name, "rmse"], rel=1e-12)
+    assert page.svd_bound == pytest.approx(want.attrs["svd_bound"], rel=1e-12)
+    assert np.isfinite(page.svd_bound) and page.svd_bound < table.loc["hb", "rmse"]
+    others = [n for n in dpx.registry.names(data_dependent=False, private=True) if n not in structured]
+    assert "opt0" in others and "workload" in others
+    for name in others:
+        note = table.loc[name, "note"]
+        assert np.isnan(table.loc[name, "rmse"]) and "n × n matrix" in note and "4,096 cells" in note
+        assert "Workload page" in note and "Error" not in note and "dpx" not in note, note
+        assert compare_view.cached_entry(session.cache, W, name, noise) is None  # never built
+    assert "minutes to hours" in table.loc["opt0", "note"]
+    # the per-query errors of a structured mechanism; a reason for the others
+    assert page.per_query is not None and len(page.per_query) == W.m
+    page.mechanism = "opt0"
+    page.wait(60)
+    assert page.per_query is None and "n × n" in page.per_query_note
+    assert compare_view.cached_entry(session.cache, W, "opt0", noise) is None
+
+
+def test_big_workloads_refused_with_reasons(reported):
+    n = 5000  # above 4,096: only 1D ranges, prefixes, identity and total are compared
+    session, page = _page(dpx.workloads.prefix(64))
+    assert page.error == ""
+    for W, words in [(dpx.matrix.Dense(np.ones((2, n))), "4,096 cells"),
+                     (dpx.workloads.permuted(dpx.workloads.all_range(n), seed=1), "4,096 cells"),
+                     (dpx.workloads.prefix(2**16 + 1), "65,536 cells")]:
+        session.workload = W
+        page.wait(60)
+        assert "too large to compare" in page.error and words in page.error, page.error
+        assert "Workload page" in page.error and page.table.attrs["n"] == 64  # last table kept
+    # a union with Identity and Total is compared (no closed-form SVD bound: NaN)
+    U = dpx.workloads.union([dpx.workloads.prefix(n), dpx.workloads.identity(n), dpx.workloads.total(n)])
+    assert compare_view.structured_1d(U) and not compare_view.structured_1d(dpx.workloads.permuted(U))
+    session.workload = U
+    assert page.wait(300) and page.error == ""
+    table = page.table.set_index("mechanism")
+    assert np.isfinite(table.loc["greedy_h", "rmse"]) and np.isnan(table.loc["opt0", "rmse"])
+    assert np.isnan(page.svd_bound)  # no structured spectrum, and no dense n × n one above 4,096
+    # Privelet's fast formula needs a power-of-two domain
+    assert "power of two" in table.loc["wavelet", "note"] and "4,096 or 8,192" in table.loc["wavelet", "note"]
+    assert compare_view.too_large(dpx.workloads.prefix(8192), "wavelet") is None
+    assert compare_view.too_large(dpx.workloads.prefix(4096), "opt0") is None

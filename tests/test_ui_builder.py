@@ -221,7 +221,7 @@ def test_brush_outside_or_mismatched_domain_is_reported(builder, session):
     lambda b: setattr(b, "attributes", "a:5000, b:5"),
     lambda b: setattr(b, "attributes", "a:4096, b:4096, c:4096, d:4096, e:4096"),  # > 10**18 cells
     lambda b: setattr(b, "attributes", ", ".join(f"a{i}:2" for i in range(17))),  # 17 attributes
-    lambda b: setattr(b, "n", 4097),
+    lambda b: setattr(b, "n", 2**16 + 1),  # 1D: up to 2**16 cells (attributes: 4096)
     lambda b: b.add_term("width_range", k=33),
     lambda b: b.add_term("width_range", k=0),
     lambda b: b.add_term("ranges", ranges="5-40"),
@@ -280,7 +280,7 @@ def test_domain_change_that_breaks_a_term_is_refused(small):
 
 def test_messages_say_what_is_allowed(small):
     small.n = 0
-    assert "at least 1" in small.session.error and "4,096" in small.session.error
+    assert "at least 1" in small.session.error and "65,536" in small.session.error
     small.add_term("width_range", k=40)
     assert "40" in small.session.error and "32" in small.session.error
     small.add_term("ranges", ranges="5-40")

@@ -276,3 +276,20 @@ def test_sidebar_budget_controls(session):
     seeds = [w for w in col.select(pn.widgets.IntInput)
              if getattr(w, release_view._LABEL) == "Simulation seed"]
     assert len(seeds) == 1 and "no seed" in seeds[0].description
+
+
+def test_big_1d_workload_releases_only_without_n_by_n_matrices(session, view):
+    # a 1D prefix workload of 16,384 cells: HB releases (no n × n matrix); OPT0 is refused
+    # with the control to change, before anything is measured or recorded
+    n = 2**14
+    x = np.random.default_rng(0).integers(0, 20, n).astype(float)
+    edges = (np.arange(n + 1, dtype=float),)
+    session.add_dataset(dpx.datasets.Dataset("big", x, edges, ("v",), "test data", int(x.sum())))
+    session.workload = dpx.workloads.prefix(n)
+    view.mechanism = "opt0"
+    assert view.run_release() is False
+    assert "n × n matrix" in session.error and "Workload page" in session.error
+    assert session.ledger.entries == []
+    view.mechanism = "hb"
+    assert view.run_release() is True, session.error
+    assert len(session.ledger.entries) == 1 and view.last.release.x_hat.shape == (n,)

@@ -25,7 +25,18 @@ import numba
 import numpy as np
 
 from .gram_ops import gram_operator, segmented_cumsum
-from .matrix import Identity, MatrixTooLargeError, Ones, VStack, Weighted, _Ranges, as_matrix
+from .matrix import (
+    Diagonal,
+    Identity,
+    MatrixTooLargeError,
+    Ones,
+    Permutation,
+    Product,
+    VStack,
+    Weighted,
+    _Ranges,
+    as_matrix,
+)
 
 __all__ = ["MAX_QUERIES", "SegmentInverse", "interval_variances"]
 
@@ -147,7 +158,10 @@ def interval_variances(W, inv: SegmentInverse):
 
     Interval rows (All Range, Prefix, Width-k, explicit ranges), Identity
     (one interval per cell), Total/Ones (the whole domain), weights and
-    unions of these; any other workload gives ``NotImplemented``.
+    unions of these; when ``inv`` is diagonal (no levels) also their permuted
+    (``W·P``) and value-weighted (``W·diag(v)``) versions, since
+    ``P diag(d) Pᵀ = diag(P d)`` and ``diag(v) diag(d) diag(v) = diag(v² d)``.
+    Any other workload gives ``NotImplemented``.
 
     Raises
     ------
@@ -179,6 +193,10 @@ def interval_variances(W, inv: SegmentInverse):
         if any(p is NotImplemented for p in parts):
             return NotImplemented
         return np.concatenate(parts)
+    if isinstance(W, Product) and isinstance(W.right, Permutation | Diagonal) and not inv.levels:
+        R = W.right
+        d = R.matvec(inv.d) if isinstance(R, Permutation) else R.v * R.v * inv.d
+        return interval_variances(W.left, SegmentInverse(d, []))
     return NotImplemented
 
 

@@ -92,8 +92,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Largest 1D domain (and attribute) size: W or WᵀW of a 1D workload can always be drawn.
+#: Largest attribute size of a multi-attribute domain: W or WᵀW of a factor can always be drawn.
 MAX_N = 4096
+#: Largest 1D domain: workloads of ranges, prefixes, identity and total are compared up to this
+#: size without n × n matrices (:data:`dpexplorer.ui.compare_view.STRUCTURED_MAX_CELLS`); other
+#: 1D workloads above :data:`MAX_N` cells are built but refused by the Compare and Strategy pages.
+MAX_N_1D = 2**16
 #: Largest number of attributes of a multi-attribute domain (Adult, HDMM Sec. 11.2, has 14).
 MAX_ATTRIBUTES = 16
 #: Largest number of cells of a multi-attribute domain (Adult has 6.4·10¹⁷; the cell count must
@@ -182,13 +186,15 @@ def _whole(value, what: str) -> int:
     raise ValueError(f"{what} must be a whole number, got {value!r}")
 
 
-def _check_n(n, what: str = "the domain size n") -> int:
+def _check_n(n, what: str = "the domain size n", limit: int = MAX_N) -> int:
     n = _whole(n, what)
     if n < 1:
-        raise ValueError(f"{what} must be at least 1 cell, got {n}; allowed: 1 to {MAX_N:,}")
-    if n > MAX_N:
-        raise ValueError(f"{what} = {n:,} cells is too large: sizes are limited to {MAX_N:,} cells "
-                         f"so that W (or WᵀW) can be drawn and strategies built; use fewer cells")
+        raise ValueError(f"{what} must be at least 1 cell, got {n}; allowed: 1 to {limit:,}")
+    if n > limit:
+        why = ("so that strategies can be compared" if limit == MAX_N_1D else
+               "so that W (or WᵀW) can be drawn and strategies built")
+        raise ValueError(f"{what} = {n:,} cells is too large: sizes are limited to {limit:,} cells "
+                         f"{why}; use fewer cells")
     return n
 
 
@@ -202,7 +208,7 @@ def parse_domain(attributes: str = "", n=256) -> tuple[tuple[int, ...], tuple[st
         separated by commas, semicolons or new lines; a bare size gets the name
         ``a<i>``).  Empty: a 1D domain of ``n`` cells without a name.
     n : int
-        Size of the 1D domain when ``attributes`` is empty, 1 to :data:`MAX_N`.
+        Size of the 1D domain when ``attributes`` is empty, 1 to :data:`MAX_N_1D`.
 
     Returns
     -------
@@ -212,13 +218,14 @@ def parse_domain(attributes: str = "", n=256) -> tuple[tuple[int, ...], tuple[st
     Raises
     ------
     ValueError
-        For a size that is not a whole number in ``[1, MAX_N]``, a bad item,
+        For a size that is not a whole number in ``[1, MAX_N_1D]`` (1D) or ``[1, MAX_N]``
+        (an attribute), a bad item,
         duplicate names, more than :data:`MAX_ATTRIBUTES` attributes or more
         than :data:`MAX_CELLS` cells in all.
     """
     text = (attributes or "").strip()
     if not text:
-        return (_check_n(n),), ()
+        return (_check_n(n, limit=MAX_N_1D),), ()
     items = [s.strip() for s in re.split(r"[,;\n]+", text) if s.strip()]
     sizes, names = [], []
     for i, item in enumerate(items):
@@ -1445,7 +1452,7 @@ class WorkloadBuilder(param.Parameterized):
             W = dspec.loads(text, fmt)
             domain = tuple(int(n) for n in W.domain)
             if len(domain) == 1:
-                _check_n(domain[0])
+                _check_n(domain[0], limit=MAX_N_1D)
             elif math.prod(domain) > MAX_CELLS:
                 raise ValueError(f"the domain {domain} has {math.prod(domain):,} cells; at most "
                                  f"{MAX_CELLS:,} are allowed")
@@ -1670,7 +1677,7 @@ class WorkloadBuilder(param.Parameterized):
         def lab(text):
             return {_LABEL: text}
 
-        n_in = w.IntInput.from_param(self.param.n, **lab(f"1D domain size n (1..{MAX_N})"),
+        n_in = w.IntInput.from_param(self.param.n, **lab(f"1D domain size n (1..{MAX_N_1D:,})"),
                                      disabled=pn.bind(bool, self.param.attributes))
         attrs = w.TextInput.from_param(self.param.attributes, **lab("Attributes (name:size, …)"),
                                        placeholder="age:50, income:100, sex:2 (empty: 1D)")

@@ -66,7 +66,8 @@ from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRe
 from .session import Session
 from .shown import ShownGate
 
-__all__ = ["ComparePage", "Jobs", "build_lock", "check_workload", "rmse_chart", "OPTIMIZERS",
+__all__ = ["ComparePage", "Jobs", "build_lock", "check_workload", "structured_1d", "too_large",
+           "STRUCTURED_MAX_CELLS", "STRUCTURED_MECHANISMS", "rmse_chart", "OPTIMIZERS",
            "OPTIMIZER_THREADS", "cached_entry"]
 
 log = logging.getLogger(__name__)
@@ -277,10 +278,39 @@ class Jobs:
                     pass
 
 
-def check_workload(W, max_cells: int = 4096) -> dpx.matrix.Matrix:
+#: Largest 1D workload with interval structure (All Range, Prefix, Width-k, random or listed
+#: ranges, and their weighted unions with Identity and Total) that the pages compare.  Its
+#: analytic comparison uses no n × n matrix: at 2**16 cells the SVD bound and the error of each
+#: of :data:`STRUCTURED_MECHANISMS` took 0.01-0.4 s (2 cores, 1 BLAS thread), the SVD bound of
+#: a union with Identity/Total is left out (it would need the n × n Gram matrix).
+STRUCTURED_MAX_CELLS = 2**16
+
+#: Mechanisms built above ``max_cells`` for such a workload: their strategies (trees, Haar
+#: wavelet on a power-of-two domain, Identity) and their errors need no n × n matrix.
+STRUCTURED_MECHANISMS = ("identity", "h2", "hb", "wavelet", "greedy_h")
+
+
+def structured_1d(W) -> bool:
+    """Whether ``W`` is a 1D workload whose comparison needs no ``n × n`` matrix.
+
+    Interval rows (All Range, Prefix, Width-k, ranges), Identity, Total and
+    weighted unions of these: the workloads with a structured Gram matrix
+    (:func:`dpexplorer.gram_ops.gram_operator`) that has interval forms.
+    """
+    if not isinstance(W, dpx.matrix.Matrix) or len(W.domain) != 1:
+        return False
+    op = dpx.gram_ops.gram_operator(W)
+    return op is not None and op.intervals
+
+
+def check_workload(W, max_cells: int = 4096,
+                   structured_max_cells: int = STRUCTURED_MAX_CELLS) -> dpx.matrix.Matrix:
     """``W`` if the pages can compare it, else ValueError with the reason.
 
-    A Kronecker-structured workload (a product, or a weighted union of
+    A 1D workload with interval structure (:func:`structured_1d`) may have up
+    to ``structured_max_cells`` cells: above ``max_cells`` only
+    :data:`STRUCTURED_MECHANISMS` are built (:func:`too_large`).  A
+    Kronecker-structured workload (a product, or a weighted union of
     products) is checked factor by factor: every attribute at most
     ``max_cells`` cells.  Any other workload must have ``n ≤ max_cells``
     (strategies such as GreedyH and the exact error need dense ``n × n``
@@ -290,6 +320,13 @@ def check_workload(W, max_cells: int = 4096) -> dpx.matrix.Matrix:
         raise ValueError("no workload yet: build one on the Workload page")
     if not isinstance(W, dpx.matrix.Matrix):
         raise ValueError(f"the workload must be a dpexplorer Matrix, got {type(W).__name__}")
+    if W.n > max_cells and structured_1d(W):
+        if W.n > structured_max_cells:
+            raise ValueError(
+                f"workload {W.name!r} over n = {W.n:,} cells is too large to compare here: at most "
+                f"{structured_max_cells:,} cells for ranges, prefixes, identity and total; set a "
+                f"smaller domain size on the Workload page")
+        return W
     terms = dpx.error.kron_terms(W)
     sizes = None if terms is None else [f.n for _, factors in terms for f in factors]
     if sizes is None:
@@ -297,12 +334,42 @@ def check_workload(W, max_cells: int = 4096) -> dpx.matrix.Matrix:
             raise ValueError(
                 f"workload {W.name!r} over n = {W.n:,} cells is too large to compare here "
                 f"(at most {max_cells:,} cells, or a Kronecker product of attributes of at "
-                f"most {max_cells:,} cells each)")
+                f"most {max_cells:,} cells each; workloads made only of ranges, prefixes, "
+                f"identity and total may have up to {structured_max_cells:,} cells): set a "
+                f"smaller domain size on the Workload page")
     elif max(sizes) > max_cells:
         raise ValueError(
             f"workload {W.name!r} has an attribute of {max(sizes):,} cells, too large to "
-            f"compare here (at most {max_cells:,} cells per attribute)")
+            f"compare here (at most {max_cells:,} cells per attribute; a single attribute of "
+            f"ranges, prefixes, identity and total may have up to {structured_max_cells:,})")
     return W
+
+
+def too_large(W, name: str, max_cells: int = 4096) -> str | None:
+    """Why mechanism ``name`` is not built for ``W`` on the pages (plain words), or None.
+
+    Only for a 1D structured workload above ``max_cells`` cells
+    (:func:`check_workload` lets it through): mechanisms outside
+    :data:`STRUCTURED_MECHANISMS` would need an ``n × n`` matrix (the
+    optimisers minutes to hours of work on it), and Privelet's wavelet has
+    its fast error formula on power-of-two domains only.
+    """
+    n = W.n
+    if n <= max_cells or not structured_1d(W):
+        return None
+    smaller = "set a smaller domain size on the Workload page"
+    if name == "wavelet":
+        if n & (n - 1) == 0:
+            return None
+        return (f"needs an n × n matrix unless the domain size is a power of two (at most "
+                f"{max_cells:,} cells otherwise): set the domain size to {1 << (n.bit_length() - 1):,} "
+                f"or {1 << n.bit_length():,} cells on the Workload page")
+    if name in STRUCTURED_MECHANISMS:
+        return None
+    if name in OPTIMIZERS:
+        return (f"not run: needs an n × n matrix (its optimiser would take minutes to hours at "
+                f"{n:,} cells); at most {max_cells:,} cells: {smaller}")
+    return f"needs an n × n matrix; at most {max_cells:,} cells (this workload has {n:,}): {smaller}"
 
 
 def _message(exc: BaseException) -> str:
@@ -450,7 +517,9 @@ class ComparePage(pn.viewable.Viewer):
     error = param.String(default="", constant=True, precedence=-1, doc="""
         Last error of this page ('' after a success); also sent to session.report().""")
 
-    #: Largest non-Kronecker domain (cells) compared; Kronecker: per attribute.
+    #: Largest non-Kronecker domain (cells) compared; Kronecker: per attribute.  1D workloads of
+    #: ranges, prefixes, identity and total: up to :data:`STRUCTURED_MAX_CELLS`, with only
+    #: :data:`STRUCTURED_MECHANISMS` built above ``max_cells`` (:func:`too_large`).
     max_cells = 4096
     #: Largest workload (queries) whose per-query errors are computed.
     max_per_query_rows = 10_000_000
@@ -586,7 +655,8 @@ class ComparePage(pn.viewable.Viewer):
         self._token += 1
         self._pending = key
         self._cancel = False
-        indep = [n for n in key[2] if not dpx.registry.get(n).data_dependent]
+        indep = [n for n in key[2] if not dpx.registry.get(n).data_dependent
+                 and too_large(W, n, self.max_cells) is None]
         later = [n for n in indep if n in OPTIMIZERS
                  and cached_entry(self.cache, W, n, noise) is None]
         self._set(busy=True, progress=0, total=max(1, len(indep) - len(later)),
@@ -656,9 +726,14 @@ class ComparePage(pn.viewable.Viewer):
             cache = self.cache
             indep = [n for n in names if not dpx.registry.get(n).data_dependent]
             dep = [n for n in names if dpx.registry.get(n).data_dependent]
+            rows, failures = {}, []
+            for name in indep:  # a big 1D workload: rows that need an n × n matrix, not built
+                reason = too_large(W, name, self.max_cells)
+                if reason is not None:
+                    rows[name] = _row(dpx.registry.get(name), math.nan, reason)
+            indep = [n for n in indep if n not in rows]
             later = [n for n in indep if n in OPTIMIZERS and cached_entry(cache, W, n, noise) is None]
             now = [n for n in indep if n not in later]
-            rows, failures = {}, []
             with build_lock(cache, ("svdb", W)):
                 svdb = cache.svdb(W)
             for i, name in enumerate(now):
@@ -900,6 +975,10 @@ class ComparePage(pn.viewable.Viewer):
                     f"{label} is being optimised: its per-query errors follow when it is built"
                     if self._opt_pending == self._shown else
                     f"{label} has not been built for this workload yet: run the optimisers first"))
+                return
+            reason = too_large(W, name, self.max_cells)
+            if reason is not None:
+                self._set(per_query=None, per_query_note=f"{dpx.registry.get(name).label}: {reason}")
                 return
             mech = dpx.registry.get(name)
             pkey = (W, name, norm, self._shown[3] if "objective" in mech.params else "sum")

@@ -47,6 +47,7 @@ from dpexplorer.core import registry
 from dpexplorer.privacy import PrivacyLedger, PrivateData
 from dpexplorer.queries.matrix import Matrix
 
+from .compare_view import too_large
 from .exports import FigureExport
 from .session import Page, Session, download_bytes, release_stamp, side_by_side
 from .session import exception_message as _message
@@ -226,6 +227,11 @@ class ReleaseView(Page, param.Parameterized):
         if len(W.domain) > 1 and tuple(W.domain) != x.shape:
             raise ValueError(f"the workload's domain {tuple(W.domain)} does not match the shape "
                              f"{x.shape} of the dataset {ds.name!r}")
+        mech = registry.get(self.mechanism)
+        reason = None if mech.data_dependent else too_large(W, mech.name)
+        if reason is not None:  # a big 1D workload: only the mechanisms without n × n matrices
+            raise ValueError(f"{mech.label} {reason}; or choose Identity, H2, HB, Privelet or "
+                             f"GreedyH above")
         return ds, x, W, self.session.noise_model()
 
     def run_release(self, trials: int | None = None) -> bool:

@@ -229,7 +229,8 @@ class Session(param.Parameterized):
         self._datasets: dict[str, Dataset] = {}
         self._loaders: dict[str, object] = {}
         self._sources: dict[str, str] = {}
-        self.cache = dpx.StrategyCache(build=workers.build)  # optimisers in worker processes
+        # optimisers in worker processes; no dense n × n SVD bound above 4096 cells
+        self.cache = dpx.StrategyCache(build=workers.build, dense_cells=4096)
         self.ledgers: dict[str, dpx.PrivacyLedger] = {}
         self.releases: list = []
         self._sentence = PrivacySentence(self, on_ready=self._explain)

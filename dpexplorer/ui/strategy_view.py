@@ -64,6 +64,7 @@ from .compare_view import (
     _message,
     build_lock,
     check_workload,
+    structured_1d,
 )
 from .exports import FigureExport
 from .optimize_view import (
@@ -408,7 +409,13 @@ class StrategyView(pn.viewable.Viewer):
         """(Re)build the strategies of ``side`` (default both) for the session's workload and noise."""
         with self._lock:
             try:
-                W = check_workload(self.session.workload, self.max_cells)
+                W = self.session.workload
+                if structured_1d(W) and W.n > self.max_cells:
+                    raise ValueError(
+                        f"the workload is too large for this page: it draws strategies over at most "
+                        f"{self.max_cells:,} cells and the workload has {W.n:,}; compare its mechanisms on the Compare page, or set "
+                        f"a smaller domain size on the Workload page")
+                W = check_workload(W, self.max_cells)
                 noise = self.session.noise_model()
             except ValueError as exc:
                 for s in SIDES:  # builds under way are dropped; the last strategies stay
