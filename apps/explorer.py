@@ -25,7 +25,6 @@ if os.environ.get("BOKEH_RESOURCES") not in ("server", "server-dev"):
 
 import panel as pn  # noqa: E402
 
-from dpexplorer.ui import events  # noqa: E402
 from dpexplorer.ui.app import ExplorerApp  # noqa: E402
 from dpexplorer.ui.server import exit_promptly_on_sigterm  # noqa: E402
 from dpexplorer.ui.workers import warm_up  # noqa: E402
@@ -34,6 +33,5 @@ exit_promptly_on_sigterm()  # SIGTERM ends the server within seconds, even while
 warm_up()  # the optimisers' worker processes start now, not at the first optimiser
 
 pn.extension("tabulator", "filedropper", notifications=True, nthreads=2)
-events.install()  # each session's events in the order they came, sessions side by side
 
 ExplorerApp().template().servable(title="dpexplorer")

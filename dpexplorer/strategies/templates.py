@@ -416,8 +416,6 @@ def _lbfgs_working_set(fun, x0: np.ndarray, maxiter: int, monitor: _Monitor, max
         _, g = fun(x)
         zero = x == 0.0
         violation = zero & (g < 0)
-        if res.nit == 0:  # no step possible (line search failed at once): a new set will not help
-            break
         if monitor.stalled or int(res.nit) < limit:  # the phase ended on its own
             pg_out = float(-g[violation].min()) if violation.any() else 0.0
             free = ~zero & (x < THETA_MAX)
