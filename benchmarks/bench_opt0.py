@@ -6,7 +6,8 @@ products; one restart at n = 4096 under 30 s, n = 16384 reported.  For every
 the L-BFGS-B iterations and objective evaluations, the wall and CPU seconds
 spent inside the objective (value and gradient,
 :class:`templates._PIdentityObjective`) against the rest (L-BFGS-B itself
-and scipy's wrapper), the RMSE (Laplace, ε = 1), the
+and scipy's wrapper), the RMSE (Laplace, ε = 1), whether L-BFGS-B ran on a
+working set of Θ (``ws``: from ``templates.WORKING_SET_MIN_VARIABLES`` parameters on), the
 BLAS threads and the machine's load before and after.  With ``--maxiter`` a
 run stops early (for n = 16384, whose full restart takes far longer than
 the others): the per-iteration figures then describe the first iterations
@@ -85,11 +86,12 @@ def one_restart(wname: str, n: int, seed: int, threads: int, maxiter: int | None
             "evaluations": res.info["evaluations"], "objective_wall": spent[0],
             "objective_cpu": spent[1],
             "rmse": dpx.rmse(W, res.strategy, LAPLACE), "gram": res.info["gram"],
+            "working_set": res.info.get("working_set", False),
             "blas": "/".join(map(str, blas)), "load_before": before, "load_after": load()}
 
 
 HEADER = (f"{'workload':<10} {'n':>6} {'p':>5} {'seed':>4} {'wall s':>8} {'cpu s':>8} {'iter':>5} "
-          f"{'evals':>5} {'f+g wall':>8} {'f+g cpu':>7} {'cpu ms/it':>9} {'rmse':>9} {'BLAS':>4}  "
+          f"{'evals':>5} {'f+g wall':>8} {'f+g cpu':>7} {'cpu ms/it':>9} {'rmse':>9} {'ws':>2} {'BLAS':>4}  "
           f"load before | after")
 
 
@@ -97,7 +99,8 @@ def row(r: dict) -> str:
     per_it = 1e3 * r["cpu"] / max(r["iterations"], 1)
     return (f"{r['workload']:<10} {r['n']:>6} {r['p']:>5} {r['seed']:>4} {r['wall']:>8.1f} "
             f"{r['cpu']:>8.1f} {r['iterations']:>5} {r['evaluations']:>5} {r['objective_wall']:>8.1f} "
-            f"{r['objective_cpu']:>7.1f} {per_it:>9.0f} {r['rmse']:>9.4f} {r['blas']:>4}  {r['load_before']} | "
+            f"{r['objective_cpu']:>7.1f} {per_it:>9.0f} {r['rmse']:>9.4f} {'y' if r['working_set'] else 'n':>2} "
+            f"{r['blas']:>4}  {r['load_before']} | "
             f"{r['load_after']}")
 
 
