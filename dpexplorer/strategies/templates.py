@@ -109,8 +109,8 @@ OPT0_MAX_CELLS = {1: 4096, 2: 2048}
 
 #: Largest domain on which Laplace OPT0 runs for a workload with a structured Gram
 #: (:func:`dpexplorer.queries.gram_ops.gram_operator`: ranges, prefixes, width-k, permuted ranges,
-#: their unions): O(p² n) per iteration with p = n/16, and Θ plus L-BFGS-B's history
-#: take about 25·p·n doubles (3.4 GB at 16384 cells).
+#: their unions): O(p² n) per iteration with p = n/16.  One restart at 16384 cells (1500
+#: iterations) took 56 min of CPU with a peak of 9.8 GB (``benchmarks/bench_opt0.py 16384``).
 OPT0_MAX_CELLS_STRUCTURED = 16384
 
 #: Upper bound on p-Identity parameters: keeps ``AᵀA`` reasonably conditioned
