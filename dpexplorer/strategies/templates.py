@@ -404,11 +404,8 @@ def _lbfgs_working_set(fun, x0: np.ndarray, maxiter: int, monitor: _Monitor, max
             return f, g[work]
 
         limit = min(steps, maxiter - nit)
-        res = scipy.optimize.minimize(
-            reduced, x[work], jac=True, method="L-BFGS-B",
-            bounds=scipy.optimize.Bounds(np.zeros(work.size), np.full(work.size, THETA_MAX)),
-            callback=monitor.callback,
-            options={"maxiter": limit, "ftol": 1e-13, "gtol": 1e-12, "maxcor": maxcor})
+        bounds = scipy.optimize.Bounds(np.zeros(work.size), np.full(work.size, THETA_MAX))
+        res = _lbfgs(reduced, x[work], bounds, limit, monitor, maxcor=maxcor)
         x = np.zeros(N)
         x[work] = np.clip(res.x, 0.0, THETA_MAX)
         nit += int(res.nit)
@@ -598,9 +595,7 @@ class PIdentity(Dense):
             return out
         M = _ThetaProducts(np.ascontiguousarray(T.T)).gram()  # ΘΘᵀ
         M[np.diag_indices_from(M)] += 1.0
-        C, info = lapack.dpotrf(M, lower=1, clean=1)
-        if info != 0:
-            raise np.linalg.LinAlgError("I + ΘΘᵀ is not positive definite")
+        C = _cholesky_spd(M)
         B = scipy.linalg.solve_triangular(C, T, lower=True, check_finite=False)  # C⁻¹ Θ: (p', n)
         B = np.ascontiguousarray((B * self.s).T)  # S Θᵀ C⁻ᵀ: (n, p')
         step = max(1, min(p, ROW_VARIANCE_BLOCK // max(W.m, 1)))
@@ -739,12 +734,23 @@ class _ThetaProducts:
         return np.asarray(self.S.T @ Y) if self.sparse else self.Tt.T @ Y
 
 
-def _inv_spd(M: np.ndarray) -> np.ndarray:
-    """Inverse of a small symmetric positive definite matrix from its lower triangle (LAPACK potrf/potri)."""
+def _cholesky_spd(M: np.ndarray) -> np.ndarray:
+    """Lower Cholesky factor of ``M = I + ΘΘᵀ`` from its lower triangle (LAPACK potrf).
+
+    Raises
+    ------
+    numpy.linalg.LinAlgError
+        If ``M`` is not positive definite.
+    """
     c, info = lapack.dpotrf(M, lower=1, clean=1)
     if info != 0:
         raise np.linalg.LinAlgError("I + ΘΘᵀ is not positive definite")
-    inv, info = lapack.dpotri(c, lower=1)
+    return c
+
+
+def _inv_spd(M: np.ndarray) -> np.ndarray:
+    """Inverse of a small symmetric positive definite matrix from its lower triangle (LAPACK potrf/potri)."""
+    inv, info = lapack.dpotri(_cholesky_spd(M), lower=1)
     return inv + np.tril(inv, -1).T
 
 
