@@ -11,6 +11,8 @@ Measured, each from a new browser context (no cache) on one warm server:
 
 * ``first_paint``: the browser's first contentful paint (Performance API),
   opening the Compare page (``?page=1&n=…``, All Range over ``n`` cells);
+  with the navigation's ``response_start`` (the server builds the session's
+  document before it answers), ``response_end`` and ``dom_content_loaded``;
 * ``table``: seconds from navigation until the Compare table shows an RMSE;
 * ``epsilon``: seconds from pressing Enter on a new ε until the Identity
   row shows ``RMSE(1) / ε`` (exact under Laplace noise).  The chart and the
@@ -117,6 +119,12 @@ def open_compare(browser, url: str, n: int, wait_table: bool = True):
         paints = dict(pg.evaluate(
             "performance.getEntriesByType('paint').map(e => [e.name, e.startTime])"))
         out["first_paint"] = paints.get("first-contentful-paint", float("nan")) / 1000
+        nav = pg.evaluate("(() => { const e = performance.getEntriesByType('navigation')[0];"
+                          " return [e.responseStart, e.responseEnd, e.domContentLoadedEventEnd];"
+                          " })()")
+        # the server builds the session's document before it answers: responseStart
+        out["response_start"], out["response_end"], out["dom_content_loaded"] = (
+            v / 1000 for v in nav)
     return ctx, pg, out
 
 

@@ -92,6 +92,20 @@ def _card(pg, title: str, inside) -> None:
     inside.first.wait_for(state="visible", timeout=READY_MS)
 
 
+def _click_until(pg, button, shown) -> None:
+    """Click ``button`` until ``shown`` appears (retried: a click that lands while the page
+    re-lays out after the previous step, e.g. the table redrawn, can hit nothing)."""
+    for _ in range(3):
+        button.click(timeout=READY_MS)
+        try:
+            shown.first.wait_for(state="visible", timeout=READY_MS // 4)
+            return
+        except Exception:  # noqa: BLE001 - playwright's TimeoutError: click again if enabled
+            if not button.is_enabled():
+                break
+    shown.first.wait_for(state="visible", timeout=READY_MS)
+
+
 def _upload(pg, accept: str, name: str, data: bytes, mime: str | None = None) -> None:
     """Upload ``data`` as the file ``name``, with the type a browser gives such a file."""
     mime = mime or ("text/csv" if name.endswith(".csv") else "application/octet-stream")
@@ -195,7 +209,9 @@ def test_workload_and_compare_controls(page):  # noqa: F811
                         "at most 30 counts on every query")
     page.locator(".bk-btn", has_text="± counts on 95 % of queries").first.click()
     _text(page, "±30 counts on 95 % of queries")
-    page.get_by_role("button", name="Estimate by simulation on airports_elevation").click()
+    _click_until(page, page.get_by_role("button",
+                                        name="Estimate by simulation on airports_elevation"),
+                 page.locator("text=/Simulat(ing|ed) [0-9]+/ >> visible=true"))
     _text(page, "Simulating [0-9]+ mechanisms on airports_elevation")
     page.get_by_role("button", name="Cancel simulation").click()
     _text(page, "Simulated [0-9]+ of [0-9]+ mechanisms on airports_elevation.*cancelled")

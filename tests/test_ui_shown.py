@@ -133,11 +133,28 @@ def _app(*opened):
 def test_pages_are_built_when_first_opened():
     app = ExplorerApp()
     assert list(app.pages) == ["Workload"]  # only the first page at load
+    assert [len(app._slots[t]) for t in TITLES] == [0] * len(TITLES)
+    app.__panel__()  # displayed: the open page is drawn
     assert [len(app._slots[t]) for t in TITLES] == [1] + [0] * (len(TITLES) - 1)
     app.tabs.active = TITLES.index("Release")
     assert list(app.pages) == ["Workload", "Release"] and len(app._slots["Release"]) == 1
     app.tabs.active = 0
     assert app.page_for("Release") is app.pages["Release"]  # built once
+
+
+def test_a_page_built_for_a_link_is_drawn_when_opened():
+    # a shared link opened on Compare builds the Workload page (its workload applies at
+    # load) but only the Compare page goes into the first document
+    app = ExplorerApp(page=TITLES.index("Compare"))
+    workload = app.page_for("Workload")
+    app.__panel__()
+    assert set(app.pages) == {"Workload", "Compare"}
+    assert len(app._slots["Workload"]) == 0 and len(app._slots["Compare"]) == 1
+    app.pages["Compare"].cancel()
+    app.tabs.active = 0
+    assert len(app._slots["Workload"]) == 1
+    app.tabs.active = TITLES.index("Compare")
+    assert len(app._slots["Workload"]) == 1 and app.pages["Workload"] is workload  # kept
 
 
 def test_only_the_active_tab_is_shown():

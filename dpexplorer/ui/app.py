@@ -9,7 +9,9 @@ in a notification, with what is allowed, and the current value is kept.
 
 Pages are views on the one :class:`~dpexplorer.ui.session.Session`, each
 built the first time its tab is opened (the first page at once): the browser
-first draws only the sidebar and that page.  A page, once drawn, stays in the
+first draws only the sidebar and that page.  A page needed earlier (a shared
+link's workload builds the Workload page) is built then but drawn only when
+its tab is first opened.  A page, once drawn, stays in the
 document (``pn.Tabs(dynamic=False)``); while its tab is hidden its redraws
 wait in its :class:`~dpexplorer.ui.shown.ShownGate` and run when it is shown
 again.  Panel 1.9's *dynamic* tabs were tried instead and measured: they draw
@@ -75,7 +77,7 @@ class ExplorerApp(pn.viewable.Viewer):
                             sizing_mode="stretch_width")
         self.tabs.link(self, active="page", bidirectional=True)
         self.tabs.param.watch(lambda e: self._open(e.new), "active")
-        self._open(self.tabs.active)
+        self.page_for(PAGES[self.tabs.active][0])  # drawn when the app is displayed
 
     def page_for(self, title: str):
         """The page called ``title``, built (and put in its tab) on first use.
@@ -93,15 +95,23 @@ class ExplorerApp(pn.viewable.Viewer):
             gate = getattr(page, "gate", None)
             if gate is not None:
                 gate.show(PAGES[self.tabs.active][0] == title)
-            self._slots[title].objects = [page]
             if self._url_synced:
                 self._sync_page_url(page)
         return self.pages[title]
+
+    def _show(self, title: str) -> None:
+        """Put a built page in its tab (once), when the app is displayed or the tab opened:
+        a page built but never opened (e.g. the Workload page of a shared link opened on
+        Compare) is not drawn at load."""
+        slot = self._slots[title]
+        if not slot.objects:
+            slot.objects = [self.pages[title]]
 
     def _open(self, index: int) -> None:
         """Build the page of tab ``index`` the first time it is opened; tell every page's gate."""
         if 0 <= index < len(PAGES):
             self.page_for(PAGES[index][0])
+            self._show(PAGES[index][0])
         for i, (title, _, _) in enumerate(PAGES):
             gate = getattr(self.pages.get(title), "gate", None)
             if gate is not None:
@@ -152,11 +162,13 @@ class ExplorerApp(pn.viewable.Viewer):
     def template(self) -> pn.template.BootstrapTemplate:
         """The served page (Bootstrap template: no web fonts, all resources local)."""
         self.sync_url()
+        self._open(self.tabs.active)  # the page the link opens, not the default first one
         return pn.template.BootstrapTemplate(
             title="dpexplorer — linear queries under differential privacy",
             sidebar=[self.session.controls()], main=[self.tabs], sidebar_width=300)
 
     def __panel__(self):
+        self._open(self.tabs.active)
         return pn.Row(pn.Column(self.session.controls(), width=300), self.tabs,
                       sizing_mode="stretch_width")
 

@@ -532,9 +532,10 @@ class ComparePage(pn.viewable.Viewer):
     #: Least seconds between two partial updates while optimisers run (rows built meanwhile
     #: are shown together; every update redraws the table and charts in the browser).
     merge_interval = 1.5
-    #: Most seconds the first optimisers wait for the browser to draw the page, and seconds
-    #: they wait after it says it is loaded (it is still laying the page out): their updates
-    #: would otherwise slow down the first render (measured: ~4 s → 5-10 s page load).
+    #: Most seconds the first comparison and optimisers wait for the browser to draw the
+    #: page, and seconds the optimisers wait after it says it is loaded (it is still laying
+    #: the page out): their work and updates would otherwise slow down the first render
+    #: (measured: ~4 s → 5-10 s page load).
     load_wait = 30.0
     load_grace = 1.5
 
@@ -722,6 +723,10 @@ class ComparePage(pn.viewable.Viewer):
         optimiser's row is added as soon as it is built (:meth:`_optimize_job`),
         so a slow optimiser never holds the page.
         """
+        if not self._loaded.is_set():  # a first load: the browser fetches the page's scripts
+            # from this server's event loop meanwhile, slowed down by a computing thread
+            # (measured at n = 1024: first paint 3.3-6.4 s while computing, 1.0-2.0 s after)
+            self._loaded.wait(timeout=self.load_wait)
         try:
             cache = self.cache
             indep = [n for n in names if not dpx.registry.get(n).data_dependent]
@@ -1374,14 +1379,16 @@ class _LivePlot:
     While ``key`` stays the same (same workload, mechanisms and noise norm:
     the same plot structure) new data go through an ``hv.streams.Pipe``, so
     HoloViews updates the existing Bokeh glyphs and ranges in place; a new
-    key rebuilds the plot.
+    key rebuilds the plot.  A ``None`` key (nothing computed yet) draws
+    nothing: the pane keeps its height, and no Bokeh figure is built or sent
+    until there is something to show (a page's first document stays small).
     """
 
     def __init__(self, make, data, key, **pane_params):
         self.make = make
         self.key = key
-        self.pane = pn.pane.HoloViews(self._dmap(data), sizing_mode="stretch_width",
-                                      **pane_params)
+        self.pane = pn.pane.HoloViews(None if key is None else self._dmap(data),
+                                      sizing_mode="stretch_width", **pane_params)
 
     def _dmap(self, data):
         self.pipe = hv.streams.Pipe(data=data)
@@ -1394,6 +1401,10 @@ class _LivePlot:
     def update(self, data, key) -> None:
         if key == self.key and key is not None:
             self.pipe.send(data)
+        elif key is None:
+            self.key = None
+            if self.pane.object is not None:
+                self.pane.object = None
         else:
             self.key = key
             self.pane.object = self._dmap(data)
