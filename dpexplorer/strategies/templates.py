@@ -343,10 +343,13 @@ def _lbfgs(fun, x0, bounds, maxiter: int, monitor: _Monitor, maxcor: int = 10):
 #: higher over seeds 0-2 for no saving (``benchmarks/bench_opt0.py``; figures in issue 14).
 WORKING_SET_MIN_VARIABLES = 2**18
 
-#: Fewest zero variables that may enter a working set at once (when fewer are non-zero).
+#: Most zero variables violating the KKT conditions that enter a working set at once, when
+#: fewer than this many are non-zero (else ``nnz``): from a sparse start, only the most
+#: violating ones enter at first.
 WORKING_SET_MIN_NEW = 1024
 
-#: Iterations on all of Θ before the first working set (Θ is dense at the random start).
+#: Iterations on all of Θ before the first working set is formed (Θ is dense at the random
+#: start, so every variable is in the first set).
 WORKING_SET_WARMUP = 30
 
 #: Most iterations of L-BFGS-B on one working set before the set is formed again.
@@ -365,19 +368,28 @@ def _lbfgs_working_set(fun, x0: np.ndarray, maxiter: int, monitor: _Monitor, max
     applied to bound constraints): L-BFGS-B itself (scipy) minimises over the variables of the
     working set, so its own O(m·N) work per iteration (Byrd, Lu, Nocedal & Zhu 1995) runs on
     the working set's N instead of all ``p·n`` parameters, 94-97 % of which sit at 0 at the
-    optima of the HDMM workloads.  After :data:`WORKING_SET_WARMUP` iterations on every
-    variable, and after each phase of at most :data:`WORKING_SET_PHASE` iterations, the set is
-    formed again from the full gradient ``g``: the non-zero variables, the zero ones that
-    violate the KKT conditions (``g < 0``: the objective decreases by moving them up), and as
-    many more zero ones, those with the smallest ``g`` (they are likely to enter next).  The
-    run ends at ``maxiter`` iterations in all, or when a phase stagnates (``monitor``) or
-    converges while the KKT violation outside the set is at most the projected gradient
-    inside it (the set is then not what holds the objective back).
+    optima of the HDMM workloads.  The set is formed from the full gradient ``g`` at the start
+    and after each phase: the non-zero variables, then the zero ones with the smallest ``g`` --
+    as many as violate the KKT conditions (``g < 0``: the objective decreases by moving them
+    up), at most ``max(nnz, WORKING_SET_MIN_NEW)`` of them, plus ``nnz`` more (they are likely
+    to enter next).  From a dense start (the random Θ) the first set is every variable, for
+    :data:`WORKING_SET_WARMUP` iterations; every later phase runs at most
+    :data:`WORKING_SET_PHASE` iterations.  When ``fun`` has a ``restricted(work)`` method (the
+    p-Identity objective), a phase evaluates ``restricted(work)``, which never touches the
+    variables outside the set; otherwise it evaluates ``fun`` on all variables and keeps the
+    gradient on the set.  The run ends at ``maxiter`` iterations in all, or when a phase
+    stagnates (``monitor``) or converges while the KKT violation outside the set is at most
+    the projected gradient inside it (the set is then not what holds the objective back):
+    then no variable outside the set can improve the objective by more than one inside, and
+    the minimiser of the bound-constrained problem is reached (tested against
+    ``scipy.optimize.nnls``, also from sparse starts where several sets are needed).
 
     Parameters
     ----------
     fun : callable
-        ``x ↦ (f, ∇f)`` over all variables, ``x: (N,)``.
+        ``x ↦ (f, ∇f)`` over all variables, ``x: (N,)``; optionally with a method
+        ``restricted(work)`` returning ``z ↦ (f, ∂f/∂z)`` for ``x`` equal to ``z`` on the
+        sorted indices ``work`` and 0 elsewhere.
     x0 : ndarray, shape (N,)
         Start, within the bounds.
     maxiter : int
@@ -394,9 +406,11 @@ def _lbfgs_working_set(fun, x0: np.ndarray, maxiter: int, monitor: _Monitor, max
     x = np.clip(x0, 0.0, THETA_MAX)
     N = x.size
     nit = nfev = 0
-    _, g = fun(x)
-    nfev += 1
-    steps = WORKING_SET_WARMUP if np.count_nonzero(x) > N // 2 else WORKING_SET_PHASE
+    if np.count_nonzero(x) == N:  # dense start: the first set is every variable, whatever g
+        g, steps = np.zeros(N), WORKING_SET_WARMUP
+    else:
+        _, g = fun(x)
+        nfev, steps = 1, WORKING_SET_PHASE
     while nit < maxiter:
         work = _working_set(x, g)
         calls = [0]
@@ -751,29 +765,29 @@ class _RestrictedPIdentityObjective:
         obj, rows, cols = self.objective, self.rows, self.cols
         n, p = obj.n, obj.p
         if np.count_nonzero(z) > SPARSE_THETA * n * p:  # dense Θ: BLAS products on all of Θᵀ
+            if self.work.size == n * p:  # every entry (``work`` is sorted and unique)
+                return obj(z)
             if self.full is None:
                 self.full = np.zeros(n * p)
             self.full[self.work] = z
             f, g = obj(self.full)
             return f, g[self.work]
         nz = np.flatnonzero(z)
+        at = rows[nz]
         indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows[nz], minlength=n), out=indptr[1:])
+        np.cumsum(np.bincount(at, minlength=n), out=indptr[1:])
         data, indices = z[nz], cols[nz]
-        S = scipy.sparse.csr_array((data, indices, indptr), shape=(n, p))
-        s = 1.0 + np.bincount(rows[nz], weights=data, minlength=n)
+        s = 1.0 + np.bincount(at, weights=data, minlength=n)
         M = _csr_gram(indptr, indices, data, p)  # ΘΘᵀ
         M[np.diag_indices_from(M)] += 1.0
         R = _inv_spd(M)
-        Vt = S @ R  # Θᵀ R
-        Vt *= s[:, None]
-        Ht = obj.cols(Vt)
-        Ht *= s[:, None]  # Hᵀ = C Θᵀ R
-        h = Ht[rows, cols]
+        SS = scipy.sparse.csr_array((data * s[at], indices, indptr), shape=(n, p))  # S Θᵀ
+        Y = obj.cols(SS @ R)  # G S Θᵀ R, so Hᵀ = S Y
+        h = s[rows] * Y[rows, cols]  # Hᵀ on work
         q = np.bincount(rows, weights=h * z, minlength=n)  # diag(C Θᵀ R Θ)
         diagC = s * s * obj.diagG
         f = float(diagC.sum() - q.sum())
-        Z = R @ np.asarray(S.T @ Ht)  # R (Θ C Θᵀ) R
+        Z = R @ np.asarray(SS.T @ Y)  # R (Θ S G S Θᵀ) R = R (Θ C Θᵀ) R
         grad = _csr_rows_dot(indptr, indices, data, rows, cols, Z)  # (Θᵀ Zᵀ) on work
         grad -= h
         grad += ((diagC - q) / s)[rows]
