@@ -742,7 +742,7 @@ class _RestrictedPIdentityObjective:
     row-major, sorted) of ``Θᵀ``; every other entry is 0.  The same formulas
     as :class:`_PIdentityObjective` (HDMM Def. 14, MATH.md "OPT0, Laplace"),
     with the non-zero entries of ``z`` held as a CSR matrix ``Θᵀ`` (so an
-    evaluation never scans the ``p·n`` entries of ``Θ``): ``ΘΘᵀ`` costs
+    evaluation never scans the ``p·n`` entries of ``Θ``; numba kernels): ``ΘΘᵀ`` costs
     ``Σ_j nnz(Θᵀ_j)²``, ``RΘ`` and ``Θ Hᵀ`` ``O(p·nnz(Θ))``, ``q`` and the
     gradient on ``work`` (``(ZΘ)ᵀ`` entry by entry) ``O(|work| · nnz per cell)``;
     what remains is ``O(n·p)`` for the product ``G·V`` and ``O(p³)`` for ``R``
@@ -781,13 +781,14 @@ class _RestrictedPIdentityObjective:
         M = _csr_gram(indptr, indices, data, p)  # ΘΘᵀ
         M[np.diag_indices_from(M)] += 1.0
         R = _inv_spd(M)
-        SS = scipy.sparse.csr_array((data * s[at], indices, indptr), shape=(n, p))  # S Θᵀ
-        Y = obj.cols(SS @ R)  # G S Θᵀ R, so Hᵀ = S Y
+        scaled = data * s[at]  # S Θᵀ, S = diag(s)
+        R = np.ascontiguousarray(R)  # rows of R are read by the kernel
+        Y = obj.cols(_csr_times(indptr, indices, scaled, R))  # G S Θᵀ R, so Hᵀ = S Y
         h = s[rows] * Y[rows, cols]  # Hᵀ on work
         q = np.bincount(rows, weights=h * z, minlength=n)  # diag(C Θᵀ R Θ)
         diagC = s * s * obj.diagG
         f = float(diagC.sum() - q.sum())
-        Z = R @ np.asarray(SS.T @ Y)  # R (Θ S G S Θᵀ) R = R (Θ C Θᵀ) R
+        Z = R @ _csr_t_times(indptr, indices, scaled, Y, p)  # R (Θ S G S Θᵀ) R = R (Θ C Θᵀ) R
         grad = _csr_rows_dot(indptr, indices, data, rows, cols, Z)  # (Θᵀ Zᵀ) on work
         grad -= h
         grad += ((diagC - q) / s)[rows]
@@ -805,6 +806,32 @@ def _csr_gram(indptr, indices, data, p):
             for u in range(indptr[j], indptr[j + 1]):
                 M[a, indices[u]] += va * data[u]
     return M
+
+
+@numba.njit(cache=True)
+def _csr_times(indptr, indices, data, X):
+    """``Θᵀ X: (n, k)`` from ``Θᵀ`` in CSR form and ``X: (p, k)``."""
+    out = np.zeros((indptr.size - 1, X.shape[1]))
+    for j in range(indptr.size - 1):
+        o = out[j]
+        for t in range(indptr[j], indptr[j + 1]):
+            v, x = data[t], X[indices[t]]
+            for c in range(x.size):
+                o[c] += v * x[c]
+    return out
+
+
+@numba.njit(cache=True)
+def _csr_t_times(indptr, indices, data, Y, p):
+    """``Θ Y: (p, k)`` from ``Θᵀ`` in CSR form (``p`` columns) and ``Y: (n, k)``."""
+    out = np.zeros((p, Y.shape[1]))
+    for j in range(indptr.size - 1):
+        y = Y[j]
+        for t in range(indptr[j], indptr[j + 1]):
+            v, o = data[t], out[indices[t]]
+            for c in range(y.size):
+                o[c] += v * y[c]
+    return out
 
 
 @numba.njit(cache=True)
