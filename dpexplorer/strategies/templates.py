@@ -679,6 +679,9 @@ class _PIdentityObjective:
     a sparse ``Θ`` (``O(p · nnz(Θ))``); both ways compute the same numbers
     up to rounding.
 
+    :meth:`restricted` gives the objective over a working set of entries of ``Θ``, the others
+    held at 0 (:class:`_RestrictedPIdentityObjective`, :func:`_lbfgs_working_set`).
+
     The parameters are laid out as ``Θᵀ`` (``n × p``, row-major, flattened):
     the products with ``G`` then run down the cells with ``p`` contiguous
     columns.  The value is divided by ``scale`` (the Identity strategy's
