@@ -179,10 +179,10 @@ def test_csr_kernels(n, p, density, seed):
     np.testing.assert_allclose(templates._csr_rows_dot(indptr, indices, data, rows, cols, Z),
                                (Tt @ Z.T).ravel(), rtol=1e-12, atol=1e-12)
     X, Y = rng.normal(size=(p, 3)), rng.normal(size=(n, 3))
-    np.testing.assert_allclose(templates._csr_times(indptr, indices, data, X), Tt @ X,
-                               rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(templates._csr_t_times(indptr, indices, data, Y, p), Tt.T @ Y,
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(templates._csr_product(indptr, indices, data, X, False, n),
+                               Tt @ X, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(templates._csr_product(indptr, indices, data, Y, True, p),
+                               Tt.T @ Y, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("n", [5, 16])

@@ -786,12 +786,12 @@ class _RestrictedPIdentityObjective:
         R = _inv_spd(M)
         scaled = data * s[at]  # S Θᵀ, S = diag(s)
         R = np.ascontiguousarray(R)  # rows of R are read by the kernel
-        Y = obj.cols(_csr_times(indptr, indices, scaled, R))  # G S Θᵀ R, so Hᵀ = S Y
+        Y = obj.cols(_csr_product(indptr, indices, scaled, R, False, n))  # G S Θᵀ R: Hᵀ = S Y
         h = s[rows] * Y[rows, cols]  # Hᵀ on work
         q = np.bincount(rows, weights=h * z, minlength=n)  # diag(C Θᵀ R Θ)
         diagC = s * s * obj.diagG
         f = float(diagC.sum() - q.sum())
-        Z = R @ _csr_t_times(indptr, indices, scaled, Y, p)  # R (Θ S G S Θᵀ) R = R (Θ C Θᵀ) R
+        Z = R @ _csr_product(indptr, indices, scaled, Y, True, p)  # R (Θ S G S Θᵀ) R = R (Θ C Θᵀ) R
         grad = _csr_rows_dot(indptr, indices, data, rows, cols, Z)  # (Θᵀ Zᵀ) on work
         grad -= h
         grad += ((diagC - q) / s)[rows]
@@ -812,28 +812,18 @@ def _csr_gram(indptr, indices, data, p):
 
 
 @numba.njit(cache=True)
-def _csr_times(indptr, indices, data, X):
-    """``Θᵀ X: (n, k)`` from ``Θᵀ`` in CSR form and ``X: (p, k)``."""
-    out = np.zeros((indptr.size - 1, X.shape[1]))
+def _csr_product(indptr, indices, data, X, transpose, rows):
+    """``Θᵀ X: (n, k)`` for ``X: (p, k)``, or with ``transpose`` ``Θ X: (p, k)`` for ``X: (n, k)``.
+
+    ``Θᵀ`` in CSR form (``n`` rows of ``p`` columns); ``rows`` is the result's row count.
+    """
+    out = np.zeros((rows, X.shape[1]))
     for j in range(indptr.size - 1):
-        o = out[j]
         for t in range(indptr[j], indptr[j + 1]):
-            v, x = data[t], X[indices[t]]
+            a, b = (indices[t], j) if transpose else (j, indices[t])
+            o, x, v = out[a], X[b], data[t]
             for c in range(x.size):
                 o[c] += v * x[c]
-    return out
-
-
-@numba.njit(cache=True)
-def _csr_t_times(indptr, indices, data, Y, p):
-    """``Θ Y: (p, k)`` from ``Θᵀ`` in CSR form (``p`` columns) and ``Y: (n, k)``."""
-    out = np.zeros((p, Y.shape[1]))
-    for j in range(indptr.size - 1):
-        y = Y[j]
-        for t in range(indptr[j], indptr[j + 1]):
-            v, o = data[t], out[indices[t]]
-            for c in range(y.size):
-                o[c] += v * y[c]
     return out
 
 
