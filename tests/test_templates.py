@@ -485,6 +485,14 @@ def test_working_set_from_a_sparse_start_reaches_the_minimum(start_density, monk
     np.testing.assert_allclose(x, x_star, atol=1e-6)
 
 
+def test_working_set_at_a_minimum_on_the_bound():
+    # x = 0 with a gradient ≥ 0 everywhere is the minimum: no set to optimise over, no iteration
+    mon = templates._Monitor("test", 100, 1.0, 50, 1e-15)
+    x, nit, nfev = templates._lbfgs_working_set(lambda x: (float(x.sum()), np.ones_like(x)),
+                                                np.zeros(10), 100, mon, 5)
+    assert np.all(x == 0) and nit == 0 and nfev == 1
+
+
 @pytest.mark.parametrize("wname", ["all_range", "prefix", "width32"])
 def test_opt0_working_set_path(wname, monkeypatch):
     # from WORKING_SET_MIN_VARIABLES parameters on, L-BFGS-B runs on a working set of Θ; forced

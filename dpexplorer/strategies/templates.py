@@ -373,7 +373,8 @@ def _lbfgs_working_set(fun, x0: np.ndarray, maxiter: int, monitor: _Monitor, max
     as many as violate the KKT conditions (``g < 0``: the objective decreases by moving them
     up), at most ``max(nnz, WORKING_SET_MIN_NEW)`` of them, plus ``nnz`` more (they are likely
     to enter next).  From a dense start (the random Θ) the first set is every variable, for
-    :data:`WORKING_SET_WARMUP` iterations; every later phase runs at most
+    :data:`WORKING_SET_WARMUP` iterations (while more than half the variables are non-zero, the
+    set is every variable anyway); every later phase runs at most
     :data:`WORKING_SET_PHASE` iterations.  When ``fun`` has a ``restricted(work)`` method (the
     p-Identity objective), a phase evaluates ``restricted(work)``, which never touches the
     variables outside the set; otherwise it evaluates ``fun`` on all variables and keeps the
@@ -406,13 +407,17 @@ def _lbfgs_working_set(fun, x0: np.ndarray, maxiter: int, monitor: _Monitor, max
     x = np.clip(x0, 0.0, THETA_MAX)
     N = x.size
     nit = nfev = 0
-    if np.count_nonzero(x) == N:  # dense start: the first set is every variable, whatever g
-        g, steps = np.zeros(N), WORKING_SET_WARMUP
+    nnz = int(np.count_nonzero(x))
+    steps = WORKING_SET_WARMUP if nnz > N // 2 else WORKING_SET_PHASE
+    if nnz == N:  # the first set is every variable, whatever the gradient
+        g = np.zeros(N)
     else:
         _, g = fun(x)
-        nfev, steps = 1, WORKING_SET_PHASE
+        nfev = 1
     while nit < maxiter:
         work = _working_set(x, g)
+        if not work.size:  # x = 0 and no variable violates the KKT conditions: a minimum
+            break
         calls = [0]
         restricted = fun.restricted(work) if hasattr(fun, "restricted") else _Scatter(fun, work, N)
 
@@ -783,9 +788,8 @@ class _RestrictedPIdentityObjective:
         s = 1.0 + np.bincount(at, weights=data, minlength=n)
         M = _csr_gram(indptr, indices, data, p)  # ΘΘᵀ
         M[np.diag_indices_from(M)] += 1.0
-        R = _inv_spd(M)
+        R = np.ascontiguousarray(_inv_spd(M))  # rows of R are read by _csr_product
         scaled = data * s[at]  # S Θᵀ, S = diag(s)
-        R = np.ascontiguousarray(R)  # rows of R are read by the kernel
         Y = obj.cols(_csr_product(indptr, indices, scaled, R, False, n))  # G S Θᵀ R: Hᵀ = S Y
         h = s[rows] * Y[rows, cols]  # Hᵀ on work
         q = np.bincount(rows, weights=h * z, minlength=n)  # diag(C Θᵀ R Θ)
