@@ -755,7 +755,10 @@ class _RestrictedPIdentityObjective:
     gradient on ``work`` (``(ZΘ)ᵀ`` entry by entry) ``O(|work| · nnz per cell)``;
     what remains is ``O(n·p)`` for the product ``G·V`` and ``O(p³)`` for ``R``
     and ``Z``.  Equal to the full objective and its gradient restricted to
-    ``work`` up to rounding (tested).
+    ``work`` up to rounding (tested).  All Range at n = 4096, p = 256, a set of 3.6 % of
+    ``Θ`` half non-zero: about 10 ms per evaluation against 15-19 ms for the full objective
+    with sparse products (1 BLAS thread); one restart took 49 s of CPU instead of 60 s
+    (``benchmarks/bench_opt0.py 4096``, seed 0, same RMSE to 0.003 %).
 
     Parameters
     ----------
