@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import scipy.optimize
+import scipy.sparse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -123,6 +124,65 @@ def test_laplace_objective_sparse_theta_and_structured_gram(wname, sparse, monke
         monkeypatch.setattr(templates, "SPARSE_THETA", 1.0 if sparse else 0.0)
         assert f2 == pytest.approx(f, rel=1e-12)
         np.testing.assert_allclose(g2, g, rtol=1e-9, atol=1e-12 * np.abs(g).max())
+
+
+@settings(max_examples=40, deadline=None)
+@given(wname=st.sampled_from(sorted(WORKLOADS)), dense_gram=st.booleans(),
+       p=st.integers(1, 6), n=st.integers(32, 48), density=st.sampled_from([0.0, 0.05, 0.3, 1.0]),
+       extra=st.sampled_from([0.0, 0.2, 1.0]), seed=st.integers(0, 2**31))
+def test_restricted_objective_equals_full(wname, dense_gram, p, n, density, extra, seed):
+    # the working set's objective (Θᵀ zero outside `work`, CSR products on its non-zeros, the
+    # gradient only on `work`) equals the full objective and its gradient restricted to `work`;
+    # density 1.0 takes its dense fallback (more than SPARSE_THETA of Θ non-zero)
+    rng = np.random.default_rng(seed)
+    W = WORKLOADS[wname](n)
+    gram = W.gram().dense() if dense_gram else gram_operator(W)
+    fun = templates._PIdentityObjective(gram, p, scale=3.0)
+    x = rng.random(n * p) * (rng.random(n * p) < density)
+    work = np.flatnonzero((x > 0) | (rng.random(n * p) < extra))
+    f, g = fun(x)
+    fr, gr = fun.restricted(work)(x[work])
+    assert gr.shape == work.shape
+    assert fr == pytest.approx(f, rel=1e-9)
+    np.testing.assert_allclose(gr, g[work], rtol=1e-9, atol=1e-9 * max(np.abs(g).max(), 1e-300))
+
+
+def test_restricted_objective_sparse_path_at_scale():
+    # an evaluation from the working set's CSR path (not the dense fallback) at a size where
+    # the full objective also uses sparse products: same value and gradient on `work`
+    n, p = 512, 32
+    rng = np.random.default_rng(3)
+    W = workloads.all_range(n)
+    fun = templates._PIdentityObjective(gram_operator(W), p, scale=float(n))
+    x = rng.random(n * p) * (rng.random(n * p) < 0.03)
+    work = np.flatnonzero((x > 0) | (rng.random(n * p) < 0.03))
+    assert np.count_nonzero(x) <= templates.SPARSE_THETA * x.size
+    f, g = fun(x)
+    fr, gr = fun.restricted(work)(x[work])
+    assert fr == pytest.approx(f, rel=1e-12)
+    np.testing.assert_allclose(gr, g[work], rtol=1e-9, atol=1e-12 * np.abs(g).max())
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 30), p=st.integers(1, 8), density=st.floats(0.0, 1.0),
+       seed=st.integers(0, 2**31))
+def test_csr_kernels(n, p, density, seed):
+    # the numba kernels of the working-set objective against dense products
+    rng = np.random.default_rng(seed)
+    Tt = rng.random((n, p)) * (rng.random((n, p)) < density)
+    S = scipy.sparse.csr_array(Tt)
+    indptr, indices, data = S.indptr.astype(np.int64), S.indices.astype(np.int64), S.data
+    np.testing.assert_allclose(templates._csr_gram(indptr, indices, data, p), Tt.T @ Tt,
+                               rtol=1e-12, atol=1e-12)
+    Z = rng.normal(size=(p, p))
+    rows, cols = np.divmod(np.arange(n * p), p)
+    np.testing.assert_allclose(templates._csr_rows_dot(indptr, indices, data, rows, cols, Z),
+                               (Tt @ Z.T).ravel(), rtol=1e-12, atol=1e-12)
+    X, Y = rng.normal(size=(p, 3)), rng.normal(size=(n, 3))
+    np.testing.assert_allclose(templates._csr_product(indptr, indices, data, X, False, n),
+                               Tt @ X, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(templates._csr_product(indptr, indices, data, Y, True, p),
+                               Tt.T @ Y, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("n", [5, 16])
@@ -396,6 +456,41 @@ def test_working_set_reaches_the_bound_constrained_minimum():
     assert np.all(x >= 0)
     assert len(mon.trace) == nit and nfev > nit
     np.testing.assert_allclose(x, x_star, atol=1e-6)
+
+
+@pytest.mark.parametrize("start_density", [0.0, 0.05])
+def test_working_set_from_a_sparse_start_reaches_the_minimum(start_density, monkeypatch):
+    # from a (nearly) all-zero start the first set is formed at once from the gradient, and at
+    # most max(nnz, WORKING_SET_MIN_NEW) violators enter per set (4 here): it takes several
+    # sets, and must still end at scipy.optimize.nnls's solution
+    monkeypatch.setattr(templates, "WORKING_SET_MIN_NEW", 4)
+    rng = np.random.default_rng(1)
+    N = 200
+    B = rng.normal(size=(2 * N, N))  # well conditioned: x is determined to 1e-6 by f
+    Bc = B @ rng.normal(size=N)
+    sets = []
+
+    def fun(x):
+        r = B @ x - Bc
+        return 0.5 * float(r @ r), B.T @ r
+
+    real = templates._working_set
+    monkeypatch.setattr(templates, "_working_set", lambda x, g: sets.append(real(x, g)) or sets[-1])
+    x_star, _ = scipy.optimize.nnls(B, Bc)
+    x0 = rng.random(N) * (rng.random(N) < start_density)
+    mon = templates._Monitor("test", 5000, 1.0, 50, 1e-15)
+    x, nit, nfev = templates._lbfgs_working_set(fun, x0, 5000, mon, 10)
+    assert sets[0].size <= 2 * max(np.count_nonzero(x0), 4) + np.count_nonzero(x0)
+    assert len(sets) > 2
+    np.testing.assert_allclose(x, x_star, atol=1e-6)
+
+
+def test_working_set_at_a_minimum_on_the_bound():
+    # x = 0 with a gradient ≥ 0 everywhere is the minimum: no set to optimise over, no iteration
+    mon = templates._Monitor("test", 100, 1.0, 50, 1e-15)
+    x, nit, nfev = templates._lbfgs_working_set(lambda x: (float(x.sum()), np.ones_like(x)),
+                                                np.zeros(10), 100, mon, 5)
+    assert np.all(x == 0) and nit == 0 and nfev == 1
 
 
 @pytest.mark.parametrize("wname", ["all_range", "prefix", "width32"])
