@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,8 @@ import dpexplorer as dpx
 
 pn = pytest.importorskip("panel")
 hv = pytest.importorskip("holoviews")
+
+from panel.io.state import set_curdoc  # noqa: E402
 
 from dpexplorer.ui import compare_view, optimize_view  # noqa: E402
 from dpexplorer.ui.compare_view import ComparePage  # noqa: E402
@@ -766,3 +770,47 @@ def test_big_workloads_refused_with_reasons(reported):
     assert "power of two" in table.loc["wavelet", "note"] and "4,096 or 8,192" in table.loc["wavelet", "note"]
     assert compare_view.too_large(dpx.workloads.prefix(8192), "wavelet") is None
     assert compare_view.too_large(dpx.workloads.prefix(4096), "opt0") is None
+
+
+def test_redraws_in_a_server_session_run_together_on_the_event_loop(monkeypatch):
+    # in a served session, redraws requested meanwhile run in one event-loop callback, with
+    # the document's model index frozen once (ComparePage._redraw); a key asked twice runs once
+    from bokeh.document import Document
+
+    class _Context:  # what Document.session_context needs to be "served"
+        pass
+
+    _session, page = _page()
+    doc, context = Document(), _Context()
+    doc._session_context = weakref.ref(context)
+    scheduled, ran, frozen = [], [], []
+    monkeypatch.setattr(pn.state, "execute", lambda fn, schedule="auto": scheduled.append(fn))
+    real_freeze = doc.models.freeze
+
+    @contextlib.contextmanager
+    def freeze():
+        frozen.append(len(ran))
+        with real_freeze():
+            yield
+    monkeypatch.setattr(doc.models, "freeze", freeze)
+    with set_curdoc(doc):
+        page._redraw("results", lambda: ran.append("results 1"))
+        page._redraw("per_query", lambda: ran.append("per_query"))
+        page._redraw("results", lambda: ran.append("results 2"))  # replaces the first
+    assert ran == [] and len(scheduled) == 1  # nothing drawn yet: one callback queued
+    scheduled[0]()
+    assert ran == ["per_query", "results 2"] and frozen == [0]
+    with set_curdoc(doc):
+        page._redraw("results", lambda: ran.append("results 3"))
+    assert len(scheduled) == 2  # the queue was emptied: a new callback
+    scheduled[1]()
+    assert ran[-1] == "results 3" and frozen == [0, 2]
+    # hidden: kept by the gate until shown, then queued
+    page.gate.show(False)
+    with set_curdoc(doc):
+        page._redraw("results", lambda: ran.append("results 4"))
+        assert len(scheduled) == 2
+        page.gate.show(True)
+    assert len(scheduled) == 3
+    scheduled[2]()
+    assert ran[-1] == "results 4"

@@ -558,6 +558,8 @@ class ComparePage(pn.viewable.Viewer):
         self._cancel = False  # set by cancel(): the running optimisation stops
         self._serials = itertools.count(1)  # build numbers (next() is atomic in CPython)
         self._panes: dict = {}
+        self._queued: dict = {}  # redraws waiting for the event loop (_redraw)
+        self._queued_guard = threading.Lock()
         #: Progress of the optimiser being built (fed by dpexplorer.core.optimization.report).
         self.optimization = OptimizationProgress()
         # in a server session the optimisers wait until the browser has drawn the page: their
@@ -1275,8 +1277,8 @@ class ComparePage(pn.viewable.Viewer):
             index_box.visible = len(s) > 0
             length_box.visible = "length" in s and len(s) > 0
         # a hidden page keeps its redraws until shown (dpexplorer.ui.shown)
-        self.param.watch(lambda *_: self.gate.run("results", on_results), ["table", "curve"])
-        self.param.watch(lambda *_: self.gate.run("per_query", on_per_query), "per_query")
+        self.param.watch(lambda *_: self._redraw("results", on_results), ["table", "curve"])
+        self.param.watch(lambda *_: self._redraw("per_query", on_per_query), "per_query")
 
         # a download control (PNG, SVG, CSV) under every figure, made from the shown numbers
         self.exports: dict = {}
@@ -1301,7 +1303,8 @@ class ComparePage(pn.viewable.Viewer):
             key = self._target_key()
             t_bars.update(first.table, key)
             t_curve.update(first.curve, key)
-        first.param.watch(lambda *_: self.gate.run("target", on_target), ["table", "curve", "busy"])
+        first.param.watch(lambda *_: self._redraw("target", on_target),
+                          ["table", "curve", "busy"])
         by_epsilon = pn.Column(t_summary, t_bars.pane,
                                export("epsilon-bars", lambda: epsilon_bars(first.table)), t_table,
                                first.simulation_panel(),
@@ -1342,6 +1345,40 @@ class ComparePage(pn.viewable.Viewer):
                          sizing_mode="stretch_width")
         self._panes["root"] = root
         return root
+
+    def _redraw(self, key: str, fn) -> None:
+        """Run the redraw ``fn`` (it reads the page's current state) once the page is shown.
+
+        In a server session the redraws run on the session's event loop, those
+        requested meanwhile together, with the document's model index frozen
+        (``doc.models.freeze()``): the plots they update are refreshed then
+        rather than each in its own later callback, and Bokeh walks the
+        document's models once instead of once per plot (measured with py-spy
+        during ε changes at n = 1024 while optimisers ran: the event loop's
+        busy time per ε change went from ≈ 0.6 s to ≈ 0.4 s).  A redraw of a
+        ``key`` already waiting replaces it: both read the latest state.
+        """
+        self.gate.run(key, lambda: self._on_loop(key, fn))
+
+    def _on_loop(self, key: str, fn) -> None:
+        doc = pn.state.curdoc
+        if doc is None or doc.session_context is None:
+            fn()  # a notebook, a script, a test: at once
+            return
+        with self._queued_guard:
+            scheduled = bool(self._queued)
+            self._queued.pop(key, None)
+            self._queued[key] = fn
+        if scheduled:
+            return
+
+        def run():
+            with self._queued_guard:
+                todo, self._queued = self._queued, {}
+            with self._lock, doc.models.freeze():
+                for redraw in todo.values():
+                    redraw()
+        pn.state.execute(run, schedule=True)
 
     def _plot_key(self):
         """What fixes the structure of the bars and curve plots: the comparison and its bars.
