@@ -1375,7 +1375,8 @@ class ComparePage(pn.viewable.Viewer):
         def run():
             with self._queued_guard:
                 todo, self._queued = self._queued, {}
-            with self._lock, doc.models.freeze():
+            # not under the page's lock: a worker holding it would hold every session's loop
+            with doc.models.freeze():
                 for redraw in todo.values():
                     redraw()
         pn.state.execute(run, schedule=True)
