@@ -242,3 +242,22 @@ def test_a_link_applies_what_it_can_and_says_what_it_could_not(monkeypatch):
     assert s.workload.n == 64
     builder.add_term("total")
     assert "total" in pn.state.location.query_params["w"][-1]
+
+
+def test_a_lazy_card_draws_its_contents_when_first_expanded():
+    from dpexplorer.ui.shown import LazyCard
+
+    button, text = pn.widgets.Button(name="Go"), pn.pane.Markdown("inside")
+    card = LazyCard(button, text, title="More")
+    assert card.collapsed and len(card.objects) == 0  # only the header is drawn
+    assert card.select(pn.widgets.Button) == [button]  # the contents can be looked up
+    root = card.get_root()
+    assert not any(getattr(m, "label", None) == "Go" for m in root.references())
+    card.collapsed = False
+    assert list(card.objects) == [button, text]
+    assert card.select(pn.widgets.Button) == [button]  # found once, not twice
+    card.collapsed = True
+    card.collapsed = False
+    assert list(card.objects) == [button, text]
+    open_card = LazyCard(button, title="Open", collapsed=False)
+    assert list(open_card.objects) == [button]

@@ -73,6 +73,7 @@ from dpexplorer.queries.matrix import Matrix, MatrixTooLargeError
 
 from .exports import FigureExport
 from .session import Session, error_alert, notify, side_by_side
+from .shown import LazyCard
 from .uploads import Upload, size_text, upload_limit
 
 __all__ = [
@@ -1691,7 +1692,7 @@ class WorkloadBuilder(param.Parameterized):
                                   sizing_mode="stretch_width", styles={"font-size": "85%"})
         load_preset = w.Button(**lab("Load preset (replaces the terms)"), **{_COLOR: "primary"})
         load_preset.on_click(lambda e: self.load_preset())
-        presets = pn.Card(preset, source, load_preset, title="Presets (papers' schemas)",
+        presets = LazyCard(preset, source, load_preset, title="Presets (papers' schemas)",
                           sizing_mode="stretch_width", collapsed=True)
 
         fam = w.Select.from_param(self.param.family, **lab("Query family"),
@@ -1750,7 +1751,7 @@ class WorkloadBuilder(param.Parameterized):
             if out is not None:
                 self.spec_text = out
         copy.on_click(copy_spec)
-        specs = pn.Card(pn.Row(dl_json, dl_yaml), why, pn.pane.Markdown("**Load a spec file**"), upload,
+        specs = LazyCard(pn.Row(dl_json, dl_yaml), why, pn.pane.Markdown("**Load a spec file**"), upload,
                         upload.note(),
                         text, pn.Row(load, copy), title="Import / export spec",
                         sizing_mode="stretch_width", collapsed=True)

@@ -61,7 +61,7 @@ from dpexplorer.queries.matrix import Matrix
 from .exports import FigureExport
 from .session import Page, Session, side_by_side
 from .session import exception_message as _message
-from .shown import ShownGate
+from .shown import LazyCard, ShownGate
 from .uploads import Upload
 
 __all__ = ["DataView", "DAWARun", "ALL_CANDIDATES_MAX_N", "RANDOM_WORKLOAD", "histogram_element",
@@ -680,7 +680,7 @@ class DataView(Page, param.Parameterized):
 
         column.param.watch(lambda e: setattr(self, "csv_column", e.new), "value")
         add.on_click(lambda _: self.add_csv_dataset())
-        return pn.Card(
+        return LazyCard(
             pn.pane.Markdown("**CSV**: one record per row; pick a numeric column and a number "
                              "of bins (fix the range for a truly private pipeline: the default "
                              "min..max comes from the data)."),

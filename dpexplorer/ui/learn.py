@@ -50,7 +50,7 @@ from dpexplorer.privacy import PrivacyLedger, PrivateData
 
 from .exports import FigureExport
 from .session import Session
-from .shown import ShownGate
+from .shown import LazyCard, ShownGate
 
 __all__ = [
     "LearnView",
@@ -898,6 +898,6 @@ class LearnView(pn.viewable.Viewer):
                 "uses the sidebar's ε and δ (and its noise, for the analytic errors) and updates "
                 "when they change.", sizing_mode="stretch_width"),
             self.tabs,
-            pn.Card(self.docs, title="Formulas and conventions", collapsed=True,
+            LazyCard(self.docs, title="Formulas and conventions", collapsed=True,
                     sizing_mode="stretch_width"),
             sizing_mode="stretch_width")

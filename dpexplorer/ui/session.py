@@ -29,6 +29,7 @@ from dpexplorer.datasets import Dataset
 
 from . import workers
 from .accuracy_view import PrivacySentence
+from .shown import LazyCard
 
 __all__ = ["Session", "Page", "notify", "error_alert", "exception_message", "app_text", "side_by_side", "download_bytes", "release_stamp"]
 
@@ -531,7 +532,7 @@ class Session(param.Parameterized):
             pn.pane.Markdown("### Privacy"), noise, eps, delta, advice, meaning,
             pn.pane.Markdown("### Data"), dataset, source, seed,
             pn.pane.Markdown("### Budget"), budget_kind, b_eps, b_delta, b_rho, ledger,
-            pn.Card(folder, calib, title="Settings", collapsed=True, sizing_mode="stretch_width"),
+            LazyCard(folder, calib, title="Settings", collapsed=True, sizing_mode="stretch_width"),
             sizing_mode="stretch_width")
 
     def _explain(self, *_) -> None:

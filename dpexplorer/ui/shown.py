@@ -26,9 +26,10 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
+import panel as pn
 import param
 
-__all__ = ["ShownGate"]
+__all__ = ["LazyCard", "ShownGate"]
 
 log = logging.getLogger(__name__)
 
@@ -134,3 +135,43 @@ class ShownGate:
                 fn()
             except Exception:  # noqa: BLE001 - one failed redraw must not stop the others
                 log.exception("deferred update %r failed", key)
+
+
+class LazyCard(pn.Card):
+    """A ``pn.Card`` that starts collapsed and puts its contents in the page when first expanded.
+
+    Until then the browser gets only the header: the contents' Bokeh models
+    are not built, sent or walked on every later update of the document
+    (Bokeh walks all of a document's models after each change of its
+    structure).  :meth:`select` still finds the contents, so code that looks
+    up a widget in the layout works before the first expansion.
+
+    Parameters
+    ----------
+    *objects
+        The card's contents.
+    **params
+        ``pn.Card`` parameters (``title``, ``sizing_mode``, ...); ``collapsed``
+        defaults to True (False gives a plain card, contents drawn at once).
+    """
+
+    def __init__(self, *objects, **params):
+        params.setdefault("collapsed", True)
+        collapsed = params["collapsed"]
+        super().__init__(*(() if collapsed else objects), **params)
+        self._stash = [pn.panel(o) for o in objects] if collapsed else []
+        self._watcher = (self.param.watch(self._expand, "collapsed") if self._stash else None)
+
+    def _expand(self, event) -> None:
+        if event.new or not self._stash:
+            return
+        stash, self._stash = self._stash, []
+        self.param.unwatch(self._watcher)
+        self.objects = stash
+
+    def select(self, selector=None):
+        """Like ``pn.Card.select``, also over contents not drawn yet."""
+        found = super().select(selector)
+        for obj in self._stash:
+            found += obj.select(selector)
+        return found

@@ -59,6 +59,7 @@ from .compare_view import Jobs
 from .exports import FigureExport
 from .session import Session, error_alert, side_by_side
 from .session import exception_message as _message
+from .shown import LazyCard
 from .uploads import Upload
 
 __all__ = ["SumsView", "SumsResult", "ATTRIBUTES", "COLORS"]
@@ -742,7 +743,7 @@ class SumsView(pn.viewable.Viewer):
         csv_in = Upload(accepted_filetypes=[".csv", "text/csv"], on_file=on_csv,
                         on_error=self.session.report)
         add.on_click(lambda _: column.value is not None and self.add_csv_column(column.value))
-        return pn.Card(pn.pane.Markdown("One record per row; pick a numeric column. Its values are "
+        return LazyCard(pn.pane.Markdown("One record per row; pick a numeric column. Its values are "
                                         "bucketed with the settings above (equal-width over the "
                                         "column's min..max)."),
                        csv_in, csv_in.note(), column, add, title="Upload a CSV column", collapsed=True,

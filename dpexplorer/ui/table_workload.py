@@ -33,6 +33,8 @@ import param
 
 import dpexplorer as dpx
 
+from .shown import LazyCard
+
 __all__ = ["TableMarginals", "parse_sets", "MAX_MARGINALS", "MAX_QUERIES"]
 
 log = logging.getLogger(__name__)
@@ -274,7 +276,7 @@ class TableMarginals(param.Parameterized):
         go.on_click(lambda e: self.build())
         about = pn.pane.Markdown(pn.bind(lambda n: f"*{self._description(n)}*", self.param.table_name),
                                  sizing_mode="stretch_width", styles={"font-size": "85%"})
-        return pn.Card(table, about, attrs, mode, orders, sets, preview, go,
+        return LazyCard(table, about, attrs, mode, orders, sets, preview, go,
                        title="Record table: marginals", sizing_mode="stretch_width", collapsed=True)
 
     def _description(self, name) -> str:
