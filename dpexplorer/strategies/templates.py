@@ -770,7 +770,7 @@ class _RestrictedPIdentityObjective:
     def __init__(self, objective: _PIdentityObjective, work: np.ndarray):
         self.objective, self.work = objective, work
         self.rows, self.cols = np.divmod(work, objective.p)
-        self.full = None
+        self.dense = None  # the full objective scattered to ``work``, for a dense Θ
 
     def __call__(self, z: np.ndarray):
         obj, rows, cols = self.objective, self.rows, self.cols
@@ -778,15 +778,12 @@ class _RestrictedPIdentityObjective:
         if np.count_nonzero(z) > SPARSE_THETA * n * p:  # dense Θ: BLAS products on all of Θᵀ
             if self.work.size == n * p:  # every entry (``work`` is sorted and unique)
                 return obj(z)
-            if self.full is None:
-                self.full = np.zeros(n * p)
-            self.full[self.work] = z
-            f, g = obj(self.full)
-            return f, g[self.work]
+            if self.dense is None:
+                self.dense = _Scatter(obj, self.work, n * p)
+            return self.dense(z)
         nz = np.flatnonzero(z)
         at = rows[nz]
-        indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(at, minlength=n), out=indptr[1:])
+        indptr = _csr_indptr(at, n)
         data, indices = z[nz], cols[nz]
         s = 1.0 + np.bincount(at, weights=data, minlength=n)
         M = _csr_gram(indptr, indices, data, p)  # ΘΘᵀ
@@ -804,6 +801,13 @@ class _RestrictedPIdentityObjective:
         grad += ((diagC - q) / s)[rows]
         grad *= 2.0 / obj.scale
         return f / obj.scale, grad
+
+
+def _csr_indptr(rows: np.ndarray, n: int) -> np.ndarray:
+    """CSR row pointers ``(n + 1,)`` of entries listed row by row (``rows`` sorted, in ``[0, n)``)."""
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    return indptr
 
 
 @numba.njit(cache=True)
@@ -872,9 +876,8 @@ class _ThetaProducts:
         if self.sparse:
             nz = np.flatnonzero(flat)
             n, p = Tt.shape
-            indptr = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(np.bincount(nz // p, minlength=n), out=indptr[1:])
-            self.S = scipy.sparse.csr_array((flat[nz], nz % p, indptr), shape=(n, p))
+            self.S = scipy.sparse.csr_array((flat[nz], nz % p, _csr_indptr(nz // p, n)),
+                                            shape=(n, p))
 
     def gram(self) -> np.ndarray:
         if self.sparse:

@@ -64,7 +64,7 @@ from .accuracy_view import AccuracyFirst, epsilon_bars, target_curve_plot
 from .exports import FigureExport
 from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRelay
 from .session import Session
-from .shown import ShownGate
+from .shown import ShownGate, run_redraws
 
 __all__ = ["ComparePage", "Jobs", "build_lock", "check_workload", "structured_1d", "too_large",
            "STRUCTURED_MAX_CELLS", "STRUCTURED_MECHANISMS", "rmse_chart", "OPTIMIZERS",
@@ -1377,8 +1377,7 @@ class ComparePage(pn.viewable.Viewer):
                 todo, self._queued = self._queued, {}
             # not under the page's lock: a worker holding it would hold every session's loop
             with doc.models.freeze():
-                for redraw in todo.values():
-                    redraw()
+                run_redraws(todo)
         pn.state.execute(run, schedule=True)
 
     def _plot_key(self):

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 import panel as pn
 import param
 
-__all__ = ["LazyCard", "ShownGate"]
+__all__ = ["LazyCard", "ShownGate", "run_redraws"]
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +89,9 @@ class ShownGate:
             pending, self._pending = self._pending, {}
         if self._lock is not None:
             with self._lock:
-                self._run_all(pending)
+                run_redraws(pending)
         else:
-            self._run_all(pending)
+            run_redraws(pending)
 
     def mirror(self, source: param.Parameterized, names: Sequence[str]) -> param.Parameterized:
         """A copy of ``source``'s parameters ``names`` that follows them only while shown.
@@ -128,13 +128,16 @@ class ShownGate:
         source.param.watch(lambda *_: self.run(key, copy), names)
         return view
 
-    @staticmethod
-    def _run_all(pending: dict[str, Callable[[], None]]) -> None:
-        for key, fn in pending.items():
-            try:
-                fn()
-            except Exception:  # noqa: BLE001 - one failed redraw must not stop the others
-                log.exception("deferred update %r failed", key)
+
+
+def run_redraws(pending: dict[str, Callable[[], None]]) -> None:
+    """Call every redraw of ``pending`` (key -> function) in order; one that fails is logged
+    and does not stop the others."""
+    for key, fn in pending.items():
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - one failed redraw must not stop the others
+            log.exception("deferred update %r failed", key)
 
 
 class LazyCard(pn.Card):
