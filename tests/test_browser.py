@@ -6,7 +6,9 @@ playwright is missing; ``.ci/run`` installs both, so CI runs them.
 
 from __future__ import annotations
 
+import collections
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -101,13 +103,45 @@ def browser():
         b.close()
 
 
+def _record_frames(pg, keep: int = 600) -> collections.deque:
+    """Keep the last ``keep`` websocket text frames (time, direction, text) of the page."""
+    frames: collections.deque = collections.deque(maxlen=keep)
+    t0 = time.perf_counter()
+
+    def watch(ws):
+        for kind, arrow in (("framereceived", "<-"), ("framesent", "->")):
+            ws.on(kind, lambda payload, arrow=arrow: isinstance(payload, str) and frames.append(
+                (time.perf_counter() - t0, arrow, payload)))
+    pg.on("websocket", watch)
+    return frames
+
+
+def _explain_reference(error: str, frames) -> None:
+    """For Bokeh's "reference pNNN isn't known", print the recorded frames naming the model.
+
+    The error is intermittent (issue 17): the frames that defined, used and dropped the model
+    show which update of the page sent a reference the browser no longer had.
+    """
+    found = re.search(r"reference (p\d+) isn't known", error)
+    if not found:
+        return
+    ref = f'"{found.group(1)}"'
+    named = [f for f in frames if ref in f[2]]
+    print(f"\n--- {error}: {len(named)} of the last {len(frames)} websocket frames name it")
+    for t, arrow, text in named[-12:]:
+        at = text.find(ref)
+        print(f"{t:8.2f} s {arrow} {text[:200]} ... {text[max(0, at - 300):at + 200]}")
+
+
 @pytest.fixture
 def page(browser, server):
     ctx = browser.new_context(viewport={"width": 1500, "height": 1100}, accept_downloads=True)
     pg = ctx.new_page()
     pg.problems = []
+    frames = _record_frames(pg)
     pg.on("console", lambda m: m.type == "error" and pg.problems.append(f"console: {m.text}"))
     pg.on("pageerror", lambda e: pg.problems.append(f"pageerror: {e}"))
+    pg.on("pageerror", lambda e: _explain_reference(str(e), frames))
     pg.on("requestfailed", lambda r: pg.problems.append(f"requestfailed: {r.url}"))
     t0 = time.perf_counter()
     pg.goto(server, wait_until="load")
