@@ -9,7 +9,7 @@ enough for a loaded machine, never on a fixed pause.
 from __future__ import annotations
 
 import pytest
-from test_browser import _shot, browser, page, server  # noqa: F401
+from test_browser import _shot, browser, page, server, unexpected_problems  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,7 @@ def _open_audit(pg):
 
 
 def _problems(pg):
-    return [p for p in pg.problems if "favicon" not in p]
+    return unexpected_problems(pg)
 
 
 def test_audit_page_runs_an_audit_and_the_teaching_example(page):  # noqa: F811

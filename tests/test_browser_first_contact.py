@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_browser import READY_MS, _shot, browser, page, server  # noqa: F401
+from test_browser import READY_MS, _shot, browser, page, server, unexpected_problems  # noqa: F401
 
 import dpexplorer as dpx
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 # ------------------------------------------------------------------ helpers
 def _problems(pg, where: str) -> None:
-    found = [p for p in pg.problems if "favicon" not in p]
+    found = unexpected_problems(pg)
     assert not found, (where, found)
 
 

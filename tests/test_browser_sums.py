@@ -7,7 +7,7 @@ when chromium or playwright is missing).
 from __future__ import annotations
 
 import pytest
-from test_browser import READY_MS, _shot, _tab, browser, page, server  # noqa: F401
+from test_browser import READY_MS, _shot, _tab, browser, page, server, unexpected_problems  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -24,4 +24,4 @@ def test_sum_queries_page_renders_and_simulates(page):  # noqa: F811
     assert page.locator(".bk-Canvas:visible").count() >= 4
     assert page.locator(".tabulator-cell[tabulator-field='small median']").count() >= 5
     _shot(page, "page-sum-queries")
-    assert not [p for p in page.problems if "favicon" not in p], page.problems
+    assert not unexpected_problems(page), page.problems

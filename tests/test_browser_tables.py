@@ -12,7 +12,17 @@ import time
 from pathlib import Path
 
 import pytest
-from test_browser import _open_card, _queries, _shot, _tab, _wait_queries, browser, page, server  # noqa: F401
+from test_browser import (  # noqa: F401
+    _open_card,
+    _queries,
+    _shot,
+    _tab,
+    _wait_queries,
+    browser,
+    page,
+    server,
+    unexpected_problems,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +37,7 @@ def _remove_attributes(pg, names):
 
 
 def _no_problems(pg, where):
-    problems = [p for p in pg.problems if "favicon" not in p]
+    problems = unexpected_problems(pg)
     assert not problems, (where, problems)
 
 
