@@ -110,12 +110,6 @@ def test_epsilon_halved_doubles_everything_without_rebuilding():
     before, curve0, pq0 = page.table, page.curve, page.per_query
     bars = page._panes["bars"].pane.object
     layers0 = page.curve_plot().values()
-    from bokeh.models import Line
-    from bokeh.plotting import figure as figure_type
-    root = page._panes["curve"].pane.get_root()
-    curve_sources = [(r.data_source, r.data_source.data["rmse"])
-                     for r in root.select_one({"type": figure_type}).renderers
-                     if isinstance(getattr(r, "glyph", None), Line)]
     entries = len(session.cache)
     assert entries > 0
     session.epsilon = 0.5
@@ -150,16 +144,6 @@ def test_epsilon_halved_doubles_everything_without_rebuilding():
     assert all(a is b for a, b in zip(curves, layers0, strict=False))
     marker = [e for e in layers if isinstance(e, hv.Scatter)][0]
     assert set(marker.dimension_values("epsilon")) == {0.5}
-    # in the page's chart only the marker's stream got the change: HoloViews refreshed the
-    # marker's glyphs and none of the curves' (their data sources are the same objects)
-    live = page._panes["curve"]
-    assert live.pipe.data is curve0 and live.marker_pipe.data is page.curve
-    figure = root.select_one({"type": figure_type})
-    sources = {r.glyph.__class__.__name__: r.data_source for r in figure.renderers
-               if hasattr(r, "data_source")}
-    assert set(sources["Scatter"].data["epsilon"]) == {0.5}
-    assert len(curve_sources) >= 5 and all(
-        src.data["rmse"] is before_data for src, before_data in curve_sources)
     # δ and ε under Gaussian noise: one more set of strategies (L2), then nothing
     session.noise = "Gaussian"
     assert page.wait(120)
@@ -809,26 +793,6 @@ def test_redraws_in_a_server_session_run_together_on_the_event_loop(monkeypatch)
         with real_freeze():
             yield
     monkeypatch.setattr(doc.models, "freeze", freeze)
-    # the batch is held as one message ("collect": every event, in order), released after
-    # the frozen index is recomputed: a "combine" hold merged away the event introducing a
-    # model, and events sent while the index was stale could name a model the browser dropped
-    held = []
-
-    @contextlib.contextmanager
-    def hold(d=None, policy="combine", **kw):
-        held.append(("hold", d is doc, policy, len(frozen)))
-        yield
-        held.append(("release", len(ran), frozen_done[0]))
-    frozen_done = [0]
-    real_freeze_exit = freeze
-
-    @contextlib.contextmanager
-    def freeze_counted():
-        with real_freeze_exit():
-            yield
-        frozen_done[0] += 1
-    monkeypatch.setattr(doc.models, "freeze", freeze_counted)
-    monkeypatch.setattr(pn.io, "hold", hold)
     with set_curdoc(doc):
         page._redraw("results", lambda: ran.append("results 1"))
         page._redraw("per_query", lambda: ran.append("per_query"))
@@ -836,7 +800,6 @@ def test_redraws_in_a_server_session_run_together_on_the_event_loop(monkeypatch)
     assert ran == [] and len(scheduled) == 1  # nothing drawn yet: one callback queued
     scheduled[0]()
     assert ran == ["per_query", "results 2"] and frozen == [0]
-    assert held == [("hold", True, "collect", 0), ("release", 2, 1)]  # released after the freeze
     with set_curdoc(doc):
         page._redraw("results", lambda: ran.append("results 3"))
     assert len(scheduled) == 2  # the queue was emptied: a new callback

@@ -1082,65 +1082,39 @@ class ComparePage(pn.viewable.Viewer):
         return rmse_chart(df, title, slots=list(running)).opts(shared_axes=False)
 
     def curve_plot(self, df: pd.DataFrame | None = None) -> hv.Overlay:
-        """RMSE over ε (log x, log y) per mechanism, the SVD bound dashed, the session's ε marked.
-
-        The whole chart as one ``hv.Overlay`` (exports, notebooks); the page
-        draws the same layers with the marker on a stream of its own
-        (:meth:`curve_layers`, :meth:`curve_marker`).
-        """
+        """RMSE over ε (log x, log y) per mechanism, the SVD bound dashed, the session's ε marked."""
         df = self.curve if df is None else df
         if df is None or df.empty:
             return hv.Overlay([hv.Curve([], "epsilon", "rmse")])
-        return hv.Overlay([*self.curve_layers(df), *self.curve_marker(df)]).opts(**_CURVE_OPTS)
-
-    def curve_layers(self, df: pd.DataFrame | None = None) -> hv.Overlay:
-        """The privacy–accuracy curves: one per mechanism over the fixed ε grid, the SVD bound
-        dashed; the axis limits (which also cover the session's ε) are given on every curve."""
-        df = self.curve if df is None else df
-        if df is None or df.empty:
-            return hv.Overlay([hv.Curve([], "epsilon", "rmse")])
-        limits = _curve_limits(df)
+        eps = df.attrs.get("epsilon", self.session.epsilon)
         # the curves are drawn over the fixed ε grid, so that an ε change leaves them as they
         # are (and an optimiser's curve filling in changes only its own): each curve element
         # is kept while its numbers stay the same, and HoloViews sends only what changed
         grid = df[df["epsilon"].isin(EPS_GRID)]
         kept, elems = self._curve_layers, []
         for mech, part in grid.groupby("mechanism", sort=False):
-            key = (part["label"].iloc[0], part["rmse"].to_numpy(dtype=float).tobytes(), limits)
+            key = (part["label"].iloc[0], part["rmse"].to_numpy(dtype=float).tobytes())
             c = kept.get(mech, (None, None))
             if c[0] != key:
                 curve = hv.Curve(part, hv.Dimension("epsilon", label="ε"),
                                  [hv.Dimension("rmse", label="RMSE (counts)")],
                                  label=key[0]).opts(
-                    logx=True, logy=True, tools=["hover"], line_width=2,
-                    xlim=limits[0], ylim=limits[1])
+                    logx=True, logy=True, tools=["hover"], line_width=2)
                 if mech == "svd_bound":
                     curve = curve.opts(color="#d62728", line_dash="dashed")
                 c = (key, curve)
             elems.append((mech, c))
         self._curve_layers = dict(elems)
-        return hv.Overlay([c[1] for _, c in elems])
-
-    def curve_marker(self, df: pd.DataFrame | None = None) -> hv.Overlay:
-        """The session's ε on the privacy–accuracy chart: a point per mechanism and a line."""
-        df = self.curve if df is None else df
-        eps = df.attrs.get("epsilon", self.session.epsilon) if df is not None else \
-            self.session.epsilon
-        now = (df[df["epsilon"] == eps] if df is not None and not df.empty
-               else pd.DataFrame({"epsilon": [], "rmse": [], "label": []}))
-        limits = _curve_limits(df) if df is not None and not df.empty else ((None, None),) * 2
+        now = df[df["epsilon"] == eps]
         marker = hv.Scatter(now, "epsilon", ["rmse", "label"], label="current ε").opts(
-            color="black", size=7, tools=["hover"], xlim=limits[0], ylim=limits[1])
-        return hv.Overlay([marker, hv.VLine(eps).opts(color="gray", line_width=1)])
-
-    def _curve_base_key(self, df: pd.DataFrame | None):
-        """What the curves of :meth:`curve_layers` depend on (the grid's numbers, the limits):
-        while it stays the same, an update moves only the marker."""
-        if df is None or df.empty:
-            return None
-        grid = df[df["epsilon"].isin(EPS_GRID)]
-        return (_curve_limits(df), tuple(grid["mechanism"]),
-                grid["rmse"].to_numpy(dtype=float).tobytes())
+            color="black", size=7, tools=["hover"])
+        layers = [c[1] for _, c in elems]
+        # explicit limits: with live updates the axes must follow every frame
+        return hv.Overlay([*layers, marker, hv.VLine(eps).opts(color="gray", line_width=1)]).opts(
+            responsive=True, height=380, legend_position="right", logx=True, logy=True,
+            shared_axes=False, ylim=_limits(df["rmse"], log=True),
+            xlim=_limits(df["epsilon"], log=True, pad=1.2),
+            title="Privacy–accuracy: RMSE over ε (the current ε is marked)")
 
     def per_query_sample(self, df: pd.DataFrame | None = None) -> pd.DataFrame:
         """The rows of ``per_query`` that are drawn (at most ``max_points``, evenly spaced)."""
@@ -1260,8 +1234,7 @@ class ComparePage(pn.viewable.Viewer):
         summary = pn.pane.Markdown(self._summary(), sizing_mode="stretch_width")
         bars = _LivePlot(self.bars, self.table if self.table is not None else _empty_table(),
                          self._plot_key(), height=380)
-        curve = _MarkedLivePlot(self.curve_layers, self.curve_marker, self._curve_base_key,
-                                _CURVE_OPTS, self.curve, self._plot_key(), height=400)
+        curve = _LivePlot(self.curve_plot, self.curve, self._plot_key(), height=400)
         table = comparison_table(self._table_value())
         options = {dpx.registry.get(n).label: n for n in self.mechanisms()}
         select = pn.widgets.Select(options=options, value=self.mechanism, width=220,
@@ -1286,9 +1259,8 @@ class ComparePage(pn.viewable.Viewer):
                            optimizing=optimizing, auto=auto, run=run)
 
         def on_results(*_):
-            # no "combine" hold here: a live plot replaced (new key) and updated in one such
-            # message left the browser a dangling model reference ('reference … isn't known');
-            # in a served session _redraw sends the batch as one "collect" hold
+            # no pn.io.hold here: a live plot replaced (new key) and updated in one held
+            # message left the browser a dangling model reference ('reference … isn't known')
             options = {dpx.registry.get(n).label: n for n in self.mechanisms()}
             if options != select.options:  # mechanisms registered since
                 select.options = options
@@ -1383,9 +1355,7 @@ class ComparePage(pn.viewable.Viewer):
         rather than each in its own later callback, and Bokeh walks the
         document's models once instead of once per plot (measured with py-spy
         during ε changes at n = 1024 while optimisers ran: the event loop's
-        busy time per ε change went from ≈ 0.6 s to ≈ 0.4 s).  Their changes
-        reach the browser as one message (``pn.io.hold`` with the ``"collect"``
-        policy, released after the index is recomputed).  A redraw of a
+        busy time per ε change went from ≈ 0.6 s to ≈ 0.4 s).  A redraw of a
         ``key`` already waiting replaces it: both read the latest state.
         """
         self.gate.run(key, lambda: self._on_loop(key, fn))
@@ -1405,12 +1375,8 @@ class ComparePage(pn.viewable.Viewer):
         def run():
             with self._queued_guard:
                 todo, self._queued = self._queued, {}
-            # not under the page's lock: a worker holding it would hold every session's loop.
-            # Held ("collect": every event, in order) around the frozen index: the batch goes
-            # to the browser as one message serialized after the index is recomputed, so no
-            # event names a model the browser dropped between two messages, and none is
-            # merged away from the models it introduced (a "combine" hold did that)
-            with pn.io.hold(doc, policy="collect"), doc.models.freeze():
+            # not under the page's lock: a worker holding it would hold every session's loop
+            with doc.models.freeze():
                 run_redraws(todo)
         pn.state.execute(run, schedule=True)
 
@@ -1482,44 +1448,6 @@ class _LivePlot:
 
 
 _LAYERS = ("Overlay", "Bars", "Curve", "Scatter", "HLine", "VLine", "Text", "Image")
-
-
-class _MarkedLivePlot(_LivePlot):
-    """A :class:`_LivePlot` of a base chart and a marker on streams of their own.
-
-    The chart is ``make_base(data) * make_marker(data)``, each part a
-    DynamicMap with its own ``hv.streams.Pipe``.  An update whose
-    ``base_key(data)`` is unchanged sends the data to the marker's pipe only,
-    and HoloViews then refreshes the marker's glyphs and none of the base's
-    (on the Compare page, an ε change moves the marker of the session's ε; the
-    curves over the fixed ε grid stay as they are).  ``opts`` are the
-    overlay's options; layer-level options (limits) belong to the layers.
-    """
-
-    def __init__(self, make_base, make_marker, base_key, opts, data, key, **pane_params):
-        self.make_marker, self.base_key, self.opts = make_marker, base_key, opts
-        self._base = base_key(data)
-        super().__init__(make_base, data, key, **pane_params)
-
-    def _dmap(self, data):
-        self.pipe = hv.streams.Pipe(data=data)
-        self.marker_pipe = hv.streams.Pipe(data=data)
-        self._base = self.base_key(data)
-        base = hv.DynamicMap(lambda data: self.make(data), streams=[self.pipe])
-        marker = hv.DynamicMap(lambda data: self.make_marker(data), streams=[self.marker_pipe])
-        framewise = {k: {"framewise": True} for k in _LAYERS}
-        framewise["Overlay"] = dict(framewise=True, **self.opts)
-        return (base * marker).opts(framewise, backend="bokeh")
-
-    def update(self, data, key) -> None:
-        if key == self.key and key is not None:
-            base = self.base_key(data)
-            if base != self._base:
-                self._base = base
-                self.pipe.send(data)
-            self.marker_pipe.send(data)
-        else:
-            super().update(data, key)
 
 
 def scale_table(base: _Base, noise) -> pd.DataFrame:
@@ -1605,17 +1533,6 @@ def _limits(values, log: bool = False, pad: float = 1.5):
     if pad == 0:  # an index or a length: its own range, half a step of margin
         return (lo - 0.5, hi + 0.5)
     return (min(0.0, lo), hi * 1.08 if hi > 0 else 1.0)
-
-
-def _curve_limits(df: pd.DataFrame) -> tuple:
-    """(x, y) limits of the privacy–accuracy chart: every ε drawn, every finite RMSE."""
-    return (_limits(df["epsilon"], log=True, pad=1.2), _limits(df["rmse"], log=True))
-
-
-#: Options of the privacy–accuracy chart (the limits are on its layers).
-_CURVE_OPTS = dict(responsive=True, height=380, legend_position="right", logx=True, logy=True,
-                   shared_axes=False,
-                   title="Privacy–accuracy: RMSE over ε (the current ε is marked)")
 
 
 def _sample(size: int, limit: int) -> np.ndarray:
