@@ -26,9 +26,10 @@ if os.environ.get("BOKEH_RESOURCES") not in ("server", "server-dev"):
 import panel as pn  # noqa: E402
 
 from dpexplorer.ui.app import ExplorerApp  # noqa: E402
-from dpexplorer.ui.server import exit_promptly_on_sigterm  # noqa: E402
+from dpexplorer.ui.server import exit_promptly_on_sigterm, log_from_env  # noqa: E402
 from dpexplorer.ui.workers import warm_up  # noqa: E402
 
+log_from_env()  # DPEXPLORER_LOG_LEVEL=debug: the explorer's own log on stderr, timestamped
 exit_promptly_on_sigterm()  # SIGTERM ends the server within seconds, even while optimisers run
 warm_up()  # the optimisers' worker processes start now, not at the first optimiser
 

@@ -814,3 +814,32 @@ def test_redraws_in_a_server_session_run_together_on_the_event_loop(monkeypatch)
     assert len(scheduled) == 3
     scheduled[2]()
     assert ran[-1] == "results 4"
+
+
+def test_the_explorers_log_level_comes_from_the_environment(caplog):
+    # DPEXPLORER_LOG_LEVEL=debug shows where a comparison's time goes; a bad value is refused
+    import logging
+
+    from dpexplorer.ui.server import log_from_env
+
+    logger = logging.getLogger("dpexplorer")
+    saved = logger.level, list(logger.handlers), logger.propagate
+    try:
+        assert log_from_env({}) is None and log_from_env({"DPEXPLORER_LOG_LEVEL": " "}) is None
+        with pytest.raises(ValueError, match="use one of debug, info, warning, error"):
+            log_from_env({"DPEXPLORER_LOG_LEVEL": "verbose"})
+        assert log_from_env({"DPEXPLORER_LOG_LEVEL": "DEBUG"}) == logging.DEBUG
+        assert log_from_env({"DPEXPLORER_LOG_LEVEL": "debug"}) == logging.DEBUG
+        ours = [h for h in logger.handlers if getattr(h, "_dpexplorer", False)]
+        assert len(ours) == 1  # set twice, one handler
+        logger.propagate = True  # for caplog
+        with caplog.at_level(logging.DEBUG, logger="dpexplorer"):
+            _session, page = _page(dpx.workloads.prefix(32))
+        built = [r.getMessage() for r in caplog.records if "comparison of" in r.getMessage()]
+        assert any("SVD bound" in m and "total" in m and "Identity" not in m
+                   and "identity" in m for m in built), built
+        assert any("shown" in m for m in built), built
+    finally:
+        logger.setLevel(saved[0])
+        logger.handlers[:] = saved[1]
+        logger.propagate = saved[2]

@@ -725,10 +725,14 @@ class ComparePage(pn.viewable.Viewer):
         optimiser's row is added as soon as it is built (:meth:`_optimize_job`),
         so a slow optimiser never holds the page.
         """
+        t0 = time.perf_counter()
         if not self._loaded.is_set():  # a first load: the browser fetches the page's scripts
             # from this server's event loop meanwhile, slowed down by a computing thread
             # (measured at n = 1024: first paint 3.3-6.4 s while computing, 1.0-2.0 s after)
             self._loaded.wait(timeout=self.load_wait)
+        # where a comparison's time goes (issue 14: the table's time varies from 2 to 9 s
+        # between runs): logged at DEBUG, e.g. `panel serve ... --log-level debug`
+        timings = {"load wait": time.perf_counter() - t0}
         try:
             cache = self.cache
             indep = [n for n in names if not dpx.registry.get(n).data_dependent]
@@ -741,17 +745,21 @@ class ComparePage(pn.viewable.Viewer):
             indep = [n for n in indep if n not in rows]
             later = [n for n in indep if n in OPTIMIZERS and cached_entry(cache, W, n, noise) is None]
             now = [n for n in indep if n not in later]
+            t1 = time.perf_counter()
             with build_lock(cache, ("svdb", W)):
                 svdb = cache.svdb(W)
+            timings["SVD bound"] = time.perf_counter() - t1
             for i, name in enumerate(now):
                 if token != self._token:
                     return  # superseded: the strategies built so far stay cached
                 mech = dpx.registry.get(name)
                 self._post_status(post, token, key, progress=i,
                                   status=f"Building {mech.label} ({i + 1}/{len(now)})…")
+                t1 = time.perf_counter()
                 try:
                     rows[name], failure = self._build_row(post, token, W, noise, name,
                                                           cancellable=False, objective=key[3])
+                    timings[name] = time.perf_counter() - t1
                 except Cancelled:
                     if token != self._token:
                         return  # superseded (new workload or noise norm)
@@ -785,7 +793,16 @@ class ComparePage(pn.viewable.Viewer):
             return
         run = (auto and bool(later) and token == self._token and not self._cancel
                and not base.failed)
-        post(lambda: self._job_done(token, key, base, running=run))
+        timings["total"] = time.perf_counter() - t0
+        log.debug("comparison of %s (n = %d) built: %s", W.name, W.n,
+                  ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()))
+        posted = time.perf_counter()
+
+        def done():
+            log.debug("comparison of %s shown %.2f s after it was built", W.name,
+                      time.perf_counter() - posted)
+            self._job_done(token, key, base, running=run)
+        post(done)
         if run:  # then the optimisers, the table already shown (a thread that only waits)
             self._submit(self._optimize_after_load, token, key, base, noise, list(later),
                          executor=OPTIMIZER_THREADS)
@@ -795,7 +812,10 @@ class ComparePage(pn.viewable.Viewer):
         if not self._loaded.is_set():
             self._loaded.wait(timeout=self.load_wait)
             time.sleep(self._grace)
+        t0 = time.perf_counter()
+        log.debug("optimisers of %s start: %s", base.W.name, ", ".join(names))
         self._optimize_job(post, token, key, base, noise, names)
+        log.debug("optimisers of %s done in %.2f s", base.W.name, time.perf_counter() - t0)
 
     def _job_failed(self, token, key, message) -> None:
         if self._pending == key:
@@ -1376,8 +1396,11 @@ class ComparePage(pn.viewable.Viewer):
             with self._queued_guard:
                 todo, self._queued = self._queued, {}
             # not under the page's lock: a worker holding it would hold every session's loop
+            t0 = time.perf_counter()
             with doc.models.freeze():
                 run_redraws(todo)
+            log.debug("redraws %s done on the event loop in %.2f s", ", ".join(todo),
+                      time.perf_counter() - t0)
         pn.state.execute(run, schedule=True)
 
     def _plot_key(self):

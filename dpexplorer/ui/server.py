@@ -1,4 +1,11 @@
-"""What the served explorer needs from its process: a prompt exit on SIGTERM.
+"""What the served explorer needs from its process: a prompt exit on SIGTERM, and its log.
+
+:func:`log_from_env` sends the explorer's own log (the ``dpexplorer``
+loggers) to standard error when ``DPEXPLORER_LOG_LEVEL`` is set, e.g.
+``DPEXPLORER_LOG_LEVEL=debug panel serve apps/explorer.py``: the Compare page
+then logs where each comparison's time goes (load wait, SVD bound, every
+strategy, optimisers), with timestamps.  ``panel serve --log-level`` sets
+Bokeh's and Tornado's loggers only.
 
 ``panel serve`` stops its IOLoop on SIGTERM, but the interpreter then waits
 for every worker thread (Panel's thread pool, the pages' job threads) to
@@ -23,7 +30,7 @@ import signal
 import sys
 import threading
 
-__all__ = ["exit_promptly_on_sigterm", "GRACE_SECONDS"]
+__all__ = ["exit_promptly_on_sigterm", "log_from_env", "GRACE_SECONDS", "LOG_LEVELS"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +41,45 @@ GRACE_SECONDS = 1.0
 HARD_EXTRA_SECONDS = 1.5
 
 _installed = False
+
+#: Values ``DPEXPLORER_LOG_LEVEL`` takes (any case).
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def log_from_env(environ=None) -> int | None:
+    """Log the ``dpexplorer`` loggers to standard error at ``DPEXPLORER_LOG_LEVEL``.
+
+    Parameters
+    ----------
+    environ : mapping, optional
+        Where to read the variable (default ``os.environ``).
+
+    Returns
+    -------
+    int or None
+        The level set (``logging.DEBUG`` ...), or None when the variable is
+        unset or empty (nothing changed).
+
+    Raises
+    ------
+    ValueError
+        If the variable is not one of :data:`LOG_LEVELS`.
+    """
+    value = (os.environ if environ is None else environ).get("DPEXPLORER_LOG_LEVEL", "").strip()
+    if not value:
+        return None
+    if value.lower() not in LOG_LEVELS:
+        raise ValueError(f"DPEXPLORER_LOG_LEVEL={value!r}: use one of {', '.join(LOG_LEVELS)}")
+    level = getattr(logging, value.upper())
+    logger = logging.getLogger("dpexplorer")
+    logger.setLevel(level)
+    if not any(getattr(h, "_dpexplorer", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(name)s: %(message)s"))
+        handler._dpexplorer = True
+        logger.addHandler(handler)
+        logger.propagate = False  # not twice when the root logger prints too
+    return level
 
 
 def exit_promptly_on_sigterm(grace: float = GRACE_SECONDS) -> bool:
