@@ -730,8 +730,8 @@ class ComparePage(pn.viewable.Viewer):
             # from this server's event loop meanwhile, slowed down by a computing thread
             # (measured at n = 1024: first paint 3.3-6.4 s while computing, 1.0-2.0 s after)
             self._loaded.wait(timeout=self.load_wait)
-        # where a comparison's time goes (issue 14: the table's time varies from 2 to 9 s
-        # between runs): logged at DEBUG, e.g. `panel serve ... --log-level debug`
+        # where a comparison's time goes (the table's time in a browser varied from 2 to 9 s
+        # between runs): logged at DEBUG (DPEXPLORER_LOG_LEVEL=debug, dpexplorer.ui.server)
         timings = {"load wait": time.perf_counter() - t0}
         try:
             cache = self.cache
