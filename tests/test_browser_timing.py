@@ -31,6 +31,8 @@ def test_timings_are_reported(server):  # noqa: F811
     print("browser timings:", json.dumps(figures))
     first = figures["n=256"]
     assert math.isfinite(first["table"]) and first["table"] > 0
-    assert len(first["epsilon"]) == 4 and all(t > 0 for t in first["epsilon"])
+    # per ε change: the table's row and the chart's ε line, each seen after the Enter
+    assert len(first["epsilon"]) == 4 and all(
+        e["table"] > 0 and e["chart"] > 0 for e in first["epsilon"])
     assert figures["cps_structure"] > 0
     assert len(figures["concurrent"]["epsilon"]) == 4
