@@ -830,7 +830,7 @@ def test_the_explorers_log_level_comes_from_the_environment(caplog):
             log_from_env({"DPEXPLORER_LOG_LEVEL": "verbose"})
         assert log_from_env({"DPEXPLORER_LOG_LEVEL": "DEBUG"}) == logging.DEBUG
         assert log_from_env({"DPEXPLORER_LOG_LEVEL": "debug"}) == logging.DEBUG
-        ours = [h for h in logger.handlers if getattr(h, "_dpexplorer", False)]
+        ours = [h for h in logger.handlers if h.get_name() == "dpexplorer-stderr"]
         assert len(ours) == 1  # set twice, one handler
         logger.propagate = True  # for caplog
         with caplog.at_level(logging.DEBUG, logger="dpexplorer"):

@@ -1693,7 +1693,7 @@ class WorkloadBuilder(param.Parameterized):
         load_preset = w.Button(**lab("Load preset (replaces the terms)"), **{_COLOR: "primary"})
         load_preset.on_click(lambda e: self.load_preset())
         presets = LazyCard(preset, source, load_preset, title="Presets (papers' schemas)",
-                          sizing_mode="stretch_width", collapsed=True)
+                           sizing_mode="stretch_width", collapsed=True)
 
         fam = w.Select.from_param(self.param.family, **lab("Query family"),
                                   options={v: k for k, v in FAMILIES.items()})
@@ -1751,10 +1751,9 @@ class WorkloadBuilder(param.Parameterized):
             if out is not None:
                 self.spec_text = out
         copy.on_click(copy_spec)
-        specs = LazyCard(pn.Row(dl_json, dl_yaml), why, pn.pane.Markdown("**Load a spec file**"), upload,
-                        upload.note(),
-                        text, pn.Row(load, copy), title="Import / export spec",
-                        sizing_mode="stretch_width", collapsed=True)
+        specs = LazyCard(pn.Row(dl_json, dl_yaml), why, pn.pane.Markdown("**Load a spec file**"),
+                         upload, upload.note(), text, pn.Row(load, copy),
+                         title="Import / export spec", sizing_mode="stretch_width", collapsed=True)
         return pn.Column(domain, presets, self.tables.panel(), adder, specs, width=360)
 
     def _block_selectors(self, version=None) -> pn.Column:

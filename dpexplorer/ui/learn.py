@@ -899,5 +899,5 @@ class LearnView(pn.viewable.Viewer):
                 "when they change.", sizing_mode="stretch_width"),
             self.tabs,
             LazyCard(self.docs, title="Formulas and conventions", collapsed=True,
-                    sizing_mode="stretch_width"),
+                     sizing_mode="stretch_width"),
             sizing_mode="stretch_width")

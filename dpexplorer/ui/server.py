@@ -44,6 +44,7 @@ _installed = False
 
 #: Values ``DPEXPLORER_LOG_LEVEL`` takes (any case).
 LOG_LEVELS = ("debug", "info", "warning", "error")
+_HANDLER = "dpexplorer-stderr"  # the name of the handler log_from_env adds (once)
 
 
 def log_from_env(environ=None) -> int | None:
@@ -73,10 +74,10 @@ def log_from_env(environ=None) -> int | None:
     level = getattr(logging, value.upper())
     logger = logging.getLogger("dpexplorer")
     logger.setLevel(level)
-    if not any(getattr(h, "_dpexplorer", False) for h in logger.handlers):
+    if not any(h.get_name() == _HANDLER for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
+        handler.set_name(_HANDLER)
         handler.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(name)s: %(message)s"))
-        handler._dpexplorer = True
         logger.addHandler(handler)
         logger.propagate = False  # not twice when the root logger prints too
     return level

@@ -129,7 +129,6 @@ class ShownGate:
         return view
 
 
-
 def run_redraws(pending: dict[str, Callable[[], None]]) -> None:
     """Call every redraw of ``pending`` (key -> function) in order; one that fails is logged
     and does not stop the others."""

@@ -744,10 +744,10 @@ class SumsView(pn.viewable.Viewer):
                         on_error=self.session.report)
         add.on_click(lambda _: column.value is not None and self.add_csv_column(column.value))
         return LazyCard(pn.pane.Markdown("One record per row; pick a numeric column. Its values are "
-                                        "bucketed with the settings above (equal-width over the "
-                                        "column's min..max)."),
-                       csv_in, csv_in.note(), column, add, title="Upload a CSV column", collapsed=True,
-                       sizing_mode="stretch_width")
+                                         "bucketed with the settings above (equal-width over "
+                                         "the column's min..max)."),
+                        csv_in, csv_in.note(), column, add, title="Upload a CSV column",
+                        collapsed=True, sizing_mode="stretch_width")
 
     def results(self) -> pn.Column:
         """The result panes (summary, answers, relative errors, size table, τ curve), redrawn on each result."""

@@ -277,7 +277,8 @@ class TableMarginals(param.Parameterized):
         about = pn.pane.Markdown(pn.bind(lambda n: f"*{self._description(n)}*", self.param.table_name),
                                  sizing_mode="stretch_width", styles={"font-size": "85%"})
         return LazyCard(table, about, attrs, mode, orders, sets, preview, go,
-                       title="Record table: marginals", sizing_mode="stretch_width", collapsed=True)
+                        title="Record table: marginals", sizing_mode="stretch_width",
+                        collapsed=True)
 
     def _description(self, name) -> str:
         source = dpx.datasets.TABLE_SOURCES.get(name, "origin not recorded")
