@@ -86,14 +86,53 @@ def serve(log_path: Path | str = os.devnull):
                 proc.kill()
 
 
-def _rmse_of(pg, label: str) -> float:
-    labels = pg.locator(".tabulator-cell[tabulator-field='label']").all_inner_texts()
-    values = pg.locator(".tabulator-cell[tabulator-field='rmse']").all_inner_texts()
-    text = dict(zip(labels, values, strict=False)).get(label, "").replace(",", "").strip()
+_ROWS = """(rows, field) => rows.filter(r => r.checkVisibility()).map(r => {
+    const cell = f => r.querySelector(`.tabulator-cell[tabulator-field='${f}']`);
+    const label = cell("label"), value = cell(field);
+    return [label ? label.innerText : null, value ? value.innerText : null];
+})"""
+
+
+def table_column(pg, field: str = "rmse") -> dict[str, str]:
+    """Label -> text of the ``field`` cell, for every shown row of the page's tables.
+
+    Read row by row in one step: the Compare table is sorted by RMSE and its
+    rows reorder as optimisers land, so the labels and the values read in two
+    steps could pair one row's label with another row's value (a
+    misread base value once made an ε check wait forever).
+    """
+    pairs = pg.locator(".tabulator-row").evaluate_all(_ROWS, field)
+    return {label: value for label, value in pairs if label is not None and value is not None}
+
+
+def rmse_of(pg, label: str) -> float:
+    """The shown RMSE of ``label``'s row (NaN when absent or blank)."""
+    text = table_column(pg).get(label, "").replace(",", "").strip()
     try:
         return float(text)
     except ValueError:
         return float("nan")
+
+
+_TABLE_SOURCES = """() => {
+    // label -> rmse of every ColumnDataSource with those columns (the tables' data)
+    const out = [];
+    for (const doc of (window.Bokeh ? window.Bokeh.documents : [])) {
+        for (const m of doc._all_models.values()) {
+            if (m.constructor.__name__ === "ColumnDataSource" && m.data != null
+                    && m.data.label != null && m.data.rmse != null) {
+                out.push([m.id, Array.from(m.data.label), Array.from(m.data.rmse)]);
+            }
+        }
+    }
+    return out;
+}"""
+
+
+def _table_state(pg) -> str:
+    """What the page shows and holds of the Compare table (for a failure's message)."""
+    return (f"shown {table_column(pg)}, "
+            f"sources {pg.evaluate(_TABLE_SOURCES)}, ε box {pg.locator('input').first.input_value()}")
 
 
 def _wait(pg, predicate, what: str) -> float:
@@ -106,6 +145,13 @@ def _wait(pg, predicate, what: str) -> float:
     raise TimeoutError(f"{what} not seen after {READY_MS / 1000:.0f} s")
 
 
+def shown_rmse(pg, label: str) -> float:
+    """``label``'s shown RMSE, once its row is drawn (a redrawing table can lack it briefly)."""
+    seen = []
+    _wait(pg, lambda: seen.append(rmse_of(pg, label)) or seen[-1] > 0, f"the {label} row")
+    return seen[-1]
+
+
 def open_compare(browser, url: str, n: int, wait_table: bool = True):
     """A new context on the Compare page (All Range over ``n`` cells); the page and its timings."""
     ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
@@ -115,7 +161,7 @@ def open_compare(browser, url: str, n: int, wait_table: bool = True):
     out = {}
     if wait_table:
         pg.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=READY_MS)
-        _wait(pg, lambda: _rmse_of(pg, "Identity") > 0, "the Identity row")
+        shown_rmse(pg, "Identity")
         out["table"] = time.perf_counter() - t0
         paints = dict(pg.evaluate(
             "performance.getEntriesByType('paint').map(e => [e.name, e.startTime])"))
@@ -162,7 +208,7 @@ def epsilon_latency(pg, values=("0.5", "2", "0.25", "1")) -> list[dict]:
     new ε in the browser (``chart``)."""
     box = pg.locator("input").first  # the sidebar's ε comes first
     current = float(box.input_value())
-    base = _rmse_of(pg, "Identity") * current
+    base = shown_rmse(pg, "Identity") * current
     out = []
     for value in values:
         expected, eps = base / float(value), float(value)
@@ -174,8 +220,9 @@ def epsilon_latency(pg, values=("0.5", "2", "0.25", "1")) -> list[dict]:
         while table is None or chart is None:
             now = time.perf_counter() - t0
             if now > READY_MS / 1000:
-                raise TimeoutError(f"ε = {value}: table {table}, chart {chart} after {now:.0f} s")
-            if table is None and abs(_rmse_of(pg, "Identity") - expected) <= 1e-3 * expected:
+                raise TimeoutError(f"ε = {value}: table {table}, chart {chart} after {now:.0f} s;"
+                                   f" expected Identity RMSE {expected:.3f}, {_table_state(pg)}")
+            if table is None and abs(rmse_of(pg, "Identity") - expected) <= 1e-3 * expected:
                 table = time.perf_counter() - t0
             if chart is None and _line_moved(before, pg.evaluate(_EPS_LINES), eps):
                 chart = time.perf_counter() - t0
@@ -213,7 +260,7 @@ def concurrent(browser, url: str, n: int, sessions: int) -> dict:
         first = opened[0][1]
         t0 = time.perf_counter()
         first.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=READY_MS)
-        _wait(first, lambda: _rmse_of(first, "Identity") > 0, "the Identity row")
+        shown_rmse(first, "Identity")
         table = time.perf_counter() - t0
         eps = epsilon_latency(first)
         tables = []

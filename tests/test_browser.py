@@ -7,6 +7,7 @@ playwright is missing; ``.ci/run`` installs both, so CI runs them.
 from __future__ import annotations
 
 import collections
+import importlib.util
 import os
 import re
 import socket
@@ -19,6 +20,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
+# the browser benchmark's page readers, shared with the tests (benchmarks/ is not a package)
+_spec = importlib.util.spec_from_file_location("bench_browser",
+                                               ROOT / "benchmarks" / "bench_browser.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
 CHROMIUM = os.environ.get("DPEXPLORER_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
@@ -202,20 +208,9 @@ def test_every_page_loads_without_console_errors(page):
     print(f"page load: {page.load_seconds:.2f} s")
 
 
-def _rmse_cells(pg):
-    cells = pg.locator(".tabulator-cell[tabulator-field='rmse']")
-    return [cells.nth(i).inner_text() for i in range(cells.count())]
-
-
-def _rmse_of(pg, label: str) -> float:
-    """The Compare table's RMSE of the mechanism shown as ``label`` (NaN if absent or blank)."""
-    labels = pg.locator(".tabulator-cell[tabulator-field='label']").all_inner_texts()
-    values = _rmse_cells(pg)
-    text = dict(zip(labels, values, strict=False)).get(label, "").replace(",", "").strip()
-    try:
-        return float(text)
-    except ValueError:
-        return float("nan")
+#: The Compare table's RMSE of the mechanism shown as ``label`` (NaN if absent or blank),
+#: read row by row in one step (the rows reorder as optimisers land)
+_rmse_of = bench.rmse_of
 
 
 def _set_epsilon(pg, value: str, label: str, expected: float) -> float:
@@ -240,8 +235,7 @@ def _set_epsilon(pg, value: str, label: str, expected: float) -> float:
 def test_epsilon_change_updates_compare_table(page):
     _tab(page, "Compare")
     page.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=READY_MS)
-    first = _rmse_of(page, "Identity")
-    assert first > 0
+    first = bench.shown_rmse(page, "Identity")
     seconds = _set_epsilon(page, "0.5", "Identity", 2 * first)  # RMSE ∝ 1/ε
     halved = _rmse_of(page, "Identity")
     _shot(page, "compare-eps-0.5")
@@ -421,9 +415,7 @@ def test_narrow_window_wraps_instead_of_squashing(browser, server):
 
 
 def _cell_of(pg, label: str, field: str) -> str:
-    labels = pg.locator(".tabulator-cell[tabulator-field='label']").all_inner_texts()
-    values = pg.locator(f".tabulator-cell[tabulator-field='{field}']").all_inner_texts()
-    return dict(zip(labels, values, strict=False)).get(label, "").replace(",", "").strip()
+    return bench.table_column(pg, field).get(label, "").replace(",", "").strip()
 
 
 def _wait_cell(pg, label, field, expected, timeout=90.0):

@@ -9,19 +9,13 @@ session's work does not stop the first from answering.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 
 import pytest
-from test_browser import ARTIFACTS, server  # noqa: F401  (skips without chromium/playwright)
+from test_browser import ARTIFACTS, bench, server  # noqa: F401  (skips without chromium/playwright)
 
 pytestmark = pytest.mark.slow
-
-_spec = importlib.util.spec_from_file_location(
-    "bench_browser", ARTIFACTS.parent / "benchmarks" / "bench_browser.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
 
 
 def test_timings_are_reported(server):  # noqa: F811
