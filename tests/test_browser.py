@@ -329,17 +329,11 @@ def test_release_and_download(page):
 
 
 # ------------------------------------------------------- optimisers (issue 5)
-def _cell_texts(pg, field):
-    cells = pg.locator(f".tabulator-cell[tabulator-field='{field}']")
-    return [cells.nth(i).inner_text() for i in range(cells.count())]
-
-
 def _wait_for_row(pg, label, timeout=READY_MS / 1000):
     """Seconds until the Compare table shows ``label`` with a number in its RMSE cell."""
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout:
-        labels, rmse = _cell_texts(pg, "label"), _cell_texts(pg, "rmse")
-        rows = dict(zip(labels, rmse, strict=False))
+        rows = bench.table_column(pg, "rmse")
         if rows.get(label, "").replace(",", "").replace(".", "").strip().isdigit():
             return time.perf_counter() - t0
         pg.wait_for_timeout(200)
@@ -352,9 +346,8 @@ def test_optimisers_in_compare_strategy_and_a_large_preset(page):
     _tab(page, "Compare")
     page.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=READY_MS)
     seconds = _wait_for_row(page, "HDMM")
-    labels = _cell_texts(page, "label")
-    assert {"OPT0", "HDMM", "OPT_M"} <= set(labels), labels
-    ratio = dict(zip(labels, _cell_texts(page, "ratio"), strict=False))
+    ratio = bench.table_column(page, "ratio")
+    assert {"OPT0", "HDMM", "OPT_M"} <= set(ratio), ratio
     assert float(ratio["HDMM"]) >= 1.0  # no strategy beats the SVD bound
     _shot(page, "compare-optimisers")
     t1 = time.perf_counter()
