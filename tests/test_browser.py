@@ -232,10 +232,26 @@ def _set_epsilon(pg, value: str, label: str, expected: float) -> float:
                          f"expected {expected}")
 
 
+_PLOT_BACKENDS = """() => {
+    const out = [];
+    for (const doc of window.Bokeh.documents) {
+        for (const m of doc._all_models.values()) {
+            if (m.output_backend !== undefined) {
+                out.push(m.output_backend);
+            }
+        }
+    }
+    return out;
+}"""
+
+
 def test_epsilon_change_updates_compare_table(page):
     _tab(page, "Compare")
     page.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=READY_MS)
     first = bench.shown_rmse(page, "Identity")
+    # the plots are drawn on a canvas: software WebGL (no GPU) stalled the page for seconds
+    backends = page.evaluate(_PLOT_BACKENDS)
+    assert backends and set(backends) == {"canvas"}, backends
     seconds = _set_epsilon(page, "0.5", "Identity", 2 * first)  # RMSE ∝ 1/ε
     halved = _rmse_of(page, "Identity")
     _shot(page, "compare-eps-0.5")
