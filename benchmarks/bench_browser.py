@@ -115,7 +115,7 @@ def rmse_of(pg, label: str) -> float:
 
 
 _TABLE_SOURCES = """() => {
-    // label -> rmse of every ColumnDataSource with those columns (the tables' data)
+    // [id, labels, rmse values] of every ColumnDataSource with those columns (the tables)
     const out = [];
     for (const doc of (window.Bokeh ? window.Bokeh.documents : [])) {
         for (const m of doc._all_models.values()) {
