@@ -166,3 +166,29 @@ def test_svd_bound_below_every_strategy(m, n, seed, which, gaussian):
         A = getattr(strategies, which)(n)
     bound = dpx.svd_bound(W, noise)
     assert bound <= dpx.rmse(W, A, noise) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("rank", [12, 7])
+def test_gram_inverse_is_the_pseudo_inverse_without_scipys_lapack(monkeypatch, rank):
+    """GramInverse gives X⁺ (and the null space) through numpy.linalg, which releases the
+    interpreter lock (scipy.linalg's LAPACK wrappers hold it: the explorer's server froze)."""
+    import scipy.linalg
+
+    def held(*args, **kwargs):
+        raise AssertionError("scipy.linalg LAPACK holds the interpreter lock")
+    for name in ("dpotrf", "dpotri"):
+        monkeypatch.setattr(scipy.linalg.lapack, name, held)
+    for name in ("eigh", "inv", "cholesky", "pinvh"):
+        monkeypatch.setattr(scipy.linalg, name, held)
+    rng = np.random.default_rng(0)
+    B = rng.standard_normal((rank, 12))
+    X = B.T @ B
+    inv = error.GramInverse(X)
+    expected = np.linalg.pinv(X, rcond=1e-10, hermitian=True)
+    np.testing.assert_allclose(inv.pinv, expected, atol=1e-9 * np.abs(expected).max())
+    np.testing.assert_allclose(inv.pinv, inv.pinv.T)
+    assert inv.null.shape == (12, 12 - rank)
+    G = rng.standard_normal((12, 12))
+    G = G @ G.T
+    assert inv.trace(G) == pytest.approx(np.trace(G @ expected), rel=1e-9)
+    assert inv.supports(X) and inv.supports(G) == (rank == 12)

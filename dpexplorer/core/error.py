@@ -71,9 +71,19 @@ class UnsupportedWorkloadError(ValueError):
 class GramInverse:
     """Factorisation of a strategy Gram matrix ``X = AᵀA`` for repeated traces.
 
-    Uses a Cholesky factorisation when ``X`` is positive definite (LAPACK
-    ``potrf``/``potri``), else an eigendecomposition giving the
-    pseudo-inverse and the null space used by the support test.
+    ``X⁺ = X⁻¹`` when ``X`` is positive definite and well conditioned (its
+    Cholesky factor's diagonal within a factor 10⁷), else the pseudo-inverse
+    from an eigendecomposition, which also gives the null space used by the
+    support test.
+
+    Computed with ``numpy.linalg`` (``cholesky``, ``inv``, ``eigh``), which
+    releases the interpreter lock while LAPACK runs; ``scipy.linalg``'s LAPACK
+    wrappers (1.17) hold it for the whole call.  The explorer builds strategies
+    in background threads of its server, and there a held lock froze every
+    session: with eight sessions opening the Compare page at n = 1024, one
+    user's ε change waited 25-50 s while ``potrf``/``potri`` calls held the
+    lock about 40 of 90 s (py-spy ``--gil``, issue 14).  ``inv`` costs about
+    2.5 times ``potrf`` + ``potri`` (96 vs 39 ms at n = 1024, one thread).
 
     Parameters
     ----------
@@ -85,19 +95,15 @@ class GramInverse:
         X = np.asarray(X, dtype=float)
         self.n = X.shape[0]
         self.null = np.zeros((self.n, 0))
-        self._lower = None  # lower triangle of X⁻¹ (Cholesky path)
-        self._pinv = None
-        c, info = scipy.linalg.lapack.dpotrf(X, lower=1, clean=1)
-        ok = info == 0
+        try:
+            d = np.diag(np.linalg.cholesky(X))
+            ok = d.min(initial=1.0) > 1e-7 * d.max(initial=1.0)
+        except np.linalg.LinAlgError:  # not (numerically) positive definite
+            ok = False
         if ok:
-            d = np.diag(c)
-            ok = d.min() > 1e-7 * d.max()
-        if ok:
-            inv, info = scipy.linalg.lapack.dpotri(c, lower=1)
-            if info == 0:
-                # potri fills the lower triangle; clean=1 left zeros above it
-                self._lower = inv
-                return
+            inv = np.linalg.inv(X)
+            self._pinv = (inv + inv.T) / 2.0
+            return
         w, V = np.linalg.eigh(X)
         tol = max(w.max(initial=0.0), 0.0) * self.n * 1e-12 + 1e-300
         keep = w > tol
@@ -108,9 +114,6 @@ class GramInverse:
     @property
     def pinv(self) -> np.ndarray:
         """``X⁺`` as a dense symmetric ``(n, n)`` array."""
-        if self._pinv is None:
-            L = self._lower
-            self._pinv = L + np.tril(L, -1).T
         return self._pinv
 
     def supports(self, G: np.ndarray, rtol: float = 1e-8) -> bool:
@@ -122,10 +125,7 @@ class GramInverse:
 
     def trace(self, G: np.ndarray) -> float:
         """``tr(G X⁺)`` for a symmetric ``G``."""
-        if self._pinv is None and self._lower is not None:
-            L = self._lower
-            return float(2.0 * np.einsum("ij,ij->", G, L) - np.dot(np.diag(G), np.diag(L)))
-        return float(np.einsum("ij,ij->", G, self.pinv))
+        return float(np.einsum("ij,ij->", G, self._pinv))
 
 
 def kron_terms(W: Matrix, leaves: bool = False):
