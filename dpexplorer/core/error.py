@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.linalg
 
 from ..privacy.noise import NoiseModel, check_noise
 from ..queries import limits
@@ -374,18 +373,21 @@ def svdb(W) -> float:
 def _dense_gram_eigenvalues(W: Matrix) -> np.ndarray:
     """Eigenvalues of ``WᵀW`` (the nonzero ones from ``WWᵀ`` when ``m < n``), dense.
 
-    An explicit matrix goes through BLAS ``syrk`` on the smaller side and
-    LAPACK's symmetric eigensolver (values only).
+    An explicit matrix goes through the Gram on the smaller side (numpy's
+    ``a.T @ a``, which BLAS computes as one symmetric product) and LAPACK's
+    symmetric eigensolver, values only.  Both through numpy, which releases the
+    interpreter lock (the explorer's server computes the bound in background
+    threads; see :class:`GramInverse`).
     """
-    if isinstance(W, Dense) and W.array.flags.c_contiguous:
-        At = W.array.T  # Fortran-ordered view: syrk needs no copy
+    if isinstance(W, Dense):
         small = min(W.m, W.n)
         if small * small > DENSE_LIMIT:
             raise MatrixTooLargeError(
                 f"SVD bound: a dense {small} × {small} Gram is above the size limit")
-        C = scipy.linalg.blas.dsyrk(1.0, At, trans=0 if W.m >= W.n else 1, lower=1)
-        return scipy.linalg.eigvalsh(C, lower=True, overwrite_a=True, check_finite=False)
-    return scipy.linalg.eigvalsh(_dense_gram(W, "SVD bound"), check_finite=False)
+        D = W.array
+        C = D.T @ D if W.m >= W.n else D @ D.T
+        return np.linalg.eigvalsh(C)
+    return np.linalg.eigvalsh(_dense_gram(W, "SVD bound"))
 
 
 def svd_bound(W, noise: NoiseModel) -> float:

@@ -117,7 +117,7 @@ def _width_dense(n: int, w: int) -> np.ndarray:
     N = n - w + 1
     _check_dense(N, f"the width-{w} Gram over {n} cells")
     col = np.maximum(0, w - np.arange(N)).astype(float)
-    lam = scipy.linalg.eigvalsh(scipy.linalg.toeplitz(col))
+    lam = np.linalg.eigvalsh(scipy.linalg.toeplitz(col))
     return np.concatenate([np.zeros(n - N), np.clip(lam, 0.0, None)])
 
 
@@ -367,10 +367,10 @@ class _DenseBase(_Base):
             _check_dense(min(M.m, M.n), f"the Gram of {M.name!r}")
             if M.m < M.n:  # the nonzero eigenvalues of WᵀW are those of WWᵀ
                 D = M.dense()
-                lam = scipy.linalg.eigvalsh(D @ D.T)
+                lam = np.linalg.eigvalsh(D @ D.T)
                 lam = np.concatenate([np.zeros(M.n - M.m), lam])
             else:
-                lam = scipy.linalg.eigvalsh(M.gram().dense())
+                lam = np.linalg.eigvalsh(M.gram().dense())
             self._lam = np.clip(lam, 0.0, None)
         return self._lam
 
