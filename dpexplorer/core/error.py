@@ -96,7 +96,7 @@ class GramInverse:
         self.null = np.zeros((self.n, 0))
         try:
             d = np.diag(np.linalg.cholesky(X))
-            ok = d.min(initial=1.0) > 1e-7 * d.max(initial=1.0)
+            ok = d.size == 0 or d.min() > 1e-7 * d.max()
         except np.linalg.LinAlgError:  # not (numerically) positive definite
             ok = False
         if ok:
