@@ -3,11 +3,11 @@
 Every session of a Panel server shares one event loop, and a page's redraw (a
 HoloViews plot built or updated, a table replaced) holds that loop for 0.1-2 s,
 more on a loaded machine.  Posted straight to the loop, the redraws of all
-sessions queue there first come, first served, and a user's ε change waits
-behind every other session's plots: with eight sessions opening the Compare
-page at once (``benchmarks/bench_browser.py``, 2 cores, issue 14), a py-spy
-profile of the server showed its loop busy almost all the time, 38 % of it in
-the Compare pages' redraws.
+sessions queue there first come, first served: with eight sessions opening the
+Compare page at once, one user's ε change waited 30-180 s behind the other
+sessions' plots (``benchmarks/bench_browser.py``, 2 cores, issue 14), while a
+py-spy profile of the server showed its loop busy almost all the time, 38 %
+of it in the Compare pages' redraws.
 
 :data:`REDRAWS` is one queue for the whole server.  A page posts its redraw
 with :meth:`RedrawQueue.submit`; the queue hands the loop one redraw at a
