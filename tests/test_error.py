@@ -192,3 +192,18 @@ def test_gram_inverse_is_the_pseudo_inverse_without_scipys_lapack(monkeypatch, r
     G = G @ G.T
     assert inv.trace(G) == pytest.approx(np.trace(G @ expected), rel=1e-9)
     assert inv.supports(X) and inv.supports(G) == (rank == 12)
+
+
+@pytest.mark.parametrize("shape", [(30, 12), (8, 12)])
+def test_dense_svd_bound_goes_through_numpy(monkeypatch, shape):
+    """An explicit workload's SVD bound (the Gram on the smaller side, its eigenvalues) is
+    computed by numpy, which releases the interpreter lock, and equals the singular values'."""
+    import scipy.linalg
+
+    def held(*args, **kwargs):
+        raise AssertionError("scipy.linalg holds the interpreter lock")
+    monkeypatch.setattr(scipy.linalg, "eigvalsh", held)
+    monkeypatch.setattr(scipy.linalg.blas, "dsyrk", held)
+    D = np.random.default_rng(1).standard_normal(shape)
+    s = np.linalg.svd(D, compute_uv=False)
+    assert error.svdb(Dense(D)) == pytest.approx(s.sum() ** 2 / shape[1], rel=1e-10)
