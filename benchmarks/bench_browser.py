@@ -290,7 +290,8 @@ def background_browser(p):
 
     Eight pages drawn by a browser on the server's own two cores took the
     processor from the server and from the page measured; other users'
-    browsers run on their own machines.
+    browsers run on their own machines.  ``p``: the running
+    ``sync_playwright()`` instance; the browser is closed on exit.
     """
     with tempfile.TemporaryDirectory() as tmp:
         wrapper = Path(tmp) / "chromium-nice"
