@@ -25,6 +25,7 @@ from panel.io.state import set_curdoc  # noqa: E402
 
 from dpexplorer.ui import compare_view, optimize_view  # noqa: E402
 from dpexplorer.ui.compare_view import ComparePage  # noqa: E402
+from dpexplorer.ui.redraws import RedrawQueue  # noqa: E402
 from dpexplorer.ui.session import Session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -785,7 +786,13 @@ def test_redraws_in_a_server_session_run_together_on_the_event_loop(monkeypatch)
     doc._session_context = weakref.ref(context)
     scheduled, ran, frozen = [], [], []
     monkeypatch.setattr(pn.state, "execute", lambda fn, schedule="auto": scheduled.append(fn))
+    # a queue of this test's own (the server-wide one would keep this fake loop's redraws)
+    monkeypatch.setattr(compare_view, "REDRAWS", RedrawQueue(check_seconds=None))
     real_freeze = doc.models.freeze
+
+    def run_loop():  # play the event loop: run what is scheduled, and what that schedules
+        while scheduled:
+            scheduled.pop(0)()
 
     @contextlib.contextmanager
     def freeze():
@@ -797,23 +804,59 @@ def test_redraws_in_a_server_session_run_together_on_the_event_loop(monkeypatch)
         page._redraw("results", lambda: ran.append("results 1"))
         page._redraw("per_query", lambda: ran.append("per_query"))
         page._redraw("results", lambda: ran.append("results 2"))  # replaces the first
-    assert ran == [] and len(scheduled) == 1  # nothing drawn yet: one callback queued
-    scheduled[0]()
-    assert ran == ["per_query", "results 2"] and frozen == [0]
+    assert ran == [] and len(scheduled) == 1  # nothing drawn yet: one callback on the loop
+    run_loop()
+    assert ran == ["per_query", "results 2"] and frozen == [0]  # together, frozen once
     with set_curdoc(doc):
         page._redraw("results", lambda: ran.append("results 3"))
-    assert len(scheduled) == 2  # the queue was emptied: a new callback
-    scheduled[1]()
+    assert len(scheduled) == 1  # the queue was emptied: a new callback
+    run_loop()
     assert ran[-1] == "results 3" and frozen == [0, 2]
     # hidden: kept by the gate until shown, then queued
     page.gate.show(False)
     with set_curdoc(doc):
         page._redraw("results", lambda: ran.append("results 4"))
-        assert len(scheduled) == 2
+        assert not scheduled
         page.gate.show(True)
-    assert len(scheduled) == 3
-    scheduled[2]()
-    assert ran[-1] == "results 4"
+    assert len(scheduled) == 1
+    run_loop()
+    assert ran[-1] == "results 4" and len(ran) == 4
+
+
+def test_a_closed_sessions_compare_page_stops_and_leaves_the_redraw_queue(monkeypatch):
+    """A browser tab closed: its optimisers stop, and its redraw handed to the loop (which
+    Bokeh drops with the session) no longer holds the other sessions' redraws."""
+    from bokeh.document import Document
+
+    class _Context:
+        pass
+
+    doc, context = Document(), _Context()
+    doc._session_context = weakref.ref(context)
+    scheduled = []
+    monkeypatch.setattr(pn.state, "execute", lambda fn, schedule="auto": scheduled.append(fn))
+    handed = []  # what the queue hands to the loop
+    queue = RedrawQueue(schedule=lambda d, fn: handed.append(fn), check_seconds=None)
+    monkeypatch.setattr(compare_view, "REDRAWS", queue)
+    session = Session()
+    session.workload = dpx.workloads.all_range(32)
+    with set_curdoc(doc):
+        page = ComparePage(session)
+        page.gate.show(True)
+        page._redraw("results", lambda: None)  # handed to the loop, never run
+    assert len(handed) == 1
+    other, other_doc, other_context = [], Document(), _Context()
+    other_doc._session_context = weakref.ref(other_context)
+    queue.submit("another session", other_doc, lambda: other.append(1))
+    assert queue.pending() == 1  # waits for the closed page's redraw
+    hooks = list(doc.session_destroyed_callbacks)
+    assert hooks, "the page did not register for its session's end"
+    for hook in hooks:
+        hook(context)
+    assert page._cancel and queue.pending() == 0  # stopped; the other session's redraw goes
+    assert len(handed) == 2
+    handed[-1]()
+    assert other == [1]
 
 
 def test_the_explorers_log_level_comes_from_the_environment(caplog):

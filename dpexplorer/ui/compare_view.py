@@ -63,6 +63,7 @@ from . import workers
 from .accuracy_view import AccuracyFirst, epsilon_bars, target_curve_plot
 from .exports import FigureExport
 from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRelay
+from .redraws import REDRAWS
 from .session import Session
 from .shown import ShownGate, run_redraws
 
@@ -559,6 +560,7 @@ class ComparePage(pn.viewable.Viewer):
         self._serials = itertools.count(1)  # build numbers (next() is atomic in CPython)
         self._panes: dict = {}
         self._queued: dict = {}  # redraws waiting for the event loop (_redraw)
+        self._urgent = False  # set while update() shows the user's own change (REDRAWS)
         self._queued_guard = threading.Lock()
         #: Progress of the optimiser being built (fed by dpexplorer.core.optimization.report).
         self.optimization = OptimizationProgress()
@@ -574,7 +576,7 @@ class ComparePage(pn.viewable.Viewer):
             except Exception:  # noqa: BLE001 - no onload support: do not wait
                 self._loaded.set()
             # a closed browser tab stops its optimisers (they could run for minutes)
-            doc.on_session_destroyed(lambda ctx: self.stop())
+            doc.on_session_destroyed(self._session_destroyed)
         else:
             self._loaded.set()
         super().__init__(**params)
@@ -630,7 +632,12 @@ class ComparePage(pn.viewable.Viewer):
         the stored unit-noise figures are rescaled.  Otherwise starts a
         background comparison (the current outputs stay until it is done).
         """
+        t0 = time.perf_counter()
         with self._lock:
+            waited = time.perf_counter() - t0
+            if waited > 0.05:
+                log.debug("update (ε = %s) waited %.2f s for the page's lock",
+                          self.session.epsilon, waited)
             try:
                 W = check_workload(self.session.workload, self.max_cells)
                 noise = self.session.noise_model()
@@ -648,7 +655,13 @@ class ComparePage(pn.viewable.Viewer):
                     self._start(key, W, noise)
                 return True
             self._bases.move_to_end(key)
-            self._show(key, base, noise)
+            # a change to the comparison shown (ε, δ, noise, objective), not the page's first
+            # one: redrawn before the redraws waiting for background results (REDRAWS)
+            self._urgent = self._shown is not None
+            try:
+                self._show(key, base, noise)
+            finally:
+                self._urgent = False
             if (base.pending and self.auto_optimize and self._opt_pending != key
                     and not SHUTDOWN.is_set()):
                 self.run_optimizers()  # e.g. back to a comparison whose optimisers were stopped
@@ -896,6 +909,12 @@ class ComparePage(pn.viewable.Viewer):
             self._submit(self._optimize_job, self._token, key, base, noise, list(base.pending),
                          executor=OPTIMIZER_THREADS)
             return True
+
+    def _session_destroyed(self, _context) -> None:
+        try:
+            self.stop()
+        finally:  # its redraws are dropped (the queue also notices a closed session itself)
+            REDRAWS.forget(self)
 
     def stop(self) -> None:
         """Stop all background work of the page (its session ended): nothing more is shown."""
@@ -1376,7 +1395,9 @@ class ComparePage(pn.viewable.Viewer):
         document's models once instead of once per plot (measured with py-spy
         during ε changes at n = 1024 while optimisers ran: the event loop's
         busy time per ε change went from ≈ 0.6 s to ≈ 0.4 s).  A redraw of a
-        ``key`` already waiting replaces it: both read the latest state.
+        ``key`` already waiting replaces it: both read the latest state.  The
+        server's loop takes the pages' redraws one at a time, those of a user's
+        own change first (:data:`dpexplorer.ui.redraws.REDRAWS`).
         """
         self.gate.run(key, lambda: self._on_loop(key, fn))
 
@@ -1385,23 +1406,29 @@ class ComparePage(pn.viewable.Viewer):
         if doc is None or doc.session_context is None:
             fn()  # a notebook, a script, a test: at once
             return
+        urgent = self._urgent
         with self._queued_guard:
-            scheduled = bool(self._queued)
             self._queued.pop(key, None)
             self._queued[key] = fn
-        if scheduled:
-            return
+        posted = time.perf_counter()
 
         def run():
             with self._queued_guard:
                 todo, self._queued = self._queued, {}
+            if not todo:  # an earlier run took them
+                return
             # not under the page's lock: a worker holding it would hold every session's loop
             t0 = time.perf_counter()
             with doc.models.freeze():
                 run_redraws(todo)
-            log.debug("redraws %s done on the event loop in %.2f s", ", ".join(todo),
-                      time.perf_counter() - t0)
-        pn.state.execute(run, schedule=True)
+            log.debug("redraws %s%s done on the event loop in %.2f s, %.2f s after they were "
+                      "posted (%d other pages waiting)", ", ".join(todo),
+                      " (urgent)" if urgent else "", time.perf_counter() - t0, t0 - posted,
+                      REDRAWS.pending())
+        # one page's redraw at a time on the server's loop, the user's own changes first (a
+        # redraw of this page already waiting is replaced in its place, or moved to the front
+        # if urgent; submitted every time, so that no lost run can hold this page's redraws)
+        REDRAWS.submit(self, doc, run, urgent=urgent)
 
     def _plot_key(self):
         """What fixes the structure of the bars and curve plots: the comparison and its bars.
