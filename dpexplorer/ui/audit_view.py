@@ -43,6 +43,7 @@ from dpexplorer.core import registry
 
 from .compare_view import Jobs
 from .exports import FigureExport
+from .redraws import on_session_loop
 from .session import Page, Session
 from .shown import ShownGate
 
@@ -369,7 +370,9 @@ class AuditView(Page, param.Parameterized):
                 summary.object = self.summary()
                 bound.object = self.bound_plot()
                 hist.object = self.histogram_plot()
-        self.param.watch(lambda *_: self.gate.run("result", redraw), ["result"])
+        # held and drawn on the event loop, never from the audit's thread
+        self.param.watch(lambda *_: self.gate.run("result", lambda: on_session_loop(redraw)),
+                         ["result"])
         self.param.watch(lambda *_: self.gate.run(
             "summary", lambda: setattr(summary, "object", self.summary())),
             ["mechanism", "epsilon", "case"])

@@ -59,6 +59,7 @@ from dpexplorer.privacy import PrivacyLedger, PrivateData, Spend
 from dpexplorer.queries.matrix import Matrix
 
 from .exports import FigureExport
+from .redraws import on_session_loop
 from .session import Page, Session, side_by_side
 from .session import exception_message as _message
 from .shown import LazyCard, ShownGate
@@ -729,9 +730,7 @@ class DataView(Page, param.Parameterized):
                 explain.visible = run is not None
                 for pane, fn in ((private, self.private_partition_plot),
                                  (exact, self.exact_partition_plot), (hilbert, self.hilbert_plot)):
-                    obj = fn(run) if run is not None else None
-                    pane.object = obj
-                    pane.visible = obj is not None
+                    _show_plot(pane, fn(run) if run is not None else None)
                 estimate.objects = self._estimate_panes(run)
                 estimate.visible = run is not None
                 show_exports()
@@ -742,8 +741,10 @@ class DataView(Page, param.Parameterized):
                 data_info.object = self._data_text()
                 summary.object = self.summary()
 
-        self.param.watch(redraw_run, "last")
-        self.session.param.watch(lambda *_: self.gate.run("data", redraw_data), ["dataset"])
+        # held and drawn on the event loop, never from the thread that set `last`
+        self.param.watch(lambda *_: on_session_loop(redraw_run), "last")
+        self.session.param.watch(
+            lambda *_: self.gate.run("data", lambda: on_session_loop(redraw_data)), ["dataset"])
         self.session.param.watch(
             lambda *_: self.gate.run("summary", lambda: setattr(summary, "object", self.summary())),
             ["epsilon"])
@@ -789,6 +790,22 @@ class DataView(Page, param.Parameterized):
                 side_by_side(self.controls(), self.results()),
                 sizing_mode="stretch_width")
         return self._layout
+
+
+def _show_plot(pane: pn.pane.HoloViews, obj) -> None:
+    """Draw ``obj`` in ``pane``, or hide the pane when ``obj`` is None.
+
+    Ordered so that ``visible`` never changes while the pane holds a drawn
+    figure: Panel 1.9 then also copies the template's ``design`` onto the Bokeh
+    figure, which has no such property (an AttributeError on the server once
+    the redraw ran on the event loop).
+    """
+    if obj is None:
+        pane.object = None
+        pane.visible = False
+    else:
+        pane.visible = True
+        pane.object = obj
 
 
 def partition_explanation(run: DAWARun) -> str:

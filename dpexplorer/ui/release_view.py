@@ -49,6 +49,7 @@ from dpexplorer.queries.matrix import Matrix
 
 from .compare_view import too_large
 from .exports import FigureExport
+from .redraws import on_session_loop
 from .session import Page, Session, download_bytes, release_stamp, side_by_side
 from .session import exception_message as _message
 from .shown import ShownGate
@@ -612,7 +613,8 @@ class ReleaseView(Page, param.Parameterized):
                 for w, ext in ((csv, "csv"), (js, "json")):
                     w.filename = self._filename(ext)
                     w.disabled = self.last is None
-        self.param.watch(redraw, ["last", "simulation"])
+        # held and drawn on the event loop, never from the thread that set `last`
+        self.param.watch(lambda *_: on_session_loop(redraw), ["last", "simulation"])
         self.exports: dict = {}
         figure_export = pn.Column(
             pn.pane.Markdown("**The figure's export** holds the released answers and their 95 % "
@@ -649,7 +651,7 @@ class ReleaseView(Page, param.Parameterized):
             with pn.io.hold():  # one message to the browser for all its changes
                 text.object = self.ledger_text()
                 table.value = self.ledger_frame()
-        refresh.on_click(update)
+        refresh.on_click(lambda *_: on_session_loop(update))
         self._ledger_hooks.append(update)
         return pn.Card(text, table, refresh, title="Privacy ledger (the selected dataset)",
                        sizing_mode="stretch_width", collapsed=False)
@@ -659,7 +661,7 @@ class ReleaseView(Page, param.Parameterized):
         def apply():
             for hook in self._ledger_hooks:
                 hook()
-        self.gate.run("ledger", apply)
+        self.gate.run("ledger", lambda: on_session_loop(apply))
 
     def panel(self) -> pn.Column:
         """The whole page (built once per component)."""

@@ -46,6 +46,7 @@ import dpexplorer as dpx
 from dpexplorer.privacy import PrivacyLedger
 
 from .exports import FigureExport
+from .redraws import on_session_loop
 from .session import Session, download_bytes, error_alert, release_stamp
 from .session import exception_message as _message
 from .shown import ShownGate
@@ -377,7 +378,7 @@ class TableRelease(param.Parameterized):
         def apply():
             for hook in self._hooks:
                 hook()
-        self.gate.run("table-ledger", apply)
+        self.gate.run("table-ledger", lambda: on_session_loop(apply))
 
     # --------------------------------------------------------------- UI
     def controls(self) -> pn.Column:
@@ -448,10 +449,11 @@ class TableRelease(param.Parameterized):
                 ledger.object = self.ledger_text()
                 table.value = self._ledger_frame()
         self._hooks.append(ledger_update)
-        self.param.watch(lambda *_: self.gate.run("table", redraw),
+        # held and drawn on the event loop, never from the thread that set `last`
+        self.param.watch(lambda *_: self.gate.run("table", lambda: on_session_loop(redraw)),
                          ["shown", "last", "objective", "marginal"])
-        self.session.param.watch(lambda *_: self.gate.run("table-summary", lambda: (
-            setattr(summary, "object", self.summary()), ledger_update())),
+        self.session.param.watch(lambda *_: self.gate.run("table-summary", lambda: on_session_loop(
+            lambda: (setattr(summary, "object", self.summary()), ledger_update()))),
             ["noise", "epsilon", "delta", "workload", "table"])
         return pn.Column(
             error_alert(self.param.error), summary, pick, caption, plot,
