@@ -27,12 +27,17 @@ import holoviews as hv  # noqa: E402
 import panel as pn  # noqa: E402
 
 from dpexplorer.ui.app import ExplorerApp  # noqa: E402
-from dpexplorer.ui.server import exit_promptly_on_sigterm, log_from_env  # noqa: E402
+from dpexplorer.ui.server import (  # noqa: E402
+    exit_promptly_on_sigterm,
+    freeze_startup_objects,
+    log_from_env,
+)
 from dpexplorer.ui.workers import warm_up  # noqa: E402
 
 log_from_env()  # DPEXPLORER_LOG_LEVEL=debug: the explorer's own log on stderr, timestamped
 exit_promptly_on_sigterm()  # SIGTERM ends the server within seconds, even while optimisers run
 warm_up()  # the optimisers' worker processes start now, not at the first optimiser
+freeze_startup_objects()  # full garbage collections (they stop every session) skip the modules
 
 pn.extension("tabulator", "filedropper", notifications=True, nthreads=2)
 # HTML canvas, not HoloViews' default WebGL: the explorer's plots are small, and on a machine
