@@ -823,6 +823,24 @@ def test_redraws_in_a_server_session_run_together_on_the_event_loop(monkeypatch)
     assert ran[-1] == "results 4" and len(ran) == 4
 
 
+def test_statuses_waiting_for_the_event_loop_are_replaced_not_queued():
+    """A quick series of strategies posts one status each: while the loop is busy (many
+    sessions) only the latest waits, and it is what the page shows."""
+    _session, page = _page()
+    posted, key = [], ("a comparison being built",)
+    page._pending = key
+    for i in range(3):
+        page._post_status(posted.append, page._token, key, progress=i, status=f"building {i}")
+    assert len(posted) == 1  # one callback for the loop
+    posted[0]()
+    assert page.status == "building 2" and page.progress == 2
+    page._post_status(posted.append, page._token, key, progress=3, status="building 3")
+    assert len(posted) == 2  # the first one ran: a new callback
+    page._post_status(posted.append, page._token + 1, key, progress=4, status="superseded")
+    posted[1]()
+    assert page.status == "building 2"  # the latest values were a superseded comparison's
+
+
 def test_a_closed_sessions_compare_page_stops_and_leaves_the_redraw_queue(monkeypatch):
     """A browser tab closed: its optimisers stop, and its redraw handed to the loop (which
     Bokeh drops with the session) no longer holds the other sessions' redraws."""
@@ -857,6 +875,19 @@ def test_a_closed_sessions_compare_page_stops_and_leaves_the_redraw_queue(monkey
     assert len(handed) == 2
     handed[-1]()
     assert other == [1]
+
+
+def test_the_served_app_freezes_its_startup_objects_once():
+    """A full garbage collection stops every session's event loop: the objects alive after the
+    imports (modules, never garbage) are left out of its scans, once per process."""
+    code = ("import gc; from dpexplorer.ui.server import freeze_startup_objects as f; "
+            "a = f(); junk = [[i] for i in range(1000)]; b = f(); "
+            "print(a, b, gc.get_freeze_count())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout.split()
+    first, second, count = map(int, out)
+    assert first > 10_000 and first == second == count  # the later call froze nothing more
+    assert "freeze_startup_objects()" in (ROOT / "apps" / "explorer.py").read_text()
 
 
 def test_the_explorers_log_level_comes_from_the_environment(caplog):

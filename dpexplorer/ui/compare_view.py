@@ -560,6 +560,7 @@ class ComparePage(pn.viewable.Viewer):
         self._serials = itertools.count(1)  # build numbers (next() is atomic in CPython)
         self._panes: dict = {}
         self._queued: dict = {}  # redraws waiting for the event loop (_redraw)
+        self._statuses: dict = {}  # the status waiting for the event loop, per kind (_post_status)
         self._urgent = False  # set while update() shows the user's own change (REDRAWS)
         self._queued_guard = threading.Lock()
         #: Progress of the optimiser being built (fed by dpexplorer.core.optimization.report).
@@ -687,8 +688,22 @@ class ComparePage(pn.viewable.Viewer):
     def _post_status(self, post, token, key=None, **values) -> None:
         """Post ``values`` (status, progress) unless a newer comparison started meanwhile or
         the work it describes is over (posted callbacks are not always run in order): the
-        comparison of ``key`` (``busy``) or, without ``key``, the optimisers (``optimizing``)."""
+        comparison of ``key`` (``busy``) or, without ``key``, the optimisers (``optimizing``).
+
+        At most one status is waiting for the event loop per page and kind (``key`` or
+        not): a newer one replaces it, so a busy loop (many sessions) shows the latest
+        status once instead of every one a quick series of strategies posted.
+        """
+        slot = key is None
+        with self._queued_guard:
+            waiting = slot in self._statuses
+            self._statuses[slot] = (token, key, values)
+        if waiting:
+            return  # the callback already posted applies these values
+
         def apply():
+            with self._queued_guard:
+                token, key, values = self._statuses.pop(slot)
             if token != self._token:
                 return
             if key is not None and self._pending != key:
