@@ -27,6 +27,7 @@ import holoviews as hv  # noqa: E402
 import panel as pn  # noqa: E402
 
 from dpexplorer.ui.app import ExplorerApp  # noqa: E402
+from dpexplorer.ui.compare_view import lower_native_helper_threads  # noqa: E402
 from dpexplorer.ui.server import (  # noqa: E402
     exit_promptly_on_sigterm,
     freeze_startup_objects,
@@ -38,6 +39,7 @@ log_from_env()  # DPEXPLORER_LOG_LEVEL=debug: the explorer's own log on stderr, 
 exit_promptly_on_sigterm()  # SIGTERM ends the server within seconds, even while optimisers run
 warm_up()  # the optimisers' worker processes start now, not at the first optimiser
 freeze_startup_objects()  # full garbage collections (they stop every session) skip the modules
+lower_native_helper_threads()  # BLAS helper threads yield to the event loop, as the job threads
 
 pn.extension("tabulator", "filedropper", notifications=True, nthreads=2)
 # HTML canvas, not HoloViews' default WebGL: the explorer's plots are small, and on a machine

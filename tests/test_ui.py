@@ -186,6 +186,34 @@ def test_background_threads_yield_the_processor():
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main  # only the workers
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+def test_the_blas_helper_threads_yield_the_processor_too():
+    """A background comparison's matrix products run partly on the BLAS libraries' own
+    threads, started at numpy's import at the server's priority: the served app lowers them."""
+    code = """
+import os, threading
+import numpy as np, scipy.linalg
+a = np.random.default_rng(0).random((400, 400)); a @ a; scipy.linalg.blas.dgemm(1.0, a, a)
+from dpexplorer.ui.compare_view import BACKGROUND_NICE, lower_native_helper_threads
+lowered = lower_native_helper_threads()
+def nice(t):
+    stat = open(f"/proc/self/task/{t}/stat").read()
+    return int(stat[stat.rindex(")") + 2:].split()[16])
+python = {t.native_id for t in threading.enumerate()}
+others = [int(t) for t in os.listdir("/proc/self/task") if int(t) not in python]
+print(len(lowered), min(nice(t) for t in others) if others else BACKGROUND_NICE,
+      max(nice(t) for t in python), os.nice(0), BACKGROUND_NICE)
+"""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env=env, check=True).stdout.split()
+    lowered, helpers, python, own, background = map(int, out)
+    assert lowered >= 1  # numpy's OpenBLAS helper at least
+    assert helpers >= background
+    assert python == own  # the Python threads keep their priority
+    assert "lower_native_helper_threads()" in (ROOT / "apps" / "explorer.py").read_text()
+
+
 def test_compare_table_columns_share_the_width():
     """Issue 17 item 7: the table's source and note columns were off-screen."""
     session, page = _page()

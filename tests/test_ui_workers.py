@@ -11,6 +11,7 @@ CPU time is not spent in the server's process.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -200,3 +201,24 @@ def test_a_worker_ends_with_the_process_that_started_it(tmp_path):
         if proc.poll() is None:
             proc.kill()
 
+
+
+def _thread_nices(pid: int) -> list[int]:
+    """Nice value of every thread of process ``pid`` (field 19 of /proc/<pid>/task/<tid>/stat)."""
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            stat = f.read()
+        out.append(int(stat[stat.rindex(")") + 2:].split()[16]))
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+def test_every_thread_of_a_worker_runs_at_the_workers_priority():
+    """The BLAS helper threads too: they start at numpy's import, before the worker lowers
+    its priority, and an optimiser's matrix products run on them."""
+    pool = workers._get_pool()
+    pids = {pool.executor.submit(os.getpid).result(timeout=120) for _ in range(4)}
+    for pid in pids:
+        nices = _thread_nices(pid)
+        assert len(nices) > 1 and min(nices) >= workers.WORKER_NICE, (pid, nices)

@@ -153,6 +153,34 @@ def _background_thread() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
 
 
+def lower_native_helper_threads(nice: int = BACKGROUND_NICE) -> list[int]:
+    """Lower the priority of this process's threads that Python did not start (Linux).
+
+    The BLAS libraries start their helper threads when numpy and scipy are
+    imported, at the server's own priority; a background comparison (nice
+    :data:`BACKGROUND_NICE`) runs half of its matrix products on them, in
+    competition with the event loop.  Call once the imports are done (the
+    served app does).  Python's own threads keep their priority.
+
+    Returns
+    -------
+    list of int
+        The thread ids lowered (empty without /proc).
+    """
+    try:
+        tasks = {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:
+        return []
+    python = {t.native_id for t in threading.enumerate()}
+    lowered = []
+    for tid in sorted(tasks - python):
+        with contextlib.suppress(OSError, AttributeError):
+            if os.getpriority(os.PRIO_PROCESS, tid) < nice:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+                lowered.append(tid)
+    return lowered
+
+
 #: Worker threads shared by all pages and sessions (strategy builds, per-query errors).
 EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dpexplorer-ui",
                               initializer=_background_thread)

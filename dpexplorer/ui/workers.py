@@ -86,9 +86,28 @@ _parent = None
 def _start_worker(reports, parent: int, nice: int) -> None:
     global _reports, _parent
     _reports, _parent = reports, parent
+    _lower_priority(nice)
+    _watch_parent(parent)
+
+
+def _lower_priority(nice: int) -> None:
+    """Run every thread of this process at ``nice`` (Linux: a thread's nice value is its own).
+
+    ``os.nice`` lowers only the calling thread.  The BLAS libraries start their
+    helper threads when numpy and scipy are imported, before this runs, so
+    without this an optimiser's matrix products ran half on a thread at the
+    server's own priority.  Threads started later inherit the caller's value.
+    """
     with contextlib.suppress(OSError, AttributeError):
         os.nice(nice)
-    _watch_parent(parent)
+    try:
+        tasks = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:  # no /proc: the calling thread's priority only
+        return
+    for tid in tasks:
+        with contextlib.suppress(OSError, AttributeError):
+            if os.getpriority(os.PRIO_PROCESS, tid) < nice:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
 
 
 def _watch_parent(parent: int) -> None:
