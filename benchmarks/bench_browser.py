@@ -52,7 +52,8 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
 READY_MS = int(os.environ.get("DPEXPLORER_BROWSER_READY_MS", "240000"))
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a server started next)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -61,7 +62,7 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def serve(log_path: Path | str = os.devnull):
     """``panel serve apps/explorer.py`` on a free port; yields the app's URL (warm: one request made)."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "BOKEH_RESOURCES": "server"}
     with open(log_path, "w") as log:
         proc = subprocess.Popen(

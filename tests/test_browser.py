@@ -10,7 +10,6 @@ import collections
 import importlib.util
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -25,9 +24,8 @@ _spec = importlib.util.spec_from_file_location("bench_browser",
                                                ROOT / "benchmarks" / "bench_browser.py")
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
-CHROMIUM = os.environ.get("DPEXPLORER_CHROMIUM", "/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+# the browser and its flags, the free-port helper and the wait limit: the benchmark's own
+CHROMIUM, FLAGS, READY_MS = bench.CHROMIUM, bench.FLAGS, bench.READY_MS
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 if not Path(CHROMIUM).exists():
@@ -35,16 +33,9 @@ if not Path(CHROMIUM).exists():
 
 pytestmark = pytest.mark.slow
 
-#: How long a step may wait for the page to show its result (ms).  Generous on
-#: purpose: the tests wait on what the page shows, never on a fixed short time,
-#: so a loaded CI machine is slower but stays green (issue 17 item 14).
-READY_MS = int(os.environ.get("DPEXPLORER_BROWSER_READY_MS", "240000"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# READY_MS: how long a step may wait for the page to show its result (ms).  Generous on
+# purpose: the tests wait on what the page shows, never on a fixed short time, so a loaded
+# CI machine is slower but stays green (issue 17 item 14).
 
 
 def start_server(log_path, wait_path: str = "/explorer"):
@@ -52,7 +43,7 @@ def start_server(log_path, wait_path: str = "/explorer"):
 
     Waits (90 s at most) until ``wait_path`` answers; the default builds one session.
     """
-    port = _free_port()
+    port = bench.free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "BOKEH_RESOURCES": "server"}
     # the server's log goes to a file: an unread pipe fills up and blocks the server
     log = open(log_path, "w")
