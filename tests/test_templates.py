@@ -783,3 +783,15 @@ def test_kron_stack_sensitivity_upper_bound_above_the_exact_limit(monkeypatch):
         S = stack()
         assert S.sensitivity(p) == pytest.approx(bound[p], rel=1e-12)
         assert S.sensitivity_is_bound and bound[p] >= exact[p] * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("n", [4, 8])
+def test_opt0_on_a_tiny_domain_calls_no_lapack_routine_with_an_empty_size(n, capfd):
+    """At n <= 16, p = 1 and the optimiser can prune Θ's only row: the p = 0 products and
+    factorisations are empty, not LAPACK calls that print "illegal value" (and return junk)."""
+    W = dpx.workloads.all_range(n)
+    A = dpx.registry.get("opt0").strategy(W, dpx.Laplace(1.0))
+    out, err = capfd.readouterr()
+    assert "illegal value" not in out + err
+    # Θ = 0 leaves the identity, whose error is the optimum's upper bound here
+    assert dpx.error.unit_tse(W, A, 1) <= dpx.error.unit_tse(W, dpx.strategies.identity(n), 1) + 1e-9

@@ -882,6 +882,8 @@ class _ThetaProducts:
     def gram(self) -> np.ndarray:
         if self.sparse:
             return np.asarray(self.S.T @ self.Tt)
+        if self.Tt.shape[1] == 0:  # p = 0 (every row of Θ pruned): LAPACK refuses empty sizes
+            return np.zeros((0, 0))
         M = blas.dsyrk(1.0, self.Tt.T, lower=1)  # Θ Θᵀ, Θ = Tt.T is Fortran-ordered: no copy
         return M + np.tril(M, -1).T
 
@@ -900,6 +902,8 @@ def _cholesky_spd(M: np.ndarray) -> np.ndarray:
     numpy.linalg.LinAlgError
         If ``M`` is not positive definite.
     """
+    if M.shape[0] == 0:  # nothing to factor (p = 0); LAPACK refuses empty sizes
+        return np.zeros((0, 0))
     c, info = lapack.dpotrf(M, lower=1, clean=1)
     if info != 0:
         raise np.linalg.LinAlgError("I + ΘΘᵀ is not positive definite")
@@ -908,6 +912,8 @@ def _cholesky_spd(M: np.ndarray) -> np.ndarray:
 
 def _inv_spd(M: np.ndarray) -> np.ndarray:
     """Inverse of a small symmetric positive definite matrix from its lower triangle (LAPACK potrf/potri)."""
+    if M.shape[0] == 0:
+        return np.zeros((0, 0))
     inv, info = lapack.dpotri(_cholesky_spd(M), lower=1)
     return inv + np.tril(inv, -1).T
 
