@@ -20,6 +20,9 @@ Measured, each from a new browser context (no cache) on one warm server:
   the browser's Bokeh document (``chart``);
 * ``cps_structure``: seconds from "Load preset" (CPS, 280,000 cells) until the
   Workload page shows the product structure;
+* ``card_expand``: seconds from a click on the collapsed "Upload data" card
+  (Data & DAWA page) until its contents show, and the browser's longest task
+  (ms) meanwhile (a card expand once froze a loaded browser for 4-7 s, issue 17);
 * ``concurrent``: ``sessions`` pages opened at once, each starting its own
   comparison (and optimisers); meanwhile the first page's ε change latency.
   The other pages are drawn by a second chromium at the lowest CPU priority
@@ -257,6 +260,39 @@ def cps_structure(browser, url: str) -> float:
         ctx.close()
 
 
+_LONG_TASKS = """() => { window.__longTasks = [];
+    new PerformanceObserver(list => { for (const e of list.getEntries()) {
+        window.__longTasks.push(e.duration); } }).observe({type: "longtask"}); }"""
+
+
+def card_expand(browser, url: str) -> dict:
+    """Seconds from a click on the collapsed "Upload data" card until its contents show, and
+    the browser's longest task meanwhile (``longest_task_ms``, 0 when none took over 50 ms)."""
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
+    try:
+        pg = ctx.new_page()
+        pg.goto(f"{url}?page=3", wait_until="load")
+        header = pg.locator(".card-header", has_text="Upload data").first
+        header.wait_for(timeout=READY_MS)
+        contents = pg.get_by_role("button", name="Add column as dataset")
+        pg.evaluate(_LONG_TASKS)
+        seconds = math.nan
+        for _ in range(20):  # a click on a card still being drawn can be lost
+            t0 = time.perf_counter()
+            header.click()
+            with contextlib.suppress(Exception):
+                contents.wait_for(state="visible", timeout=10000)
+                seconds = time.perf_counter() - t0
+                break
+        if not math.isfinite(seconds):
+            raise TimeoutError("the Upload data card never showed its contents")
+        pg.wait_for_timeout(500)  # the last long task is reported after it ends
+        return {"seconds": seconds, "longest_task_ms": max(pg.evaluate("window.__longTasks"),
+                                                          default=0.0)}
+    finally:
+        ctx.close()
+
+
 def concurrent(browser, url: str, n: int, sessions: int, others=None) -> dict:
     """``sessions`` pages opened at once; the first page's ε latency while the others work.
 
@@ -322,6 +358,7 @@ def measure(url: str, ns=(256, 1024), sessions: int = 8) -> dict:
                 out[f"n={n}"] = first
                 ctx.close()
             out["cps_structure"] = cps_structure(browser, url)
+            out["card_expand"] = card_expand(browser, url)
             if sessions:
                 with background_browser(p) as others:
                     out["concurrent"] = concurrent(browser, url, ns[-1], sessions, others)

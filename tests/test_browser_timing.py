@@ -3,7 +3,8 @@
 Performance lives in ``benchmarks/bench_browser.py`` (run by hand, with the
 machine's load); this test runs the same steps once so CI shows the figures and
 checks that each step *works*: the Compare table fills, every ε change reaches
-the table with RMSE ∝ 1/ε, the CPS preset shows its structure, and a second
+the table with RMSE ∝ 1/ε, the CPS preset shows its structure, a collapsed card
+opens, and a second
 session's work does not stop the first from answering.
 """
 
@@ -29,4 +30,5 @@ def test_timings_are_reported(server):  # noqa: F811
     assert len(first["epsilon"]) == 4 and all(
         e["table"] > 0 and e["chart"] > 0 for e in first["epsilon"])
     assert figures["cps_structure"] > 0
+    assert figures["card_expand"]["seconds"] > 0 and figures["card_expand"]["longest_task_ms"] >= 0
     assert len(figures["concurrent"]["epsilon"]) == 4
