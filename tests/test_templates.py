@@ -788,7 +788,8 @@ def test_kron_stack_sensitivity_upper_bound_above_the_exact_limit(monkeypatch):
 @pytest.mark.parametrize("n", [4, 8])
 def test_opt0_on_a_tiny_domain_calls_no_lapack_routine_with_an_empty_size(n, capfd):
     """At n <= 16, p = 1 and the optimiser can prune Θ's only row: the p = 0 products and
-    factorisations are empty, not LAPACK calls that print "illegal value" (and return junk)."""
+    factorisations are empty, not LAPACK calls with a zero size, which LAPACK refuses with an
+    "illegal value" message on the console."""
     W = dpx.workloads.all_range(n)
     A = dpx.registry.get("opt0").strategy(W, dpx.Laplace(1.0))
     out, err = capfd.readouterr()
