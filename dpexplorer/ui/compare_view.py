@@ -167,18 +167,7 @@ def lower_native_helper_threads(nice: int = BACKGROUND_NICE) -> list[int]:
     list of int
         The thread ids lowered (empty without /proc).
     """
-    try:
-        tasks = {int(t) for t in os.listdir("/proc/self/task")}
-    except OSError:
-        return []
-    python = {t.native_id for t in threading.enumerate()}
-    lowered = []
-    for tid in sorted(tasks - python):
-        with contextlib.suppress(OSError, AttributeError):
-            if os.getpriority(os.PRIO_PROCESS, tid) < nice:
-                os.setpriority(os.PRIO_PROCESS, tid, nice)
-                lowered.append(tid)
-    return lowered
+    return workers.lower_threads(nice, native_only=True)
 
 
 #: Worker threads shared by all pages and sessions (strategy builds, per-query errors).

@@ -48,7 +48,7 @@ import dpexplorer as dpx
 
 from .optimize_view import SHUTDOWN, Cancelled
 
-__all__ = ["build", "in_worker", "shutdown", "warm_up", "MAX_WORKERS", "WORKER_NICE", "OPTIMIZERS"]
+__all__ = ["build", "in_worker", "lower_threads", "shutdown", "warm_up", "MAX_WORKERS", "WORKER_NICE", "OPTIMIZERS"]
 
 log = logging.getLogger(__name__)
 
@@ -100,14 +100,37 @@ def _lower_priority(nice: int) -> None:
     """
     with contextlib.suppress(OSError, AttributeError):
         os.nice(nice)
+    lower_threads(nice)
+
+
+def lower_threads(nice: int, native_only: bool = False) -> list[int]:
+    """Give this process's threads (or only those Python did not start) at least ``nice``.
+
+    Parameters
+    ----------
+    nice : int
+        The nice value to lower to (a thread already at it or above keeps its own).
+    native_only : bool
+        Leave Python's own threads (``threading.enumerate()``) as they are.
+
+    Returns
+    -------
+    list of int
+        The native thread ids lowered (empty without Linux's /proc).
+    """
     try:
-        tasks = [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError:  # no /proc: the calling thread's priority only
-        return
-    for tid in tasks:
+        tasks = {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:  # no /proc: nothing to do per thread
+        return []
+    if native_only:
+        tasks -= {t.native_id for t in threading.enumerate()}
+    lowered = []
+    for tid in sorted(tasks):
         with contextlib.suppress(OSError, AttributeError):
             if os.getpriority(os.PRIO_PROCESS, tid) < nice:
                 os.setpriority(os.PRIO_PROCESS, tid, nice)
+                lowered.append(tid)
+    return lowered
 
 
 def _watch_parent(parent: int) -> None:
