@@ -63,7 +63,7 @@ from . import workers
 from .accuracy_view import AccuracyFirst, epsilon_bars, target_curve_plot
 from .exports import FigureExport
 from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRelay
-from .redraws import REDRAWS
+from .redraws import REDRAWS, on_loop
 from .session import Session
 from .shown import ShownGate, run_redraws
 
@@ -260,8 +260,7 @@ class Jobs:
                     with set_curdoc(doc), lock:
                         callback()
                 try:  # Panel schedules it on the session's event loop, with the document lock
-                    with set_curdoc(doc):
-                        pn.state.execute(run, schedule=True)
+                    on_loop(doc, run)
                 except Exception:  # noqa: BLE001 - the session was closed meanwhile
                     log.debug("could not post to a closed session", exc_info=True)
             return post
