@@ -15,7 +15,8 @@ and set of privacy ledgers) is built per browser session; its pages are built
 when first opened.  SIGTERM ends the process within seconds, even while a
 session's optimiser runs (:mod:`dpexplorer.ui.server`); the optimisers run in
 worker processes (:mod:`dpexplorer.ui.workers`), so that an ε change never
-waits behind one.
+waits behind one.  Widget callbacks run on Panel's thread pool, one session's
+in the order its user made them (:mod:`dpexplorer.ui.event_order`).
 """
 
 import os
@@ -28,6 +29,7 @@ import panel as pn  # noqa: E402
 
 from dpexplorer.ui.app import ExplorerApp  # noqa: E402
 from dpexplorer.ui.compare_view import lower_native_helper_threads  # noqa: E402
+from dpexplorer.ui.event_order import install as install_event_order  # noqa: E402
 from dpexplorer.ui.server import (  # noqa: E402
     exit_promptly_on_sigterm,
     freeze_startup_objects,
@@ -42,6 +44,7 @@ freeze_startup_objects()  # full garbage collections (they stop every session) s
 lower_native_helper_threads()  # BLAS helper threads yield to the event loop, as the job threads
 
 pn.extension("tabulator", "filedropper", notifications=True, nthreads=2)
+install_event_order()  # a session's widget events handled in the order the user made them
 # HTML canvas, not HoloViews' default WebGL: the explorer's plots are small, and on a machine
 # without a GPU (software WebGL) copying every plot out of the shared WebGL canvas stalled the
 # browser for seconds after each update (Chrome profile: 6.6 s in drawImage of blit_webgl)

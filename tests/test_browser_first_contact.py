@@ -172,11 +172,8 @@ def test_workload_and_compare_controls(page):  # noqa: F811
     _select(page, "Query family", "Prefix (CDF)")
     page.get_by_role("button", name="Add term").click()
     _fill(page, "Weight (> 0)", "-2")
-    # KNOWN DEFECT (issue 17 notes): Panel runs widget events in its thread pool
-    # (nthreads=2), so a value typed and a button clicked at once can be handled in the
-    # other order (the term was added with the old weight 1 in one full-suite run); a user
-    # is slower than this, the test waits as long
-    page.wait_for_timeout(1500)
+    # clicked at once: the typed weight is handled first (ui.event_order; Panel's own pool
+    # once added the term with the old weight 1 and no message)
     page.get_by_role("button", name="Add term").click()
     _toast(page, "[Ww]eight")
     page.get_by_role("button", name="Use the dataset's size").click()

@@ -1,0 +1,197 @@
+"""Each session's widget events in the order the user made them (dpexplorer.ui.event_order)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from bokeh.document import Document
+
+from dpexplorer.ui.event_order import HOLD_SECONDS, SessionOrderedPool, document_of, install
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _recorder():
+    log, guard = [], threading.Lock()
+
+    def task(doc, name, seconds=0.0, gate=None):
+        with guard:
+            log.append(("start", name))
+        if gate is not None:
+            assert gate.wait(10)
+        time.sleep(seconds)
+        with guard:
+            log.append(("end", name))
+        return name
+    return log, task
+
+
+def test_one_sessions_tasks_start_in_order_each_after_the_previous_ends():
+    pool = SessionOrderedPool(max_workers=2)
+    log, task = _recorder()
+    doc = Document()
+    slow = pool.submit(task, doc, "typed value", 0.3)
+    fast = pool.submit(task, doc, "click")
+    assert fast.result(5) == "click" and slow.result(5) == "typed value"
+    assert log == [("start", "typed value"), ("end", "typed value"),
+                   ("start", "click"), ("end", "click")]
+    assert pool.pending() == 0
+    pool.shutdown()
+
+
+def test_a_plain_pool_reverses_them_which_is_the_race():
+    pool = ThreadPoolExecutor(max_workers=2)
+    log, task = _recorder()
+    doc = Document()
+    pool.submit(task, doc, "typed value", 0.3)
+    pool.submit(task, doc, "click").result(5)
+    pool.shutdown(wait=True)
+    assert log.index(("end", "click")) < log.index(("end", "typed value"))
+
+
+def test_sessions_run_side_by_side():
+    pool = SessionOrderedPool(max_workers=2)
+    log, task = _recorder()
+    gate = threading.Event()
+    first = pool.submit(task, Document(), "session 1", 0.0, gate)
+    other = pool.submit(task, Document(), "session 2")
+    assert other.result(5) == "session 2" and not first.done()
+    gate.set()
+    assert first.result(5) == "session 1"
+    pool.shutdown()
+
+
+def test_a_long_handler_stops_holding_the_session_after_hold_seconds():
+    pool = SessionOrderedPool(max_workers=2, hold_seconds=0.2)
+    log, task = _recorder()
+    doc, gate = Document(), threading.Event()
+    t0 = time.monotonic()
+    running = pool.submit(task, doc, "release run", 0.0, gate)
+    behind = pool.submit(task, doc, "epsilon change")
+    assert behind.result(5) == "epsilon change"
+    waited = time.monotonic() - t0
+    assert not running.done() and 0.2 <= waited < 2.0
+    gate.set()
+    assert running.result(5) == "release run"
+    # its late end releases nothing more: the session's next task runs at once
+    assert pool.submit(task, doc, "next").result(5) == "next"
+    pool.shutdown()
+
+
+def test_the_default_hold_is_seconds_not_minutes():
+    assert 0.5 <= HOLD_SECONDS <= 5
+
+
+def test_errors_reach_the_future_and_the_next_task_still_runs():
+    pool = SessionOrderedPool(max_workers=1)
+    doc = Document()
+
+    def fail(_doc):
+        raise ValueError("weight must be > 0")
+    bad = pool.submit(fail, doc)
+    good = pool.submit(lambda _doc: "ran", doc)
+    with pytest.raises(ValueError, match="weight must be"):
+        bad.result(5)
+    assert good.result(5) == "ran"
+    pool.shutdown()
+
+
+def test_tasks_of_no_session_are_not_held():
+    pool = SessionOrderedPool(max_workers=2)
+    gate = threading.Event()
+    held = pool.submit(gate.wait, 10)
+    assert pool.submit(lambda: "periodic").result(5) == "periodic" and not held.done()
+    gate.set()
+    pool.shutdown()
+
+
+def test_document_of_finds_the_session_as_panel_submits_it():
+    doc = Document()
+    assert document_of(print, (doc, "event")) is doc
+    assert document_of(functools.partial(print, doc, "callback")) is doc
+    assert document_of(functools.partial(functools.partial(print, doc))) is doc
+    assert document_of(print, (), {"doc": doc}) is doc
+    assert document_of(print, (1, "x")) is None
+
+
+def test_no_new_tasks_after_shutdown():
+    pool = SessionOrderedPool(max_workers=1)
+    pool.shutdown()
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit(print, Document())
+
+
+def test_hold_seconds_must_be_positive():
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        SessionOrderedPool(hold_seconds=0)
+
+
+def test_install_replaces_panels_pool_once_keeping_its_size():
+    state = SimpleNamespace(_thread_pool=ThreadPoolExecutor(max_workers=3))
+    pool = install(state)
+    assert isinstance(pool, SessionOrderedPool) and state._thread_pool is pool
+    assert pool._max_workers == 3
+    assert install(state) is pool
+    pool.shutdown()
+    assert install(SimpleNamespace(_thread_pool=None)) is None
+    with pytest.raises(RuntimeError, match="_thread_pool"):
+        install(SimpleNamespace())
+
+
+def test_the_app_script_installs_it():
+    text = (ROOT / "apps" / "explorer.py").read_text()
+    assert text.index("nthreads=2") < text.index("install_event_order()")
+
+
+# ------------------------------------------------------------------ in a served page
+@pytest.mark.slow
+@pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "panel-pool"])
+def test_a_value_typed_then_a_click_are_handled_in_that_order(ordered):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from tests.test_browser import CHROMIUM, FLAGS, READY_MS, bench
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"chromium not found at {CHROMIUM}")
+    port = bench.free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BOKEH_RESOURCES": "server",
+           "ORDERED": "1" if ordered else "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "panel", "serve", "tests/apps/event_order_app.py", "--port",
+         str(port), "--address", "127.0.0.1", f"--allow-websocket-origin=127.0.0.1:{port}"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            page = browser.new_page()
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    page.goto(f"http://127.0.0.1:{port}/event_order_app", timeout=READY_MS)
+                    break
+                except sync_api.Error:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+            field = page.get_by_role("textbox")
+            field.wait_for(timeout=READY_MS)
+            field.fill("-2")
+            field.press("Enter")
+            page.get_by_role("button", name="Add").click()  # at once, as a quick user
+            page.wait_for_selector("text=/added with weight/", timeout=READY_MS)
+            shown = page.locator("text=/added with weight/").inner_text()
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    if ordered:
+        assert shown.strip() == "added with weight -2"
+    else:  # the control: Panel's own pool handles the click first (the defect)
+        assert shown.strip() == "added with weight 1"
