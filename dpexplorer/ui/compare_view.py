@@ -9,7 +9,7 @@ mechanism against the query index (and the range length for range
 workloads), and a privacy–accuracy curve (RMSE over ε in 0.01..10).
 
 Strategies are built once per (workload, mechanism, noise norm) in a
-background thread (progress bar over mechanisms, ``loading`` on the results)
+background thread (progress bar over mechanisms, the results dimmed meanwhile)
 and kept in ``session.cache``; the page then only stores unit-noise figures,
 so a change of ε or δ rescales everything analytically (``TSE = v·unit TSE``,
 per-query RMSE ∝ ``sqrt(v)``) without touching the cache.  Outputs are
@@ -1284,11 +1284,18 @@ class ComparePage(pn.viewable.Viewer):
         # widgets follow the page's state through the gate: nothing changes while hidden
         shown = self.gate.mirror(self, ["progress", "total", "busy", "status", "pending",
                                         "optimizing", "per_query_note", "per_query_busy"])
+        # Busy shown by styles (hidden bar, dimmed results), not by `visible` or `loading`:
+        # in the browser, every change of a layout's `visible` or CSS classes re-lays out the
+        # whole page (Bokeh 3.9 `invalidate_layout`, 0.1-0.2 s each with the Compare page's
+        # figures, measured in headless chromium), a style change does not
         progress = pn.indicators.Progress(
-            value=shown.param.progress, max=shown.param.total, visible=shown.param.busy,
+            value=shown.param.progress, max=shown.param.total,
+            styles=pn.bind(_hidden_unless, shown.param.busy),
             bar_color="primary", sizing_mode="stretch_width", height=20)
         status = pn.pane.Markdown(shown.param.status, sizing_mode="stretch_width")
-        optimizing = self.optimization.panel(cancel=self.cancel, gate=self.gate)
+        # shown for the whole optimiser run, not hidden and shown again between optimisers
+        optimizing = self.optimization.panel(cancel=self.cancel, gate=self.gate,
+                                             visible=shown.param.optimizing)
         objective = pn.widgets.RadioButtonGroup.from_param(
             self.param.objective, options={"Total error (RMSE)": "sum", "Worst query (max std)": "max"})
         objective_note = pn.pane.Markdown(OBJECTIVE_NOTE, sizing_mode="stretch_width",
@@ -1306,6 +1313,13 @@ class ComparePage(pn.viewable.Viewer):
                          self._plot_key(), height=380)
         curve = _LivePlot(self.curve_plot, self.curve, self._plot_key(), height=400)
         table = comparison_table(self._table_value())
+        # The table joins the page with its first rows, not empty before them: Panel 1.9's
+        # Tabulator drops a data update that reaches the browser while the table is still
+        # initialising (asynchronously, after the page's first render), and the first
+        # comparison lands in that window, so the table stayed empty until the next update
+        # (the first optimiser's row, seconds later: the Compare table's time in a browser)
+        table_slot = pn.Column(*([table] if len(table.value) else []),
+                               sizing_mode="stretch_width")
         options = {dpx.registry.get(n).label: n for n in self.mechanisms()}
         select = pn.widgets.Select(options=options, value=self.mechanism, width=220,
                                    **{_LABEL: "Mechanism"})
@@ -1336,6 +1350,8 @@ class ComparePage(pn.viewable.Viewer):
                 select.options = options
             summary.object = self._summary()
             table.value = self._table_value()
+            if len(table.value) and not len(table_slot):
+                table_slot.objects = [table]  # placed once it has rows (see table_slot)
             bars.update(self.table, self._plot_key())
             curve.update(self.curve, self._plot_key())
 
@@ -1356,8 +1372,9 @@ class ComparePage(pn.viewable.Viewer):
         def export(name, make):
             return FigureExport("compare", name, make, report=self.session.report,
                                 into=self.exports)
-        results = pn.Column(summary, bars.pane, export("rmse-bars", self.bars), table,
-                            loading=shown.param.busy, sizing_mode="stretch_width")
+        results = pn.Column(summary, bars.pane, export("rmse-bars", self.bars), table_slot,
+                            styles=pn.bind(_dimmed_if, shown.param.busy),
+                            sizing_mode="stretch_width")
         first = self.accuracy_first
         target_shown = self.gate.mirror(first, ["busy", "mode"])
         t_summary = pn.pane.Markdown(first.summary(), sizing_mode="stretch_width")
@@ -1392,7 +1409,7 @@ class ComparePage(pn.viewable.Viewer):
                              "for the chosen mechanism (it depends on the query, not on the "
                              "data)."),
             select, pq_note, index_box, length_box,
-            loading=shown.param.per_query_busy, sizing_mode="stretch_width")
+            styles=pn.bind(_dimmed_if, shown.param.per_query_busy), sizing_mode="stretch_width")
         index_box.append(export("per-query",
                                 lambda: self.per_query_plot(self._pq_sample_with_means())))
         length_box.append(export("per-query-by-length",
@@ -1406,7 +1423,8 @@ class ComparePage(pn.viewable.Viewer):
             pn.pane.Markdown("### Privacy–accuracy\nThe error of each mechanism as ε varies "
                              "(same strategies: the error scales with the noise's standard "
                              "deviation, 1/ε for Laplace)."),
-            accuracy_box, target_curve_box, loading=shown.param.busy, sizing_mode="stretch_width")
+            accuracy_box, target_curve_box, styles=pn.bind(_dimmed_if, shown.param.busy),
+            sizing_mode="stretch_width")
         root = pn.Column(pn.pane.Markdown(PAGE_HEADER, sizing_mode="stretch_width"),
                          first.controls(),
                          pn.Row(objective, objective_note, sizing_mode="stretch_width"),
@@ -1600,6 +1618,16 @@ def _empty_table() -> pd.DataFrame:
                                        else object) for c in TABLE_COLUMNS})
     empty.attrs.update(svd_bound=math.nan, noise="")
     return empty
+
+
+def _hidden_unless(shown: bool) -> dict:
+    """CSS of an element that keeps its place on the page and shows only when ``shown``."""
+    return {} if shown else {"visibility": "hidden"}
+
+
+def _dimmed_if(busy: bool) -> dict:
+    """CSS of results being recomputed: dimmed while ``busy``."""
+    return {"opacity": "0.5"} if busy else {}
 
 
 def _limits(values, log: bool = False, pad: float = 1.5):

@@ -188,7 +188,8 @@ class OptimizationProgress(param.Parameterized):
             return -1
         return int(round(100 * min(self.done, self.total) / self.total))
 
-    def panel(self, cancel: Callable[[], None] | None = None, gate=None) -> pn.Column:
+    def panel(self, cancel: Callable[[], None] | None = None, gate=None,
+              visible=None) -> pn.Column:
         """Progress bar and status line, visible while :attr:`active` (and a Cancel button).
 
         ``gate``: the page's :class:`~dpexplorer.ui.shown.ShownGate`; the
@@ -211,7 +212,8 @@ class OptimizationProgress(param.Parameterized):
                                        width=180)
             button.on_click(lambda e: cancel())
             parts.append(button)
-        return pn.Column(*parts, visible=src.param.active, sizing_mode="stretch_width")
+        return pn.Column(*parts, visible=src.param.active if visible is None else visible,
+                         sizing_mode="stretch_width")
 
 
 # ==================================================================== convergence
