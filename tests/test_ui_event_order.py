@@ -195,3 +195,22 @@ def test_a_value_typed_then_a_click_are_handled_in_that_order(ordered):
         assert shown.strip() == "added with weight -2"
     else:  # the control: Panel's own pool handles the click first (the defect)
         assert shown.strip() == "added with weight 1"
+
+
+def test_the_hold_counts_from_when_a_thread_runs_the_task_not_from_its_submission():
+    """Both threads busy with other sessions: the session's first task waits for a thread
+    longer than the hold, and its second task still starts only after it."""
+    pool = SessionOrderedPool(max_workers=2, hold_seconds=0.2)
+    log, task = _recorder()
+    gate = threading.Event()
+    busy = [pool.submit(task, Document(), f"other {i}", 0.0, gate) for i in range(2)]
+    doc = Document()
+    first = pool.submit(task, doc, "typed value", 0.05)
+    second = pool.submit(task, doc, "click")
+    time.sleep(0.5)  # more than the hold, both threads still taken
+    assert not first.done() and not second.done()
+    gate.set()
+    assert second.result(5) == "click" and first.result(5) == "typed value"
+    assert all(f.result(5) for f in busy)
+    assert log.index(("end", "typed value")) < log.index(("start", "click"))
+    pool.shutdown()

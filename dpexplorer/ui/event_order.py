@@ -64,14 +64,15 @@ def document_of(fn, args=(), kwargs=None):
 
 
 class _Lane:
-    """One session's queue: the tasks waiting, and which start holds the lane."""
+    """One session's queue: the tasks waiting, which start holds the lane, and since when it
+    runs (None while it waits for a free thread)."""
 
     __slots__ = ("waiting", "ticket", "since")
 
     def __init__(self):
         self.waiting: collections.deque = collections.deque()
         self.ticket = 0
-        self.since = 0.0
+        self.since: float | None = None
 
 
 class SessionOrderedPool(ThreadPoolExecutor):
@@ -128,19 +129,25 @@ class SessionOrderedPool(ThreadPoolExecutor):
         with self._guard:
             lane.ticket += 1
             ticket = lane.ticket
-            lane.since = time.monotonic()
+            lane.since = None  # the hold counts from when a thread runs it, not from now
             self._ensure_watcher()
-            self._guard.notify_all()
         if not outer.set_running_or_notify_cancel():  # cancelled while it waited
             self._release(session, ticket)
             return
         try:
-            inner = super().submit(fn, *args, **kwargs)
+            inner = super().submit(self._run, lane, ticket, fn, *args, **kwargs)
         except BaseException as exc:  # the pool was shut down meanwhile
             outer.set_exception(exc)
             self._release(session, ticket)
             return
         inner.add_done_callback(functools.partial(self._finished, session, ticket, outer))
+
+    def _run(self, lane: _Lane, ticket: int, fn, /, *args, **kwargs):
+        with self._guard:
+            if lane.ticket == ticket:
+                lane.since = time.monotonic()
+                self._guard.notify_all()  # the watcher times the hold from now
+        return fn(*args, **kwargs)
 
     def _finished(self, session, ticket: int, outer: Future, inner: Future) -> None:
         exc = inner.exception()
@@ -176,11 +183,12 @@ class SessionOrderedPool(ThreadPoolExecutor):
                 if self._closed and not self._lanes:
                     return
                 now = time.monotonic()
-                stale = [(s, lane.ticket) for s, lane in self._lanes.items()
+                running = [(s, lane) for s, lane in self._lanes.items() if lane.since is not None]
+                stale = [(s, lane.ticket) for s, lane in running
                          if now - lane.since >= self.hold_seconds]
                 if not stale:
                     soonest = min((lane.since + self.hold_seconds - now
-                                   for lane in self._lanes.values()), default=None)
+                                   for _, lane in running), default=None)
                     self._guard.wait(soonest)
                     continue
             for session, ticket in stale:
