@@ -137,8 +137,8 @@ def test_target_changes_without_rebuilding_and_the_mode_switches_views(page):
     assert panes["target_summary"].object == first.summary()
     by_epsilon = [c for c in page.panel().objects if isinstance(c, pn.Column)
                   and panes["target_table"] in c.objects][0]
-    results = [c for c in page.panel().objects if isinstance(c, pn.Column)
-               and panes["table"] in c.objects][0]
+    results = [c for c in page.panel().objects if isinstance(c, pn.Column)  # table: in a slot
+               and any(t is panes["table"] for t in c.select(pn.widgets.Tabulator))][0]
     assert by_epsilon.visible and not results.visible
     old = first.table.set_index("mechanism")["epsilon"]
     first.target = first.target * 2                       # doubles the tolerated error
