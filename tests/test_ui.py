@@ -330,6 +330,37 @@ def test_every_mechanism_failing_keeps_last_table(monkeypatch, reported):
     assert "engine down" in session.error and "last result" in session.error
 
 
+def test_a_result_landing_while_the_page_is_built_is_drawn(monkeypatch):
+    """The comparison lands between the table widget's build and its watchers: caught up."""
+    import threading
+    release = threading.Event()
+
+    def slow(W, noise):
+        release.wait(30)
+        return dpx.strategies.identity(W.domain)
+    dpx.registry.register(dpx.registry.Mechanism("slow_land", "Slow", slow, "waits", "test"))
+    build_table = compare_view.comparison_table
+    page = None
+
+    def table_while_the_result_lands(frame):
+        widget = build_table(frame)  # from the state before the result
+        release.set()
+        assert page.wait(60) and page.table is not None  # landed: no watcher saw it
+        return widget
+    try:
+        session = Session()
+        session.workload = dpx.workloads.prefix(32)
+        page = ComparePage(session)
+        monkeypatch.setattr(compare_view, "comparison_table", table_while_the_result_lands)
+        root = page.panel()
+        table = page._panes["table"]
+        assert any(t is table for t in root.select(pn.widgets.Tabulator))
+        assert len(table.value) == len(page.table)
+    finally:
+        release.set()
+        del dpx.registry.REGISTRY["slow_land"]
+
+
 def test_comparison_runs_in_background_with_progress():
     release = __import__("threading").Event()
 

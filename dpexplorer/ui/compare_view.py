@@ -1309,6 +1309,9 @@ class ComparePage(pn.viewable.Viewer):
             disabled=pn.bind(lambda b, o: b or o, shown.param.busy, shown.param.optimizing))
         run.on_click(lambda e: self.run_optimizers())
         summary = pn.pane.Markdown(self._summary(), sizing_mode="stretch_width")
+        # the state the widgets are built from: a result landing while they are built (before
+        # the watchers below exist) is drawn by the catch-up redraw after them
+        built_from = (self.table, self.curve, self.per_query)
         bars = _LivePlot(self.bars, self.table if self.table is not None else _empty_table(),
                          self._plot_key(), height=380)
         curve = _LivePlot(self.curve_plot, self.curve, self._plot_key(), height=400)
@@ -1365,6 +1368,10 @@ class ComparePage(pn.viewable.Viewer):
         # a hidden page keeps its redraws until shown (dpexplorer.ui.shown)
         self.param.watch(lambda *_: self._redraw("results", on_results), ["table", "curve"])
         self.param.watch(lambda *_: self._redraw("per_query", on_per_query), "per_query")
+        if self.table is not built_from[0] or self.curve is not built_from[1]:
+            self._redraw("results", on_results)
+        if self.per_query is not built_from[2]:
+            self._redraw("per_query", on_per_query)
 
         # a download control (PNG, SVG, CSV) under every figure, made from the shown numbers
         self.exports: dict = {}
