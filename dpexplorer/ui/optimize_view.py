@@ -192,6 +192,10 @@ class OptimizationProgress(param.Parameterized):
               visible=None) -> pn.Column:
         """Progress bar and status line, visible while :attr:`active` (and a Cancel button).
 
+        ``visible``: what shows the panel instead of :attr:`active` (e.g. a
+        page's "optimisers running" parameter, so that the panel is not hidden
+        and shown again between two optimisers: each change of a layout's
+        visibility re-lays out the whole page in the browser).
         ``gate``: the page's :class:`~dpexplorer.ui.shown.ShownGate`; the
         widgets then change only while the page is shown.
         """
