@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +24,8 @@ from processes import still_alive
 import dpexplorer as dpx
 from dpexplorer.ui import workers
 from dpexplorer.ui.optimize_view import Cancelled
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -222,3 +225,34 @@ def test_every_thread_of_a_worker_runs_at_the_workers_priority():
     for pid in pids:
         nices = _thread_nices(pid)
         assert len(nices) > 1 and min(nices) >= workers.WORKER_NICE, (pid, nices)
+
+
+_EXIT_WHILE_OPTIMISING = """
+import time
+from pathlib import Path
+import dpexplorer as dpx
+from dpexplorer.ui.compare_view import ComparePage
+from dpexplorer.ui.session import Session
+session = Session()
+session.workload = dpx.workloads.all_range(512)
+page = ComparePage(session)
+page.panel()
+deadline = time.time() + 120
+while not page.optimizing and time.time() < deadline:
+    time.sleep(0.05)
+time.sleep(0.3)
+print("optimising:", page.optimizing, flush=True)
+"""
+
+
+def test_a_script_ending_while_optimisers_run_exits():
+    """The exit hook stops the pool, and the page's optimiser threads cannot start a new one
+    (that one was never stopped: the interpreter waited for its threads forever)."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", _EXIT_WHILE_OPTIMISING], env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert "optimising: True" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0, done.stderr[-3000:]

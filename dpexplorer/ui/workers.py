@@ -241,15 +241,37 @@ class _Pool:
 
 _lock = threading.Lock()
 _pool: _Pool | None = None
+_exiting = False  # the interpreter is exiting: no pool is started any more
+
+
+def _at_exit() -> None:
+    global _exiting
+    with _lock:
+        _exiting = True
+    shutdown()
+
+
 _register_atexit = getattr(threading, "_register_atexit", None)
 if _register_atexit is not None:  # before loky's own exit hook joins a worker still optimising
-    _register_atexit(lambda: shutdown())
+    _register_atexit(_at_exit)
 
 
 def _get_pool() -> _Pool:
+    """The worker pool, started at the first call.
+
+    Raises
+    ------
+    Cancelled
+        When the interpreter is exiting.  A page's optimiser thread asking for
+        a pool after the exit hook had stopped it used to start a new one that
+        nothing stopped: a script or notebook that ended while optimisers ran
+        then never exited (its interpreter waited for the new pool's threads).
+    """
     global _pool
     with _lock:
         if _pool is None:
+            if _exiting:
+                raise Cancelled("the process is exiting: no optimiser is started")
             _pool = _Pool()
         return _pool
 
@@ -262,7 +284,7 @@ def warm_up() -> None:
     """
     global _pool
     with _lock:
-        if _pool is not None:
+        if _pool is not None or _exiting:
             return
         _pool = _Pool()
         for _ in range(MAX_WORKERS):
