@@ -38,20 +38,23 @@ pytestmark = pytest.mark.slow
 # CI machine is slower but stays green (issue 17 item 14).
 
 
-def start_server(log_path, wait_path: str = "/explorer"):
-    """``panel serve apps/explorer.py`` on a free 127.0.0.1 port: ``(process, app URL, log file)``.
+def start_server(log_path, wait_path: str | None = None, app: str = "apps/explorer.py",
+                 env: dict | None = None):
+    """``panel serve app`` on a free 127.0.0.1 port: ``(process, app URL, log file)``.
 
-    Waits (90 s at most) until ``wait_path`` answers; the default builds one session.
+    Waits (90 s at most) until ``wait_path`` answers (default: the app's own
+    path, which builds one session).  ``env``: more environment variables.
     """
     port = bench.free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "BOKEH_RESOURCES": "server"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BOKEH_RESOURCES": "server", **(env or {})}
     # the server's log goes to a file: an unread pipe fills up and blocks the server
     log = open(log_path, "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "panel", "serve", "apps/explorer.py", "--port", str(port),
+        [sys.executable, "-m", "panel", "serve", app, "--port", str(port),
          "--address", "127.0.0.1", f"--allow-websocket-origin=127.0.0.1:{port}"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/explorer"
+    url = f"http://127.0.0.1:{port}/{Path(app).stem}"
+    wait_path = f"/{Path(app).stem}" if wait_path is None else wait_path
     deadline = time.monotonic() + 90
     import urllib.error
     import urllib.request

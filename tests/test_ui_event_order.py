@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -155,31 +152,18 @@ def test_the_app_script_installs_it():
 # ------------------------------------------------------------------ in a served page
 @pytest.mark.slow
 @pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "panel-pool"])
-def test_a_value_typed_then_a_click_are_handled_in_that_order(ordered):
+def test_a_value_typed_then_a_click_are_handled_in_that_order(ordered, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
-    from tests.test_browser import CHROMIUM, FLAGS, READY_MS, bench
+    from tests.test_browser import CHROMIUM, FLAGS, READY_MS, start_server
     if not Path(CHROMIUM).exists():
         pytest.skip(f"chromium not found at {CHROMIUM}")
-    port = bench.free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "BOKEH_RESOURCES": "server",
-           "ORDERED": "1" if ordered else "0"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "panel", "serve", "tests/apps/event_order_app.py", "--port",
-         str(port), "--address", "127.0.0.1", f"--allow-websocket-origin=127.0.0.1:{port}"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, url, log = start_server(tmp_path / "panel.log", app="tests/apps/event_order_app.py",
+                                  env={"ORDERED": "1" if ordered else "0"})
     try:
         with sync_api.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
             page = browser.new_page()
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    page.goto(f"http://127.0.0.1:{port}/event_order_app", timeout=READY_MS)
-                    break
-                except sync_api.Error:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.5)
+            page.goto(url, timeout=READY_MS)
             field = page.get_by_role("textbox")
             field.wait_for(timeout=READY_MS)
             field.fill("-2")
@@ -191,6 +175,7 @@ def test_a_value_typed_then_a_click_are_handled_in_that_order(ordered):
     finally:
         proc.terminate()
         proc.wait(10)
+        log.close()
     if ordered:
         assert shown.strip() == "added with weight -2"
     else:  # the control: Panel's own pool handles the click first (the defect)
