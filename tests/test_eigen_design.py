@@ -288,6 +288,45 @@ def test_registry_attaches_result_and_refuses_laplace():
     assert math.isnan(row["rmse"]) and "(ε,δ)" in row["note"]
 
 
+def test_scope_refuses_before_any_build_what_the_builder_refuses():
+    """``Mechanism.not_applicable`` runs only the cheap scope check, with the builder's own message."""
+    mech = registry.get("eigen_design")
+    W = workloads.prefix(16)
+    assert mech.scope is ed.scope
+    assert mech.not_applicable(W, GAUSSIAN) is None
+    reason = mech.not_applicable(W, dpx.Laplace(1.0))
+    with pytest.raises(registry.NotApplicableError) as caught:
+        mech.strategy(W, dpx.Laplace(1.0))
+    assert reason == str(caught.value) and "(ε,δ)" in reason
+    big = workloads.identity(ed.MAX_CELLS + 1)
+    assert "8,192" in mech.not_applicable(big, GAUSSIAN)
+    with pytest.raises(TypeError):
+        mech.not_applicable(W, "laplace")
+
+
+def test_scope_runs_before_the_builder():
+    built = []
+
+    def scope(W, noise):
+        if noise.norm == 1:
+            raise registry.NotApplicableError("Gaussian noise only")
+
+    def build(W, noise):
+        built.append(W.n)
+        return workloads.identity(W.n)
+
+    mech = registry.Mechanism("test_scoped", "Scoped", build, "test", "test", scope=scope)
+    W = workloads.prefix(4)
+    assert mech.not_applicable(W, dpx.Laplace(1.0)) == "Gaussian noise only"
+    with pytest.raises(registry.NotApplicableError, match="Gaussian noise only"):
+        mech.strategy(W, dpx.Laplace(1.0))
+    assert built == []  # refused before any build
+    assert mech.not_applicable(W, GAUSSIAN) is None
+    assert mech.strategy(W, GAUSSIAN).shape == (4, 4) and built == [4]
+    plain = registry.Mechanism("test_plain", "Plain", build, "test", "test")
+    assert plain.not_applicable(W, dpx.Laplace(1.0)) is None  # no check: None
+
+
 def test_progress_is_reported_and_can_cancel():
     W = workloads.prefix(24)
     calls = []

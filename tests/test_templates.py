@@ -563,6 +563,25 @@ def test_opt0_bad_input():
         templates.opt0(W, LAPLACE, threads=0)
 
 
+def test_opt0_scope_is_the_builders_limit_checked_first():
+    """The registry's cheap check refuses exactly the domains :func:`templates.opt0` refuses."""
+    mech = registry.get("opt0")
+    assert mech.scope is templates.opt0_scope
+    cases = [(Dense(np.ones((2, 5000))), LAPLACE), (workloads.prefix(20000), LAPLACE),
+             (workloads.prefix(3000), GAUSSIAN),
+             (workloads.kron([workloads.identity(600), workloads.identity(10)]), LAPLACE)]
+    for W, noise in cases:
+        reason = mech.not_applicable(W, noise)
+        with pytest.raises(registry.NotApplicableError) as caught:
+            templates.opt0(W, noise, maxiter=1)
+        assert reason == str(caught.value)
+    for W, noise in [(workloads.prefix(16384), LAPLACE), (workloads.prefix(2048), GAUSSIAN),
+                     (Dense(np.ones((2, 4096))), LAPLACE)]:
+        assert mech.not_applicable(W, noise) is None
+    with pytest.raises(ValueError, match="NoiseModel"):
+        templates.opt0_scope(workloads.prefix(8), "laplace")
+
+
 # ============================================================== OPT⊗ and OPT+
 CPS = (50, 100, 7, 4, 2)
 

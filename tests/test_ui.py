@@ -112,6 +112,7 @@ def test_epsilon_halved_doubles_everything_without_rebuilding():
     bars = page._panes["bars"].pane.object
     layers0 = page.curve_plot().values()
     entries = len(session.cache)
+    built = sum(e[0] is not None for e in session.cache._entries.values())
     assert entries > 0
     session.epsilon = 0.5
     assert not page.busy and page._jobs.pending == 0  # nothing ran in the background
@@ -126,7 +127,9 @@ def test_epsilon_halved_doubles_everything_without_rebuilding():
         after["mechanism"][after["ratio"].notna()], "ratio"], rtol=1e-12)
     assert page.svd_bound == pytest.approx(2 * before.attrs["svd_bound"], rel=1e-12)
     _same_as_engine(after, session.workload, dpx.Laplace(0.5), cache=session.cache)
-    assert len(session.cache) == entries
+    # (the engine's comparison also records Eigen-Design's "not under Laplace noise", which the
+    # page says from the registry's scope check without an entry: no strategy is built)
+    assert sum(e[0] is not None for e in session.cache._entries.values()) == built
     # the curve: its value at the session's ε doubles; on the fixed grid (Laplace) it is unchanged
     at = lambda c, e: c[c["epsilon"] == e].set_index("mechanism")["rmse"].sort_index()  # noqa: E731
     np.testing.assert_allclose(at(page.curve, 0.5).to_numpy(), 2 * at(curve0, 1.0).to_numpy(),
@@ -662,6 +665,38 @@ def test_table_shows_before_a_slow_optimizer_which_can_be_cancelled(monkeypatch)
         fake.gate.set()
         assert page.run_optimizers() and page.wait(60)
         _same_as_engine(page.table, session.workload, dpx.Laplace(0.5), cache=session.cache)
+
+
+def test_an_optimizer_out_of_scope_is_said_at_once_and_the_charts_keep_their_structure():
+    """Eigen-Design under Laplace noise: its reason from the first table, never an optimiser slot.
+
+    A slot that ended in "not applicable" took the mechanism off the charts when the
+    optimisers finished: a new plot structure, both figures rebuilt, and the ε change
+    made meanwhile waited for it (issue 14's ε → chart time).
+    """
+    session = Session()
+    session.workload = dpx.workloads.prefix(32)
+    page = ComparePage(session)
+    seen = []
+    page.param.watch(lambda e: seen.append(
+        (page._plot_key(), _row(page, "eigen_design")["note"]) if e.new is not None else None),
+        "table")
+    page.panel()
+    assert page.wait(120) and not page.optimizing
+    seen = [s for s in seen if s is not None]
+    assert len(seen) >= 2  # the first comparison, then the optimisers' rows
+    reason = dpx.registry.get("eigen_design").not_applicable(session.workload, dpx.Laplace(1.0))
+    assert "(ε,δ)" in reason
+    assert all(note == reason for _, note in seen)  # never "optimising…"
+    keys = {key for key, _ in seen}
+    assert len(keys) == 1 and "eigen_design" not in next(iter(keys))[1]
+    assert "opt0" in next(iter(keys))[1]
+    assert "eigen_design" not in page.pending
+    _same_as_engine(page.table, session.workload, dpx.Laplace(1.0), cache=session.cache)
+    # under Gaussian noise it is an optimiser like the others, and its row is built
+    session.noise = "Gaussian"
+    assert page.wait(120) and not page.optimizing
+    assert np.isfinite(_row(page, "eigen_design")["rmse"])
 
 
 def test_workload_change_stops_a_running_optimizer(monkeypatch):

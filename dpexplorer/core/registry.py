@@ -58,6 +58,14 @@ class Mechanism:
         passes on to the kernel: a seeded ``numpy.random.Generator``
         (simulation) or :data:`dpexplorer.privacy.OS_CSPRNG` (release).  Run
         any mechanism with :func:`dpexplorer.mechanism.run`.
+    scope : callable or None
+        ``scope(W, noise)``: a cheap check, run before any build, that raises
+        :class:`NotApplicableError` when the mechanism cannot be used for
+        ``W`` under ``noise`` (e.g. an (ε,δ)-only optimiser under Laplace
+        noise).  :meth:`not_applicable` calls it, so that a page can say so at
+        once instead of starting an optimiser that would end in the same
+        error.  ``None``: no check before the build (the builder may still
+        raise).
     private : bool
         Whether the mechanism is differentially private as registered
         (default ``True``).  ``False`` marks a variant kept only for study
@@ -75,6 +83,27 @@ class Mechanism:
     data_dependent: bool = False
     runner: Callable[..., Estimate] | None = None
     private: bool = True
+    scope: Callable[[Matrix, NoiseModel], None] | None = None
+
+    def not_applicable(self, W: Matrix, noise: NoiseModel) -> str | None:
+        """Why this mechanism cannot be used for ``W: (m, n)`` under ``noise``, or None.
+
+        Runs only the cheap :attr:`scope` check (no strategy is built): None
+        means the check found nothing, not that the build will succeed.
+
+        Raises
+        ------
+        TypeError
+            If ``noise`` is not a noise model.
+        """
+        check_noise(noise)
+        if self.scope is None:
+            return None
+        try:
+            self.scope(W, noise)
+        except NotApplicableError as exc:
+            return str(exc)
+        return None
 
     def strategy(self, W: Matrix, noise: NoiseModel, **params) -> Matrix:
         """Build the strategy for ``W`` with the defaults overridden by ``params``.
@@ -83,7 +112,9 @@ class Mechanism:
         ------
         ValueError
             If the mechanism is data-dependent (it has no fixed strategy) or a
-            parameter is unknown (:meth:`check_params`).
+            parameter is unknown (:meth:`check_params`); as
+            :class:`NotApplicableError` (a ValueError) when :attr:`scope` or
+            the builder finds the workload or noise out of scope.
         TypeError
             If ``noise`` is not a noise model.
         """
@@ -91,6 +122,8 @@ class Mechanism:
             raise ValueError(f"{self.name!r} is data-dependent: it has no data-independent strategy")
         check_noise(noise)
         self.check_params(params)
+        if self.scope is not None:
+            self.scope(W, noise)
         kwargs = {**self.params, **params}
         A = self.build(W, noise, **kwargs)
         if A is W:  # never rename the caller's workload

@@ -128,6 +128,7 @@ __all__ = [
     "eigen_queries",
     "row_normalized_gram",
     "eigen_design",
+    "scope",
 ]
 
 #: Largest domain (number of cells ``n``) Eigen-Design accepts: it needs a dense
@@ -575,6 +576,29 @@ class EigenDesignStrategy(Dense):
 
 
 # =============================================================== main entry
+def scope(W, noise) -> None:
+    """Refuse, before any work, what Eigen-Design cannot take: Laplace noise, ``n > MAX_CELLS``.
+
+    The registry's cheap check (:attr:`dpexplorer.core.registry.Mechanism.scope`),
+    also the first step of :func:`eigen_design`.
+
+    Raises
+    ------
+    NotApplicableError
+        For Laplace noise (Li & Miklau 2012, Sec. 3.5: an (ε, δ) mechanism) or
+        ``n > MAX_CELLS`` (the dense ``n × n`` eigendecomposition).
+    ValueError
+        For a noise object that is neither Gaussian nor None.
+    """
+    _check_noise(noise)
+    n = as_matrix(W).n
+    if n > MAX_CELLS:
+        raise registry.NotApplicableError(
+            f"Eigen-Design needs a dense n × n Gram matrix and its eigendecomposition; "
+            f"n = {n:,} cells is above the limit of {MAX_CELLS:,} (use HDMM's Kronecker or "
+            f"marginal optimisers for large multi-dimensional domains)")
+
+
 def _check_noise(noise) -> None:
     if noise is None:
         return
@@ -670,13 +694,8 @@ def eigen_design(W, noise: NoiseModel | None = None, group_size: int | None = No
         of range), a non-Gaussian noise object, or an all-zero workload.
     """
     t_start = time.perf_counter()
-    _check_noise(noise)
     W = as_matrix(W)
-    if W.n > MAX_CELLS:
-        raise registry.NotApplicableError(
-            f"Eigen-Design needs a dense n × n Gram matrix and its eigendecomposition; "
-            f"n = {W.n:,} cells is above the limit of {MAX_CELLS:,} (use HDMM's Kronecker or "
-            f"marginal optimisers for large multi-dimensional domains)")
+    scope(W, noise)
     if group_size is not None and principal is not None:
         raise ValueError("choose one reduction: group_size (eigen-query separation) or principal "
                          "(principal vectors), not both")
@@ -757,4 +776,4 @@ registry.register(registry.Mechanism(
     "Eigen-queries of WᵀW weighted by convex optimisation (Program 1), completed to equal "
     "column norms ((ε,δ) only).",
     "Li & Miklau, PVLDB 2012, Sec. 3-4 (Program 1-2, Thm 1-3, Sec. 4.2 reductions)",
-    params={"group_size": None, "principal": None, "relative": False}))
+    params={"group_size": None, "principal": None, "relative": False}, scope=scope))

@@ -93,6 +93,7 @@ __all__ = [
     "OPT0_MAX_CELLS",
     "OPT0_MAX_CELLS_STRUCTURED",
     "opt0",
+    "opt0_scope",
     "opt_kron",
     "opt_plus",
     "KronStack",
@@ -1177,21 +1178,9 @@ def opt0(W, noise: NoiseModel, p: int | None = None, restarts: int | None = None
     seed = _check_seed(seed)
     if tol is not None and not (math.isfinite(tol) and tol >= 0):
         raise ValueError(f"tol must be a non-negative number, got {tol!r}")
-    op = None
-    if isinstance(W, np.ndarray):
-        n = W.shape[1]
-    else:
+    if not isinstance(W, np.ndarray):
         W = as_matrix(W)
-        n = W.n
-        if norm == 1:  # structured Gram: O(p² n) iterations, no n × n matrix
-            op = gram_operator(W)
-    limit = OPT0_MAX_CELLS[norm] if op is None else OPT0_MAX_CELLS_STRUCTURED
-    if n > limit:
-        raise registry.NotApplicableError(
-            f"OPT0 optimises an explicit strategy over every cell; this workload has n = {n:,} "
-            f"cells, above {limit:,} for {'Laplace' if norm == 1 else 'Gaussian'} noise"
-            f"{' and this workload' if op is not None else ''}: use OPT⊗, OPT+ or HDMM, "
-            f"which work factor by factor")
+    n, op = _opt0_domain(W, norm)
     t0 = time.perf_counter()
     if isinstance(W, np.ndarray):
         G = _check_gram(W)
@@ -1558,6 +1547,48 @@ def fresh(result: optimization.OptimizationResult) -> Matrix:
     return optimization.attach(dataclasses.replace(result, strategy=A, info=dict(result.info)))
 
 
+def _opt0_domain(W, norm: int):
+    """``(n, structured Gram or None)`` of ``W`` (a Matrix, or an ``(n, n)`` Gram array) for OPT0.
+
+    Raises
+    ------
+    NotApplicableError
+        Above ``OPT0_MAX_CELLS[norm]`` cells, or :data:`OPT0_MAX_CELLS_STRUCTURED` for
+        Laplace noise and a structured Gram.
+    """
+    op = None
+    if isinstance(W, np.ndarray):
+        n = W.shape[1]
+    else:
+        n = W.n
+        if norm == 1:  # structured Gram: O(p² n) iterations, no n × n matrix
+            op = gram_operator(W)
+    limit = OPT0_MAX_CELLS[norm] if op is None else OPT0_MAX_CELLS_STRUCTURED
+    if n > limit:
+        raise registry.NotApplicableError(
+            f"OPT0 optimises an explicit strategy over every cell; this workload has n = {n:,} "
+            f"cells, above {limit:,} for {'Laplace' if norm == 1 else 'Gaussian'} noise"
+            f"{' and this workload' if op is not None else ''}: use OPT⊗, OPT+ or HDMM, "
+            f"which work factor by factor")
+    return n, op
+
+
+def opt0_scope(W, noise: NoiseModel) -> None:
+    """Refuse, before any work, a domain too large for OPT0 (the registry's scope check).
+
+    The same limits as :func:`opt0`: ``OPT0_MAX_CELLS[norm]`` cells (4096 Laplace, 2048
+    Gaussian), :data:`OPT0_MAX_CELLS_STRUCTURED` for Laplace noise and a structured Gram.
+
+    Raises
+    ------
+    NotApplicableError
+        For a domain above the limit.
+    ValueError
+        For a noise that is not a noise model.
+    """
+    _opt0_domain(as_matrix(W), _norm_of(noise))
+
+
 def _build_opt0(W, noise, p=None, restarts=None, seed=0, maxiter=None):
     return fresh(cached_opt0(as_matrix(W), noise, restarts, seed, maxiter, p=p))
 
@@ -1612,7 +1643,7 @@ for _m in [
         "(Gaussian) for a dense Gram matrix (up to 4096 cells; Laplace on range workloads, "
         "whose Gram has fast products, up to 16,384 cells).",
         "McKenna et al., HDMM, Sec. 4, Def. 12-14",
-        params={"p": None, "restarts": None, "seed": 0, "maxiter": None}),
+        params={"p": None, "restarts": None, "seed": 0, "maxiter": None}, scope=opt0_scope),
     registry.Mechanism(
         "opt_kron", "OPT⊗", _build_opt_kron,
         "One Kronecker product of per-attribute OPT0 strategies, by block-coordinate descent.",

@@ -689,13 +689,23 @@ class ComparePage(pn.viewable.Viewer):
         self._pending = key
         self._cancel = False
         indep = [n for n in key[2] if not dpx.registry.get(n).data_dependent
-                 and too_large(W, n, self.max_cells) is None]
+                 and self._not_built(W, n, noise) is None]
         later = [n for n in indep if n in OPTIMIZERS
                  and cached_entry(self.cache, W, n, noise) is None]
         self._set(busy=True, progress=0, total=max(1, len(indep) - len(later)),
                   status=f"Building strategies for {W.name} ({W.m:,} queries × {W.n:,} cells)…")
         self._submit(self._compare_job, self._token, key, W, noise, list(key[2]),
                      self.auto_optimize)
+
+    def _not_built(self, W, name: str, noise) -> str | None:
+        """Why the data-independent mechanism ``name`` is not built for ``W`` here, or None.
+
+        A big 1D workload's rows that need an ``n × n`` matrix (:func:`too_large`), and
+        what the registry's cheap scope check refuses (Eigen-Design under Laplace noise):
+        said at once, instead of an optimiser's slot that would end in the same message
+        (and a rebuilt chart when its slot went).
+        """
+        return too_large(W, name, self.max_cells) or dpx.registry.get(name).not_applicable(W, noise)
 
     def _stopped(self, token) -> bool:
         """Whether the build under ``token`` must stop: superseded, or cancelled by the user."""
@@ -782,8 +792,8 @@ class ComparePage(pn.viewable.Viewer):
             indep = [n for n in names if not dpx.registry.get(n).data_dependent]
             dep = [n for n in names if dpx.registry.get(n).data_dependent]
             rows, failures = {}, []
-            for name in indep:  # a big 1D workload: rows that need an n × n matrix, not built
-                reason = too_large(W, name, self.max_cells)
+            for name in indep:  # rows not built, with the reason (see _not_built)
+                reason = self._not_built(W, name, noise)
                 if reason is not None:
                     rows[name] = _row(dpx.registry.get(name), math.nan, reason)
             indep = [n for n in indep if n not in rows]
@@ -1053,7 +1063,7 @@ class ComparePage(pn.viewable.Viewer):
                     if self._opt_pending == self._shown else
                     f"{label} has not been built for this workload yet: run the optimisers first"))
                 return
-            reason = too_large(W, name, self.max_cells)
+            reason = self._not_built(W, name, noise)
             if reason is not None:
                 self._set(per_query=None, per_query_note=f"{dpx.registry.get(name).label}: {reason}")
                 return
