@@ -159,6 +159,54 @@ def test_epsilon_halved_doubles_everything_without_rebuilding():
     assert len(session.cache) == entries
 
 
+def test_the_drawn_axes_follow_the_numbers():
+    """The live plots update in place, and each figure's ranges follow the new numbers.
+
+    The charts give explicit limits and mark their layers ``framewise`` (not by options on
+    the DynamicMap, which re-applied them to every frame): without the mark, the per-query
+    figures kept their first ranges after an ε change.
+    """
+    from bokeh.models import Plot
+
+    session, page = _page()  # All Range, n = 256, Laplace ε = 1
+    root = page.panel().get_root()
+    page.mechanism = "identity"
+    assert page.wait(60)
+    first = page.accuracy_first
+    first.metric, first.mode = "rmse", "epsilon"
+    assert page.wait(60)
+    names = {"RMSE per query": "bars", "Privacy": "curve", "ε needed": "target bars",
+             "Identity: per-query RMSE by range length": "by length",
+             "Identity: per-query RMSE (": "by index"}
+
+    def ranges():
+        out = {}
+        for fig in root.select({"type": Plot}):
+            title = fig.title.text if fig.title is not None else ""
+            for start, name in names.items():
+                if title.startswith(start):
+                    out[name] = (fig.x_range, fig.y_range.start, fig.y_range.end, fig.x_range.start)
+                    break
+        return out
+
+    before = ranges()
+    assert set(before) == set(names.values())
+    session.epsilon = 0.005  # below the privacy–accuracy grid (0.01 … 10)
+    assert page.wait(60)
+    after = ranges()
+    for name, (x_range, lo, hi, _) in before.items():
+        assert after[name][0] is x_range  # the same figure, updated in place
+        if name in ("bars", "by length", "by index"):  # every error × 200 (1/ε)
+            assert after[name][1:3] == pytest.approx((200 * lo, 200 * hi), rel=1e-9), name
+    # the privacy–accuracy chart's x axis reaches the new ε, its y axis the error there
+    assert after["curve"][3] == pytest.approx(0.005 / 1.2) and after["curve"][2] > before["curve"][2]
+    # the ε needed for a target: a target 10 × smaller needs 10 × the ε (Laplace: error ∝ 1/ε)
+    first.target = first.target / 10
+    assert page.wait(60)
+    lo, hi = before["target bars"][1:3]
+    assert ranges()["target bars"][1:3] == pytest.approx((10 * lo, 10 * hi), rel=1e-6)
+
+
 def test_one_svd_bound_line_after_many_epsilon_changes():
     """Issue 17 item 3: ε 1 → 0.5 → 2 → 0.25 → 1 left three dashed lines on the chart."""
     import holoviews as hv

@@ -682,7 +682,7 @@ def epsilon_bars(df: pd.DataFrame | None) -> hv.Overlay:
     bars = hv.Bars(ok, hv.Dimension("label", label="Mechanism"),
                    [hv.Dimension("epsilon", label="ε needed"), "error"]).opts(
         logy=True, tools=["hover"], color="#2ca02c", responsive=True, height=360,
-        default_tools=["save", "reset"], shared_axes=False,
+        default_tools=["save", "reset"], shared_axes=False, framewise=True,
         ylim=(min(values) / 1.5, max(values) * 1.5),
         title=f"ε needed for {_target_words(a.get('target', 0), a.get('metric', 'rmse'), 0.95, 0.95)}")
     if not (math.isfinite(floor) and floor > 0):
@@ -704,7 +704,7 @@ def target_curve_plot(df: pd.DataFrame | None) -> hv.Overlay:
     for name, part in df.groupby("mechanism", sort=False):
         c = hv.Curve(part, hv.Dimension("epsilon", label="ε"),
                      [hv.Dimension("error", label=ylabel)], label=part["label"].iloc[0]).opts(
-            logx=True, logy=True, tools=["hover"], line_width=2)
+            logx=True, logy=True, tools=["hover"], line_width=2, framewise=True)
         if name == "svd_bound":
             c = c.opts(color="#d62728", line_dash="dashed")
         elems.append(c)
