@@ -212,7 +212,16 @@ def _line_moved(before: dict, now: dict, eps: float) -> bool:
 def epsilon_latency(pg, values=("0.5", "2", "0.25", "1")) -> list[dict]:
     """Per ε in ``values``: seconds from Enter until the Identity row is RMSE(ε = 1) / ε
     (``table``), and until the privacy–accuracy chart's ε line (a Bokeh ``Span``) is at the
-    new ε in the browser (``chart``)."""
+    new ε in the browser (``chart``).
+
+    The changes start once the chart is drawn: a served Compare page draws its first
+    figures a moment after its table (``ComparePage.first_figures_delay``), and a chart
+    not drawn yet has nothing to update."""
+    t0 = time.perf_counter()
+    while not pg.evaluate(_EPS_LINES):
+        if time.perf_counter() - t0 > READY_MS / 1000:
+            raise TimeoutError("the privacy–accuracy chart was not drawn")
+        pg.wait_for_timeout(20)
     box = pg.locator("input").first  # the sidebar's ε comes first
     current = float(box.input_value())
     base = shown_rmse(pg, "Identity") * current
