@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import time
-import weakref
 from pathlib import Path
 
 import numpy as np
@@ -925,14 +924,10 @@ def test_big_workloads_refused_with_reasons(reported):
 def test_redraws_in_a_server_session_run_together_on_the_event_loop(monkeypatch):
     # in a served session, redraws requested meanwhile run in one event-loop callback, with
     # the document's model index frozen once (ComparePage._redraw); a key asked twice runs once
-    from bokeh.document import Document
-
-    class _Context:  # what Document.session_context needs to be "served"
-        pass
+    from ui_fakes import served_document
 
     _session, page = _page()
-    doc, context = Document(), _Context()
-    doc._session_context = weakref.ref(context)
+    doc, context = served_document()
     scheduled, ran, frozen = [], [], []
     monkeypatch.setattr(pn.state, "execute", lambda fn, schedule="auto": scheduled.append(fn))
     # a queue of this test's own (the server-wide one would keep this fake loop's redraws)
@@ -993,13 +988,9 @@ def test_statuses_waiting_for_the_event_loop_are_replaced_not_queued():
 def test_a_closed_sessions_compare_page_stops_and_leaves_the_redraw_queue(monkeypatch):
     """A browser tab closed: its optimisers stop, and its redraw handed to the loop (which
     Bokeh drops with the session) no longer holds the other sessions' redraws."""
-    from bokeh.document import Document
+    from ui_fakes import served_document
 
-    class _Context:
-        pass
-
-    doc, context = Document(), _Context()
-    doc._session_context = weakref.ref(context)
+    doc, context = served_document()
     scheduled = []
     monkeypatch.setattr(pn.state, "execute", lambda fn, schedule="auto": scheduled.append(fn))
     handed = []  # what the queue hands to the loop
@@ -1012,8 +1003,8 @@ def test_a_closed_sessions_compare_page_stops_and_leaves_the_redraw_queue(monkey
         page.gate.show(True)
         page._redraw("results", lambda: None)  # handed to the loop, never run
     assert len(handed) == 1
-    other, other_doc, other_context = [], Document(), _Context()
-    other_doc._session_context = weakref.ref(other_context)
+    other, served = [], served_document()  # (the document holds its context weakly)
+    other_doc = served[0]
     queue.submit("another session", other_doc, lambda: other.append(1))
     assert queue.pending() == 1  # waits for the closed page's redraw
     hooks = list(doc.session_destroyed_callbacks)
@@ -1033,13 +1024,9 @@ def test_a_served_pages_first_figures_follow_its_table(monkeypatch):
     table 4.4-4.9 s after the request with the four figures drawn with it, 2.8-3.0 s with
     them a second later).  Outside a server (tests, notebooks) everything is drawn at once.
     """
-    from bokeh.document import Document
+    from ui_fakes import served_document
 
-    class _Context:
-        pass
-
-    doc, context = Document(), _Context()
-    doc._session_context = weakref.ref(context)
+    doc, context = served_document()
     scheduled, timeouts = [], []
     monkeypatch.setattr(pn.state, "execute", lambda fn, schedule="auto": scheduled.append(fn))
     monkeypatch.setattr(compare_view, "REDRAWS", RedrawQueue(check_seconds=None))

@@ -210,20 +210,15 @@ def test_a_release_is_drawn_on_the_event_loop_not_by_the_thread_that_made_it(mon
     can overtake Panel's queued messages ("reference … isn't known").  The Release page's
     redraw (it holds the document) must run as an event-loop callback instead."""
     import contextlib
-    import weakref
 
     import panel as pn
-    from bokeh.document import Document
     from panel.io.state import set_curdoc
+    from ui_fakes import served_document
 
     from dpexplorer.ui.release_view import ReleaseView
     from dpexplorer.ui.session import Session
 
-    class _Context:
-        pass
-
-    doc, context = Document(), _Context()
-    doc._session_context = weakref.ref(context)
+    doc, context = served_document()
     scheduled, held = [], []
     monkeypatch.setattr(pn.state, "execute", lambda fn, schedule="auto": scheduled.append(fn))
     real_hold = pn.io.hold

@@ -97,3 +97,23 @@ def wait_for(predicate, timeout: float = 30.0, step: float = 0.01) -> bool:
             return True
         time.sleep(step)
     return bool(predicate())
+
+
+class FakeSessionContext:
+    """Stands for a Bokeh server session's context: a document holding one counts as served."""
+
+
+def served_document():
+    """``(doc, context)``: a Bokeh ``Document`` that the pages take for a served session's.
+
+    Keep ``context`` alive while the document is used (the document holds it weakly);
+    calling every hook of ``doc.session_destroyed_callbacks`` with it plays the session's end.
+    """
+    import weakref
+
+    from bokeh.document import Document
+
+    doc, context = Document(), FakeSessionContext()
+    doc._session_context = weakref.ref(context)
+    return doc, context
+
