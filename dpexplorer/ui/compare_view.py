@@ -557,7 +557,7 @@ class ComparePage(pn.viewable.Viewer):
     load_grace = 1.5
     #: Seconds between the table's first rows and the page's first figures (served pages
     #: only): the browser builds the table before the four figures, instead of after them.
-    #: Measured in headless chromium (``/tmp`` A/B of the Compare table's time, 2 cores, 4
+    #: Measured in headless chromium (an A/B of the Compare table's time, 2 cores, 4
     #: pages each, medians): n = 256 4.6-4.9 s at once, 3.4 s with the per-query and
     #: privacy–accuracy figures 1.5 s later, 2.9-3.0 s with the bars too (0.8-1.5 s later);
     #: n = 1024 4.4-4.7 s, 3.1-3.2 s, 2.8-3.0 s.
@@ -586,7 +586,7 @@ class ComparePage(pn.viewable.Viewer):
         self._statuses: dict = {}  # the status waiting for the event loop, per kind (_post_status)
         self._urgent = False  # set while update() shows the user's own change (REDRAWS)
         self._queued_guard = threading.Lock()
-        self._figures_after = None  # loop time before which no first figure is drawn (_later)
+        self._figures_after = None  # time.monotonic() before which no first figure is drawn
         self._figures_timer = set()  # redraw keys waiting for that time
         #: Progress of the optimiser being built (fed by dpexplorer.core.optimization.report).
         self.optimization = OptimizationProgress()
