@@ -209,6 +209,15 @@ def _line_moved(before: dict, now: dict, eps: float) -> bool:
                for i, loc in now.items() if loc is not None)
 
 
+def wait_for_chart(pg) -> None:
+    """Wait until the Compare page's privacy–accuracy chart is drawn in the browser."""
+    t0 = time.perf_counter()
+    while not pg.evaluate(_EPS_LINES):
+        if time.perf_counter() - t0 > READY_MS / 1000:
+            raise TimeoutError("the privacy–accuracy chart was not drawn")
+        pg.wait_for_timeout(20)
+
+
 def epsilon_latency(pg, values=("0.5", "2", "0.25", "1")) -> list[dict]:
     """Per ε in ``values``: seconds from Enter until the Identity row is RMSE(ε = 1) / ε
     (``table``), and until the privacy–accuracy chart's ε line (a Bokeh ``Span``) is at the
@@ -217,11 +226,7 @@ def epsilon_latency(pg, values=("0.5", "2", "0.25", "1")) -> list[dict]:
     The changes start once the chart is drawn: a served Compare page draws its first
     figures a moment after its table (``ComparePage.first_figures_delay``), and a chart
     not drawn yet has nothing to update."""
-    t0 = time.perf_counter()
-    while not pg.evaluate(_EPS_LINES):
-        if time.perf_counter() - t0 > READY_MS / 1000:
-            raise TimeoutError("the privacy–accuracy chart was not drawn")
-        pg.wait_for_timeout(20)
+    wait_for_chart(pg)
     box = pg.locator("input").first  # the sidebar's ε comes first
     current = float(box.input_value())
     base = shown_rmse(pg, "Identity") * current
@@ -359,7 +364,10 @@ def measure(url: str, ns=(256, 1024), sessions: int = 8) -> dict:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
-            ctx, _, _ = open_compare(browser, url, ns[0])  # warm the server's imports
+            # warm the server's imports, figures included (closed at once, the page would
+            # still draw its first figures, a moment after its table, during the next one)
+            ctx, pg, _ = open_compare(browser, url, ns[0])
+            wait_for_chart(pg)
             ctx.close()
             for n in ns:
                 ctx, pg, first = open_compare(browser, url, n)

@@ -206,6 +206,43 @@ def test_the_drawn_axes_follow_the_numbers():
     assert ranges()["target bars"][1:3] == pytest.approx((10 * lo, 10 * hi), rel=1e-6)
 
 
+def test_table_patch_changes_only_numbers_in_place():
+    from dpexplorer.ui.compare_view import table_patch
+
+    old = pd.DataFrame({"label": ["A", "B", "C"], "rmse": [1.0, np.nan, 3.0],
+                        "rows": [4.0, 5.0, np.nan], "note": ["", "n/a", ""]})
+    assert table_patch(old, old.copy()) == {}  # NaN equals NaN
+    new = old.assign(rmse=[2.0, np.nan, 6.0])
+    assert table_patch(old, new) == {"rmse": [(0, 2.0), (2, 6.0)]}
+    assert table_patch(old, new.assign(rows=[4.0, 5.0, 7.0])) == {
+        "rmse": [(0, 2.0), (2, 6.0)], "rows": [(2, 7.0)]}
+    # anything but numbers, or other rows or columns: replaced whole
+    assert table_patch(old, new.assign(note=["", "changed", ""])) is None
+    assert table_patch(old, new.iloc[[1, 0, 2]]) is None
+    assert table_patch(old, new.iloc[:2]) is None
+    assert table_patch(old, new.drop(columns="rows")) is None
+    assert table_patch(None, new) is None
+
+
+def test_an_epsilon_change_patches_the_table_a_new_workload_replaces_it():
+    session, page = _page()  # All Range, n = 256, Laplace ε = 1
+    page.panel().get_root()
+    table = page._panes["table"]
+    patches, replaced = [], []
+    real_patch = table.patch
+    table.patch = lambda value, **kw: (patches.append(value), real_patch(value, **kw))
+    table.param.watch(lambda e: replaced.append(e.new is not e.old), "value")
+    session.epsilon = 0.5
+    assert page.wait(60)
+    # only the RMSE cells went (the ratios to the SVD bound do not change with ε)
+    assert len(patches) == 1 and set(patches[0]) == {"rmse"}
+    assert table.value.equals(page._table_value())  # what the page shows is the table
+    session.workload = dpx.workloads.prefix(64)
+    assert page.wait(120)
+    assert len(patches) == 1 and any(replaced)  # a new comparison: replaced whole
+    assert table.value.equals(page._table_value())
+
+
 def test_one_svd_bound_line_after_many_epsilon_changes():
     """Issue 17 item 3: ε 1 → 0.5 → 2 → 0.25 → 1 left three dashed lines on the chart."""
     import holoviews as hv

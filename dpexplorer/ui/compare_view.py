@@ -67,7 +67,7 @@ from .redraws import REDRAWS, on_loop
 from .session import Session
 from .shown import ShownGate, run_redraws
 
-__all__ = ["ComparePage", "Jobs", "build_lock", "check_workload", "structured_1d", "too_large",
+__all__ = ["ComparePage", "Jobs", "build_lock", "check_workload", "structured_1d", "table_patch", "too_large",
            "STRUCTURED_MAX_CELLS", "STRUCTURED_MECHANISMS", "rmse_chart", "OPTIMIZERS",
            "OPTIMIZER_THREADS", "cached_entry"]
 
@@ -1371,7 +1371,12 @@ class ComparePage(pn.viewable.Viewer):
             if options != select.options:  # mechanisms registered since
                 select.options = options
             summary.object = self._summary()
-            table.value = self._table_value()
+            value = self._table_value()
+            patch = table_patch(table.value, value)
+            if patch is None:
+                table.value = value
+            elif patch:
+                table.patch(patch)
             if len(table.value) and not len(table_slot):
                 table_slot.objects = [table]  # placed once it has rows (see table_slot)
                 self._figures_wait()
@@ -1675,6 +1680,35 @@ def _row(mech, unit_tse: float, note: str) -> pd.DataFrame:
         "ratio": math.nan, "seconds": math.nan, "rows": math.nan, "sensitivity": math.nan,
         "data_dependent": False, "description": mech.description, "source": mech.source,
         "note": note, "unit_tse": unit_tse, "unit_max": math.nan}])
+
+
+def table_patch(old: pd.DataFrame | None, new: pd.DataFrame) -> dict | None:
+    """The cells of ``old`` to change to make it ``new``, as ``Tabulator.patch`` takes them.
+
+    ``{column: [(index, value), ...]}`` when the two tables have the same rows, columns
+    and text, and differ only in numbers (an ε change rescales the RMSE: the rows keep
+    their order); ``{}`` when they are equal; ``None`` when the table must be replaced.
+    A replaced table is sent whole and redrawn whole by the browser (every row with its
+    description, source and note); a patch sends and redraws the changed cells only.
+    NaN equals NaN here.
+    """
+    if (old is None or old.shape != new.shape or not old.columns.equals(new.columns)
+            or not old.index.equals(new.index) or not old.dtypes.equals(new.dtypes)):
+        return None
+    patch = {}
+    for col in new.columns:
+        a, b = old[col], new[col]
+        if b.dtype.kind not in "fiu":
+            if not a.equals(b):
+                return None
+            continue
+        x, y = a.to_numpy(dtype=float), b.to_numpy(dtype=float)
+        changed = ~((x == y) | (np.isnan(x) & np.isnan(y)))
+        if changed.any():
+            values = b.to_numpy()
+            patch[col] = [(i, values[k].item()) for k, i in zip(np.flatnonzero(changed),
+                                                                new.index[changed], strict=True)]
+    return patch
 
 
 def _empty_table() -> pd.DataFrame:
