@@ -239,3 +239,19 @@ def test_a_release_is_drawn_on_the_event_loop_not_by_the_thread_that_made_it(mon
         while scheduled:  # the event loop
             scheduled.pop(0)()
     assert held, "the redraw never ran on the loop"
+
+
+def test_served_document_is_the_current_document_of_a_server_session_only():
+    from bokeh.document import Document
+    from panel.io.state import set_curdoc
+    from ui_fakes import served_document as fake_served
+
+    from dpexplorer.ui.redraws import served_document
+
+    assert served_document() is None  # a test, a script
+    with set_curdoc(Document()):
+        assert served_document() is None  # a document with no session (a notebook's)
+    doc, context = fake_served()
+    with set_curdoc(doc):
+        assert served_document() is doc
+    del context

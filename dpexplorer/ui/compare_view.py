@@ -63,7 +63,7 @@ from . import workers
 from .accuracy_view import AccuracyFirst, epsilon_bars, target_curve_plot
 from .exports import FigureExport
 from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRelay
-from .redraws import REDRAWS, on_loop
+from .redraws import REDRAWS, on_loop, served_document
 from .session import Session
 from .shown import ShownGate, run_redraws
 
@@ -594,8 +594,8 @@ class ComparePage(pn.viewable.Viewer):
         # work and updates would otherwise compete with the page's first render
         self._loaded = threading.Event()
         self._grace = 0.0
-        doc = pn.state.curdoc
-        if doc is not None and doc.session_context is not None:
+        doc = served_document()
+        if doc is not None:
             try:
                 pn.state.onload(self._loaded.set)
                 self._grace = self.load_grace
@@ -1490,8 +1490,7 @@ class ComparePage(pn.viewable.Viewer):
 
     def _figures_wait(self) -> None:
         """The table has just joined a served page: its first figures wait (:meth:`_later`)."""
-        doc = pn.state.curdoc
-        if doc is not None and doc.session_context is not None and self.first_figures_delay > 0:
+        if served_document() is not None and self.first_figures_delay > 0:
             self._figures_after = time.monotonic() + self.first_figures_delay
 
     def _later(self, key: str, fn) -> bool:
@@ -1508,8 +1507,8 @@ class ComparePage(pn.viewable.Viewer):
         if wait <= 0:
             self._figures_after = None
             return False
-        doc = pn.state.curdoc
-        if doc is None or doc.session_context is None:
+        doc = served_document()
+        if doc is None:
             return False
         if key not in self._figures_timer:
             self._figures_timer.add(key)
@@ -1522,8 +1521,8 @@ class ComparePage(pn.viewable.Viewer):
         return True
 
     def _on_loop(self, key: str, fn) -> None:
-        doc = pn.state.curdoc
-        if doc is None or doc.session_context is None:
+        doc = served_document()
+        if doc is None:
             fn()  # a notebook, a script, a test: at once
             return
         urgent = self._urgent

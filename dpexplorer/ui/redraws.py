@@ -34,7 +34,8 @@ from collections.abc import Callable, Hashable
 import panel as pn
 from panel.io.state import set_curdoc
 
-__all__ = ["RedrawQueue", "REDRAWS", "STALL_SECONDS", "CHECK_SECONDS", "on_loop", "on_session_loop"]
+__all__ = ["RedrawQueue", "REDRAWS", "STALL_SECONDS", "CHECK_SECONDS", "on_loop", "on_session_loop",
+           "served_document"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,16 @@ log = logging.getLogger(__name__)
 STALL_SECONDS = 5.0
 #: Seconds between two checks, by the queue's watch thread, for a lost or stalled redraw.
 CHECK_SECONDS = 0.5
+
+
+def served_document():
+    """The current Bokeh document if it belongs to a server session, else None.
+
+    None in a notebook, a script or a test (no document, or one with no session
+    context): the pages then draw and compute at once, in the caller's thread.
+    """
+    doc = pn.state.curdoc
+    return doc if doc is not None and doc.session_context is not None else None
 
 
 def on_loop(doc, fn: Callable[[], None]) -> None:
@@ -66,8 +77,8 @@ def on_session_loop(fn: Callable[[], None]) -> None:
     reference ("reference … isn't known", issue 17).  Held on the loop, every
     change goes Panel's way, in order.
     """
-    doc = pn.state.curdoc
-    if doc is None or doc.session_context is None:
+    doc = served_document()
+    if doc is None:
         fn()  # a notebook, a script, a test
         return
     on_loop(doc, fn)

@@ -78,6 +78,7 @@ from .optimize_view import (
     marginal_weights_plot,
     optimization_of,
 )
+from .redraws import served_document
 from .session import Session
 from .shown import ShownGate
 
@@ -364,8 +365,8 @@ class StrategyView(pn.viewable.Viewer):
         #: Progress of the optimiser building each side (fed by dpexplorer.core.optimization.report).
         self.progress = {s: OptimizationProgress() for s in SIDES}
         super().__init__(**params)
-        doc = pn.state.curdoc
-        if doc is not None and doc.session_context is not None:
+        doc = served_document()
+        if doc is not None:
             # a closed browser tab stops its optimisers (they could run for minutes)
             doc.on_session_destroyed(lambda ctx: [self.cancel(s) for s in SIDES])
         names = self.mechanisms()
