@@ -229,7 +229,6 @@ def test_every_thread_of_a_worker_runs_at_the_workers_priority():
 
 _EXIT_WHILE_OPTIMISING = """
 import time
-from pathlib import Path
 import dpexplorer as dpx
 from dpexplorer.ui.compare_view import ComparePage
 from dpexplorer.ui.session import Session

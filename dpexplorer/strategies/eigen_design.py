@@ -579,7 +579,8 @@ class EigenDesignStrategy(Dense):
 def scope(W, noise) -> None:
     """Refuse, before any work, what Eigen-Design cannot take: Laplace noise, ``n > MAX_CELLS``.
 
-    The registry's cheap check (:attr:`dpexplorer.core.registry.Mechanism.scope`),
+    ``W``: workload ``(m, n)`` (a Matrix or array); ``noise``: a Gaussian noise model or
+    None.  The registry's cheap check (:attr:`dpexplorer.core.registry.Mechanism.scope`),
     also the first step of :func:`eigen_design`.
 
     Raises

@@ -1684,7 +1684,8 @@ def _row(mech, unit_tse: float, note: str) -> pd.DataFrame:
 def table_patch(old: pd.DataFrame | None, new: pd.DataFrame) -> dict | None:
     """The cells of ``old`` to change to make it ``new``, as ``Tabulator.patch`` takes them.
 
-    ``{column: [(index, value), ...]}`` when the two tables have the same rows, columns
+    ``old``, ``new``: comparison tables, ``(mechanisms, columns)`` (numbers in counts).
+    Returns ``{column: [(index, value), ...]}`` when the two tables have the same rows, columns
     and text, and differ only in numbers (an ε change rescales the RMSE: the rows keep
     their order); ``{}`` when they are equal; ``None`` when the table must be replaced.
     A replaced table is sent whole and redrawn whole by the browser (every row with its
