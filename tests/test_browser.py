@@ -255,8 +255,18 @@ def test_epsilon_change_updates_compare_table(page):
     box = page.locator("input").first
     box.fill("-1")
     box.press("Enter")
-    page.wait_for_timeout(1500)
-    assert _rmse_of(page, "Identity") == pytest.approx(halved, rel=1e-6)
+    # every read over 1.5 s shows the kept value; a read may miss the row while an
+    # optimiser's new row makes the browser redraw the table (seen once in CI, under load)
+    seen, t0 = [], time.perf_counter()
+    while time.perf_counter() - t0 < 1.5:
+        seen.append(_rmse_of(page, "Identity"))
+        page.wait_for_timeout(50)
+    seen.append(bench.shown_rmse(page, "Identity"))
+    shown = [v for v in seen if v == v]
+    if len(shown) < len(seen):
+        print(f"{len(seen) - len(shown)} of {len(seen)} reads lacked the Identity row; "
+              f"now {bench._table_state(page)}")
+    assert shown and all(v == pytest.approx(halved, rel=1e-6) for v in shown), (halved, seen)
     assert page.locator("text=was not used").count() >= 1  # in words (Session.set_input)
     assert not unexpected_problems(page), page.problems
 
