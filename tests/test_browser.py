@@ -189,6 +189,21 @@ def _open_card(pg, title, inside, tries=4):
     inside.wait_for(state="visible", timeout=READY_MS)
 
 
+def wait_count(pg, selector: str, at_least: int) -> int:
+    """How many ``selector`` elements the page shows, once at least ``at_least`` (else fails).
+
+    Polled up to READY_MS: a figure drawn a moment after its text (a served page's first
+    figures, a loaded CI machine) is waited for, not counted after a fixed pause.
+    """
+    deadline = time.monotonic() + READY_MS / 1000
+    while True:
+        count = pg.locator(selector).count()
+        if count >= at_least or time.monotonic() > deadline:
+            assert count >= at_least, f"{count} of {selector}, expected at least {at_least}"
+            return count
+        pg.wait_for_timeout(100)
+
+
 def _tab(pg, title):
     pg.locator(".bk-tab", has_text=title).first.click()
     pg.wait_for_timeout(1500)
@@ -267,7 +282,7 @@ def test_epsilon_change_updates_compare_table(page):
         print(f"{len(seen) - len(shown)} of {len(seen)} reads lacked the Identity row; "
               f"now {bench._table_state(page)}")
     assert shown and all(v == pytest.approx(halved, rel=1e-6) for v in shown), (halved, seen)
-    assert page.locator("text=was not used").count() >= 1  # in words (Session.set_input)
+    page.locator("text=was not used").first.wait_for(timeout=READY_MS)  # in words (Session.set_input)
     assert not unexpected_problems(page), page.problems
 
 
@@ -384,8 +399,7 @@ def test_optimisers_in_compare_strategy_and_a_large_preset(page):
                 if "OPT0" in sel.locator("option").all_inner_texts())
     left.select_option(label="OPT0")
     page.wait_for_selector("text=objective (unit-noise TSE)", timeout=READY_MS)
-    page.wait_for_timeout(1500)
-    assert page.locator(".bk-Canvas:visible").count() > canvases  # the convergence plot
+    wait_count(page, ".bk-Canvas:visible", canvases + 1)  # the convergence plot
     _shot(page, "strategy-convergence")
     t2 = time.perf_counter()
 

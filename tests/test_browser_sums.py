@@ -7,7 +7,16 @@ when chromium or playwright is missing).
 from __future__ import annotations
 
 import pytest
-from test_browser import READY_MS, _shot, _tab, browser, page, server, unexpected_problems  # noqa: F401
+from test_browser import (  # noqa: F401
+    READY_MS,
+    _shot,
+    _tab,
+    browser,
+    page,
+    server,
+    unexpected_problems,
+    wait_count,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -20,8 +29,7 @@ def test_sum_queries_page_renders_and_simulates(page):  # noqa: F811
     page.wait_for_selector("text=τ chosen by SVT", timeout=READY_MS)  # only in a result's summary
     # the small/large table, the answers grid, both relative-error charts and the τ curve are drawn
     page.wait_for_selector(".tabulator-cell[tabulator-field='small median']", timeout=READY_MS)
-    page.wait_for_timeout(1500)
-    assert page.locator(".bk-Canvas:visible").count() >= 4
-    assert page.locator(".tabulator-cell[tabulator-field='small median']").count() >= 5
+    wait_count(page, ".bk-Canvas:visible", 4)
+    wait_count(page, ".tabulator-cell[tabulator-field='small median']", 5)
     _shot(page, "page-sum-queries")
     assert not unexpected_problems(page), page.problems

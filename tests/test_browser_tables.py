@@ -22,6 +22,7 @@ from test_browser import (  # noqa: F401
     page,
     server,
     unexpected_problems,
+    wait_count,
 )
 
 pytestmark = pytest.mark.slow
@@ -99,8 +100,7 @@ def test_table_marginals_compare_objective_and_release(page):  # noqa: F811
     page.locator("text=/table spent: ε = /").first.wait_for(timeout=120_000)
     seconds = time.perf_counter() - t0
     page.locator(".tabulator-col-title:visible", has_text="95 % high").first.wait_for(timeout=30_000)
-    page.wait_for_timeout(1000)
-    assert page.locator(".bk-Canvas:visible").count() >= 1
+    wait_count(page, ".bk-Canvas:visible", 1)
     _no_problems(page, "release")
     marginal = page.locator("select:visible").filter(has_text="Segment × Region").first
     marginal.select_option(label=next(o for o in marginal.locator("option").all_inner_texts()
