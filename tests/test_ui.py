@@ -959,9 +959,20 @@ def test_big_workloads_refused_with_reasons(reported):
 
 
 def test_redraws_in_a_server_session_run_together_on_the_event_loop(monkeypatch):
-    # in a served session, redraws requested meanwhile run in one event-loop callback, with
-    # the document's model index frozen once (ComparePage._redraw); a key asked twice runs once
+    # in a served session, redraws requested meanwhile run in one event-loop callback; the
+    # document's model index is frozen once, by the first redraw that asks (a HoloViews
+    # redraw: redraws.freeze_models), and not at all when none asks (ComparePage._redraw,
+    # redraws.models_batch); a key asked twice runs once
     from ui_fakes import served_document
+
+    from dpexplorer.ui.redraws import freeze_models
+
+    def asks(label):  # a redraw that needs the index frozen (twice: frozen once)
+        def redraw():
+            freeze_models()
+            ran.append(label)
+            freeze_models()
+        return redraw
 
     _session, page = _page()
     doc, context = served_document()
@@ -984,15 +995,21 @@ def test_redraws_in_a_server_session_run_together_on_the_event_loop(monkeypatch)
     with set_curdoc(doc):
         page._redraw("results", lambda: ran.append("results 1"))
         page._redraw("per_query", lambda: ran.append("per_query"))
-        page._redraw("results", lambda: ran.append("results 2"))  # replaces the first
+        page._redraw("results", asks("results 2"))  # replaces the first
     assert ran == [] and len(scheduled) == 1  # nothing drawn yet: one callback on the loop
     run_loop()
-    assert ran == ["per_query", "results 2"] and frozen == [0]  # together, frozen once
+    assert ran == ["per_query", "results 2"] and frozen == [1]  # together, frozen once
     with set_curdoc(doc):
-        page._redraw("results", lambda: ran.append("results 3"))
+        page._redraw("results", asks("results 3"))
     assert len(scheduled) == 1  # the queue was emptied: a new callback
     run_loop()
-    assert ran[-1] == "results 3" and frozen == [0, 2]
+    assert ran[-1] == "results 3" and frozen == [1, 2]
+    with set_curdoc(doc):
+        page._redraw("results", lambda: ran.append("numbers only"))
+    run_loop()
+    assert ran[-1] == "numbers only" and frozen == [1, 2]  # nothing asked: not frozen
+    freeze_models()  # outside a batch: nothing to freeze
+    assert frozen == [1, 2]
     # hidden: kept by the gate until shown, then queued
     page.gate.show(False)
     with set_curdoc(doc):
@@ -1001,7 +1018,7 @@ def test_redraws_in_a_server_session_run_together_on_the_event_loop(monkeypatch)
         page.gate.show(True)
     assert len(scheduled) == 1
     run_loop()
-    assert ran[-1] == "results 4" and len(ran) == 4
+    assert ran[-1] == "results 4" and len(ran) == 5
 
 
 def test_statuses_waiting_for_the_event_loop_are_replaced_not_queued():

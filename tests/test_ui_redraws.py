@@ -255,3 +255,23 @@ def test_served_document_is_the_current_document_of_a_server_session_only():
     with set_curdoc(doc):
         assert served_document() is doc
     del context
+
+
+def test_an_entered_epsilon_is_handled_at_once_not_after_panels_debounce(monkeypatch):
+    """The sidebar's ε and δ boxes skip Panel's 50 ms hold on a browser's change (an
+    ε change's redraw starts sooner); a plain FloatInput still waits."""
+    import panel as pn
+    from ui_fakes import served_document
+
+    from dpexplorer.ui.session import EnteredFloatInput, Session
+
+    doc, _context = served_document()
+    executed, timed = [], []
+    monkeypatch.setattr(pn.state, "execute", lambda fn, schedule="auto": executed.append(fn))
+    monkeypatch.setattr(doc, "add_timeout_callback", lambda fn, ms: timed.append(ms))
+    for widget in (EnteredFloatInput(value=1.0), pn.widgets.FloatInput(value=1.0)):
+        widget._server_change(doc, "ref", None, "value", 1.0, 0.5)  # the browser's change
+    assert len(executed) == 1 and timed == [50]
+    # the sidebar's ε and δ are such boxes
+    boxes = Session().controls().select(EnteredFloatInput)
+    assert sorted(b.value for b in boxes) == sorted([Session().epsilon, Session().delta])

@@ -62,8 +62,9 @@ from dpexplorer.compare import OBJECTIVES
 from . import workers
 from .accuracy_view import AccuracyFirst, epsilon_bars, target_curve_plot
 from .exports import FigureExport
+from .live_plot import LivePlot
 from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRelay
-from .redraws import REDRAWS, on_loop, served_document
+from .redraws import REDRAWS, models_batch, on_loop, served_document
 from .session import Session
 from .shown import ShownGate, run_redraws
 
@@ -1331,9 +1332,9 @@ class ComparePage(pn.viewable.Viewer):
         # the state the widgets are built from: a result landing while they are built (before
         # the watchers below exist) is drawn by the catch-up redraw after them
         built_from = (self.table, self.curve, self.per_query)
-        bars = _LivePlot(self.bars, self.table if self.table is not None else _empty_table(),
+        bars = LivePlot(self.bars, self.table if self.table is not None else _empty_table(),
                          self._plot_key(), height=380)
-        curve = _LivePlot(self.curve_plot, self.curve, self._plot_key(), height=400)
+        curve = LivePlot(self.curve_plot, self.curve, self._plot_key(), height=400)
         table = comparison_table(self._table_value())
         # The table joins the page with its first rows, not empty before them: Panel 1.9's
         # Tabulator drops a data update that reaches the browser while the table is still
@@ -1351,8 +1352,8 @@ class ComparePage(pn.viewable.Viewer):
                                 sizing_mode="stretch_width")
         sample = self._pq_sample_with_means()
         pq_key = self._pq_view_key()
-        by_index = _LivePlot(self.per_query_plot, sample, pq_key, height=340)
-        by_length = _LivePlot(self.length_plot, sample, pq_key, height=340)
+        by_index = LivePlot(self.per_query_plot, sample, pq_key, height=340)
+        by_length = LivePlot(self.length_plot, sample, pq_key, height=340)
         # visibility toggles on wrapping Columns: toggling a rendered HoloViews pane's own
         # `visible` raises in Panel 1.9 (its Bokeh stylesheets are re-validated as strings)
         index_box = pn.Column(by_index.pane, visible=len(sample) > 0,
@@ -1416,9 +1417,9 @@ class ComparePage(pn.viewable.Viewer):
         first = self.accuracy_first
         target_shown = self.gate.mirror(first, ["busy", "mode"])
         t_summary = pn.pane.Markdown(first.summary(), sizing_mode="stretch_width")
-        t_bars = _LivePlot(epsilon_bars, first.table, self._target_key(), height=380)
+        t_bars = LivePlot(epsilon_bars, first.table, self._target_key(), height=380)
         t_table = first.table_widget()
-        t_curve = _LivePlot(target_curve_plot, first.curve, self._target_key(), height=400)
+        t_curve = LivePlot(target_curve_plot, first.curve, self._target_key(), height=400)
         self._panes.update(target_summary=t_summary, target_bars=t_bars, target_table=t_table,
                            target_curve=t_curve)
 
@@ -1476,12 +1477,14 @@ class ComparePage(pn.viewable.Viewer):
         """Run the redraw ``fn`` (it reads the page's current state) once the page is shown.
 
         In a server session the redraws run on the session's event loop, those
-        requested meanwhile together, with the document's model index frozen
-        (``doc.models.freeze()``): the plots they update are refreshed then
-        rather than each in its own later callback, and Bokeh walks the
-        document's models once instead of once per plot (measured with py-spy
-        during ε changes at n = 1024 while optimisers ran: the event loop's
-        busy time per ε change went from ≈ 0.6 s to ≈ 0.4 s).  A redraw of a
+        requested meanwhile together, in one :func:`~dpexplorer.ui.redraws.models_batch`:
+        a HoloViews redraw freezes the document's model index, and Bokeh walks
+        the document's models once at the end instead of once per plot
+        (measured with py-spy during ε changes at n = 1024 while optimisers ran:
+        the event loop's busy time per ε change went from ≈ 0.6 s to ≈ 0.4 s);
+        a batch that only copies numbers into the drawn figures
+        (:class:`~dpexplorer.ui.live_plot.LivePlot`) and patches the table
+        walks nothing.  A redraw of a
         ``key`` already waiting replaces it: both read the latest state.  The
         server's loop takes the pages' redraws one at a time, those of a user's
         own change first (:data:`dpexplorer.ui.redraws.REDRAWS`).
@@ -1538,7 +1541,7 @@ class ComparePage(pn.viewable.Viewer):
                 return
             # not under the page's lock: a worker holding it would hold every session's loop
             t0 = time.perf_counter()
-            with doc.models.freeze():
+            with models_batch(doc):
                 run_redraws(todo)
             log.debug("redraws %s%s done on the event loop in %.2f s, %.2f s after they were "
                       "posted (%d other pages waiting)", ", ".join(todo),
@@ -1577,44 +1580,6 @@ class ComparePage(pn.viewable.Viewer):
 
     def __panel__(self):
         return self.panel()
-
-
-class _LivePlot:
-    """A HoloViews pane drawing ``make(data)``.
-
-    While ``key`` stays the same (same workload, mechanisms and noise norm:
-    the same plot structure) new data go through an ``hv.streams.Pipe``, so
-    HoloViews updates the existing Bokeh glyphs and ranges in place; a new
-    key rebuilds the plot.  A ``None`` key (nothing computed yet) draws
-    nothing: the pane keeps its height, and no Bokeh figure is built or sent
-    until there is something to show (a page's first document stays small).
-    """
-
-    def __init__(self, make, data, key, **pane_params):
-        self.make = make
-        self.key = key
-        self.pane = pn.pane.HoloViews(None if key is None else self._dmap(data),
-                                      sizing_mode="stretch_width", **pane_params)
-
-    def _dmap(self, data):
-        self.pipe = hv.streams.Pipe(data=data)
-        # The charts give each frame explicit limits (xlim/ylim) and mark their layers
-        # `framewise` where they make them, so that the figure's ranges follow every frame
-        # (tested).  Not by options on the DynamicMap: those wrap it in an operation that
-        # re-applies them to every frame (a clone and new option trees per update), 17 % of
-        # an ε change's server time at n = 256
-        return hv.DynamicMap(lambda data: self.make(data), streams=[self.pipe])
-
-    def update(self, data, key) -> None:
-        if key == self.key and key is not None:
-            self.pipe.send(data)
-        elif key is None:
-            self.key = None
-            if self.pane.object is not None:
-                self.pane.object = None
-        else:
-            self.key = key
-            self.pane.object = self._dmap(data)
 
 
 def scale_table(base: _Base, noise) -> pd.DataFrame:

@@ -19,6 +19,7 @@ import logging
 import math
 import re
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import panel as pn
@@ -31,7 +32,7 @@ from . import workers
 from .accuracy_view import PrivacySentence
 from .shown import LazyCard
 
-__all__ = ["Session", "Page", "notify", "error_alert", "exception_message", "app_text", "side_by_side", "download_bytes", "release_stamp"]
+__all__ = ["Session", "Page", "EnteredFloatInput", "notify", "error_alert", "exception_message", "app_text", "side_by_side", "download_bytes", "release_stamp"]
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +158,21 @@ def exception_message(exc: BaseException) -> str:
     """
     msg = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
     return app_text(msg) or type(exc).__name__
+
+
+class EnteredFloatInput(pn.widgets.FloatInput):
+    """A ``FloatInput`` whose entered value reaches the server's callbacks at once.
+
+    Panel holds every change a browser sends for 50 ms before handling it (so that a
+    burst of changes, a slider drag, is handled once), except the properties a
+    widget lists in ``_priority_changes`` (Panel 1.9, ``Syncable._server_change``).
+    A FloatInput's value changes only when the user presses Enter, leaves the box
+    or clicks its arrows, so nothing is gained by waiting: the sidebar's ε and δ use
+    this one, and an ε change starts redrawing 50 ms sooner (issue 14's ε → chart
+    target).  Should Panel drop the attribute, the widget simply waits as before.
+    """
+
+    _priority_changes: ClassVar[list[str]] = ["value"]
 
 
 def error_alert(error, lead: str = "**Not done, the page keeps its last result.**") -> pn.pane.Alert:
@@ -457,8 +473,9 @@ class Session(param.Parameterized):
                                             options={"zCDP (releases)": "zcdp",
                                                      "analytic (study)": "analytic"},
                                             value=self.calibration)
-        eps = pn.widgets.FloatInput(**_cap("ε (> 0)"), value=self.epsilon, step=0.1, start=None, sizing_mode="stretch_width")
-        delta = pn.widgets.FloatInput(**_cap("δ (0 < δ < 1)"), value=self.delta, step=1e-6,
+        eps = EnteredFloatInput(**_cap("ε (> 0)"), value=self.epsilon, step=0.1, start=None,
+                                sizing_mode="stretch_width")
+        delta = EnteredFloatInput(**_cap("δ (0 < δ < 1)"), value=self.delta, step=1e-6,
                                       visible=self.noise == "Gaussian", sizing_mode="stretch_width")
         noise = pn.widgets.RadioButtonGroup(**_cap("Noise"), options=["Laplace", "Gaussian"],
                                             value=self.noise)
