@@ -1333,7 +1333,7 @@ class ComparePage(pn.viewable.Viewer):
         # the watchers below exist) is drawn by the catch-up redraw after them
         built_from = (self.table, self.curve, self.per_query)
         bars = LivePlot(self.bars, self.table if self.table is not None else _empty_table(),
-                         self._plot_key(), height=380)
+                        self._plot_key(), height=380)
         curve = LivePlot(self.curve_plot, self.curve, self._plot_key(), height=400)
         table = comparison_table(self._table_value())
         # The table joins the page with its first rows, not empty before them: Panel 1.9's
