@@ -958,11 +958,12 @@ def test_big_workloads_refused_with_reasons(reported):
     assert compare_view.too_large(dpx.workloads.prefix(4096), "opt0") is None
 
 
-def test_redraws_in_a_server_session_run_together_on_the_event_loop(monkeypatch):
-    # in a served session, redraws requested meanwhile run in one event-loop callback; the
-    # document's model index is frozen once, by the first redraw that asks (a HoloViews
-    # redraw: redraws.freeze_models), and not at all when none asks (ComparePage._redraw,
-    # redraws.models_batch); a key asked twice runs once
+def test_redraws_in_a_server_session_run_one_per_turn_on_the_event_loop(monkeypatch):
+    # in a served session, redraws requested meanwhile run one per event-loop callback, in
+    # the order asked (a page drawing its first figures lets another page's redraw in
+    # between); in each, the document's model index is frozen once, by the first call that
+    # asks (a HoloViews redraw: redraws.freeze_models), and not at all when none asks
+    # (ComparePage._redraw, redraws.models_batch); a key asked twice runs once
     from ui_fakes import served_document
 
     from dpexplorer.ui.redraws import freeze_models
@@ -997,8 +998,10 @@ def test_redraws_in_a_server_session_run_together_on_the_event_loop(monkeypatch)
         page._redraw("per_query", lambda: ran.append("per_query"))
         page._redraw("results", asks("results 2"))  # replaces the first
     assert ran == [] and len(scheduled) == 1  # nothing drawn yet: one callback on the loop
-    run_loop()
-    assert ran == ["per_query", "results 2"] and frozen == [1]  # together, frozen once
+    scheduled.pop(0)()
+    assert ran == ["per_query"] and frozen == [] and len(scheduled) == 1  # then the next turn
+    scheduled.pop(0)()
+    assert ran == ["per_query", "results 2"] and frozen == [1] and not scheduled  # frozen once
     with set_curdoc(doc):
         page._redraw("results", asks("results 3"))
     assert len(scheduled) == 1  # the queue was emptied: a new callback

@@ -1476,18 +1476,18 @@ class ComparePage(pn.viewable.Viewer):
     def _redraw(self, key: str, fn) -> None:
         """Run the redraw ``fn`` (it reads the page's current state) once the page is shown.
 
-        In a server session the redraws run on the session's event loop, those
-        requested meanwhile together, in one :func:`~dpexplorer.ui.redraws.models_batch`:
-        a HoloViews redraw freezes the document's model index, and Bokeh walks
-        the document's models once at the end instead of once per plot
-        (measured with py-spy during ε changes at n = 1024 while optimisers ran:
-        the event loop's busy time per ε change went from ≈ 0.6 s to ≈ 0.4 s);
-        a batch that only copies numbers into the drawn figures
+        In a server session the redraws run on the session's event loop, one per
+        turn, in the order they were asked, each in a
+        :func:`~dpexplorer.ui.redraws.models_batch`: a HoloViews redraw
+        freezes the document's model index, and Bokeh walks the document's
+        models once at the end instead of once per plot; a redraw that only
+        copies numbers into the drawn figures
         (:class:`~dpexplorer.ui.live_plot.LivePlot`) and patches the table
-        walks nothing.  A redraw of a
-        ``key`` already waiting replaces it: both read the latest state.  The
-        server's loop takes the pages' redraws one at a time, those of a user's
-        own change first (:data:`dpexplorer.ui.redraws.REDRAWS`).
+        walks nothing.  A redraw of a ``key`` already waiting replaces it: both
+        read the latest state.  The server's loop takes the pages' redraws one
+        at a time, those of a user's own change first
+        (:data:`dpexplorer.ui.redraws.REDRAWS`), so a page drawing its first
+        figures holds the loop for one redraw, not for all of them.
         """
         self.gate.run(key, lambda: self._on_loop(key, fn))
 
@@ -1535,18 +1535,26 @@ class ComparePage(pn.viewable.Viewer):
         posted = time.perf_counter()
 
         def run():
+            # the page's redraws one per turn on the loop (the oldest first): a page drawing
+            # its first four figures holds the loop for one redraw at a time, and another
+            # user's ε change goes in between (issue 14: no session's work may hold another's
+            # ε change for more than 1 s; the first figures took 0.6-4 s in one turn)
             with self._queued_guard:
-                todo, self._queued = self._queued, {}
-            if not todo:  # an earlier run took them
-                return
+                if not self._queued:  # an earlier run took them
+                    return
+                key = next(iter(self._queued))
+                todo = {key: self._queued.pop(key)}
+                more = bool(self._queued)
             # not under the page's lock: a worker holding it would hold every session's loop
             t0 = time.perf_counter()
             with models_batch(doc):
                 run_redraws(todo)
             log.debug("redraws %s%s done on the event loop in %.2f s, %.2f s after they were "
-                      "posted (%d other pages waiting)", ", ".join(todo),
+                      "posted (%d other pages waiting)", key,
                       " (urgent)" if urgent else "", time.perf_counter() - t0, t0 - posted,
                       REDRAWS.pending())
+            if more:  # the next waits its turn (a user's own change: before other pages')
+                REDRAWS.submit(self, doc, run, urgent=urgent)
         # one page's redraw at a time on the server's loop, the user's own changes first (a
         # redraw of this page already waiting is replaced in its place, or moved to the front
         # if urgent; submitted every time, so that no lost run can hold this page's redraws)
