@@ -62,7 +62,7 @@ class LivePlot:
     def __init__(self, make: Callable, data, key: Hashable | None, **pane_params):
         self.make = make
         self.key = key
-        #: how the last updates were drawn: "copied" (in place) or "holoviews"
+        #: how many updates were drawn each way: "copied" (in place) or "holoviews"
         self.counts = {"copied": 0, "holoviews": 0}
         self._plots: weakref.WeakSet = weakref.WeakSet()
         self.pane = pn.pane.HoloViews(None if key is None else self._dmap(data),

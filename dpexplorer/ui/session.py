@@ -476,7 +476,7 @@ class Session(param.Parameterized):
         eps = EnteredFloatInput(**_cap("ε (> 0)"), value=self.epsilon, step=0.1, start=None,
                                 sizing_mode="stretch_width")
         delta = EnteredFloatInput(**_cap("δ (0 < δ < 1)"), value=self.delta, step=1e-6,
-                                      visible=self.noise == "Gaussian", sizing_mode="stretch_width")
+                                  visible=self.noise == "Gaussian", sizing_mode="stretch_width")
         noise = pn.widgets.RadioButtonGroup(**_cap("Noise"), options=["Laplace", "Gaussian"],
                                             value=self.noise)
         dataset = pn.widgets.Select(**_cap("Dataset"), options=self.param.dataset.objects,
