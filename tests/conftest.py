@@ -9,6 +9,18 @@ ROOT = Path(__file__).resolve().parents[1]
 DPBENCH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "dpbench"
 
 
+@pytest.fixture(autouse=True)
+def _no_optimiser_reporting():
+    """Each test starts with no optimiser counted as reporting (the server-wide share of
+    progress updates, ``optimize_view.ProgressRelay``): a relay of an earlier test would
+    space out the updates of a test that expects every report."""
+    module = sys.modules.get("dpexplorer.ui.optimize_view")
+    if module is not None:
+        with module.ProgressRelay._reporting_lock:
+            module.ProgressRelay._reporting.clear()
+    yield
+
+
 @pytest.fixture(scope="session")
 def dpbench_dir():
     """The DPBench folder, read through ``fetch_dpbench``: every checksum is verified, and since

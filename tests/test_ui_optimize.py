@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 
 import numpy as np
 import pandas as pd
@@ -49,6 +50,47 @@ def test_relay_posts_reports_and_the_last_one_always():
         for i in range(5):
             report("x", i, 0)
     assert len(posted) == 5
+
+
+def test_relays_share_the_servers_progress_updates(monkeypatch):
+    """While k > 1 optimisers report at once, each posts at most every k · PROGRESS_SHARE
+    seconds (at least PROGRESS_INTERVAL): the loop draws about 1 / PROGRESS_SHARE updates a
+    second in all, however many sessions optimise; one alone posts every PROGRESS_INTERVAL;
+    a relay with its own interval keeps it."""
+    from dpexplorer.ui import optimize_view
+
+    clock = [1000.0]
+    monkeypatch.setattr(optimize_view.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(ProgressRelay, "_reporting", weakref.WeakKeyDictionary())
+    share, least = optimize_view.PROGRESS_SHARE, optimize_view.PROGRESS_INTERVAL
+    posted = {k: [] for k in range(8)}
+    relays = [ProgressRelay(posted[k].append, lambda *a: None) for k in range(8)]
+    fixed = ProgressRelay(posted.setdefault("fixed", []).append, lambda *a: None, interval=0.0)
+
+    def tick(seconds, steps):  # every relay reports every `seconds`
+        for _ in range(steps):
+            clock[0] += seconds
+            for relay in [*relays, fixed]:
+                relay("opt0", 1, 100)
+    tick(0.01, 1000)  # 10 s, 8 relays reporting: one update per relay every 0.8 s
+    gap = 8 * share
+    assert gap > least
+    for k in range(8):  # (the 0.01 s ticks: a gap ends on the next tick)
+        assert 10 / (gap + 0.01) - 1 <= len(posted[k]) <= 10 / gap + 1, k
+    assert len(posted["fixed"]) == 1000  # its own interval (0: every report)
+    # the others stop: after PROGRESS_ACTIVE s one relay alone posts every PROGRESS_INTERVAL
+    clock[0] += optimize_view.PROGRESS_ACTIVE + 1
+    posted[0].clear()
+    for _ in range(1000):  # 10 s
+        clock[0] += 0.01
+        relays[0]("opt0", 1, 100)
+    alone = least
+    assert 10 / (alone + 0.01) - 1 <= len(posted[0]) <= 10 / alone + 1
+    # the final report is always posted, and the relay then stops counting
+    relays[1]("opt0", 1, 100)  # (posted: its last post was over 3 s ago)
+    assert relays[1] in ProgressRelay._reporting
+    relays[1]("opt0", 100, 100)  # at once after it: posted all the same
+    assert len(posted[1]) == len(posted[2]) + 2 and relays[1] not in ProgressRelay._reporting
 
 
 def test_relay_cancels_the_optimisation_that_reports():

@@ -35,6 +35,7 @@ import concurrent.futures.thread  # noqa: F401  (registers its exit hook before 
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 
 import holoviews as hv
@@ -54,6 +55,15 @@ __all__ = ["Cancelled", "SHUTDOWN", "ProgressRelay", "OptimizationProgress", "co
 TOP_MARGINALS = 30
 #: Seconds between two progress updates posted to the page (the last one is always posted).
 PROGRESS_INTERVAL = 0.15
+#: Server-wide share of progress updates: while ``k > 1`` optimisers report (in any session),
+#: each posts at most one update every ``max(PROGRESS_INTERVAL, k · PROGRESS_SHARE)`` seconds, so
+#: that the server's event loop draws about ``1 / PROGRESS_SHARE`` progress updates a second
+#: in all.  With eight sessions optimising at once (issue 14's load test, 2 cores), the
+#: progress bars took 22 % of the event loop's time (py-spy), every update a few
+#: milliseconds of widget changes and messages, and the users' ε changes waited behind them.
+PROGRESS_SHARE = 0.1
+#: Seconds since its last report for which an optimiser counts as reporting.
+PROGRESS_ACTIVE = 2.0
 
 
 #: Set when the interpreter shuts down: every running optimisation is cancelled, so that a
@@ -92,15 +102,21 @@ class ProgressRelay:
         ``stop() -> bool``; when it returns true the relay raises
         :class:`Cancelled` inside the optimiser (at its next report).
     interval : float, optional
-        Least number of seconds between two posted updates (0: post all;
-        default :data:`PROGRESS_INTERVAL`).
+        Least number of seconds between two posted updates (0: post all).  By
+        default :data:`PROGRESS_INTERVAL`, lengthened while many optimisers
+        report at once (:data:`PROGRESS_SHARE`).
     """
+
+    #: The relays with a default interval that reported lately: relay -> time of its last report.
+    _reporting: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    _reporting_lock = threading.Lock()
 
     def __init__(self, post: Callable, sink: Callable, stop: Callable[[], bool] | None = None,
                  interval: float | None = None):
         self.post = post
         self.sink = sink
         self.stop = stop or (lambda: False)
+        self.shared = interval is None
         self.interval = PROGRESS_INTERVAL if interval is None else interval
         self.start = time.monotonic()
         self.reports = 0
@@ -111,14 +127,30 @@ class ProgressRelay:
         if self.stop() or SHUTDOWN.is_set():
             raise Cancelled(f"optimisation stopped at {stage!r} ({done}/{total})")
         now = time.monotonic()
+        final = total > 0 and done >= total
+        interval = self._interval(now, final) if self.shared else self.interval
         with self._lock:
             self.reports += 1
-            final = total > 0 and done >= total
-            if not final and now - self._last < self.interval:
+            if not final and now - self._last < interval:
                 return
             self._last = now
         seconds = now - self.start
         self.post(lambda: self.sink(str(stage), int(done), int(total), float(objective), seconds))
+
+
+    def _interval(self, now: float, final: bool) -> float:
+        """This relay's least interval now: :data:`PROGRESS_INTERVAL`, or more while others report.
+
+        A relay counts as reporting from its first report until its final one
+        (``done == total``), or for :data:`PROGRESS_ACTIVE` seconds after its last.
+        """
+        with ProgressRelay._reporting_lock:
+            reporting = ProgressRelay._reporting
+            reporting[self] = now
+            active = sum(1 for t in reporting.values() if now - t < PROGRESS_ACTIVE)
+            if final:
+                del reporting[self]
+        return PROGRESS_INTERVAL if active <= 1 else max(PROGRESS_INTERVAL, active * PROGRESS_SHARE)
 
 
 class OptimizationProgress(param.Parameterized):
