@@ -1576,8 +1576,9 @@ def _opt0_domain(W, norm: int):
 def opt0_scope(W, noise: NoiseModel) -> None:
     """Refuse, before any work, a domain too large for OPT0 (the registry's scope check).
 
-    ``W``: workload ``(m, n)`` (a Matrix or array); ``noise``: the noise model.  The same limits as :func:`opt0`: ``OPT0_MAX_CELLS[norm]`` cells (4096 Laplace, 2048
-    Gaussian), :data:`OPT0_MAX_CELLS_STRUCTURED` for Laplace noise and a structured Gram.
+    ``W``: workload ``(m, n)`` (a Matrix or array); ``noise``: the noise model.  The same
+    limits as :func:`opt0`: ``OPT0_MAX_CELLS[norm]`` cells (4096 Laplace, 2048 Gaussian),
+    :data:`OPT0_MAX_CELLS_STRUCTURED` for Laplace noise and a structured Gram.
 
     Raises
     ------

@@ -68,8 +68,8 @@ from .redraws import REDRAWS, models_batch, on_loop, served_document
 from .session import Session
 from .shown import ShownGate, run_redraws
 
-__all__ = ["ComparePage", "Jobs", "build_lock", "check_workload", "structured_1d", "table_patch", "too_large",
-           "STRUCTURED_MAX_CELLS", "STRUCTURED_MECHANISMS", "rmse_chart", "OPTIMIZERS",
+__all__ = ["ComparePage", "Jobs", "build_lock", "check_workload", "structured_1d", "table_patch",
+           "too_large", "STRUCTURED_MAX_CELLS", "STRUCTURED_MECHANISMS", "rmse_chart", "OPTIMIZERS",
            "OPTIMIZER_THREADS", "cached_entry"]
 
 log = logging.getLogger(__name__)

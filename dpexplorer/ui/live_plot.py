@@ -87,7 +87,16 @@ class LivePlot:
         self._plots.add(plot)
 
     def update(self, data, key: Hashable | None) -> None:
-        """Show ``data`` (a new ``key``: a new chart)."""
+        """Show ``data``: copied in place, or redrawn by HoloViews, or a new chart.
+
+        Parameters
+        ----------
+        data
+            What ``make`` takes (the Compare charts: a DataFrame of RMSEs in counts).
+        key : hashable or None
+            The chart's structure: the same key updates the drawn chart, another
+            builds a new one, None clears the pane.
+        """
         if key == self.key and key is not None:
             if self._copy(data):
                 self.counts["copied"] += 1
@@ -132,20 +141,17 @@ def _subplots(plot) -> list:
     return list(subplots.values()) if subplots else [plot]
 
 
-def _limits(obj, layers, axis: str):
-    """The explicit ``xlim``/``ylim`` of the chart (its overlay's, else its first layer's)."""
-    for o in [obj, *layers]:
-        lim = hv.Store.lookup_options("bokeh", o, "plot").kwargs.get(axis)
+def _plot_options(obj, layers) -> list[dict]:
+    """The bokeh plot options of the chart: its overlay's first, then each layer's."""
+    return [hv.Store.lookup_options("bokeh", o, "plot").kwargs for o in [obj, *layers]]
+
+
+def _explicit_limits(options: list[dict], axis: str) -> tuple[float, float] | None:
+    """The first finite ``xlim``/``ylim`` (``axis``) of ``options``, or None."""
+    for opts in options:
+        lim = opts.get(axis)
         if lim is not None and all(v is not None and np.isfinite(v) for v in lim):
             return tuple(float(v) for v in lim)
-    return None
-
-
-def _title(obj, layers) -> str | None:
-    for o in [obj, *layers]:
-        title = hv.Store.lookup_options("bokeh", o, "plot").kwargs.get("title")
-        if title is not None:
-            return title
     return None
 
 
@@ -168,7 +174,8 @@ def copy_plan(plot, obj) -> Callable[[], None] | None:
     if len(layers) != len(subplots):
         return None
     figure = plot.state
-    title = _title(obj, layers)
+    options = _plot_options(obj, layers)
+    title = next((o["title"] for o in options if o.get("title") is not None), None)
     if title is not None and (figure.title is None or figure.title.text != title):
         return None
     steps = []
@@ -201,7 +208,7 @@ def copy_plan(plot, obj) -> Callable[[], None] | None:
             return None
     for axis, rng in (("xlim", figure.x_range), ("ylim", figure.y_range)):
         if not hasattr(rng, "factors"):  # a continuous axis: its explicit limits
-            lim = _limits(obj, layers, axis)
+            lim = _explicit_limits(options, axis)
             if lim is None or not hasattr(rng, "start"):
                 return None
             steps.append((rng, "start", lim[0]))

@@ -137,7 +137,6 @@ class ProgressRelay:
         seconds = now - self.start
         self.post(lambda: self.sink(str(stage), int(done), int(total), float(objective), seconds))
 
-
     def _interval(self, now: float, final: bool) -> float:
         """This relay's least interval now: :data:`PROGRESS_INTERVAL`, or more while others report.
 
