@@ -15,7 +15,8 @@ and set of privacy ledgers) is built per browser session; its pages are built
 when first opened.  SIGTERM ends the process within seconds, even while a
 session's optimiser runs (:mod:`dpexplorer.ui.server`); the optimisers run in
 worker processes (:mod:`dpexplorer.ui.workers`), so that an ε change never
-waits behind one.  Widget callbacks run on Panel's thread pool, one session's
+waits behind one, and BLAS computes with one thread on each of the server's
+threads (:func:`dpexplorer.ui.server.one_blas_thread`).  Widget callbacks run on Panel's thread pool, one session's
 in the order its user made them (:mod:`dpexplorer.ui.event_order`).
 """
 
@@ -34,6 +35,7 @@ from dpexplorer.ui.server import (  # noqa: E402
     exit_promptly_on_sigterm,
     freeze_startup_objects,
     log_from_env,
+    one_blas_thread,
 )
 from dpexplorer.ui.workers import warm_up  # noqa: E402
 
@@ -41,6 +43,7 @@ log_from_env()  # DPEXPLORER_LOG_LEVEL=debug: the explorer's own log on stderr, 
 exit_promptly_on_sigterm()  # SIGTERM ends the server within seconds, even while optimisers run
 warm_up()  # the optimisers' worker processes start now, not at the first optimiser
 freeze_startup_objects()  # full garbage collections (they stop every session) skip the modules
+one_blas_thread()  # the sessions' threads compute at once: OpenBLAS serves them best with one each
 lower_native_helper_threads()  # BLAS helper threads yield to the event loop, as the job threads
 
 pn.extension("tabulator", "filedropper", notifications=True, nthreads=2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import socket
@@ -1024,6 +1025,49 @@ def test_redraws_in_a_server_session_run_one_per_turn_on_the_event_loop(monkeypa
     assert ran[-1] == "results 4" and len(ran) == 5
 
 
+def test_only_the_users_own_changes_are_urgent_redraws(monkeypatch):
+    """A user's ε change is redrawn before the other pages' redraws; an optimiser's row landing
+    is a background result and waits its turn (with eight sessions optimising, their landings
+    went before another user's ε change)."""
+    from ui_fakes import served_document
+
+    doc, _context = served_document()
+    submitted, scheduled = [], []
+    monkeypatch.setattr(pn.state, "execute", lambda fn, schedule="auto": scheduled.append(fn))
+
+    class Queue(RedrawQueue):
+        def submit(self, owner, doc, run, urgent=False):
+            submitted.append(urgent)
+
+    monkeypatch.setattr(compare_view, "REDRAWS", Queue(check_seconds=None))
+    monkeypatch.setattr(doc, "add_timeout_callback", lambda fn, ms: None)  # first figures
+    monkeypatch.setattr(ComparePage, "load_wait", 0.0)  # no browser here to say it loaded
+    session = Session(epsilon=1.0)
+    session.workload = dpx.workloads.all_range(32)
+    with set_curdoc(doc):
+        page = ComparePage(session, auto_optimize=False)
+        page.gate.show(True)
+    page.panel()
+    deadline = time.monotonic() + 120
+    while page._shown is None:  # play the event loop until the comparison is shown
+        assert time.monotonic() < deadline, "the comparison was not shown"
+        with set_curdoc(doc):
+            while scheduled:
+                scheduled.pop(0)()
+        time.sleep(0.02)
+    key = page._shown
+    with set_curdoc(doc):
+        submitted.clear()
+        session.epsilon = 0.5  # the user's own change
+        assert submitted and all(submitted)
+        submitted.clear()
+        page._merge(page._token, key, page._bases[key], None, final=True)  # an optimiser landed
+        assert submitted and not any(submitted)
+        submitted.clear()
+        page.update()  # called for a change of the session: the user's
+        assert submitted and all(submitted)
+
+
 def test_statuses_waiting_for_the_event_loop_are_replaced_not_queued():
     """A quick series of strategies posts one status each: while the loop is busy (many
     sessions) only the latest waits, and it is what the page shows."""
@@ -1072,6 +1116,54 @@ def test_a_closed_sessions_compare_page_stops_and_leaves_the_redraw_queue(monkey
     assert len(handed) == 2
     handed[-1]()
     assert other == [1]
+
+
+def test_a_closed_tab_stops_its_page_before_bokeh_ends_the_session(monkeypatch):
+    """Bokeh ends a session 15-32 s after its tab closed; the page stops as soon as its
+    browser, once connected, has no connection left: its optimisers stop at their next
+    report and its redraws are dropped.  Before the browser has connected, none is normal."""
+    import types
+
+    import bokeh.server.contexts
+    import bokeh.server.session
+    from ui_fakes import served_document
+
+    from dpexplorer.ui.redraws import no_connection
+
+    # what no_connection reads is Bokeh's public API
+    assert isinstance(bokeh.server.contexts.BokehSessionContext.session, property)
+    for name in ("connection_count", "destroyed"):
+        assert isinstance(getattr(bokeh.server.session.ServerSession, name), property)
+    doc, context = served_document()
+    assert not no_connection(doc)  # no server session (yet): nothing to say
+    context.session = types.SimpleNamespace(destroyed=False, connection_count=0)
+    handed = []  # what the queue hands to the loop
+    monkeypatch.setattr(compare_view, "REDRAWS",
+                        RedrawQueue(schedule=lambda d, fn: handed.append(fn), check_seconds=None))
+    monkeypatch.setattr(ComparePage, "load_wait", 0.0)
+    session = Session()
+    session.workload = dpx.workloads.all_range(32)
+    with set_curdoc(doc):
+        page = ComparePage(session, auto_optimize=False)
+        page.gate.show(True)
+    token = page._token
+    assert no_connection(doc) and not page._stopped(token)  # not loaded yet: still connecting
+    context.session.connection_count = 1
+    page._loaded.set()  # the browser drew the page
+    assert not page._stopped(token) and not page._closed()
+    ran = []
+    with set_curdoc(doc):
+        page._redraw("results", lambda: ran.append("drawn"))
+    handed.pop()()
+    assert ran == ["drawn"]
+    context.session.connection_count = 0  # the tab closed
+    with set_curdoc(doc):
+        page._redraw("results", lambda: ran.append("for nobody"))
+    handed.pop()()
+    assert ran == ["drawn"]  # dropped
+    assert page._stopped(token) and page._cancel and page._token != token  # stopped
+    context.session = types.SimpleNamespace(destroyed=True, connection_count=1)
+    assert no_connection(doc)
 
 
 def test_a_served_pages_first_figures_follow_its_table(monkeypatch):
@@ -1147,6 +1239,25 @@ def test_the_served_app_freezes_its_startup_objects_once():
     first, second, count = map(int, out)
     assert first > 10_000 and first == second == count  # the later call froze nothing more
     assert "freeze_startup_objects()" in (ROOT / "apps" / "explorer.py").read_text()
+
+
+def test_the_served_app_gives_blas_one_thread_once():
+    """The sessions' threads compute at once, and OpenBLAS queues several threads' calls while
+    its helpers spin: the served process gives every BLAS library (numpy's and scipy's) one
+    thread, once; what it had before is returned."""
+    code = ("import json; from threadpoolctl import threadpool_info; "
+            "from dpexplorer.ui.server import one_blas_thread as f; "
+            "import scipy.linalg, numpy as np; "
+            "a = f(); b = f(); np.linalg.cholesky(np.eye(600) * 2); "
+            "now = [i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas']; "
+            "print(json.dumps([[i['num_threads'] for i in a], a == b, now]))")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="2")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True, env=env).stdout
+    before, same, now = json.loads(out)
+    assert before and all(t == 2 for t in before) and same
+    assert len(now) == len(before) and all(t == 1 for t in now)
+    assert "one_blas_thread()" in (ROOT / "apps" / "explorer.py").read_text()
 
 
 def test_the_explorers_log_level_comes_from_the_environment(caplog):

@@ -64,7 +64,7 @@ from .accuracy_view import AccuracyFirst, epsilon_bars, target_curve_plot
 from .exports import FigureExport
 from .live_plot import LivePlot
 from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRelay
-from .redraws import REDRAWS, models_batch, on_loop, served_document
+from .redraws import REDRAWS, models_batch, no_connection, on_loop, served_document
 from .session import Session
 from .shown import ShownGate, run_redraws
 
@@ -596,6 +596,7 @@ class ComparePage(pn.viewable.Viewer):
         self._loaded = threading.Event()
         self._grace = 0.0
         doc = served_document()
+        self._doc = None if doc is None else weakref.ref(doc)
         if doc is not None:
             try:
                 pn.state.onload(self._loaded.set)
@@ -652,12 +653,17 @@ class ComparePage(pn.viewable.Viewer):
         return dpx.registry.names(data_dependent=False)
 
     # ------------------------------------------------------------ update
-    def update(self) -> bool:
+    def update(self, *, urgent: bool = True) -> bool:
         """Bring the outputs up to date with the session; ``False`` if an input was refused.
 
         Cheap when the strategies for the workload and noise norm are built:
         the stored unit-noise figures are rescaled.  Otherwise starts a
         background comparison (the current outputs stay until it is done).
+
+        ``urgent``: a change the user made (ε, δ, noise, objective), whose
+        redraw of a comparison already shown goes before the other pages'
+        redraws (:data:`~dpexplorer.ui.redraws.REDRAWS`).  False for a
+        background result landing (an optimiser's row), which waits its turn.
         """
         t0 = time.perf_counter()
         with self._lock:
@@ -684,7 +690,7 @@ class ComparePage(pn.viewable.Viewer):
             self._bases.move_to_end(key)
             # a change to the comparison shown (ε, δ, noise, objective), not the page's first
             # one: redrawn before the redraws waiting for background results (REDRAWS)
-            self._urgent = self._shown is not None
+            self._urgent = urgent and self._shown is not None
             try:
                 self._show(key, base, noise)
             finally:
@@ -718,8 +724,25 @@ class ComparePage(pn.viewable.Viewer):
         return too_large(W, name, self.max_cells) or dpx.registry.get(name).not_applicable(W, noise)
 
     def _stopped(self, token) -> bool:
-        """Whether the build under ``token`` must stop: superseded, or cancelled by the user."""
-        return token != self._token or self._cancel
+        """Whether the build under ``token`` must stop: superseded, cancelled by the user, or
+        its browser tab closed (:meth:`_closed`)."""
+        return token != self._token or self._cancel or self._closed()
+
+    def _closed(self) -> bool:
+        """Whether the page's browser tab has gone; the page's work then stops (:meth:`stop`).
+
+        A served page whose browser drew it and that has no connection left
+        (:func:`~dpexplorer.ui.redraws.no_connection`): its optimisers stop at
+        their next progress report and its redraws are dropped at once, not
+        when Bokeh ends the session 15-32 s later.
+        """
+        doc = self._doc() if self._doc is not None else None
+        if doc is None or not self._loaded.is_set() or not no_connection(doc):
+            return False
+        if not self._cancel:
+            log.debug("the browser tab of a Compare page closed: its work stops")
+            self.stop()
+        return True
 
     def _post_status(self, post, token, key=None, **values) -> None:
         """Post ``values`` (status, progress) unless a newer comparison started meanwhile or
@@ -761,7 +784,8 @@ class ComparePage(pn.viewable.Viewer):
         cache, mech = self.cache, dpx.registry.get(name)
         serial = next(self._serials)
         progress = self.optimization
-        stop = (lambda: self._stopped(token)) if cancellable else (lambda: token != self._token)
+        stop = ((lambda: self._stopped(token)) if cancellable else
+                (lambda: token != self._token or self._closed()))
         post(lambda: progress.begin(serial, mech.label))
         relay = ProgressRelay(post, lambda *a: progress.update(serial, *a), stop=stop)
         try:
@@ -814,8 +838,8 @@ class ComparePage(pn.viewable.Viewer):
                 svdb = cache.svdb(W)
             timings["SVD bound"] = time.perf_counter() - t1
             for i, name in enumerate(now):
-                if token != self._token:
-                    return  # superseded: the strategies built so far stay cached
+                if token != self._token or self._closed():
+                    return  # superseded or tab closed: the strategies built so far stay cached
                 mech = dpx.registry.get(name)
                 self._post_status(post, token, key, progress=i,
                                   status=f"Building {mech.label} ({i + 1}/{len(now)})…")
@@ -1046,7 +1070,7 @@ class ComparePage(pn.viewable.Viewer):
         if failure:
             self._fail(failure if base is None else
                        f"Some mechanisms failed (showing the others): {failure}")
-        self.update()
+        self.update(urgent=False)  # a background result: other pages' redraws go first
 
     # --------------------------------------------------------- per query
     def _refresh_per_query(self) -> None:
@@ -1541,6 +1565,9 @@ class ComparePage(pn.viewable.Viewer):
             # ε change for more than 1 s; the first figures took 0.6-4 s in one turn)
             with self._queued_guard:
                 if not self._queued:  # an earlier run took them
+                    return
+                if self._closed():  # nobody to see them
+                    self._queued.clear()
                     return
                 key = next(iter(self._queued))
                 todo = {key: self._queued.pop(key)}

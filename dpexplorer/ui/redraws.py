@@ -37,7 +37,7 @@ import panel as pn
 from panel.io.state import set_curdoc
 
 __all__ = ["RedrawQueue", "REDRAWS", "STALL_SECONDS", "CHECK_SECONDS", "on_loop", "on_session_loop",
-           "served_document", "models_batch", "freeze_models"]
+           "served_document", "models_batch", "freeze_models", "no_connection"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,25 @@ def served_document():
     """
     doc = pn.state.curdoc
     return doc if doc is not None and doc.session_context is not None else None
+
+
+def no_connection(doc) -> bool:
+    """Whether the server session of ``doc`` has no browser connected (or has ended).
+
+    A closed browser tab closes its websocket at once, but Bokeh destroys the
+    session only once it has had no connection for ``unused_session_lifetime``
+    (15 s by default, checked every 17 s): meanwhile a page would go on
+    computing and redrawing for nobody (issue 14: with eight sessions, the
+    tabs closed one round before kept the loop and the optimisers' workers busy
+    for half a minute).  Also True before the browser's websocket has
+    connected: ask only once the page has loaded (``pn.state.onload``).
+    False for a document with no server session (a notebook, a test).
+    """
+    context = getattr(doc, "session_context", None)
+    session = getattr(context, "session", None)  # Bokeh's ServerSession (None: not set up yet)
+    if session is None:
+        return False
+    return bool(session.destroyed) or session.connection_count == 0
 
 
 #: The redraw batch running in this context: [document, its exit stack, frozen yet].
