@@ -1214,7 +1214,15 @@ def test_a_served_pages_first_figures_follow_its_table(monkeypatch):
     time.sleep(page.first_figures_delay)
     for fn, _ in timeouts:
         fn()
-    run_loop()
+    # one HoloViews figure per turn of the loop (another user's ε change goes in between)
+    plots = [panes[k] for k in ("bars", "curve", "by_index", "by_length")]
+    drawn = [sum(p.counts["holoviews"] for p in plots)]
+    with set_curdoc(doc):
+        while scheduled:
+            scheduled.pop(0)()
+            drawn.append(sum(p.counts["holoviews"] for p in plots))
+    steps = np.diff(drawn)
+    assert steps.max() == 1 and drawn[-1] - drawn[0] >= 3, drawn
     assert panes["bars"].pane.object is not None and panes["curve"].pane.object is not None
     assert panes["by_index"].pane.object is not None
     bars = panes["bars"].pane.object

@@ -86,7 +86,18 @@ class LivePlot:
     def _drawn(self, plot, element) -> None:
         self._plots.add(plot)
 
-    def update(self, data, key: Hashable | None) -> None:
+    def copy(self, data, key: Hashable | None) -> bool:
+        """Show ``data`` if only numbers change (copied in place, milliseconds): True if done.
+
+        False, with nothing changed, when the update needs HoloViews (another
+        structure, a new key, no view drawn yet): :meth:`update` then draws it.
+        """
+        if key == self.key and key is not None and self._copy(data):
+            self.counts["copied"] += 1
+            return True
+        return False
+
+    def update(self, data, key: Hashable | None, copy: bool = True) -> None:
         """Show ``data``: copied in place, or redrawn by HoloViews, or a new chart.
 
         Parameters
@@ -96,10 +107,11 @@ class LivePlot:
         key : hashable or None
             The chart's structure: the same key updates the drawn chart, another
             builds a new one, None clears the pane.
+        copy : bool
+            Try the in-place copy first (False: :meth:`copy` has just said no).
         """
         if key == self.key and key is not None:
-            if self._copy(data):
-                self.counts["copied"] += 1
+            if copy and self.copy(data, key):
                 return
             self.counts["holoviews"] += 1
             freeze_models()  # the redraw batch's models are indexed once, when it ends
