@@ -71,9 +71,22 @@ def test_an_epsilon_change_is_copied_into_the_compare_figures_as_holoviews_would
     names = ("bars", "curve", "by_index", "by_length")
     lives = {name: page._panes[name] for name in names}
     before = {name: dict(live.counts) for name, live in lives.items()}
+    # what reaches the browser first: the figures' numbers, then the table's
+    order, table = [], page._panes["table"]
+
+    def spy(name, fn):
+        def call(*args, **kwargs):
+            order.append(name)
+            return fn(*args, **kwargs)
+        return call
+    table.patch = spy("table", table.patch)
+    for name in ("bars", "curve"):
+        lives[name].copy = spy(name, lives[name].copy)
     for eps in (0.5, 0.005, 3.0):  # 0.005: below the privacy–accuracy chart's ε grid
+        order.clear()
         session.epsilon = eps
         assert page.wait(60)
+        assert order[:3] == ["bars", "curve", "table"], order
         for name, live in lives.items():
             figures = _drawn(live)
             assert len(figures) == 1, name

@@ -1395,6 +1395,10 @@ class ComparePage(pn.viewable.Viewer):
             options = {dpx.registry.get(n).label: n for n in self.mechanisms()}
             if options != select.options:  # mechanisms registered since
                 select.options = options
+            drawn = False
+            if len(table_slot) and not self._later("figures", on_figures):
+                on_figures()  # the figures' numbers reach the browser before the table's
+                drawn = True
             summary.object = self._summary()
             value = self._table_value()
             patch = table_patch(table.value, value)
@@ -1405,7 +1409,7 @@ class ComparePage(pn.viewable.Viewer):
             if len(table.value) and not len(table_slot):
                 table_slot.objects = [table]  # placed once it has rows (see table_slot)
                 self._figures_wait()
-            if not self._later("figures", on_figures):
+            if not drawn and not self._later("figures", on_figures):
                 on_figures()
 
         def on_figures(*_):
