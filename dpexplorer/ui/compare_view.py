@@ -734,7 +734,10 @@ class ComparePage(pn.viewable.Viewer):
         A served page whose browser drew it and that has no connection left
         (:func:`~dpexplorer.ui.redraws.no_connection`): its optimisers stop at
         their next progress report and its redraws are dropped at once, not
-        when Bokeh ends the session 15-32 s later.
+        when Bokeh ends the session 15-32 s later.  The explorer leaves Panel's
+        ``reconnect`` off, so a session that lost its browser never gets one
+        back; were one to reconnect, its next change would start the page's
+        work again.
         """
         doc = self._doc() if self._doc is not None else None
         if doc is None or not self._loaded.is_set() or not no_connection(doc):
