@@ -16,8 +16,9 @@ when first opened.  SIGTERM ends the process within seconds, even while a
 session's optimiser runs (:mod:`dpexplorer.ui.server`); the optimisers run in
 worker processes (:mod:`dpexplorer.ui.workers`), so that an ε change never
 waits behind one, and BLAS computes with one thread on each of the server's
-threads (:func:`dpexplorer.ui.server.one_blas_thread`).  Widget callbacks run on Panel's thread pool, one session's
-in the order its user made them (:mod:`dpexplorer.ui.event_order`).
+threads (:func:`dpexplorer.ui.server.one_blas_thread`).  Widget callbacks
+run on Panel's thread pool, one session's in the order its user made them
+(:mod:`dpexplorer.ui.event_order`).
 """
 
 import os

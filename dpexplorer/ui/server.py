@@ -39,9 +39,9 @@ comparison, per-query errors and strategy views on the pages' job threads),
 and OpenBLAS, numpy's and scipy's BLAS, serves calls from several threads
 badly: with its default of one thread per core it queues them behind one
 lock while its helper threads spin, waiting for work.  Eight threads each
-computing the Compare rows of All Range at n = 1024 took 2.6 s (the
-Workload strategy's RMSE 0.9-2.6 s, 0.16 s alone) with two BLAS threads and
-0.75 s with one (2 cores, ``python benchmarks/bench_threads.py``).
+building the Compare rows of All Range at n = 1024 took 3.2 s with two BLAS
+threads (the Workload strategy's row 2.2-3.2 s in each, 0.16 s alone) and
+0.9 s with one (0.65-0.71 s; 2 cores, ``python benchmarks/bench_threads.py``).
 :func:`one_blas_thread` gives every BLAS library of the served process one
 thread: the sessions' threads are the parallelism.
 """
@@ -138,27 +138,22 @@ def one_blas_thread() -> list[dict]:
     """Give every BLAS library loaded in this process one thread (threadpoolctl), once.
 
     For the served explorer, whose sessions compute on many threads at once
-    (see the module's docstring).
-    Call it from the app script once its imports are done: a BLAS library
-    loaded later keeps its own thread count.  Later calls (one per session)
-    change nothing.  Not for a notebook, where one computation at a time
-    gains from every core.
+    (see the module's docstring).  Call it from the app script once its
+    imports are done: a BLAS library loaded later keeps its own thread count.
+    Later calls (one per session) change nothing.  Not for a notebook, where
+    one computation at a time gains from every core.
 
     Returns
     -------
     list of dict
         threadpoolctl's description of the BLAS libraries as they were before
-        the first call (``num_threads`` among others); empty without
-        threadpoolctl.
+        the first call (``num_threads`` among others).
     """
     global _blas_limited
     if _blas_limited is None:
-        try:
-            import scipy.linalg  # noqa: F401 - load scipy's own BLAS before limiting it
-            from threadpoolctl import threadpool_info, threadpool_limits
-        except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-style stacks
-            _blas_limited = []
-            return _blas_limited
+        import scipy.linalg  # noqa: F401 - load scipy's own BLAS before limiting it
+        from threadpoolctl import threadpool_info, threadpool_limits
+
         _blas_limited = [info for info in threadpool_info() if info.get("user_api") == "blas"]
         threadpool_limits(limits=1, user_api="blas")
     return _blas_limited
