@@ -185,30 +185,9 @@ def open_compare(browser, url: str, n: int, wait_table: bool = True):
     return ctx, pg, out
 
 
-_EPS_LINES = """() => {
-    // id -> location of the vertical Spans (HoloViews' VLine) of the figures titled
-    // "Privacy–accuracy…" (the document may hold more than one such figure)
-    const out = {};
-    for (const doc of (window.Bokeh ? window.Bokeh.documents : [])) {
-        for (const m of doc._all_models.values()) {
-            const title = m.title != null && m.title.text != null ? m.title.text : "";
-            if (!title.startsWith("Privacy")) {
-                continue;
-            }
-            for (const r of [...(m.center || []), ...(m.renderers || [])]) {
-                if (r.constructor.__name__ === "Span" && r.dimension === "height") {
-                    out[r.id] = r.location;
-                }
-            }
-        }
-    }
-    return out;
-}"""
-
-
-_EPS_PROBE = """(eps) => {
-    // in the page itself: the time (performance.now(), ms) of the Enter keydown, and of the
-    // first animation frame at which a "Privacy–accuracy…" figure's ε line (a Span) is at eps
+_EPS_SPANS = """
+    // the vertical Spans (HoloViews' VLine) of the figures titled "Privacy–accuracy…"
+    // (the document may hold more than one such figure)
     const spans = [];
     for (const doc of (window.Bokeh ? window.Bokeh.documents : [])) {
         for (const m of doc._all_models.values()) {
@@ -222,7 +201,16 @@ _EPS_PROBE = """(eps) => {
                 }
             }
         }
-    }
+    }"""
+
+# id -> location of the ε lines
+_EPS_LINES = "() => {" + _EPS_SPANS + """
+    return Object.fromEntries(spans.map(s => [s.id, s.location]));
+}"""
+
+# in the page itself: the time (performance.now(), ms) of the Enter keydown, and of the first
+# animation frame at which an ε line is at eps
+_EPS_PROBE = "(eps) => {" + _EPS_SPANS + """
     const probe = window.__dpxEpsProbe = {enter: null, moved: null};
     window.addEventListener("keydown", (e) => {
         if (e.key === "Enter" && probe.enter === null) {
