@@ -248,7 +248,8 @@ def epsilon_latency(pg, values=("0.5", "2", "0.25", "1")) -> list[dict]:
     """Per ε in ``values``: seconds from Enter until the Identity row is RMSE(ε = 1) / ε
     (``table``), and until the privacy–accuracy chart's ε line (a Bokeh ``Span``) is at the
     new ε in the browser (``chart``, timed in the page: Enter keydown to the first animation
-    frame with the line moved; ``chart_polled``, seen from here).
+    frame with the line moved; ``chart_polled``, seen from here, which ``chart`` falls back to,
+    with ``chart_in_page`` False, when the chart was redrawn meanwhile).
 
     The changes start once the chart is drawn: a served Compare page draws its first
     figures a moment after its table (``ComparePage.first_figures_delay``), and a chart
@@ -276,12 +277,16 @@ def epsilon_latency(pg, values=("0.5", "2", "0.25", "1")) -> list[dict]:
             if polled is None and _line_moved(before, pg.evaluate(_EPS_LINES), eps):
                 polled = time.perf_counter() - t0
             pg.wait_for_timeout(10)
+        seen = time.perf_counter()
         probe = pg.evaluate("() => window.__dpxEpsProbe")
-        while probe["moved"] is None and time.perf_counter() - t0 < READY_MS / 1000:
+        while probe["moved"] is None and time.perf_counter() - seen < 2.0:
             pg.wait_for_timeout(10)  # the line seen by a poll: its frame comes at once
             probe = pg.evaluate("() => window.__dpxEpsProbe")
-        chart = (probe["moved"] - probe["enter"]) / 1000 if probe["moved"] is not None else math.nan
-        out.append({"table": table, "chart": chart, "chart_polled": polled})
+        in_page = probe["moved"] is not None and probe["enter"] is not None
+        # (a chart redrawn meanwhile has new lines, which the probe does not watch: polled)
+        chart = (probe["moved"] - probe["enter"]) / 1000 if in_page else polled
+        out.append({"table": table, "chart": chart, "chart_polled": polled,
+                    "chart_in_page": in_page})
     return out
 
 
