@@ -1522,8 +1522,11 @@ class ComparePage(pn.viewable.Viewer):
         self.gate.run(key, lambda: self._on_loop(key, fn))
 
     def _draw_each(self, name: str, charts) -> None:
-        """Update the live plots ``charts`` (``[(plot, data(), key()), ...]``), one HoloViews
-        redraw per turn of the server's loop.
+        """Update the live plots ``charts``, one HoloViews redraw per turn of the server's loop.
+
+        ``charts``: ``[(plot, data, key), ...]``, a :class:`LivePlot` with two
+        callables reading the page's current state: ``data()`` what the plot
+        draws, ``key()`` its structure (see :meth:`LivePlot.update`).
 
         Updates that only copy numbers (an ε change) are done at once; of those that
         need HoloViews (a first draw, a new structure), the first is done now and

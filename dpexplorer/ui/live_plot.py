@@ -89,8 +89,9 @@ class LivePlot:
     def copy(self, data, key: Hashable | None) -> bool:
         """Show ``data`` if only numbers change (copied in place, milliseconds): True if done.
 
-        False, with nothing changed, when the update needs HoloViews (another
-        structure, a new key, no view drawn yet): :meth:`update` then draws it.
+        ``data`` and ``key`` as in :meth:`update`.  False, with nothing
+        changed, when the update needs HoloViews (another structure, a new key,
+        no view drawn yet): :meth:`update` then draws it.
         """
         if key == self.key and key is not None and self._copy(data):
             self.counts["copied"] += 1

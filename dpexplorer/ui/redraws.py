@@ -71,7 +71,19 @@ def no_connection(doc) -> bool:
     tabs closed one round before kept the loop and the optimisers' workers busy
     for half a minute).  Also True before the browser's websocket has
     connected: ask only once the page has loaded (``pn.state.onload``).
-    False for a document with no server session (a notebook, a test).
+
+    Parameters
+    ----------
+    doc : bokeh.document.Document
+        A page's document.
+
+    Returns
+    -------
+    bool
+        True when its server session is destroyed or has no connection; False
+        for a document with no server session (a notebook, a test).  Reads
+        Bokeh's public ``session_context.session.connection_count`` and
+        ``destroyed``; raises nothing.
     """
     context = getattr(doc, "session_context", None)
     session = getattr(context, "session", None)  # Bokeh's ServerSession (None: not set up yet)
