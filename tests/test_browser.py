@@ -75,9 +75,14 @@ def start_server(log_path, wait_path: str | None = None, app: str = "apps/explor
     return proc, url, log
 
 
+#: The module server's log file (for a failure's message)
+SERVER_LOG: list[str] = []
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     proc, url, log = start_server(tmp_path_factory.mktemp("server") / "panel.log")
+    SERVER_LOG[:] = [log.name]
     yield url
     proc.terminate()
     try:
@@ -343,21 +348,36 @@ def test_brush_a_range(page):
     assert m1 == m0 + 1  # one custom range added
 
 
+def _download(pg, name: str):
+    """Click the enabled download button ``name``: the browser's download, or a failure that
+    shows the button's state, the page's problems and the server log's tail."""
+    button = pg.get_by_role("button", name=name)
+    playwright_api.expect(button).to_be_enabled(timeout=READY_MS)
+    try:
+        with pg.expect_download(timeout=READY_MS) as info:
+            button.click()
+        return info.value
+    except playwright_api.TimeoutError:
+        log = Path(SERVER_LOG[0]).read_text()[-4000:] if SERVER_LOG else "(no log)"
+        raise AssertionError(
+            f"no download from {name!r} in {READY_MS / 1000:.0f} s; button "
+            f"{button.evaluate('b => b.outerHTML')[:400]}; page problems {pg.problems}; "
+            f"server log tail:\n{log}") from None
+
+
 def test_release_and_download(page):
     _tab(page, "Release")
     page.get_by_role("button", name="Run release").click()
     page.wait_for_selector("text=/Spent on .*: ε = 1 /", timeout=READY_MS)
     page.wait_for_selector("text=95 % high", timeout=READY_MS)  # the answers table with intervals
-    with page.expect_download(timeout=READY_MS) as info:
-        page.get_by_role("button", name="Download CSV").click()
-    path = info.value.path()
-    text = Path(path).read_text()
+    # the summary and the download buttons change in one held update: once it shows the
+    # release, the buttons are enabled and name the release's file
+    page.wait_for_selector("text=/Released .* answers of/", timeout=READY_MS)
+    text = Path(_download(page, "Download CSV").path()).read_text()
     assert "mechanism" in text and "answer" in text and "ci_low" in text
     assert "seed" not in text.lower() and "OS CSPRNG via opendp" in text
-    with page.expect_download(timeout=READY_MS) as info:
-        page.get_by_role("button", name="Download JSON").click()
     import json
-    doc = json.loads(Path(info.value.path()).read_text())
+    doc = json.loads(Path(_download(page, "Download JSON").path()).read_text())
     assert doc["epsilon"] == 1.0 and "answers" in doc and "workload_spec" in doc
     assert "seed" not in doc and doc["mode"] == "release" and len(doc["ci_high"]) == len(doc["answers"])
     _shot(page, "release")
