@@ -60,6 +60,55 @@ def test_a_mirror_follows_its_source_only_while_shown():
         gate.mirror(page, ["nope"])
 
 
+def test_a_mirror_sends_its_changes_in_one_held_update_on_the_servers_loop(monkeypatch):
+    # each message to the browser walks every model of the page (issue 14): on the loop of a
+    # served session a mirror's changes are made under one pn.io.hold (one message); in a
+    # worker thread, or outside a server, never (a hold released from a thread sends Bokeh's
+    # own messages, which can overtake Panel's)
+    import asyncio
+    import contextlib
+
+    import param
+    from panel.io.state import set_curdoc
+    from ui_fakes import served_document
+
+    from dpexplorer.ui import redraws
+
+    class Page(param.Parameterized):
+        status = param.String("")
+        busy = param.Boolean(False)
+
+    holds, seen = [], []
+
+    @contextlib.contextmanager
+    def hold(doc=None, *args, **kwargs):
+        holds.append(doc)
+        yield
+        holds.append("end")
+    monkeypatch.setattr(pn.io, "hold", hold)
+    doc, _context = served_document()
+    page, gate = Page(), ShownGate()
+    mirror = gate.mirror(page, ["status", "busy"])
+    mirror.param.watch(lambda *events: seen.append((sorted(e.name for e in events), list(holds))),
+                       ["status", "busy"])
+
+    async def on_loop(status):
+        assert redraws.on_event_loop()
+        page.param.update(status=status, busy=not page.busy)
+    with set_curdoc(doc):
+        asyncio.run(on_loop("loop"))
+    assert seen == [(["busy", "status"], [doc])] and holds == [doc, "end"]
+    seen.clear(), holds.clear()
+    with set_curdoc(doc):
+        assert not redraws.on_event_loop()
+        worker = threading.Thread(target=lambda: page.param.update(status="thread", busy=False))
+        worker.start(), worker.join()
+        page.status = "not on a loop"
+    asyncio.run(on_loop("no server"))  # a loop, but no served document (a notebook's kernel)
+    assert holds == [] and [names for names, _ in seen] == [["busy", "status"], ["status"],
+                                                            ["busy", "status"]]
+
+
 def test_a_failing_deferred_update_does_not_stop_the_others(caplog):
     gate, calls = ShownGate(), []
     gate.show(False)

@@ -24,6 +24,7 @@ Nothing here runs outside a server: a notebook or a script redraws at once.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import contextvars
@@ -37,7 +38,8 @@ import panel as pn
 from panel.io.state import set_curdoc
 
 __all__ = ["RedrawQueue", "REDRAWS", "STALL_SECONDS", "CHECK_SECONDS", "on_loop", "on_session_loop",
-           "served_document", "models_batch", "freeze_models", "no_connection"]
+           "served_document", "models_batch", "freeze_models", "no_connection", "held_on_loop",
+           "on_event_loop"]
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +126,43 @@ def freeze_models() -> None:
     doc, stack, _ = batch
     stack.enter_context(doc.models.freeze())
     batch[2] = True
+
+
+def on_event_loop() -> bool:
+    """Whether the caller runs as a callback of a running event loop (the server's loop).
+
+    False in Panel's worker threads, the pages' background threads, a script or a notebook
+    cell's plain code.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def held_on_loop() -> Iterator[None]:
+    """Send the current session's document changes made in the block as one message.
+
+    On the server's event loop the block runs under ``pn.io.hold()``: Bokeh
+    builds one PATCH-DOC message for all its changes when the block ends,
+    instead of one per widget or pane changed, and each message costs the loop
+    a walk over every model of the page (Bokeh's serializer indexes the
+    document's references: about 10 ms for the 540 models of a Compare page,
+    more under load; issue 14).  Elsewhere (a worker thread, a notebook, a test
+    without a server) the block runs as it is: a hold released from a thread
+    would send its changes through Bokeh's own messages, which can overtake
+    Panel's (see :func:`on_session_loop`).  Not for a block that replaces a
+    HoloViews plot: one held message replacing and updating a plot left the
+    browser a model reference it never received (issue 17).
+    """
+    doc = served_document()
+    if doc is None or not on_event_loop():
+        yield
+        return
+    with pn.io.hold(doc):
+        yield
 
 
 def on_loop(doc, fn: Callable[[], None]) -> None:

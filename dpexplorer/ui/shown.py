@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 import panel as pn
 import param
 
+from .redraws import held_on_loop
+
 __all__ = ["LazyCard", "ShownGate", "run_redraws"]
 
 log = logging.getLogger(__name__)
@@ -124,7 +126,8 @@ class ShownGate:
         key = f"mirror-{next(_MIRRORS)}"
 
         def copy() -> None:
-            view.param.update(**{n: getattr(source, n) for n in names})
+            with held_on_loop():  # the widgets' changes go to the browser in one message
+                view.param.update(**{n: getattr(source, n) for n in names})
         source.param.watch(lambda *_: self.run(key, copy), names)
         return view
 
