@@ -120,6 +120,29 @@ def test_document_of_finds_the_session_as_panel_submits_it():
     assert document_of(print, (1, "x")) is None
 
 
+def test_a_handler_that_waited_or_ran_long_is_logged(monkeypatch, caplog):
+    # the debug log says which of a session's event handlers waited for its turn, and how
+    # long each ran (issue 14: where an ε change spends its time with eight sessions)
+    import logging
+
+    from dpexplorer.ui import event_order
+
+    monkeypatch.setattr(event_order, "SLOW_SECONDS", 0.1)
+    pool = SessionOrderedPool(max_workers=2, hold_seconds=5)
+    log, task = _recorder()
+    doc = Document()
+    with caplog.at_level(logging.DEBUG, logger="dpexplorer.ui.event_order"):
+        first = pool.submit(task, doc, "slow", 0.3)
+        second = pool.submit(task, doc, "quick")
+        assert first.result(5) == "slow" and second.result(5) == "quick"
+        pool.shutdown()
+    lines = [r.getMessage() for r in caplog.records if "event handler" in r.getMessage()]
+    assert len(lines) == 2, lines
+    ran = float(lines[0].split("ran ")[1].split(" s")[0])
+    waited = float(lines[1].split("started ")[1].split(" s")[0])
+    assert ran >= 0.3 and waited >= 0.3  # the quick one waited for the slow one
+
+
 def test_no_new_tasks_after_shutdown():
     pool = SessionOrderedPool(max_workers=1)
     pool.shutdown()

@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 HOLD_SECONDS = 1.5
 
 
+#: A session's event handler that waited or ran longer than this (seconds) is logged (debug).
+SLOW_SECONDS = 0.5
+
+
 def document_of(fn, args=(), kwargs=None):
     """The Bokeh ``Document`` a task submitted by Panel belongs to, or None.
 
@@ -112,7 +116,7 @@ class SessionOrderedPool(ThreadPoolExecutor):
         if session is None:
             return super().submit(fn, *args, **kwargs)
         outer: Future = Future()
-        task = (fn, args, kwargs, outer)
+        task = (fn, args, kwargs, outer, time.monotonic())
         with self._guard:
             if self._closed:
                 raise RuntimeError("cannot schedule new futures after shutdown")
@@ -125,7 +129,7 @@ class SessionOrderedPool(ThreadPoolExecutor):
         return outer
 
     def _start(self, session, lane: _Lane, task) -> None:
-        fn, args, kwargs, outer = task
+        fn, args, kwargs, outer, submitted = task
         with self._guard:
             lane.ticket += 1
             ticket = lane.ticket
@@ -135,19 +139,26 @@ class SessionOrderedPool(ThreadPoolExecutor):
             self._release(session, ticket)
             return
         try:
-            inner = super().submit(self._run, lane, ticket, fn, *args, **kwargs)
+            inner = super().submit(self._run, lane, ticket, submitted, fn, *args, **kwargs)
         except BaseException as exc:  # the pool was shut down meanwhile
             outer.set_exception(exc)
             self._release(session, ticket)
             return
         inner.add_done_callback(functools.partial(self._finished, session, ticket, outer))
 
-    def _run(self, lane: _Lane, ticket: int, fn, /, *args, **kwargs):
+    def _run(self, lane: _Lane, ticket: int, submitted: float, fn, /, *args, **kwargs):
+        start = time.monotonic()
         with self._guard:
             if lane.ticket == ticket:
-                lane.since = time.monotonic()
+                lane.since = start
                 self._guard.notify_all()  # the watcher times the hold from now
-        return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if start - submitted > SLOW_SECONDS or time.monotonic() - start > SLOW_SECONDS:
+                log.debug("event handler %s started %.2f s after it was submitted, ran %.2f s",
+                          getattr(fn, "__qualname__", fn), start - submitted,
+                          time.monotonic() - start)
 
     def _finished(self, session, ticket: int, outer: Future, inner: Future) -> None:
         exc = inner.exception()
@@ -206,7 +217,7 @@ class SessionOrderedPool(ThreadPoolExecutor):
             self._closed = True
             if cancel_futures:
                 for lane in self._lanes.values():
-                    for *_, outer in lane.waiting:
+                    for _fn, _args, _kwargs, outer, _submitted in lane.waiting:
                         outer.cancel()
                     lane.waiting.clear()
             self._guard.notify_all()
