@@ -1295,3 +1295,64 @@ def test_the_explorers_log_level_comes_from_the_environment(caplog):
         logger.setLevel(saved[0])
         logger.handlers[:] = saved[1]
         logger.propagate = saved[2]
+
+
+def test_the_served_page_has_no_process_wide_busy_indicator():
+    """Panel keeps one busy state per process and sets every session's indicator from it:
+    each event of one session sent a message to every other open page (issue 14)."""
+    from bokeh.document import Document
+    from panel.io.state import state
+
+    from dpexplorer.ui.app import ExplorerApp
+
+    before = list(state._indicators)
+    template = ExplorerApp().template()
+    doc = Document()
+    with set_curdoc(doc):
+        template.server_doc(doc)
+    assert template.busy_indicator is None
+    assert state._indicators == before  # nothing the process-wide busy state would update
+    # the control: Panel's default template registers its indicator with that state
+    default = pn.template.BootstrapTemplate(main=[pn.pane.Markdown("x")])
+    other = Document()
+    with set_curdoc(other):
+        default.server_doc(other)
+    assert default.busy_indicator in state._indicators
+    state._indicators.remove(default.busy_indicator)
+
+
+def test_a_pages_posts_waiting_for_the_loop_run_together_in_order(monkeypatch, caplog):
+    """Each callback scheduled on its own took the session's document lock for a turn of
+    the shared loop: an ε typed in the page waited behind its own page's posts (issue 14)."""
+    import threading
+
+    from ui_fakes import served_document
+
+    from dpexplorer.ui.compare_view import Jobs
+
+    doc, _context = served_document()
+    scheduled, ran = [], []
+    monkeypatch.setattr(compare_view, "on_loop", lambda d, fn: scheduled.append((d, fn)))
+    jobs, lock = Jobs(threading.RLock()), threading.RLock()
+    jobs.lock = lock
+
+    def fail():
+        raise RuntimeError("boom")
+
+    def job(post):
+        post(lambda: ran.append(("status", lock._is_owned())))
+        post(fail)  # logged; the others still run
+        post(lambda: ran.append(("progress", pn.state.curdoc is doc)))
+    with set_curdoc(doc):
+        jobs.submit(job)
+    assert jobs.wait(30)
+    assert len(scheduled) == 1 and scheduled[0][0] is doc and ran == []
+    with caplog.at_level("ERROR", logger="dpexplorer.ui.compare_view"):
+        scheduled.pop()[1]()  # the loop's turn: all three, in order, under the page's lock
+    assert ran == [("status", True), ("progress", True)]
+    assert "update of the page failed" in caplog.text
+    post = jobs._poster(doc)
+    post(lambda: ran.append("later"))  # nothing waiting any more: scheduled anew
+    assert len(scheduled) == 1
+    scheduled.pop()[1]()
+    assert ran[-1] == "later"

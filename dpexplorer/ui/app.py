@@ -160,12 +160,22 @@ class ExplorerApp(pn.viewable.Viewer):
         return on_error
 
     def template(self) -> pn.template.BootstrapTemplate:
-        """The served page (Bootstrap template: no web fonts, all resources local)."""
+        """The served page (Bootstrap template: no web fonts, all resources local).
+
+        Without Panel's busy indicator: Panel keeps one ``busy`` state for the whole
+        server process and sets every session's indicator from it, so each event of
+        any session (an ε typed, a page opened) changed the indicator of every other
+        open page, and sent each of them a message built on the server's event loop
+        (with eight sessions: 18 indicator updates for one ε change, 0.5 s of the
+        handler's 0.6 s; issue 14).  The pages show their own work (progress bars,
+        dimmed results, the optimisers' panel).
+        """
         self.sync_url()
         self._open(self.tabs.active)  # the page the link opens, not the default first one
         return pn.template.BootstrapTemplate(
             title="dpexplorer — linear queries under differential privacy",
-            sidebar=[self.session.controls()], main=[self.tabs], sidebar_width=300)
+            sidebar=[self.session.controls()], main=[self.tabs], sidebar_width=300,
+            busy_indicator=None)
 
     def __panel__(self):
         self._open(self.tabs.active)
