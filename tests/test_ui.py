@@ -1333,8 +1333,8 @@ def test_a_pages_posts_waiting_for_the_loop_run_together_in_order(monkeypatch, c
     doc, _context = served_document()
     scheduled, ran = [], []
     monkeypatch.setattr(compare_view, "on_loop", lambda d, fn: scheduled.append((d, fn)))
-    jobs, lock = Jobs(threading.RLock()), threading.RLock()
-    jobs.lock = lock
+    lock = threading.RLock()  # the page's lock
+    jobs = Jobs(lock)
 
     def fail():
         raise RuntimeError("boom")

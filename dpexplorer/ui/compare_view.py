@@ -211,8 +211,9 @@ class Jobs:
     ``submit(fn, *args)`` calls ``fn(post, *args)`` on a worker thread; the
     job hands UI updates to ``post(callback)``.  In a server session the
     callback runs on the document's event loop through
-    ``pn.state.execute(callback, schedule=True)`` (document lock taken,
-    ``pn.state.curdoc`` set, so notifications work); without one (tests,
+    ``pn.state.execute(..., schedule=True)`` (document lock taken,
+    ``pn.state.curdoc`` set, so notifications work), together with the page's
+    other callbacks waiting for the loop (:meth:`_poster`); without one (tests,
     scripts, notebooks) it runs at once under the page's lock.
 
     The strategy builds do not use Panel's own thread pool

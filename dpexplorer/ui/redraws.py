@@ -131,8 +131,12 @@ def freeze_models() -> None:
 def on_event_loop() -> bool:
     """Whether the caller runs as a callback of a running event loop (the server's loop).
 
-    False in Panel's worker threads, the pages' background threads, a script or a notebook
-    cell's plain code.
+    Returns
+    -------
+    bool
+        True inside a callback or coroutine run by an asyncio loop (Tornado's, in a
+        served app); False in Panel's worker threads, the pages' background threads,
+        a script or a notebook cell's plain code.  Raises nothing.
     """
     try:
         asyncio.get_running_loop()
@@ -156,6 +160,9 @@ def held_on_loop() -> Iterator[None]:
     Panel's (see :func:`on_session_loop`).  Not for a block that replaces a
     HoloViews plot: one held message replacing and updating a plot left the
     browser a model reference it never received (issue 17).
+
+    A context manager with no value; raises what the block raises (the
+    changes made before are still sent).
     """
     doc = served_document()
     if doc is None or not on_event_loop():
