@@ -11,8 +11,10 @@ and the tree's autogroup.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -44,16 +46,16 @@ def tree():
     """(parent pid, child pid) of a fresh process tree in a session (and autogroup) of its own."""
     proc = subprocess.Popen([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True,
                             start_new_session=True)
+    child = None
     try:
         child = int(proc.stdout.readline())
         yield proc.pid, child
     finally:
         proc.kill()
         proc.wait()
-        try:
-            os.kill(child, 9)
-        except (OSError, UnboundLocalError):
-            pass
+        if child is not None:
+            with contextlib.suppress(OSError):  # ended with its parent already
+                os.kill(child, signal.SIGKILL)
 
 
 def threads_nice(pid: int) -> set[int]:
