@@ -411,20 +411,9 @@ def renice_tree(roots: set[int], nice: int = 19) -> int:
     its compositor threads' priorities itself (nice 0 or 5, some threads -8
     when run as root), whatever priority its browser process was started at.
     """
-    changed = 0
-    for pid in _process_tree(roots):
-        try:
-            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                if os.getpriority(os.PRIO_PROCESS, tid) < nice:
-                    os.setpriority(os.PRIO_PROCESS, tid, nice)
-                    changed += 1
-            except OSError:  # ended meanwhile
-                continue
-    return changed
+    from dpexplorer.ui.workers import lower_threads  # the explorer's own per-thread nice
+
+    return sum(len(lower_threads(nice, pid=pid)) for pid in _process_tree(roots))
 
 
 def lower_autogroup(pid: int, nice: int = 19) -> bool:

@@ -92,3 +92,13 @@ def test_the_trees_autogroup_gets_the_lowest_priority(tree):
     assert group.read_text().split()[-1] == "19"
     assert Path("/proc/self/autogroup").read_text().split()[-1] != "19"  # ours untouched
     assert not bench.lower_autogroup(2**22 + 12345)  # no such process: False, no error
+
+
+def test_native_only_is_refused_for_another_process(tree):
+    from dpexplorer.ui.workers import lower_threads
+
+    parent, _ = tree
+    with pytest.raises(ValueError, match="native_only"):
+        lower_threads(19, native_only=True, pid=parent)
+    assert threads_nice(parent) == {0}  # nothing lowered
+    assert lower_threads(19, pid=2**22 + 12345) == []  # no such process: nothing, no error

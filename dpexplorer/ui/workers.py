@@ -103,24 +103,36 @@ def _lower_priority(nice: int) -> None:
     lower_threads(nice)
 
 
-def lower_threads(nice: int, native_only: bool = False) -> list[int]:
-    """Give this process's threads (or only those Python did not start) at least ``nice``.
+def lower_threads(nice: int, native_only: bool = False, pid: int | None = None) -> list[int]:
+    """Give a process's threads (or only those Python did not start) at least ``nice``.
 
     Parameters
     ----------
     nice : int
         The nice value to lower to (a thread already at it or above keeps its own).
     native_only : bool
-        Leave Python's own threads (``threading.enumerate()``) as they are.
+        Leave Python's own threads (``threading.enumerate()``) as they are; only for
+        this process.
+    pid : int, optional
+        The process whose threads are lowered (default: this one).
 
     Returns
     -------
     list of int
-        The native thread ids lowered (empty without Linux's /proc).
+        The native thread ids lowered (empty without Linux's /proc, or when the process
+        has ended).
+
+    Raises
+    ------
+    ValueError
+        If ``native_only`` is asked for another process (its Python threads are not known here).
     """
+    if native_only and pid is not None and pid != os.getpid():
+        raise ValueError("native_only applies to this process's threads only, not to pid "
+                         f"{pid}")
     try:
-        tasks = {int(t) for t in os.listdir("/proc/self/task")}
-    except OSError:  # no /proc: nothing to do per thread
+        tasks = {int(t) for t in os.listdir(f"/proc/{'self' if pid is None else pid}/task")}
+    except OSError:  # no /proc, or the process has ended: nothing to do per thread
         return []
     if native_only:
         tasks -= {t.native_id for t in threading.enumerate()}
