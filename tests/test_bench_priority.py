@@ -80,17 +80,30 @@ def test_renice_reaches_every_thread_of_the_tree(tree):
     assert bench.renice_tree({parent}) == 0  # already there: nothing to change
 
 
+def autogroup(pid) -> tuple[str, str] | None:
+    """``(group, nice)`` from ``/proc/<pid>/autogroup``, or None where it reads as nothing.
+
+    Some containers show the file but leave it empty (the CI's sandbox does).
+    """
+    try:
+        fields = Path(f"/proc/{pid}/autogroup").read_text().split()
+    except OSError:
+        return None
+    return (fields[0], fields[-1]) if len(fields) == 3 and fields[1] == "nice" else None
+
+
 def test_the_trees_autogroup_gets_the_lowest_priority(tree):
     parent, _ = tree
-    group = Path(f"/proc/{parent}/autogroup")
     enabled = Path("/proc/sys/kernel/sched_autogroup_enabled")
-    if not group.exists() or not enabled.exists() or enabled.read_text().strip() != "1":
+    if not enabled.exists() or enabled.read_text().strip() != "1":
         pytest.skip("this kernel schedules without autogroups")
-    ours = Path("/proc/self/autogroup").read_text().split()[0]
-    assert group.read_text().split()[0] != ours  # a new session: an autogroup of its own
+    ours, theirs = autogroup("self"), autogroup(parent)
+    if ours is None or theirs is None:
+        pytest.skip("this sandbox does not show the processes' autogroups")
+    assert theirs[0] != ours[0]  # a new session: an autogroup of its own
     assert bench.lower_autogroup(parent)
-    assert group.read_text().split()[-1] == "19"
-    assert Path("/proc/self/autogroup").read_text().split()[-1] != "19"  # ours untouched
+    assert autogroup(parent) == (theirs[0], "19")
+    assert autogroup("self") == ours  # ours untouched
     assert not bench.lower_autogroup(2**22 + 12345)  # no such process: False, no error
 
 
