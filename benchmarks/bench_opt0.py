@@ -8,7 +8,9 @@ spent inside the objective (value and gradient,
 :class:`templates._PIdentityObjective`, or its restriction to a working set) against the
 rest (L-BFGS-B itself, scipy's wrapper and its bounds set-up), the RMSE (Laplace, ε = 1), whether L-BFGS-B ran on a
 working set of Θ (``ws``: from ``templates.WORKING_SET_MIN_VARIABLES`` parameters on), the
-BLAS threads and the machine's load before and after.  With ``--maxiter`` a
+BLAS threads, the coarser runs of a multilevel start (``coarse``: cells and iterations of
+each run on pairs of cells, ``templates.MULTILEVEL_MIN_CELLS``; ``--start random`` turns
+that start off, for comparison) and the machine's load before and after.  With ``--maxiter`` a
 run stops early (for n = 16384, whose full restart takes far longer than
 the others): the per-iteration figures then describe the first iterations
 only, which are the most expensive ones (dense random start).
@@ -19,6 +21,7 @@ Run by hand::
     python benchmarks/bench_opt0.py 1024 2048 4096
     python benchmarks/bench_opt0.py 16384 --maxiter 20
     python benchmarks/bench_opt0.py 256 1024 --workload prefix --seeds 0 1 2
+    python benchmarks/bench_opt0.py 4096 --seeds 0 1 2 --start random
     pytest benchmarks/bench_opt0.py --benchmark-only
 """
 
@@ -50,6 +53,17 @@ def load() -> str:
         return out.split("load average:")[-1].strip()
     except (OSError, subprocess.CalledProcessError):
         return ", ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+@contextlib.contextmanager
+def _random_start():
+    """OPT0 without its multilevel start: every restart from a random Θ."""
+    saved = templates.MULTILEVEL_MIN_CELLS
+    templates.MULTILEVEL_MIN_CELLS = 2**62
+    try:
+        yield
+    finally:
+        templates.MULTILEVEL_MIN_CELLS = saved
 
 
 @contextlib.contextmanager
@@ -87,11 +101,16 @@ def objective_clock():
             cls.__call__ = original
 
 
-def one_restart(wname: str, n: int, seed: int, threads: int, maxiter: int | None):
-    """One OPT0 restart; a dict of the figures printed by :func:`main`."""
+def one_restart(wname: str, n: int, seed: int, threads: int, maxiter: int | None,
+                start: str = "auto"):
+    """One OPT0 restart; a dict of the figures printed by :func:`main`.
+
+    ``start``: ``"auto"`` (OPT0's own rule) or ``"random"`` (no multilevel start).
+    """
     W = BUILD[wname](n)
     before = load()
-    with objective_clock() as spent, threadpool_limits(threads, user_api="blas"):
+    random = contextlib.nullcontext() if start == "auto" else _random_start()
+    with objective_clock() as spent, threadpool_limits(threads, user_api="blas"), random:
         blas = sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
         res, wall, cpu = timed(lambda: templates.opt0(W, LAPLACE, restarts=1, seed=seed,
                                                       maxiter=maxiter, threads=threads))
@@ -101,12 +120,14 @@ def one_restart(wname: str, n: int, seed: int, threads: int, maxiter: int | None
             "objective_cpu": spent[1],
             "rmse": dpx.rmse(W, res.strategy, LAPLACE), "gram": res.info["gram"],
             "working_set": res.info.get("working_set", False),
+            "coarse": " ".join(f"{lv['cells']}:{lv['iterations']}" for lv in res.info.get("levels", []))
+            or "-",
             "blas": "/".join(map(str, blas)), "load_before": before, "load_after": load()}
 
 
 HEADER = (f"{'workload':<10} {'n':>6} {'p':>5} {'seed':>4} {'wall s':>8} {'cpu s':>8} {'iter':>5} "
           f"{'evals':>5} {'f+g wall':>8} {'f+g cpu':>7} {'cpu ms/it':>9} {'rmse':>9} {'ws':>2} {'BLAS':>4}  "
-          f"load before | after")
+          f"{'coarse':<16} load before | after")
 
 
 def row(r: dict) -> str:
@@ -114,7 +135,7 @@ def row(r: dict) -> str:
     return (f"{r['workload']:<10} {r['n']:>6} {r['p']:>5} {r['seed']:>4} {r['wall']:>8.1f} "
             f"{r['cpu']:>8.1f} {r['iterations']:>5} {r['evaluations']:>5} {r['objective_wall']:>8.1f} "
             f"{r['objective_cpu']:>7.1f} {per_it:>9.0f} {r['rmse']:>9.4f} {'y' if r['working_set'] else 'n':>2} "
-            f"{r['blas']:>4}  {r['load_before']} | "
+            f"{r['blas']:>4}  {r['coarse']:<16} {r['load_before']} | "
             f"{r['load_after']}")
 
 
@@ -126,13 +147,15 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1, help="BLAS threads (default 1)")
     parser.add_argument("--maxiter", type=int, default=None,
                         help="stop each restart after this many iterations (default: OPT0's)")
+    parser.add_argument("--start", choices=["auto", "random"], default="auto",
+                        help="OPT0's own start (default), or random without the multilevel start")
     args = parser.parse_args(argv)
     print(f"cores: {os.cpu_count()}; one restart each; 'f+g': seconds inside the objective "
           f"(value and gradient; the rest is L-BFGS-B and scipy's wrapper); RMSE Laplace ε = 1")
     print(HEADER, flush=True)
     for n in args.sizes:
         for seed in args.seeds:
-            print(row(one_restart(args.workload, n, seed, args.threads, args.maxiter)),
+            print(row(one_restart(args.workload, n, seed, args.threads, args.maxiter, args.start)),
                   flush=True)
 
 

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpexplorer.queries import workloads
-from dpexplorer.queries.gram_ops import gram_operator, segment_sums, segmented_cumsum
+from dpexplorer.queries.gram_ops import gram_operator, paired, segment_sums, segmented_cumsum
 from dpexplorer.queries.matrix import Dense, Diagonal, Kronecker, Product
 
 
@@ -52,6 +52,40 @@ def test_operator_matches_dense_gram(n, seed):
             ref = [u[s:e + 1] @ G[s:e + 1, s:e + 1] @ u[s:e + 1] for s, e in zip(lo, hi, strict=True)]
             np.testing.assert_allclose(op.interval_forms(u, lo, hi), ref,
                                        atol=1e-12 * max(np.abs(G).max(), 1.0) * n * n)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 40), seed=st.integers(0, 2**31))
+def test_paired_gram_is_the_workload_on_pairs_of_cells(n, seed):
+    # PᵀGP with P adding cells 2i and 2i + 1 (the last alone for odd n): the Gram of W·P
+    rng = np.random.default_rng(seed)
+    nc = (n + 1) // 2
+    P = np.zeros((n, nc))
+    P[np.arange(n), np.arange(n) // 2] = 1.0
+    lo, hi = random_intervals(nc, rng)
+    for W in structured(n, rng):
+        op = gram_operator(W)
+        if not op.intervals:
+            continue
+        G = P.T @ W.gram().dense() @ P
+        coarse = paired(op)
+        assert coarse.n == nc and coarse.intervals
+        X = rng.normal(size=(nc, 3))
+        scale = max(np.abs(G).max(), 1.0) * np.abs(X).sum(axis=0).max()
+        np.testing.assert_allclose(coarse.matmat(X), G @ X, atol=1e-12 * scale)
+        np.testing.assert_allclose(coarse.rows(X.T), X.T @ G, atol=1e-12 * scale)
+        np.testing.assert_allclose(coarse.diag(), np.diag(G), rtol=1e-12)
+        u = rng.normal(size=nc)
+        ref = [u[s:e + 1] @ G[s:e + 1, s:e + 1] @ u[s:e + 1] for s, e in zip(lo, hi, strict=True)]
+        np.testing.assert_allclose(coarse.interval_forms(u, lo, hi), ref,
+                                   atol=1e-12 * max(np.abs(G).max(), 1.0) * n * n)
+        np.testing.assert_allclose(paired(coarse).diag(), np.diag(
+            P[:nc, : (nc + 1) // 2].T @ G @ P[:nc, : (nc + 1) // 2]), rtol=1e-12)
+
+
+def test_pairing_needs_ordered_cells():
+    with pytest.raises(ValueError, match="permuted"):
+        paired(gram_operator(workloads.permuted(workloads.prefix(6))))
 
 
 def test_unstructured_workloads_have_no_operator():

@@ -184,6 +184,10 @@ def test_convergence_frame_and_plot_show_the_result():
     assert len([e for e in convergence_plot(res) if isinstance(e, hv.Curve)]) == 1
     empty = convergence_plot(_result([], [1.0]))
     assert isinstance(empty, hv.Overlay)
+    assert "paired cells" not in opts["title"]
+    res.info["levels"] = [{"cells": 2048, "p": 128, "iterations": 900}]  # OPT0's multilevel start
+    title = convergence_plot(res).opts.get().kwargs["title"]
+    assert title.endswith("started from the optimum on 2048 paired cells")
     hv.render(convergence_plot(res, svdb=2.0), backend="bokeh")
 
 

@@ -43,7 +43,7 @@ from .matrix import (
     as_matrix,
 )
 
-__all__ = ["GramOperator", "gram_operator", "segment_sums", "segmented_cumsum"]
+__all__ = ["GramOperator", "gram_operator", "paired", "segment_sums", "segmented_cumsum"]
 
 
 def segmented_cumsum(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -103,10 +103,18 @@ class GramOperator:
     intervals : bool
         Whether :meth:`interval_forms` is available (not for permuted workloads,
         whose Gram mixes cells far apart).
+    self_similar : bool
+        Whether the workload asked of pairs of adjacent cells (:func:`paired`)
+        is the same kind of workload on half the cells: All Range, Prefix,
+        Identity, Total and their weighted unions, which have no length scale
+        of their own.  Explicit ranges (Width-k: a fixed width in cells),
+        permuted and value-weighted workloads are not.  OPT0 starts large
+        self-similar domains from the optimum on pairs of cells.
     """
 
     n: int
     intervals: bool = True
+    self_similar: bool = False
 
     def matmat(self, X: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         """``G X`` for ``X: (n, k)``, shape ``(n, k)``."""
@@ -134,6 +142,8 @@ class GramOperator:
 
 class _Semiseparable(GramOperator):
     """``G_ij = a_{min(i,j)} b_{max(i,j)}`` (All Range, Prefix; module docstring)."""
+
+    self_similar = True
 
     def __init__(self, a: np.ndarray, b: np.ndarray):
         self.a, self.b = a, b
@@ -262,6 +272,8 @@ def _partial_sums(C, lo, hi, q, a, b):
 
 
 class _IdentityGram(GramOperator):
+    self_similar = True
+
     def __init__(self, n):
         self.n = n
 
@@ -280,6 +292,8 @@ class _IdentityGram(GramOperator):
 
 class _OnesGram(GramOperator):
     """``m·J`` (``m`` copies of the Total query)."""
+
+    self_similar = True
 
     def __init__(self, n, m):
         self.n, self.m = n, float(m)
@@ -303,6 +317,7 @@ class _Scaled(GramOperator):
     def __init__(self, inner: GramOperator, c2: float):
         self.inner, self.c2 = inner, c2
         self.n, self.intervals = inner.n, inner.intervals
+        self.self_similar = inner.self_similar
 
     def matmat(self, X):
         return self.c2 * self.inner.matmat(X)
@@ -322,6 +337,7 @@ class _Sum(GramOperator):
         self.parts = parts
         self.n = parts[0].n
         self.intervals = all(p.intervals for p in parts)
+        self.self_similar = all(p.self_similar for p in parts)
 
     def matmat(self, X):
         return sum(p.matmat(X) for p in self.parts)
@@ -376,6 +392,74 @@ class _DiagScaled(GramOperator):
 
     def interval_forms(self, u, lo, hi):
         return self.inner.interval_forms(self.v * np.asarray(u, dtype=float), lo, hi)
+
+
+class _Paired(GramOperator):
+    """``PᵀGP``: the Gram on pairs of adjacent cells (see :func:`paired`)."""
+
+    def __init__(self, inner: GramOperator):
+        if not inner.intervals:
+            raise ValueError("pairing adjacent cells needs a Gram whose cells are ordered "
+                             "(interval forms); a permuted workload has none")
+        self.inner, self.fine = inner, inner.n
+        self.n, self.self_similar = (inner.n + 1) // 2, inner.self_similar
+        self._diag = None
+
+    def _spread(self, X):
+        """``P X``: every coarse row copied to its (one or two) cells, shape ``(fine, k)``."""
+        return np.repeat(np.asarray(X, dtype=float), 2, axis=0)[: self.fine]
+
+    def _gather(self, Y):
+        """``Pᵀ Y``: the rows of each pair added, shape ``(n, k)``."""
+        if self.fine % 2:
+            Y = np.concatenate([Y, np.zeros((1, Y.shape[1]))])
+        return Y.reshape(self.n, 2, Y.shape[1]).sum(axis=1)
+
+    def _fine_intervals(self, lo, hi):
+        lo, hi = np.asarray(lo), np.asarray(hi)
+        return 2 * lo, np.minimum(2 * hi + 1, self.fine - 1)
+
+    def matmat(self, X):
+        return self._gather(self.inner.matmat(self._spread(X)))
+
+    def diag(self):
+        if self._diag is None:  # (PᵀGP)_ii = 1ᵀ G 1 over the pair's cells: interval forms
+            lo = np.arange(self.n)
+            self._diag = self.interval_forms(np.ones(self.n), lo, lo)
+        return self._diag
+
+    def interval_forms(self, u, lo, hi):
+        return self.inner.interval_forms(self._spread(np.asarray(u, dtype=float)[:, None])[:, 0],
+                                         *self._fine_intervals(lo, hi))
+
+
+def paired(G: GramOperator) -> GramOperator:
+    """The Gram ``PᵀGP`` of the workload on pairs of adjacent cells, ``⌈n/2⌉ × ⌈n/2⌉``.
+
+    ``P: (n, ⌈n/2⌉)`` adds cells ``2i`` and ``2i + 1`` into coarse cell ``i``
+    (the last cell alone when ``n`` is odd), so ``W·P`` is the workload asked
+    of the coarser histogram and ``PᵀGP = (WP)ᵀ(WP)`` its Gram.  Products cost
+    one product with ``G`` and ``O(n k)`` more; nothing ``n × n`` is formed.
+    The OPT0 optimiser starts large domains from a solution on pairs of cells
+    (:func:`dpexplorer.strategies.templates.opt0`).
+
+    Parameters
+    ----------
+    G : GramOperator
+        A Gram whose cells are ordered (``G.intervals``).
+
+    Returns
+    -------
+    GramOperator
+        ``n = ⌈G.n / 2⌉``, with interval forms.
+
+    Raises
+    ------
+    ValueError
+        If ``G`` has no interval forms (a permuted workload: adjacent cells
+        there are not neighbours in the workload's order).
+    """
+    return _Paired(G)
 
 
 def gram_operator(W) -> GramOperator | None:

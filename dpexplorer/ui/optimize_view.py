@@ -287,6 +287,9 @@ def convergence_plot(result, svdb: float = math.nan, title: str = "",
                      width: int = 560, height: int = 300) -> hv.Overlay:
     """Objective vs iteration (log y), restarts' final values marked, the SVD bound dashed.
 
+    The curve is the best restart's run on the full domain; a multilevel OPT0
+    start (``result.info["levels"]``) is named in the title.
+
     Parameters
     ----------
     result : OptimizationResult
@@ -320,8 +323,10 @@ def convergence_plot(result, svdb: float = math.nan, title: str = "",
              if math.isfinite(svdb) and svdb > 0 and best >= 0 else "")
     method = getattr(result, "method", "") or "optimiser"
     seconds = getattr(result, "seconds", math.nan)
+    levels = (getattr(result, "info", None) or {}).get("levels") or []
+    start = f"; started from the optimum on {levels[-1]['cells']} paired cells" if levels else ""
     title = title or (f"{method}: objective {best:.5g}{ratio}; {len(restarts)} restart(s), "
-                      f"{seconds:.2g} s")
+                      f"{seconds:.2g} s{start}")
     return hv.Overlay(elems).opts(
         logy=logy, ylim=ylim, width=width, height=height, legend_position="top_right",
         title=title, fontsize={"title": "9pt"}, shared_axes=False)
