@@ -83,6 +83,20 @@ def test_paired_gram_is_the_workload_on_pairs_of_cells(n, seed):
             P[:nc, : (nc + 1) // 2].T @ G @ P[:nc, : (nc + 1) // 2]), rtol=1e-12)
 
 
+def test_a_permuted_gram_is_its_workloads_relabelled():
+    # G = QᵀG_inner Q: a strategy's columns permuted by ``cols`` keep its error (HDMM Sec. 11.1)
+    rng = np.random.default_rng(5)
+    W = workloads.all_range(12)
+    op = gram_operator(workloads.permuted(W, seed=2))
+    inner, cols = op.relabelled()
+    G, G_inner = op.matmat(np.eye(12)), inner.matmat(np.eye(12))
+    np.testing.assert_allclose(G, G_inner[np.ix_(cols, cols)], atol=1e-12)
+    A = rng.random((15, 12))
+    X, Y = A.T @ A, A[:, cols].T @ A[:, cols]
+    assert np.trace(G @ np.linalg.inv(Y)) == pytest.approx(np.trace(G_inner @ np.linalg.inv(X)))
+    assert gram_operator(W).relabelled() is None
+
+
 def test_pairing_needs_ordered_cells():
     with pytest.raises(ValueError, match="permuted"):
         paired(gram_operator(workloads.permuted(workloads.prefix(6))))

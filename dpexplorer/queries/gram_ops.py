@@ -139,6 +139,15 @@ class GramOperator:
         """``tr(G) = ‖W‖_F²``."""
         return float(self.diag().sum())
 
+    def relabelled(self) -> tuple[GramOperator, np.ndarray] | None:
+        """``(inner, cols)`` when this is ``inner``'s Gram with its cells relabelled, else None.
+
+        ``G = QᵀG_inner Q`` for a permutation ``Q``: a strategy ``A`` for ``inner``
+        gives ``A[:, cols]`` for ``G``, with the same error (``tr(G (AᵀA)⁻¹)`` is
+        invariant when the workload and the strategy are permuted together).
+        """
+        return None
+
 
 class _Semiseparable(GramOperator):
     """``G_ij = a_{min(i,j)} b_{max(i,j)}`` (All Range, Prefix; module docstring)."""
@@ -371,6 +380,9 @@ class _Permuted(GramOperator):
 
     def diag(self):
         return self.inner.diag()[self.P.inverse]
+
+    def relabelled(self):
+        return self.inner, self.P.inverse
 
 
 class _DiagScaled(GramOperator):

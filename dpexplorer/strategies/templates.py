@@ -1005,16 +1005,22 @@ def _laplace_start(G, p, rng, maxiter, window, tol, stage, levels):
     started the same way while it is large enough) and lifts that Θ
     (:func:`_lift_theta`).  The lifted Θ is as sparse as an optimum (2-4 %
     non-zero), so the run on the full domain works on a small working set
-    from its first iteration.  Smaller or dense Grams, and the other
-    structured ones, start from ``Θ ~ U[0, 1)`` (HDMM Sec. 4 draws random
-    starts): for Width 32 at n = 4096 the paired start took longer (56-57 s
-    against 36-44 s, seeds 0-1) for a 0.07 % higher RMSE, and a permuted
-    workload's adjacent cells are not neighbours.  ``levels`` receives
+    from its first iteration.  A permuted workload (``G.relabelled()``, HDMM
+    Sec. 11.1) is started in its own cell order, then relabelled: its
+    adjacent cells are not neighbours, but the error is invariant when the
+    workload and the strategy are permuted together.  Smaller or dense Grams,
+    and the other structured ones, start from ``Θ ~ U[0, 1)`` (HDMM Sec. 4
+    draws random starts): for Width 32 at n = 4096 the paired start took
+    longer (56-57 s against 36-44 s, seeds 0-1) for a 0.07 % higher RMSE.  ``levels`` receives
     ``{"cells", "p", "iterations"}`` of every coarser run, coarsest first.
     The random numbers are drawn only at the coarsest level, so a seed gives
     one start.
     """
     n = G.shape[0] if isinstance(G, np.ndarray) else G.n
+    relabelled = None if isinstance(G, np.ndarray) else G.relabelled()
+    if relabelled is not None and n >= MULTILEVEL_MIN_CELLS:  # start in the workload's own order
+        inner, cols = relabelled
+        return _laplace_start(inner, p, rng, maxiter, window, tol, stage, levels)[:, cols]
     if isinstance(G, np.ndarray) or not G.self_similar or n < MULTILEVEL_MIN_CELLS:
         return rng.random((p, n))
     coarse = gram_ops.paired(G)
