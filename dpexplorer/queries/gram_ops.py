@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-import scipy.sparse
 
 from .matrix import (
     AllRange,
@@ -221,29 +220,10 @@ class _RangesGram(GramOperator):
         self.lo, self.hi = W.ranges()
 
     def matmat(self, X):
-        X = np.asarray(X, dtype=float)
-        Z = self.W._matmat(X)  # W X, shape (m, k)
-        # Wᵀ Z: +Z at lo, −Z at hi + 1, then cumulative sums down the cells
-        return np.cumsum(self._differences() @ Z, axis=0)[: self.n]
+        return _ranges_cols(np.ascontiguousarray(X, dtype=float), self.lo, self.hi)
 
     def rows(self, Y):
-        Y = np.asarray(Y, dtype=float)
-        k, n = Y.shape
-        S = np.zeros((k, n + 1))
-        np.cumsum(Y, axis=1, out=S[:, 1:])
-        Z = S[:, self.hi + 1] - S[:, self.lo]  # Y Wᵀ, shape (k, m)
-        # Z W: +Z at lo, −Z at hi + 1, then cumulative sums along the cells
-        D = self._differences() @ Z.T
-        return np.cumsum(D.T, axis=1)[:, :n]
-
-    def _differences(self):
-        if getattr(self, "_diff", None) is None:
-            m = self.lo.size
-            rows = np.concatenate([self.lo, self.hi + 1])
-            cols = np.concatenate([np.arange(m), np.arange(m)])
-            vals = np.concatenate([np.ones(m), -np.ones(m)])
-            self._diff = scipy.sparse.csr_array((vals, (rows, cols)), shape=(self.n + 1, m))
-        return self._diff
+        return _ranges_rows(np.ascontiguousarray(Y, dtype=float), self.lo, self.hi)
 
     def diag(self):
         return self.W.column_norms(1).astype(float)
@@ -271,6 +251,81 @@ class _RangesGram(GramOperator):
         np.add.at(cnt, first[many] + 1, 1.0)
         np.add.at(cnt, last[many], -1.0)
         return out + np.cumsum(cnt)[:k] * tot * tot
+
+
+def _ranges_cols(X, lo, hi):
+    """``WᵀW X`` for ``W``'s rows the intervals ``[lo_r, hi_r]``, ``X: (n, k)`` row-major.
+
+    ``W X`` by prefix sums (``S[hi + 1] − S[lo]``), then ``Wᵀ Z`` by a
+    difference array (``+z`` at ``lo``, ``−z`` at ``hi + 1``) and a running
+    sum down the cells: ``O((n + m) k)``.  Three numba passes: at n = 4096,
+    k = 256, Width 32 they took 2.9 ms, where the numpy form (cumsum, gather,
+    a sparse product, cumsum) took 33 ms and the three passes fused into one
+    numba function 9-11 ms (measured, not understood).
+    """
+    D = _range_differences(_prefix_rows(X), lo, hi)
+    return _running_sum(D)[: X.shape[0]]
+
+
+@numba.njit(cache=True)
+def _prefix_rows(X):
+    """``S: (n + 1, k)`` with ``S[i] = Σ_{j<i} X[j]``."""
+    n, k = X.shape
+    S = np.empty((n + 1, k))
+    S[0] = 0.0
+    for i in range(n):
+        s0, s1, x = S[i], S[i + 1], X[i]
+        for c in range(k):
+            s1[c] = s0[c] + x[c]
+    return S
+
+
+@numba.njit(cache=True)
+def _range_differences(S, lo, hi):
+    """The difference array of ``Wᵀ (W X)``: ``z_r = S[hi_r + 1] − S[lo_r]`` added at ``lo_r``, taken at ``hi_r + 1``."""
+    D = np.zeros(S.shape)
+    for r in range(lo.size):
+        a, b = lo[r], hi[r] + 1
+        sa, sb, da, db = S[a], S[b], D[a], D[b]
+        for c in range(S.shape[1]):
+            z = sb[c] - sa[c]
+            da[c] += z
+            db[c] -= z
+    return D
+
+
+@numba.njit(cache=True)
+def _running_sum(D):
+    """``D`` summed down its rows, in place."""
+    for i in range(1, D.shape[0]):
+        d0, d1 = D[i - 1], D[i]
+        for c in range(D.shape[1]):
+            d1[c] += d0[c]
+    return D
+
+
+@numba.njit(cache=True)
+def _ranges_rows(Y, lo, hi):
+    """``Y WᵀW`` for ``Y: (k, n)`` row-major: :func:`_ranges_cols` along each row."""
+    k, n = Y.shape
+    out = np.empty((k, n))
+    S = np.empty(n + 1)
+    D = np.empty(n + 1)
+    for c in range(k):
+        S[0] = 0.0
+        for i in range(n):
+            S[i + 1] = S[i] + Y[c, i]
+        D[:] = 0.0
+        for r in range(lo.size):
+            a, b = lo[r], hi[r] + 1
+            z = S[b] - S[a]
+            D[a] += z
+            D[b] -= z
+        acc = 0.0
+        for i in range(n):
+            acc += D[i]
+            out[c, i] = acc
+    return out
 
 
 def _partial_sums(C, lo, hi, q, a, b):

@@ -1010,8 +1010,9 @@ def _laplace_start(G, p, rng, maxiter, window, tol, stage, levels):
     adjacent cells are not neighbours, but the error is invariant when the
     workload and the strategy are permuted together.  Smaller or dense Grams,
     and the other structured ones, start from ``Θ ~ U[0, 1)`` (HDMM Sec. 4
-    draws random starts): for Width 32 at n = 4096 the paired start took
-    longer (56-57 s against 36-44 s, seeds 0-1) for a 0.07 % higher RMSE.  ``levels`` receives
+    draws random starts): for Width 32 at n = 4096 (seeds 0-1) the paired
+    start took as long (14-15 s against 15-17 s) for a higher RMSE (6.417 and
+    6.424 against 6.4126 and 6.4128).  ``levels`` receives
     ``{"cells", "p", "iterations"}`` of every coarser run, coarsest first.
     The random numbers are drawn only at the coarsest level, so a seed gives
     one start.
