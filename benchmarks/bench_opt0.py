@@ -166,5 +166,12 @@ def test_opt0_all_range_2048(benchmark):
     assert out["gram"] == "structured" and out["evaluations"] >= out["iterations"]
 
 
+def test_opt0_all_range_4096(benchmark):
+    # the issue-14 target: under 30 s for one restart (multilevel start from 2048 paired cells)
+    out = benchmark.pedantic(one_restart, args=("all_range", 4096, 0, 1, None), rounds=1,
+                             iterations=1)
+    assert out["coarse"].startswith("2048:")
+
+
 if __name__ == "__main__":
     main()
