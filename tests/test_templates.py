@@ -528,6 +528,17 @@ def test_lift_theta_asks_the_coarse_aggregates_on_both_pairings(p, n, seed):
         templates._lift_theta(theta_c, 2 * p_c + 1, n)
 
 
+def test_a_zero_row_of_theta_has_a_positive_gradient():
+    # why _lift_theta fills every row: on a row of Θ left at 0 the gradient is 2 diag(C X)/s > 0,
+    # so L-BFGS-B (bounds Θ ≥ 0) would never move it
+    n, p = 32, 4
+    G = gram_operator(workloads.all_range(n))
+    theta = np.random.default_rng(0).random((p, n))
+    theta[2] = 0.0
+    f, grad = templates._PIdentityObjective(G, p, 1.0)(np.ascontiguousarray(theta.T).ravel())
+    assert np.all(grad.reshape(n, p)[:, 2] > 0)
+
+
 @pytest.mark.parametrize("wname", ["all_range", "prefix", "prefix_identity"])
 def test_opt0_multilevel_start(wname, monkeypatch):
     # from MULTILEVEL_MIN_CELLS cells on, a structured Gram with ordered cells starts from the

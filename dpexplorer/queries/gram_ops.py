@@ -258,10 +258,12 @@ def _ranges_cols(X, lo, hi):
 
     ``W X`` by prefix sums (``S[hi + 1] − S[lo]``), then ``Wᵀ Z`` by a
     difference array (``+z`` at ``lo``, ``−z`` at ``hi + 1``) and a running
-    sum down the cells: ``O((n + m) k)``.  Three numba passes: at n = 4096,
-    k = 256, Width 32 they took 2.9 ms, where the numpy form (cumsum, gather,
-    a sparse product, cumsum) took 33 ms and the three passes fused into one
-    numba function 9-11 ms (measured, not understood).
+    sum down the cells: ``O((n + m) k)``, in three numba passes.  The numpy
+    form (cumsum, gather, a sparse product, cumsum) made OPT0 on Width 32 at
+    n = 4096 spend 28.4 s of a 35.6 s restart in the objective; with these
+    passes 7.0 s of 15.0 s, same iterates (``benchmarks/bench_opt0.py 4096
+    --workload width32``).  One product at k = 256 takes 1.6-3 ms, or up to
+    10 ms when the allocator hands out fresh pages for every call.
     """
     D = _range_differences(_prefix_rows(X), lo, hi)
     return _running_sum(D)[: X.shape[0]]

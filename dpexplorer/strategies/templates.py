@@ -1203,12 +1203,13 @@ def opt0(W, noise: NoiseModel, p: int | None = None, restarts: int | None = None
     :data:`WORKING_SET_MIN_VARIABLES` parameters ``p·n`` on, on a working set of Θ grown by the
     KKT conditions, :func:`_lbfgs_working_set`, ``info["working_set"]``), random
     initialisation ``Θ ~ U[0, 1)`` from ``numpy.random.default_rng(seed)``,
-    ``restarts`` runs keeping the best.  From :data:`MULTILEVEL_MIN_CELLS` cells on,
-    a self-similar structured Gram (All Range, Prefix, their unions with
-    Identity/Total) starts each restart from the optimum
-    of the workload on pairs of adjacent cells (recursively; the random ``Θ``
-    is drawn at the coarsest level), lifted to the full domain
-    (:func:`_laplace_start`; ``info["levels"]`` lists the coarser runs).  Gaussian noise (L2): the convex form
+    ``restarts`` runs keeping the best.  From :data:`MULTILEVEL_MIN_CELLS`
+    cells on, a self-similar structured Gram (All Range, Prefix, their unions
+    with Identity/Total, or a permutation of one) starts each restart from the
+    optimum of the workload on pairs of adjacent cells (recursively; the
+    random ``Θ`` is drawn at the coarsest level), lifted to the full domain
+    (:func:`_laplace_start`; ``info["levels"]`` lists the coarser runs).
+    Gaussian noise (L2): the convex form
     (Def. 12), ``min tr(WᵀW X⁻¹)`` over ``X = AᵀA`` with ``diag(X) ≤ 1``,
     parametrised by an upper-triangular factor with unit-norm columns and
     started from the SVD-bound strategy (eigenvectors of ``WᵀW`` weighted by
