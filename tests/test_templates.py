@@ -541,7 +541,7 @@ def test_a_zero_row_of_theta_has_a_positive_gradient():
 
 @pytest.mark.parametrize("wname", ["all_range", "prefix", "prefix_identity"])
 def test_opt0_multilevel_start(wname, monkeypatch):
-    # from MULTILEVEL_MIN_CELLS cells on, a structured Gram with ordered cells starts from the
+    # from MULTILEVEL_MIN_CELLS cells on, a self-similar structured Gram starts from the
     # optimum on pairs of cells (forced here at n = 256: 128 paired cells first); the result
     # is an exact, reproducible p-Identity objective, about as low as the random start's
     # (0.3-1 % higher at 512 cells in trials; the rule keeps the random start below 4096)
