@@ -64,6 +64,9 @@ def _refused_then_taken(pg, label: str, bad: str, message: str, good: str, shown
     refused), then ``good``, which must be used (``shown`` appears): the page stays usable."""
     _fill(pg, label, bad)
     _toast(pg, message)
+    # the box goes back to the value in use after the message; typing before that can be
+    # overwritten by the reset (a CI run lost "1e-7" to it), so wait as a user would
+    expect(_input(pg, label)).not_to_have_value(bad, timeout=READY_MS)
     _fill(pg, label, good)
     _text(pg, shown)
 
