@@ -219,11 +219,8 @@ class _RangesGram(GramOperator):
         self.n = W.n
         self.lo, self.hi = W.ranges()
 
-    def matmat(self, X):
+    def matmat(self, X):  # rows(Y) is GramOperator's matmat(Yᵀ)ᵀ: G is symmetric
         return _ranges_cols(np.ascontiguousarray(X, dtype=float), self.lo, self.hi)
-
-    def rows(self, Y):
-        return _ranges_rows(np.ascontiguousarray(Y, dtype=float), self.lo, self.hi)
 
     def diag(self):
         return self.W.column_norms(1).astype(float)
@@ -304,30 +301,6 @@ def _running_sum(D):
         for c in range(D.shape[1]):
             d1[c] += d0[c]
     return D
-
-
-@numba.njit(cache=True)
-def _ranges_rows(Y, lo, hi):
-    """``Y WᵀW`` for ``Y: (k, n)`` row-major: :func:`_ranges_cols` along each row."""
-    k, n = Y.shape
-    out = np.empty((k, n))
-    S = np.empty(n + 1)
-    D = np.empty(n + 1)
-    for c in range(k):
-        S[0] = 0.0
-        for i in range(n):
-            S[i + 1] = S[i] + Y[c, i]
-        D[:] = 0.0
-        for r in range(lo.size):
-            a, b = lo[r], hi[r] + 1
-            z = S[b] - S[a]
-            D[a] += z
-            D[b] -= z
-        acc = 0.0
-        for i in range(n):
-            acc += D[i]
-            out[c, i] = acc
-    return out
 
 
 def _partial_sums(C, lo, hi, q, a, b):
@@ -484,10 +457,6 @@ class _Paired(GramOperator):
             Y = np.concatenate([Y, np.zeros((1, Y.shape[1]))])
         return Y.reshape(self.n, 2, Y.shape[1]).sum(axis=1)
 
-    def _fine_intervals(self, lo, hi):
-        lo, hi = np.asarray(lo), np.asarray(hi)
-        return 2 * lo, np.minimum(2 * hi + 1, self.fine - 1)
-
     def matmat(self, X):
         return self._gather(self.inner.matmat(self._spread(X)))
 
@@ -497,9 +466,10 @@ class _Paired(GramOperator):
             self._diag = self.interval_forms(np.ones(self.n), lo, lo)
         return self._diag
 
-    def interval_forms(self, u, lo, hi):
-        return self.inner.interval_forms(self._spread(np.asarray(u, dtype=float)[:, None])[:, 0],
-                                         *self._fine_intervals(lo, hi))
+    def interval_forms(self, u, lo, hi):  # u on [lo, hi] of pairs = u spread on their cells
+        lo, hi = np.asarray(lo), np.asarray(hi)
+        u = np.repeat(np.asarray(u, dtype=float), 2)[: self.fine]
+        return self.inner.interval_forms(u, 2 * lo, np.minimum(2 * hi + 1, self.fine - 1))
 
 
 def paired(G: GramOperator) -> GramOperator:

@@ -1017,12 +1017,14 @@ def _laplace_start(G, p, rng, maxiter, window, tol, stage, levels):
     The random numbers are drawn only at the coarsest level, so a seed gives
     one start.
     """
-    n = G.shape[0] if isinstance(G, np.ndarray) else G.n
-    relabelled = None if isinstance(G, np.ndarray) else G.relabelled()
-    if relabelled is not None and n >= MULTILEVEL_MIN_CELLS:  # start in the workload's own order
+    if isinstance(G, np.ndarray) or G.n < MULTILEVEL_MIN_CELLS:
+        return rng.random((p, G.shape[0] if isinstance(G, np.ndarray) else G.n))
+    n = G.n
+    relabelled = G.relabelled()
+    if relabelled is not None:  # start in the workload's own cell order
         inner, cols = relabelled
         return _laplace_start(inner, p, rng, maxiter, window, tol, stage, levels)[:, cols]
-    if isinstance(G, np.ndarray) or not G.self_similar or n < MULTILEVEL_MIN_CELLS:
+    if not G.self_similar:
         return rng.random((p, n))
     coarse = gram_ops.paired(G)
     p_c = -(-p // 2)
