@@ -183,6 +183,22 @@ def test_csr_kernels(n, p, density, seed):
                                Tt @ X, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(templates._csr_product(indptr, indices, data, Y, True, p),
                                Tt.T @ Y, rtol=1e-12, atol=1e-12)
+    # from a working set (a random subset of the entries, some of them 0): the same CSR arrays,
+    # and the same sums in the same order as flatnonzero/bincount, so equal to the last bit
+    work = np.flatnonzero(rng.random(n * p) < 0.7)
+    rows, cols = np.divmod(work, p)
+    z = Tt.ravel()[work]
+    kept = Tt.ravel().copy()
+    kept[np.setdiff1d(np.arange(n * p), work)] = 0.0
+    K = scipy.sparse.csr_array(kept.reshape(n, p))
+    s = 1.0 + np.bincount(rows, weights=z, minlength=n)
+    got = templates._work_csr(z, rows, cols, n)
+    for a, b in zip(got, (K.indptr, K.indices, K.data, K.data * np.repeat(s, np.diff(K.indptr)), s)):
+        np.testing.assert_array_equal(a, b)
+    Y = rng.normal(size=(n, p))
+    h, q = templates._work_h_q(Y, s, rows, cols, z, n)
+    np.testing.assert_array_equal(h, s[rows] * Y[rows, cols])
+    np.testing.assert_array_equal(q, np.bincount(rows, weights=h * z, minlength=n))
 
 
 @pytest.mark.parametrize("n", [5, 16])
@@ -580,6 +596,23 @@ def test_multilevel_start_only_for_self_similar_grams(monkeypatch):
     for W in (workloads.width_range(n, 8), Product(workloads.prefix(n), Diagonal(np.arange(1.0, n + 1))),
               workloads.union([workloads.all_range(n), workloads.width_range(n, 8)])):
         assert "levels" not in templates.opt0(W, LAPLACE, restarts=1, maxiter=20).info
+
+
+@pytest.mark.parametrize("tol, coarse", [(None, 1e-3), (1e-5, 1e-3), (1e-2, 1e-2)])
+def test_coarse_runs_stop_at_the_looser_tolerance(tol, coarse, monkeypatch):
+    # a coarser run only supplies a start: it stops at max(tol, MULTILEVEL_COARSE_TOL); the run
+    # on the full domain keeps the caller's tol (None: the optimiser's default)
+    monkeypatch.setattr(templates, "MULTILEVEL_MIN_CELLS", 64)
+    seen = []
+    run = templates._laplace_run
+
+    def spy(G, p, theta0, maxiter, window, tol, stage):
+        seen.append((G.n, tol))
+        return run(G, p, theta0, maxiter, window, tol, stage)
+
+    monkeypatch.setattr(templates, "_laplace_run", spy)
+    templates.opt0(workloads.prefix(64), LAPLACE, restarts=1, maxiter=20, tol=tol)
+    assert seen == [(32, coarse), (64, tol)]
 
 
 def test_opt0_reports_progress_and_can_be_cancelled():

@@ -783,18 +783,12 @@ class _RestrictedPIdentityObjective:
             if self.dense is None:
                 self.dense = _Scatter(obj, self.work, n * p)
             return self.dense(z)
-        nz = np.flatnonzero(z)
-        at = rows[nz]
-        indptr = _csr_indptr(at, n)
-        data, indices = z[nz], cols[nz]
-        s = 1.0 + np.bincount(at, weights=data, minlength=n)
+        indptr, indices, data, scaled, s = _work_csr(z, rows, cols, n)  # Θᵀ, S Θᵀ, s
         M = _csr_gram(indptr, indices, data, p)  # ΘΘᵀ
         M[np.diag_indices_from(M)] += 1.0
         R = np.ascontiguousarray(_inv_spd(M))  # rows of R are read by _csr_product
-        scaled = data * s[at]  # S Θᵀ, S = diag(s)
         Y = obj.cols(_csr_product(indptr, indices, scaled, R, False, n))  # G S Θᵀ R: Hᵀ = S Y
-        h = s[rows] * Y[rows, cols]  # Hᵀ on work
-        q = np.bincount(rows, weights=h * z, minlength=n)  # diag(C Θᵀ R Θ)
+        h, q = _work_h_q(Y, s, rows, cols, z, n)  # Hᵀ on work, diag(C Θᵀ R Θ)
         diagC = s * s * obj.diagG
         f = float(diagC.sum() - q.sum())
         Z = R @ _csr_product(indptr, indices, scaled, Y, True, p)  # R (Θ S G S Θᵀ) R = R (Θ C Θᵀ) R
@@ -810,6 +804,59 @@ def _csr_indptr(rows: np.ndarray, n: int) -> np.ndarray:
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
     return indptr
+
+
+@numba.njit(cache=True)
+def _work_csr(z, rows, cols, n):
+    """``Θᵀ`` in CSR form from its entries ``z`` on a working set, with ``S Θᵀ`` and ``s``.
+
+    Entry ``k`` of ``z`` is ``Θᵀ[rows[k], cols[k]]`` (``rows`` sorted); the
+    others are 0.  Returns ``(indptr, indices, data, scaled, s)``: the CSR
+    arrays of the non-zero entries, ``scaled`` their values times
+    ``s[row]``, and ``s = 1 + Σ_i Θ_ij`` (shape ``(n,)``).  One pass over the
+    set, in place of a ``flatnonzero``, two gathers and a ``bincount``
+    (same sums, in the same order: the same iterates).  With :func:`_work_h_q`,
+    one OPT0 restart on Prefix at n = 4096 (seed 1) took 27.4-28.7 s against
+    30.4-31.3 s (1 BLAS thread, ``benchmarks/bench_opt0.py``).
+    """
+    nnz = 0
+    for k in range(z.size):
+        if z[k] != 0.0:
+            nnz += 1
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    indices = np.empty(nnz, dtype=np.int64)
+    data = np.empty(nnz)
+    total = np.zeros(n)
+    t = 0
+    for k in range(z.size):
+        v = z[k]
+        if v != 0.0:
+            j = rows[k]
+            indptr[j + 1] += 1
+            indices[t] = cols[k]
+            data[t] = v
+            total[j] += v
+            t += 1
+    for j in range(n):
+        indptr[j + 1] += indptr[j]
+    s = 1.0 + total
+    scaled = np.empty(nnz)
+    for j in range(n):
+        for t in range(indptr[j], indptr[j + 1]):
+            scaled[t] = data[t] * s[j]
+    return indptr, indices, data, scaled, s
+
+
+@numba.njit(cache=True)
+def _work_h_q(Y, s, rows, cols, z, n):
+    """``h = (S Y)`` on the working set and ``q = Σ_k h_k z_k`` per cell (shapes ``(K,)``, ``(n,)``)."""
+    h = np.empty(z.size)
+    q = np.zeros(n)
+    for k in range(z.size):
+        j = rows[k]
+        h[k] = s[j] * Y[j, cols[k]]
+        q[j] += h[k] * z[k]
+    return h, q
 
 
 @numba.njit(cache=True)
@@ -936,12 +983,22 @@ def _p_identity_value(theta, G) -> float:
 #: on pairs of cells instead of a random Θ (:func:`_laplace_start`).  The random start
 #: ``Θ ~ U[0, 1)`` is dense, and at n = 4096 (p·n = 2²⁰) its first 130 iterations on all of Θ
 #: took 27 of a restart's 46 s, while every smaller start tried lost RMSE.  With the paired
-#: start (1 BLAS thread, seeds 0-2): All Range 25-27 s and RMSE 14.189-14.197 against 44-47 s
-#: and 14.216-14.310; Prefix (seeds 0-1) 40 s and 11.992/12.045 against 78 s and 12.025/12.059.
+#: start (1 BLAS thread, seeds 0-2, quiet machine, :data:`MULTILEVEL_COARSE_TOL`): All Range
+#: 16.5-19.6 s and RMSE 14.180-14.193 against 32.8-36.7 s and 14.217-14.296; Prefix 27.0-29.3 s
+#: and 11.979-12.032 against 60.7-64.5 s and 12.036-12.061: a lower RMSE for every seed.
 #: Below 4096 cells the random start is kept: at n = 2048 the paired start gave All Range a
 #: mean RMSE about equal to it (12.564 over seeds 0-2 against 12.556 over 0-4), not lower,
 #: and the issue asks for the same or lower there.  ``benchmarks/bench_opt0.py --start``.
 MULTILEVEL_MIN_CELLS = 4096
+
+#: Stagnation tolerance of the coarser runs of a multilevel start (:func:`_laplace_start`), or
+#: the run's own ``tol`` when that is larger: the full optimiser's default rather than the
+#: working set's :data:`WORKING_SET_TOL`.  A coarser run only supplies a start, and its last
+#: digits are blurred by the lift.  At n = 4096 (1 BLAS thread, seeds 0-2, one restart) Prefix
+#: took 26.4-27.5 s against 26.6-29.9 s with 1e-4, its coarse run 685-856 iterations against
+#: 1236-1404, for RMSE 11.9787, 12.0322, 11.9987 against 12.0021, 12.0408, 11.9816; All Range
+#: 14.1928, 14.1888, 14.1803 against 14.1839, 14.1896, 14.1846 (``benchmarks/bench_opt0.py``).
+MULTILEVEL_COARSE_TOL = 1e-3
 
 
 def _lift_theta(theta_c: np.ndarray, p: int, n: int) -> np.ndarray:
@@ -1015,7 +1072,8 @@ def _laplace_start(G, p, rng, maxiter, window, tol, stage, levels):
     6.424 against 6.4126 and 6.4128).  ``levels`` receives
     ``{"cells", "p", "iterations"}`` of every coarser run, coarsest first.
     The random numbers are drawn only at the coarsest level, so a seed gives
-    one start.
+    one start.  The coarser runs stop at the looser tolerance
+    :data:`MULTILEVEL_COARSE_TOL` (or ``tol`` when larger).
     """
     if isinstance(G, np.ndarray) or G.n < MULTILEVEL_MIN_CELLS:
         return rng.random((p, G.shape[0] if isinstance(G, np.ndarray) else G.n))
@@ -1029,7 +1087,8 @@ def _laplace_start(G, p, rng, maxiter, window, tol, stage, levels):
     coarse = gram_ops.paired(G)
     p_c = -(-p // 2)
     theta0 = _laplace_start(coarse, p_c, rng, maxiter, window, tol, stage, levels)
-    theta_c, _, nit, _, _ = _laplace_run(coarse, p_c, theta0, maxiter, window, tol,
+    coarse_tol = MULTILEVEL_COARSE_TOL if tol is None else max(tol, MULTILEVEL_COARSE_TOL)
+    theta_c, _, nit, _, _ = _laplace_run(coarse, p_c, theta0, maxiter, window, coarse_tol,
                                          f"{stage}, {coarse.n} paired cells")
     levels.append({"cells": coarse.n, "p": p_c, "iterations": nit})
     return _lift_theta(theta_c, p, n)
@@ -1210,7 +1269,8 @@ def opt0(W, noise: NoiseModel, p: int | None = None, restarts: int | None = None
     with Identity/Total, or a permutation of one) starts each restart from the
     optimum of the workload on pairs of adjacent cells (recursively; the
     random ``Θ`` is drawn at the coarsest level), lifted to the full domain
-    (:func:`_laplace_start`; ``info["levels"]`` lists the coarser runs).
+    (:func:`_laplace_start`; ``info["levels"]`` lists the coarser runs, which
+    stop at the tolerance ``max(tol, 1e-3)``).
     Gaussian noise (L2): the convex form
     (Def. 12), ``min tr(WᵀW X⁻¹)`` over ``X = AᵀA`` with ``diag(X) ≤ 1``,
     parametrised by an upper-triangular factor with unit-norm columns and
