@@ -997,7 +997,8 @@ MULTILEVEL_MIN_CELLS = 4096
 #: digits are blurred by the lift.  At n = 4096 (1 BLAS thread, seeds 0-2, one restart) Prefix
 #: took 26.4-27.5 s against 26.6-29.9 s with 1e-4, its coarse run 685-856 iterations against
 #: 1236-1404, for RMSE 11.9787, 12.0322, 11.9987 against 12.0021, 12.0408, 11.9816; All Range
-#: 14.1928, 14.1888, 14.1803 against 14.1839, 14.1896, 14.1846 (``benchmarks/bench_opt0.py``).
+#: 14.1928, 14.1888, 14.1803 against 14.1839, 14.1896, 14.1846 (``opt0`` with one restart as
+#: ``benchmarks/bench_opt0.py`` runs it, without its clocks; the benchmark itself: 27.0-29.3 s).
 MULTILEVEL_COARSE_TOL = 1e-3
 
 
