@@ -32,6 +32,7 @@ import contextlib
 import os
 import subprocess
 import time
+from unittest import mock
 
 from threadpoolctl import threadpool_info, threadpool_limits
 from timing import timed
@@ -53,17 +54,6 @@ def load() -> str:
         return out.split("load average:")[-1].strip()
     except (OSError, subprocess.CalledProcessError):
         return ", ".join(f"{v:.2f}" for v in os.getloadavg())
-
-
-@contextlib.contextmanager
-def _random_start():
-    """OPT0 without its multilevel start: every restart from a random Θ."""
-    saved = templates.MULTILEVEL_MIN_CELLS
-    templates.MULTILEVEL_MIN_CELLS = 2**62
-    try:
-        yield
-    finally:
-        templates.MULTILEVEL_MIN_CELLS = saved
 
 
 @contextlib.contextmanager
@@ -109,7 +99,9 @@ def one_restart(wname: str, n: int, seed: int, threads: int, maxiter: int | None
     """
     W = BUILD[wname](n)
     before = load()
-    random = contextlib.nullcontext() if start == "auto" else _random_start()
+    # "random": no domain is large enough for a multilevel start, so every restart is random
+    random = (contextlib.nullcontext() if start == "auto"
+              else mock.patch.object(templates, "MULTILEVEL_MIN_CELLS", 2**62))
     with objective_clock() as spent, threadpool_limits(threads, user_api="blas"), random:
         blas = sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
         res, wall, cpu = timed(lambda: templates.opt0(W, LAPLACE, restarts=1, seed=seed,
