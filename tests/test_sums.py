@@ -23,6 +23,11 @@ from dpexplorer.sums.thresholds import SVTParams
 MECHS = sums.MECHANISMS
 
 
+def _thr(mode, tau=6.5):
+    """The run's ``threshold=`` for a mode of the tests: a declared-public τ for "user"."""
+    return sums.public_threshold(tau) if mode == "user" else mode
+
+
 # ------------------------------------------------------------------ fixtures
 def _records(seed=0, n_records=300, n=12):
     """Records with a known value each: bucket index per record on n unit-width buckets [j, j+1)."""
@@ -74,7 +79,7 @@ def _brute_l1_sensitivity(M, x):
 def test_sensitivity_of_every_measurement_matches_brute_force(small, mechanism, mode):
     _, x, v, S = small
     data = RecordingData(x)
-    sums.run(mechanism, data, S, 1.0, np.random.default_rng(3), threshold=mode, tau=6.5)
+    sums.run(mechanism, data, S, 1.0, np.random.default_rng(3), threshold=_thr(mode))
     answer_entries = [e for e in data.ledger.entries if "AboveThreshold" not in e.label]
     assert len(answer_entries) == len(data.measured) >= 1
     for M, entry in zip(data.measured, answer_entries, strict=True):
@@ -95,7 +100,7 @@ def test_workload_measures_the_per_record_truncated_sums(small):
     b, x, v, S = small
     data = RecordingData(x)
     tau = 6.5
-    sums.run("workload", data, S, 1.0, np.random.default_rng(0), threshold="user", tau=tau)
+    sums.run("workload", data, S, 1.0, np.random.default_rng(0), threshold=sums.public_threshold(tau))
     stat = data.measured[0].matvec(x)
     by_record = [sum(min(v[j], tau) for j in b if v[j] <= t) for t in S.thresholds]
     np.testing.assert_allclose(stat, by_record)
@@ -108,10 +113,10 @@ def test_timm_greedy_h_sensitivity_is_tau_as_in_the_paper(small):
     """App. A.3: noise Δ_A·τ with Δ_A = 1 for GreedyH (every column sums to 1)."""
     _, x, v, S = small
     data = PrivateData(x)
-    sums.run("timm", data, S, 1.0, np.random.default_rng(0), threshold="user", tau=6.5)
+    sums.run("timm", data, S, 1.0, np.random.default_rng(0), threshold=sums.public_threshold(6.5))
     assert data.ledger.entries[0].sensitivity == pytest.approx(6.5)
     data = PrivateData(x)
-    sums.run("tamm", data, S, 1.0, np.random.default_rng(0), threshold="user", tau=6.5)
+    sums.run("tamm", data, S, 1.0, np.random.default_rng(0), threshold=sums.public_threshold(6.5))
     assert data.ledger.entries[0].sensitivity == pytest.approx(1.0)
 
 
@@ -137,7 +142,7 @@ def test_svt_query_sensitivity_brute_force():
 def test_ledger_adds_up_to_epsilon(small, mechanism, mode):
     _, x, v, S = small
     data = PrivateData(x)
-    rel = sums.run(mechanism, data, S, 0.7, np.random.default_rng(5), threshold=mode, tau=6.5)
+    rel = sums.run(mechanism, data, S, 0.7, np.random.default_rng(5), threshold=_thr(mode))
     assert data.ledger.epsilon == pytest.approx(0.7, rel=1e-12)
     assert rel.epsilon == pytest.approx(0.7, rel=1e-12)
     assert all(e.mode == "simulation" for e in data.ledger.entries)
@@ -163,7 +168,9 @@ def test_shared_threshold_is_charged_once(small):
     assert rel.epsilon_answers == pytest.approx(0.9) and rel.epsilon == pytest.approx(1.0)
     assert data.ledger.epsilon == pytest.approx(1.0)
     with pytest.raises(ValueError, match="nothing is left"):
-        sums.run("tamm", PrivateData(x), S, 0.1, np.random.default_rng(1), threshold=thr)
+        sums.run("tamm", data, S, 0.1, np.random.default_rng(1), threshold=thr)
+    with pytest.raises(ValueError, match="another ledger"):  # found under data.ledger, not this one
+        sums.run("tamm", PrivateData(x), S, 1.0, np.random.default_rng(1), threshold=thr)
     with pytest.raises(BudgetExceededError):  # the budget is used up
         sums.run("tamm", data, S, 1.0, np.random.default_rng(1), threshold=thr)
 
@@ -186,7 +193,7 @@ def test_analytic_variance_matches_empirical(small, mechanism):
     errs = np.empty((T, S.m))
     for t in range(T):
         rel = sums.run(mechanism, PrivateData(x), S, eps, np.random.default_rng([7, t]),
-                       threshold="user", tau=tau)
+                       threshold=sums.public_threshold(tau))
         errs[t] = rel.raw_answers - target
     var = rel.variance
     # the run's variance is the discrete sampler's where the measurements are whole numbers
@@ -234,7 +241,7 @@ def test_timm_tamm_strategy_selectors(small, strategy):
     _, x, v, S = small
     for mech in ("timm", "tamm"):
         data = PrivateData(x)
-        rel = sums.run(mech, data, S, 1.0, np.random.default_rng(0), threshold="user", tau=6.5,
+        rel = sums.run(mech, data, S, 1.0, np.random.default_rng(0), threshold=sums.public_threshold(6.5),
                        strategy=strategy)
         assert rel.strategy_name == strategy and rel.strategy is not None
         assert rel.answers.shape == (S.m,) and np.all(np.isfinite(rel.answers))
@@ -279,8 +286,7 @@ def test_sqm_per_query_thresholds_variance_and_truncated_truth(small):
 
 def test_release_reports_truth_and_bias(small):
     _, x, v, S = small
-    rel = sums.run("identity", PrivateData(x), S, 1.0, np.random.default_rng(0), threshold="user",
-                   tau=4.0, truth=x)
+    rel = sums.run("identity", PrivateData(x), S, 1.0, np.random.default_rng(0), threshold=sums.public_threshold(4.0), truth=x)
     np.testing.assert_allclose(rel.truth, S.answers(x))
     np.testing.assert_allclose(rel.truncated_truth, S.answers(x, 4.0))
     np.testing.assert_allclose(rel.bias, sums.truncation_bias(S, x, 4.0))
@@ -436,8 +442,8 @@ def test_bad_input_gives_clear_errors(small):
         sums.prefix_sums(datasets.bucket_values(np.arange(13.0), "lower"), cuts=np.array([0, 5]))
     for tau in (0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="τ"):
-            sums.run("identity", PrivateData(x), S, 1.0, np.random.default_rng(0), threshold="user", tau=tau)
-    with pytest.raises(ValueError, match="needs tau"):
+            sums.public_threshold(tau)
+    with pytest.raises(ValueError, match="public_threshold"):
         sums.run("identity", PrivateData(x), S, 1.0, np.random.default_rng(0), threshold="user")
     with pytest.raises(ValueError, match="epsilon"):
         sums.run("identity", PrivateData(x), S, 0.0, np.random.default_rng(0))
@@ -566,7 +572,7 @@ def test_svt_candidates_theta0_above_the_largest_value_falls_back_to_no_truncati
 def test_answer_epsilon_is_the_runs_answer_budget(small, mechanism, mode):
     _, x, v, S = small
     params = SVTParams(alpha=0.25)
-    rel = sums.run(mechanism, PrivateData(x), S, 0.8, np.random.default_rng(2), threshold=mode, tau=6.5,
+    rel = sums.run(mechanism, PrivateData(x), S, 0.8, np.random.default_rng(2), threshold=_thr(mode),
                    svt=params)
     assert rel.epsilon_answers == pytest.approx(sums.answer_epsilon(0.8, mode, params), rel=1e-12)
     assert sums.answer_epsilon(0.8, "svt", params) == pytest.approx(0.6)

@@ -1,8 +1,8 @@
 """Sum queries on a numerical attribute under differential privacy (Wu et al. 2019).
 
 Source: Wu, Pujol, Kotsogiannis, Machanavajjhala, "Answering Summation
-Queries for Numerical Attributes under Differential Privacy" (2019; seed
-002, formulas restated in MATH.md "Sum queries").
+Queries for Numerical Attributes under Differential Privacy" (2019; the
+formulas restated in ``dpexplorer/docs/sums.md``).
 
 Vector form (paper Sec. 2)
 --------------------------
@@ -53,10 +53,20 @@ TiMM and TaMM take any registered data-independent strategy selector
 (``greedy_h`` as in the paper Sec. 4, ``hb``, ``identity``, ``opt0`` once
 registered, ...).  All measurements go through
 :class:`~dpexplorer.privacy.PrivateData` (each recorded in its ledger); the
-SVT threshold spends ``α·ε`` there too, so a run's ledger adds up to ε.  With
-a seeded Generator a run is a simulation; with
-:data:`dpexplorer.privacy.OS_CSPRNG` it is a release (vetted samplers, no
-seed).  Answers that are whole numbers (identity on counts, whole bucket
+SVT threshold spends ``α·ε`` there too, so a run's ledger adds up to ε.
+
+Release or simulation (as :func:`dpexplorer.release` / :func:`dpexplorer.simulate`)
+------------------------------------------------------------------------------------
+``run(..., rng=dpx.OS_CSPRNG)`` is a **release**: noise from the OS CSPRNG
+through opendp's samplers, no seed (``seed=`` is refused), ``mode =
+"release"``, and the result holds nothing private (no ``x``, no true sums).
+``run(..., seed=s)`` is a **simulation** drawn from
+``numpy.random.default_rng(s)`` (``mode = "simulation"``, ``seed = s``); a
+Generator passed as ``rng`` is a simulation whose seed is unknown to the
+result (``seed = None``, and its metadata says so).  Only a simulation may
+keep the truth (``truth=``) for evaluation.  The whole cost of a run (SVT and
+answers) is checked against the ledger before its first draw, so a refusal
+draws nothing.  Answers that are whole numbers (identity on counts, whole bucket
 values) get discrete Laplace noise, and ``variance`` is then the discrete
 sampler's (:func:`dpexplorer.privacy.variance_factor`).
 
@@ -82,11 +92,13 @@ Example::
 
 from __future__ import annotations
 
+import datetime as _dt
+import json
 import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -98,7 +110,16 @@ from ..core import error as _error
 from ..core import registry
 from ..core.parallel import blas_limit
 from ..core.reconstruct import Reconstructor
-from ..privacy import PrivacyLedger, PrivateData, samplers, variance_factor
+from ..privacy import (
+    RELEASE,
+    SIMULATION,
+    PrivacyLedger,
+    PrivateData,
+    Spend,
+    accounting,
+    samplers,
+    variance_factor,
+)
 from ..privacy.noise import Laplace, _check_epsilon
 from ..queries import limits
 from ..queries.matrix import (
@@ -117,15 +138,15 @@ from .thresholds import (
     _positive,
     check_values,
     no_truncation,
+    public_threshold,
     svt_threshold,
-    user_threshold,
 )
 
 __all__ = [
     "MECHANISMS", "LABELS", "SOURCES", "THRESHOLD_MODES", "SumWorkload", "prefix_sums", "prefix_cuts",
     "SumRelease", "run", "select_strategy", "analytic_variance", "truncation_bias",
     "isotonic_fit", "relative_error", "evaluate", "summarize", "compare_sizes", "tau_curve", "tau_grid",
-    "EVALUATION_COLUMNS", "answer_epsilon",
+    "EVALUATION_COLUMNS", "answer_epsilon", "public_threshold", "Threshold",
 ]
 
 #: The five mechanisms of the paper's Table 1, in its order.
@@ -473,6 +494,12 @@ def _build_plan(mechanism: str, workload: SumWorkload, tau: float, strategy: str
 class SumRelease:
     """Noisy answers of a sum workload and their public by-products.
 
+    A release (``mode = "release"``) holds only public things: the workload
+    (public bucket values), the noisy answers, analytic variances, the
+    thresholds and the strategy -- no data vector, no true sum, no record.
+    Only a simulation made with ``truth=`` keeps the true answers, for
+    evaluation.
+
     Attributes
     ----------
     mechanism : str
@@ -498,8 +525,16 @@ class SumRelease:
         TiMM/TaMM's strategy ``A``.
     strategy_name : str or None
     truth, truncated_truth, bias : ndarray or None, shape (m,)
-        Only when the true data was given (NOT private, for evaluation):
-        ``W·diag(v)·x``, ``W·diag(v_τ)·x`` and their difference ``truncated − truth ≤ 0``.
+        Only in a simulation given the true data (``truth=``; NOT private, for
+        evaluation): ``W·diag(v)·x``, ``W·diag(v_τ)·x`` and their difference
+        ``truncated − truth ≤ 0``.  Always ``None`` in a release.
+    mode : {"release", "simulation"}
+        A release (OS CSPRNG via opendp, no seed) or a simulation (numpy Generator).
+    seed : int or None
+        A simulation's seed when :func:`run` was given ``seed=``; ``None`` for
+        a release, and for a simulation from a Generator whose seed is unknown.
+    created : str
+        ISO time (UTC).
     """
 
     mechanism: str
@@ -518,6 +553,9 @@ class SumRelease:
     truth: np.ndarray | None = None
     truncated_truth: np.ndarray | None = None
     bias: np.ndarray | None = None
+    mode: str = SIMULATION
+    seed: int | None = None
+    created: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
 
     @property
     def tau(self) -> float:
@@ -530,15 +568,51 @@ class SumRelease:
         Raises
         ------
         ValueError
-            Without the truth, or for ``γ ≤ 0``.
+            Without the truth (a release, or a simulation without ``truth=``), or for ``γ ≤ 0``.
         """
         if self.truth is None:
-            raise ValueError("the release was made without the true data: no relative error")
+            raise ValueError("the result was made without the true data (a release never has it): "
+                             "no relative error")
         est = self.answers if post_processed else self.raw_answers
         return relative_error(est, self.truth, gamma)
 
+    def metadata(self) -> dict:
+        """JSON-ready description: mode and randomness (a simulation's seed), mechanism, ε, τ, workload.
+
+        Nothing from the data: the thresholds are public (declared, or
+        released by SVT), the rest is the run's parameters.
+        """
+        from .. import __version__
+
+        thr = self.threshold
+        if isinstance(thr, list):
+            how = f"per-query SVT ({len(thr)} thresholds)"
+        else:
+            how = thr.label
+        if self.mode == RELEASE:
+            randomness = "OS CSPRNG via opendp"
+        elif self.seed is not None:
+            randomness = "numpy PCG64 Generator seeded by `seed` (simulation, NOT a release)"
+        else:
+            randomness = ("numpy Generator passed by the caller, seed unknown (simulation, NOT a "
+                          "release; run(..., seed=...) records it)")
+        meta = {"dpexplorer_version": __version__, "mode": self.mode, "randomness": randomness,
+                "mechanism": self.mechanism, "source": SOURCES[self.mechanism],
+                "epsilon": self.epsilon, "epsilon_threshold": self.epsilon_threshold,
+                "epsilon_answers": self.epsilon_answers, "delta": 0.0, "tau_choice": how,
+                "tau": self.tau, "strategy": self.strategy_name, "isotonic": self.isotonic,
+                "workload": self.workload.name, "m": self.workload.m, "n": self.workload.n,
+                "created": self.created}
+        if self.mode == SIMULATION:
+            meta["seed"] = self.seed
+            meta["holds_truth"] = self.truth is not None
+        return meta
+
     def to_frame(self) -> pd.DataFrame:
-        """One row per query: threshold, answer, raw answer, τ, analytic std (and truth, bias if known)."""
+        """One row per query: threshold, answer, raw answer, τ, analytic std (and truth, bias in a simulation given them).
+
+        ``frame.attrs`` carries ``mode`` (and a simulation's ``seed``).
+        """
         S = self.workload
         df = pd.DataFrame({
             "query": np.arange(S.m),
@@ -549,7 +623,17 @@ class SumRelease:
             df["truth"] = self.truth
             df["truncated_truth"] = self.truncated_truth
             df["bias"] = self.bias
+        df.attrs["mode"] = self.mode
+        if self.mode == SIMULATION:
+            df.attrs["seed"] = self.seed
         return df
+
+    def to_json(self) -> str:
+        """:meth:`metadata` and the per-query columns of :meth:`to_frame` as one JSON document."""
+        frame = self.to_frame()
+        cols = {c: [None if isinstance(v, float) and math.isnan(v) else v for v in frame[c].tolist()]
+                for c in frame.columns if c != "query"}
+        return json.dumps({**self.metadata(), **cols})
 
 
 def answer_epsilon(epsilon: float, threshold_mode: str = "svt", svt_params: SVTParams | None = None) -> float:
@@ -558,7 +642,7 @@ def answer_epsilon(epsilon: float, threshold_mode: str = "svt", svt_params: SVTP
     With ``threshold_mode="svt"`` the threshold spends the share ``α`` of ε
     (:class:`~dpexplorer.sums.thresholds.SVTParams` ``alpha``) and the answers get
     ``(1 − α)·ε`` (Wu, Pujol, Kotsogiannis, Machanavajjhala 2019, Alg. 9 and
-    Sec. 3.1-3.2, restated in MATH.md "Sum queries"; for SQM the same total,
+    Sec. 3.1-3.2, restated in ``dpexplorer/docs/sums.md``; for SQM the same total,
     split evenly over the m queries, Alg. 2); with ``"user"`` or ``"none"``
     the threshold costs nothing and the answers get all of ε.
 
@@ -588,11 +672,79 @@ def answer_epsilon(epsilon: float, threshold_mode: str = "svt", svt_params: SVTP
     raise ValueError(f"threshold mode must be one of {THRESHOLD_MODES}, got {threshold_mode!r}")
 
 
-def _threshold(data, workload, epsilon, rng, threshold, tau, svt, label):
-    """``(Threshold, ε of the answers)`` for the common-threshold mechanisms."""
+_GIVE_TAU = ("declare a τ you choose without looking at these records public: "
+             "threshold=dpx.sums.public_threshold(τ) (or dpx.sums.Threshold.public(τ)); or let the "
+             "sparse vector technique find one privately: threshold='svt' (spends α·ε); or "
+             "threshold='none' (no truncation)")
+
+
+def _source(rng, seed) -> tuple[object, str, int | None]:
+    """``(source of randomness, mode, seed)`` from :func:`run`'s ``rng`` and ``seed``.
+
+    Raises
+    ------
+    TypeError
+        A seed with the OS CSPRNG (a release has none), or an ``rng`` that is not a source.
+    ValueError
+        Neither or both of a Generator and a seed, or a seed that is not a whole number ≥ 0.
+    """
+    if rng is None:
+        if seed is None:
+            raise ValueError("sums.run needs its randomness: rng=dpx.OS_CSPRNG for a release, or "
+                             "seed=<whole number >= 0> for a simulation")
+        seed = limits.whole_number(seed, "sums.run: seed", minimum=0)
+        return np.random.default_rng(seed), SIMULATION, int(seed)
+    samplers.check_source(rng)
+    if samplers.is_release(rng):
+        if seed is not None:
+            raise TypeError("a release has no seed: its noise comes from the OS CSPRNG. For a "
+                            "reproducible run use sums.run(..., seed=...) without rng")
+        return rng, RELEASE, None
+    if seed is not None:
+        raise ValueError("give either a Generator (rng=) or a seed (seed=), not both: with seed= "
+                         "the run makes its own Generator and records the seed")
+    return rng, SIMULATION, None
+
+
+def _resolve_threshold(threshold, tau, ledger) -> tuple[object, float]:
+    """The threshold mode or object of a run, and the ε of it already recorded in ``ledger``.
+
+    A bare number (or ``tau=`` / ``threshold="user"``) is refused: a τ must
+    be declared public or found privately.  A :class:`Threshold` found by SVT
+    must have been charged to this very ledger (then its ε is not charged
+    again); one never charged is charged by :func:`run`; one charged
+    elsewhere (another ledger, or unpickled) is refused.
+
+    Raises
+    ------
+    ValueError
+        As above, or for an unknown mode.
+    """
+    if tau is not None or (isinstance(threshold, str) and threshold == "user"):
+        raise ValueError(f"sums.run does not take a bare τ (tau={tau!r}): {_GIVE_TAU}")
+    if isinstance(threshold, (int, float, np.integer, np.floating)) and not isinstance(threshold, bool):
+        raise ValueError(f"threshold={threshold!r} is a bare number: {_GIVE_TAU}")
     if isinstance(threshold, Threshold):
-        if threshold.tau <= 0 or not math.isfinite(threshold.tau):
-            raise ValueError(f"the threshold must be a positive finite τ, got {threshold.tau!r}")
+        if threshold.method != "svt":
+            return threshold, 0.0
+        if threshold.charged_to(ledger):
+            return threshold, threshold.epsilon
+        if threshold.charged:
+            raise ValueError(
+                f"this SVT threshold ({threshold.label}) was charged to another ledger (or the "
+                "threshold was copied out of the process that found it): use it only on data "
+                "charging the ledger it was found under, or find a threshold on this data with "
+                "threshold='svt'")
+        return threshold, 0.0  # never charged: run charges it before anything is drawn
+    if isinstance(threshold, str) and threshold in ("svt", "none"):
+        return threshold, 0.0
+    raise ValueError(f"threshold must be 'svt', 'none' or a Threshold (sums.public_threshold(τ), "
+                     f"thresholds.svt_threshold(...)), got {threshold!r}")
+
+
+def _threshold(data, workload, epsilon, rng, threshold, svt, label):
+    """``(Threshold, ε of the answers)`` for the common-threshold mechanisms (threshold resolved)."""
+    if isinstance(threshold, Threshold):
         rest = epsilon - threshold.epsilon
         if not rest > 1e-12 * epsilon:
             raise ValueError(f"the threshold already spent ε = {threshold.epsilon:g} of the total "
@@ -602,17 +754,22 @@ def _threshold(data, workload, epsilon, rng, threshold, tau, svt, label):
         thr = svt_threshold(data, workload.values, svt.alpha * epsilon, rng, svt,
                             label=f"{label}: threshold")
         return thr, answer_epsilon(epsilon, "svt", svt)
-    if threshold == "user":
-        if tau is None:
-            raise ValueError("threshold='user' needs tau (a data-independent τ > 0)")
-        return user_threshold(tau), answer_epsilon(epsilon, "user")
-    if threshold == "none":
-        return no_truncation(workload.values), answer_epsilon(epsilon, "none")
-    raise ValueError(f"threshold must be one of {THRESHOLD_MODES} or a Threshold, got {threshold!r}")
+    return no_truncation(workload.values), answer_epsilon(epsilon, "none")
 
 
-def run(mechanism: str, data: PrivateData, workload: SumWorkload, epsilon: float,
-        rng, *, threshold="svt", tau: float | None = None,
+def _charge_threshold(data: PrivateData, thr: Threshold, mode: str, label: str) -> None:
+    """Record a never-charged SVT threshold's ε in ``data.ledger`` (ε-DP, ρ = ε²/2) and bind it there."""
+    data.ledger.record(Spend(
+        label=f"{label}: SVT threshold found outside this ledger, charged now", mode=mode,
+        epsilon=float(thr.epsilon), delta=0.0, rho=accounting.rho_pure(thr.epsilon),
+        noise="sparse vector (AboveThreshold), charged on use", queries=1,
+        sensitivity=float("nan"), time=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")))
+    thr._bind(data.ledger)
+
+
+def run(mechanism: str, data, workload: SumWorkload, epsilon: float,
+        rng=None, *, seed: int | None = None, ledger: PrivacyLedger | None = None,
+        threshold="svt", tau: float | None = None,
         svt: SVTParams | None = None, strategy: str = "greedy_h", isotonic: bool = False,
         truth=None) -> SumRelease:
     """Answer a sum workload with one of the paper's five mechanisms (module docstring).
@@ -620,25 +777,38 @@ def run(mechanism: str, data: PrivateData, workload: SumWorkload, epsilon: float
     Parameters
     ----------
     mechanism : {"sqm", "identity", "workload", "timm", "tamm"}
-    data : PrivateData
-        Records per bucket ``x`` (shape ``(n,)``) behind the privacy boundary;
-        every measurement is recorded in ``data.ledger``.
+    data : PrivateData or array_like, shape (n,)
+        Records per bucket ``x`` behind the privacy boundary; every
+        measurement is recorded in ``data.ledger``.  An array is wrapped in
+        ``PrivateData(x, ledger)``.
     workload : SumWorkload, shape (m, n)
     epsilon : float
-        Total ε of the release (threshold and answers), > 0.
-    rng : numpy.random.Generator or dpexplorer.privacy.OS_CSPRNG
-        Source of all randomness (SVT and Laplace noise): a seeded Generator
-        (simulation) or the OS CSPRNG (a release).
-    threshold : {"svt", "user", "none"} or Threshold
+        Total ε of the run (threshold and answers), > 0.
+    rng : dpexplorer.OS_CSPRNG or numpy.random.Generator, optional
+        ``OS_CSPRNG``: a **release** (no seed).  A Generator: a simulation
+        whose seed the result does not know (``seed = None``).
+    seed : int, optional
+        A **simulation** drawn from ``numpy.random.default_rng(seed)``, the
+        seed recorded in the result.  Give exactly one of ``rng`` and ``seed``.
+    ledger : PrivacyLedger, optional
+        The dataset's ledger.  With a PrivateData it must be ``data.ledger``
+        (or omitted).  With an array: charged with the run; a release on an
+        array without a ledger is refused (its spend would be recorded where
+        no one sees it), a simulation gets a fresh ledger.
+    threshold : {"svt", "none"} or Threshold
         ``"svt"`` (default): τ chosen privately with ``α·ε``
-        (:func:`dpexplorer.sums.thresholds.svt_threshold`), answers get
-        ``(1 − α)·ε``; for SQM every query runs its own SVT on the records it
-        covers with ``α·ε/m`` (Alg. 2).  ``"user"``: the data-independent
-        ``tau``.  ``"none"``: no truncation.  A :class:`Threshold` (e.g. one
-        SVT shared by several mechanisms, as in the paper's Alg. 9): used for
-        every query, answers get ``ε − threshold.epsilon``.
-    tau : float, optional
-        τ > 0 for ``threshold="user"``.
+        (:func:`dpexplorer.sums.thresholds.svt_threshold`, Dwork & Roth 2014
+        Alg. 1 / Thm 3.23), answers get ``(1 − α)·ε``; for SQM every query
+        runs its own SVT on the records it covers with ``α·ε/m`` (Alg. 2).
+        ``"none"``: no truncation (τ = the largest public bucket value).  A
+        :class:`Threshold`: ``public_threshold(τ)`` (a τ you declare public,
+        costs nothing) or an SVT threshold found on data charging this same
+        ledger (e.g. one SVT shared by several mechanisms, as in the paper's
+        Alg. 9; answers get ``ε − threshold.epsilon``).  A hand-made SVT
+        Threshold never charged is charged here.
+    tau : None
+        Refused with a message: a bare τ must be declared public
+        (``threshold=public_threshold(τ)``).
     svt : SVTParams, optional
         α, ρ, r, θ₀ (defaults: :class:`~dpexplorer.sums.thresholds.SVTParams`).
     strategy : str
@@ -646,53 +816,76 @@ def run(mechanism: str, data: PrivateData, workload: SumWorkload, epsilon: float
     isotonic : bool
         Project the answers on non-decreasing sequences (prefix workloads only).
     truth : array_like, shape (n,), optional
-        The true counts -- NOT private, only to report truth, truncated truth
-        and bias next to the answers (the explorer's simulations).
+        Simulations only: the true counts, to report truth, truncated truth
+        and bias next to the answers (NOT private; refused in a release).
 
     Returns
     -------
     SumRelease
+        ``mode`` ``"release"`` or ``"simulation"``, ``seed`` as above.
 
     Raises
     ------
     ValueError
-        Unknown mechanism or threshold mode, ε ≤ 0, τ ≤ 0 or NaN, mismatched
-        sizes, isotonic regression on a non-prefix workload, bad SVT parameters.
+        Unknown mechanism or threshold, a bare τ, an SVT threshold charged to
+        another ledger, ε ≤ 0, mismatched sizes, isotonic regression on a
+        non-prefix workload, bad SVT parameters, neither or both of a
+        Generator and a seed, ``truth`` in a release, a ledger other than
+        ``data.ledger``, a release on an array without a ledger.
+    TypeError
+        A seed with ``rng=OS_CSPRNG``, or an ``rng`` that is not a source of randomness.
     UnsupportedWorkloadError
         If the strategy does not support the workload.
     BudgetExceededError
-        If the ledger's budget would be exceeded (checked before anything is measured).
+        If the ledger's budget cannot hold the whole run (SVT and answers);
+        checked before the first draw, so nothing is drawn.
     """
     if mechanism not in MECHANISMS:
         raise ValueError(f"unknown sum mechanism {mechanism!r}; choose one of {MECHANISMS}")
     if not isinstance(workload, SumWorkload):
         raise TypeError("workload must be a SumWorkload (see sums.prefix_sums)")
-    if not isinstance(data, PrivateData):
-        raise TypeError("data must be a PrivateData (the privacy boundary)")
-    samplers.check_source(rng)
+    if ledger is not None and not isinstance(ledger, PrivacyLedger):
+        raise TypeError(f"ledger must be a dpexplorer.PrivacyLedger, got {type(ledger).__name__}")
+    source, mode, seed = _source(rng, seed)
+    if mode == RELEASE and truth is not None:
+        raise ValueError("a release holds nothing private: truth= is for simulations only "
+                         "(sums.run(..., seed=...) or sums.evaluate)")
+    if isinstance(data, PrivateData):
+        if ledger is not None and ledger is not data.ledger:
+            raise ValueError("data is a PrivateData charging its own ledger; ledger= must be that "
+                             "ledger (data.ledger) or omitted")
+    elif mode == RELEASE and ledger is None:
+        raise ValueError("a release must be charged to the dataset's ledger: pass ledger=dpx."
+                         "PrivacyLedger(...) (or a PrivateData(x, ledger))")
+    else:
+        data = PrivateData(data, ledger)
     epsilon = _check_epsilon(epsilon)
     if data.n != workload.n:
         raise ValueError(f"the data has {data.n} buckets but the workload is over {workload.n}")
     if isotonic and not workload.is_prefix:
         raise ValueError("isotonic regression needs a prefix workload (nested queries in increasing order, "
                          "whose true answers are non-decreasing)")
-    if tau is not None:
-        _positive(tau, "the truncation threshold τ")
+    threshold, paid = _resolve_threshold(threshold, tau, data.ledger)
     svt = svt if svt is not None else SVTParams()
-    # refuse before the threshold spends anything (a given Threshold has already been paid)
-    data.ledger.check_cost(epsilon - (threshold.epsilon if isinstance(threshold, Threshold) else 0.0),
-                           label=f"{LABELS[mechanism]} release")
     label = LABELS[mechanism]
+    if isinstance(threshold, Threshold) and not epsilon - threshold.epsilon > 1e-12 * epsilon:
+        raise ValueError(f"the threshold already spent ε = {threshold.epsilon:g} of the total "
+                         f"ε = {epsilon:g}: nothing is left for the answers")
+    # the whole run (SVT threshold + answers, less a threshold this ledger already paid) must fit
+    # before the first draw; a refusal draws nothing
+    data.ledger.check_cost(epsilon - paid, 0.0, label=f"{label} sum release (threshold and answers)")
+    if isinstance(threshold, Threshold) and threshold.method == "svt" and not paid:
+        _charge_threshold(data, threshold, mode, label)
     if mechanism == "sqm":
-        raw, variance, taus, thr, eps_thr, eps_ans = _run_sqm(data, workload, epsilon, rng, threshold,
-                                                              tau, svt)
+        raw, variance, taus, thr, eps_thr, eps_ans = _run_sqm(data, workload, epsilon, source, threshold,
+                                                              svt)
         plan = None
     else:
-        thr, eps_ans = _threshold(data, workload, epsilon, rng, threshold, tau, svt, label)
+        thr, eps_ans = _threshold(data, workload, epsilon, source, threshold, svt, label)
         eps_thr = thr.epsilon
         plan = _plan(mechanism, workload, thr.tau, strategy)
         noise = Laplace(eps_ans)
-        y = data.measure(plan.measure, noise, rng, label=f"{label}: {plan.measure.m} noisy queries")
+        y = data.measure(plan.measure, noise, source, label=f"{label}: {plan.measure.m} noisy queries")
         raw = plan.post(y)
         # exact for the sampler MEASURE used (discrete Laplace on whole-number answers)
         variance = plan.unit_variance / eps_ans**2 * variance_factor(plan.measure, noise, data.counts)
@@ -702,7 +895,7 @@ def run(mechanism: str, data: PrivateData, workload: SumWorkload, epsilon: float
                      np.asarray(variance, dtype=float), taus, thr, float(eps_thr + eps_ans),
                      float(eps_thr), float(eps_ans),
                      None if plan is None else plan.strategy,
-                     strategy if mechanism in ("timm", "tamm") else None)
+                     strategy if mechanism in ("timm", "tamm") else None, mode=mode, seed=seed)
     if truth is not None:
         rel.truth = workload.answers(truth)
         rel.truncated_truth = _truncated_truth(workload, truth, taus)
@@ -717,7 +910,7 @@ def _sqm_measures(workload: SumWorkload, taus: np.ndarray) -> list[Matrix]:
                     name=f"query {i}·diag(v_τ)") for i in range(workload.m)]
 
 
-def _run_sqm(data, workload, epsilon, rng, threshold, tau, svt):
+def _run_sqm(data, workload, epsilon, rng, threshold, svt):
     """SQM (Alg. 1-3): every query alone with ε/m (and its own SVT threshold with ``threshold="svt"``)."""
     m = workload.m
     rows = workload.rows()
@@ -738,7 +931,7 @@ def _run_sqm(data, workload, epsilon, rng, threshold, tau, svt):
             taus[i] = t.tau
         eps_thr = math.fsum(t.epsilon for t in thresholds)
     else:
-        thr, eps_ans = _threshold(data, workload, epsilon, rng, threshold, tau, svt, "SQM")
+        thr, eps_ans = _threshold(data, workload, epsilon, rng, threshold, svt, "SQM")
         thresholds, eps_thr = thr, thr.epsilon
         taus[:] = thr.tau
         eps_ans_q = eps_ans / m
@@ -894,6 +1087,13 @@ def evaluate(x, workload: SumWorkload, epsilon: float, mechanisms: Sequence[str]
              blas_threads: int | None = 1) -> pd.DataFrame:
     """Run the mechanisms ``trials`` times on ``x`` (throwaway ledgers) and tabulate every answer.
 
+    Not a release, and charged to no ledger on purpose: the table holds the
+    true answers next to the noisy ones, so no privacy guarantee covers it
+    and charging a dataset's ledger would only suggest one.  Every run is a
+    simulation (seeded Generators); each trial's spends go to a throwaway
+    ledger the kernel needs for its bookkeeping.  To spend a dataset's
+    budget, make one release with :func:`run` and ``rng=dpx.OS_CSPRNG``.
+
     Parameters
     ----------
     x : array_like, shape (n,)
@@ -907,7 +1107,13 @@ def evaluate(x, workload: SumWorkload, epsilon: float, mechanisms: Sequence[str]
         Number of trials (the paper uses 100).
     seed : int
         Trial ``t`` draws from ``SeedSequence([seed, t])`` (children per mechanism).
-    threshold, tau, svt, strategy
+    threshold : {"svt", "user", "none"} or Threshold
+        As in :func:`run`; here (an evaluation, not a release) ``"user"``
+        with ``tau`` means ``public_threshold(tau)``.  A Threshold must be
+        public or no truncation (an SVT one was charged to another ledger).
+    tau : float, optional
+        τ > 0 for ``threshold="user"``.
+    svt, strategy
         As in :func:`run`.
     isotonic : bool, sequence of bool or None
         Post-processing variants to report; ``None``: both for prefix workloads, none otherwise.
@@ -959,8 +1165,15 @@ def evaluate(x, workload: SumWorkload, epsilon: float, mechanisms: Sequence[str]
         variants = sorted({bool(b) for b in isotonic})
     if any(variants) and not workload.is_prefix:
         raise ValueError("isotonic regression needs a prefix workload")
-    if threshold == "user" and tau is None:
-        raise ValueError("threshold='user' needs tau (a data-independent τ > 0)")
+    if isinstance(threshold, str) and threshold == "user":
+        if tau is None:
+            raise ValueError("threshold='user' needs tau (a data-independent τ > 0)")
+        threshold = public_threshold(tau)
+    elif tau is not None:
+        raise ValueError("tau is only for threshold='user'")
+    if isinstance(threshold, Threshold) and threshold.method == "svt":
+        raise ValueError("evaluate runs its own SVT per trial (threshold='svt'); a found SVT "
+                         "Threshold belongs to the ledger it was charged to")
     with blas_limit(None if blas_threads is None else int(blas_threads)):
         return _evaluate(x, workload, epsilon, mechanisms, int(trials), int(seed), threshold, tau, svt,
                          strategy, variants, gamma, shared_threshold, progress)
@@ -977,14 +1190,15 @@ def _evaluate(x, workload, epsilon, mechanisms, trials, seed, threshold, tau, sv
         children = ss.spawn(len(MECHANISMS) + 1)
         data = PrivateData(x, PrivacyLedger())
         shared = threshold
-        if threshold == "svt" and shared_threshold and any(m != "sqm" for m in mechanisms):
+        svt_mode = isinstance(threshold, str) and threshold == "svt"
+        if svt_mode and shared_threshold and any(m != "sqm" for m in mechanisms):
             shared = svt_threshold(data, workload.values, svt.alpha * epsilon,
                                    np.random.default_rng(children[-1]), svt,
                                    label="shared SVT threshold")
         for name in mechanisms:
             rng = np.random.default_rng(children[MECHANISMS.index(name)])
-            thr_arg = threshold if name == "sqm" and threshold == "svt" else shared
-            rel = run(name, data, workload, epsilon, rng, threshold=thr_arg, tau=tau, svt=svt,
+            thr_arg = threshold if name == "sqm" and svt_mode else shared
+            rel = run(name, data, workload, epsilon, rng, threshold=thr_arg, svt=svt,
                       strategy=strategy, truth=x)
             for iso in variants:
                 ans = isotonic_fit(rel.raw_answers) if iso else rel.raw_answers

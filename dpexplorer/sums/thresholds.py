@@ -3,9 +3,22 @@
 A sum query over a numerical attribute has sensitivity as large as the
 largest value.  Truncating every value at ``τ`` (``v ↦ min(v, τ)``) bounds it
 by ``τ`` at the price of a bias (Wu, Pujol, Kotsogiannis, Machanavajjhala
-2019, Sec. 3.1; MATH.md "Sum queries").  ``τ`` must be public: either
-data-independent (:func:`user_threshold`, :func:`no_truncation`) or chosen
-under differential privacy (:func:`svt_threshold`).
+2019, "Answering Summation Queries for Numerical Attributes under
+Differential Privacy", Sec. 3.1; ``dpexplorer/docs/sums.md``).  ``τ`` must be
+public: either declared public by the caller (:func:`public_threshold`,
+:meth:`Threshold.public`: a number not read from these records),
+:func:`no_truncation` (the largest public bucket value), or chosen under
+differential privacy (:func:`svt_threshold`).
+
+Who paid for a private threshold
+--------------------------------
+A :class:`Threshold` found by :func:`svt_threshold` is charged, by the
+kernel, to the ledger of the :class:`~dpexplorer.privacy.PrivateData` it was
+found on, and remembers that ledger (a weak reference, never pickled or
+copied into another process).  :func:`dpexplorer.sums.run` accepts it only on
+data charging that same ledger (the threshold's ε is then not charged again);
+an SVT threshold made by hand (never charged) is charged there before
+anything is drawn; one found under another ledger, or unpickled, is refused.
 
 SVT threshold (paper Sec. 3.1, Alg. 2)
 --------------------------------------
@@ -47,14 +60,19 @@ mislead.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..privacy import PrivateData
 
-__all__ = ["SVTParams", "Threshold", "svt_candidates", "svt_queries", "svt_sensitivity",
-           "svt_threshold", "user_threshold", "no_truncation", "check_values"]
+__all__ = ["SVTParams", "Threshold", "THRESHOLD_METHODS", "svt_candidates", "svt_queries",
+           "svt_sensitivity", "svt_threshold", "public_threshold", "no_truncation", "check_values"]
+
+#: How a :class:`Threshold` was chosen: privately by SVT, declared public by the caller, or
+#: no truncation (τ = the largest public bucket value).
+THRESHOLD_METHODS = ("svt", "public", "none")
 
 
 def _positive(value, name: str) -> float:
@@ -149,20 +167,30 @@ class SVTParams:
 
 @dataclass
 class Threshold:
-    """A truncation threshold and how it was chosen.
+    """A truncation threshold, how it was chosen, and (if private) the ledger that paid for it.
+
+    Make one with :func:`svt_threshold` (private), :meth:`Threshold.public` /
+    :func:`public_threshold` (a τ you declare public) or :func:`no_truncation`.
 
     Attributes
     ----------
     tau : float
-        The threshold (attribute units).
-    method : {"none", "user", "svt"}
+        The threshold (attribute units), > 0.
+    method : {"svt", "public", "none"}
     epsilon : float
-        ε spent choosing it (0 unless SVT).
+        ε spent choosing it (> 0 for SVT, 0 otherwise).
     candidates : ndarray
-        SVT's ``θ_k`` (empty otherwise).
+        SVT's ``θ_k`` (empty otherwise; public, from the public bucket values).
     index : int or None
         Index of the candidate SVT released (``None``: none passed, or not SVT).
     params : SVTParams or None
+
+    Raises
+    ------
+    ValueError
+        If ``method`` is not one of :data:`THRESHOLD_METHODS`, ``τ`` is not a
+        positive finite number, or ``epsilon`` does not fit the method (> 0
+        for SVT, 0 for a public τ or no truncation).
     """
 
     tau: float
@@ -171,32 +199,93 @@ class Threshold:
     candidates: np.ndarray = field(default_factory=lambda: np.zeros(0))
     index: int | None = None
     params: SVTParams | None = None
+    # the ledger charged with ``epsilon`` (weak reference; never pickled) and whether one was
+    _ledger: object = field(default=None, init=False, repr=False, compare=False)
+    _charged: bool = field(default=False, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.method not in THRESHOLD_METHODS:
+            hint = (" (a τ you give is declared with dpx.sums.public_threshold(τ))"
+                    if self.method == "user" else "")
+            raise ValueError(f"a threshold's method must be one of {THRESHOLD_METHODS}, got "
+                             f"{self.method!r}{hint}")
+        self.tau = _positive(self.tau, "the truncation threshold τ")
+        if self.method == "svt":
+            self.epsilon = _positive(self.epsilon, "the ε of an SVT threshold")
+        elif self.epsilon != 0.0:
+            raise ValueError(f"a {self.method!r} threshold costs no ε, got epsilon={self.epsilon!r}")
+
+    @classmethod
+    def public(cls, tau: float) -> Threshold:
+        """A τ the caller declares public: chosen without looking at these records (costs no ε).
+
+        Raises
+        ------
+        ValueError
+            If ``τ ≤ 0``, NaN or infinite.
+        """
+        return cls(tau, "public")
+
+    # ------------------------------------------------------------- who paid
+    @property
+    def charged(self) -> bool:
+        """Whether ``epsilon`` was recorded in a ledger (always for :func:`svt_threshold`'s)."""
+        return self._charged
+
+    def charged_to(self, ledger) -> bool:
+        """Whether ``epsilon`` was recorded in exactly this ledger object (still alive)."""
+        return self._ledger is not None and self._ledger() is ledger
+
+    def _bind(self, ledger) -> None:
+        """Remember that ``ledger`` recorded this threshold's ε (weakly: it may be collected)."""
+        self._ledger = weakref.ref(ledger)
+        self._charged = True
+
+    def __getstate__(self):
+        # a pickle carries no ledger (nor a reference to one): unpickled, a charged threshold
+        # is refused by sums.run rather than charged again or trusted
+        state = self.__dict__.copy()
+        state["_ledger"] = None
+        return state
+
+    def __deepcopy__(self, memo):
+        import copy
+
+        new = object.__new__(type(self))  # not copy.copy: that goes through __getstate__
+        new.__dict__.update(self.__dict__)  # the same ledger reference: paid for by the same ledger
+        for name in ("candidates", "params"):
+            setattr(new, name, copy.deepcopy(getattr(self, name), memo))
+        return new
 
     @property
     def label(self) -> str:
-        """One line saying τ and how it was chosen (SVT candidate and ε, given, or no truncation)."""
+        """One line saying τ and how it was chosen (SVT candidate and ε, declared public, or no truncation)."""
         if self.method == "svt":
             how = (f"SVT candidate {self.index}" if self.index is not None
                    else "SVT found none: no truncation")
             return f"τ = {self.tau:g} ({how}, ε = {self.epsilon:g})"
-        if self.method == "user":
-            return f"τ = {self.tau:g} (given, data-independent)"
+        if self.method == "public":
+            return f"τ = {self.tau:g} (declared public, data-independent)"
         return f"no truncation (τ = max value = {self.tau:g})"
 
 
-def user_threshold(tau: float) -> Threshold:
-    """A data-independent threshold ``τ`` given by the user (costs no ε).
+def public_threshold(tau: float) -> Threshold:
+    """A τ declared public by the caller (not read from the records; costs no ε).
+
+    The only way :func:`dpexplorer.sums.run` accepts a τ you give: a bare
+    number is refused, since a τ read from the records (a maximum, a
+    percentile) would be a release of them without noise.
 
     Raises
     ------
     ValueError
         If ``τ ≤ 0``, NaN or infinite.
     """
-    return Threshold(_positive(tau, "the truncation threshold τ"), "user")
+    return Threshold.public(tau)
 
 
 def no_truncation(values) -> Threshold:
-    """``τ = max v``: nothing is truncated (the paper's NoTrunc, Alg. 1)."""
+    """``τ = max v``: nothing is truncated (the paper's NoTrunc, Alg. 1); ``v`` are the public bucket values."""
     return Threshold(float(check_values(values).max()), "none")
 
 
@@ -294,7 +383,8 @@ def svt_threshold(data: PrivateData, values, epsilon: float, rng,
     Returns
     -------
     Threshold
-        ``method = "svt"``, ``epsilon`` = what was spent.
+        ``method = "svt"``, ``epsilon`` = what was spent, charged to
+        ``data.ledger`` (which :func:`dpexplorer.sums.run` then requires).
 
     Raises
     ------
@@ -312,4 +402,6 @@ def svt_threshold(data: PrivateData, values, epsilon: float, rng,
                              svt_sensitivity(params.rho), eps, rng, label)
     top = float((v if support is None else v[np.asarray(support, dtype=bool)]).max())
     tau = top if k is None else float(min(theta[k], top))
-    return Threshold(tau, "svt", eps, theta, k, params)
+    thr = Threshold(tau, "svt", eps, theta, k, params)
+    thr._bind(data.ledger)  # above_threshold recorded ε there
+    return thr
