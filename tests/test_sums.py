@@ -595,3 +595,221 @@ def test_above_threshold_refuses_a_bad_sensitivity(small, sensitivity):
     with pytest.raises(ValueError, match="sensitivity"):
         data.above_threshold(lambda z: z, 0.0, sensitivity, 1.0, np.random.default_rng(0), "svt")
     assert data.ledger.epsilon == 0.0  # refused before anything is spent
+
+
+# ------------------------------------------------------------------ release or simulation
+def test_mode_and_seed_as_release_and_simulate(small):
+    """A release (OS CSPRNG) says so and has no seed; seed= is a recorded simulation; a bare
+    Generator is a simulation whose seed is unknown -- as dpx.release / dpx.simulate."""
+    import json
+
+    from dpexplorer.privacy import OS_CSPRNG
+
+    _, x, v, S = small
+    led = PrivacyLedger(epsilon_budget=10.0)
+    rel = sums.run("tamm", PrivateData(x, led), S, 1.0, OS_CSPRNG)
+    assert rel.mode == "release" and rel.seed is None
+    meta = rel.metadata()
+    assert meta["mode"] == "release" and "seed" not in meta and "OS CSPRNG" in meta["randomness"]
+    doc = json.loads(rel.to_json())
+    assert doc["mode"] == "release" and "seed" not in doc and len(doc["answer"]) == S.m
+    assert rel.to_frame().attrs == {"mode": "release"}
+    assert {e.mode for e in led.entries} == {"release"}
+
+    sim = sums.run("tamm", PrivateData(x), S, 1.0, seed=11)
+    again = sums.run("tamm", PrivateData(x), S, 1.0, seed=11)
+    np.testing.assert_array_equal(sim.answers, again.answers)  # reproducible from the seed
+    assert sim.mode == "simulation" and sim.seed == 11
+    assert sim.metadata()["seed"] == 11 and json.loads(sim.to_json())["seed"] == 11
+    assert sim.to_frame().attrs == {"mode": "simulation", "seed": 11}
+
+    gen = sums.run("tamm", PrivateData(x), S, 1.0, np.random.default_rng(11))
+    assert gen.mode == "simulation" and gen.seed is None
+    assert "seed unknown" in gen.metadata()["randomness"] and gen.metadata()["seed"] is None
+
+    with pytest.raises(TypeError, match="a release has no seed"):
+        sums.run("tamm", PrivateData(x), S, 1.0, OS_CSPRNG, seed=3)
+    with pytest.raises(ValueError, match="either a Generator"):
+        sums.run("tamm", PrivateData(x), S, 1.0, np.random.default_rng(0), seed=3)
+    with pytest.raises(ValueError, match="OS_CSPRNG for a release"):
+        sums.run("tamm", PrivateData(x), S, 1.0)
+    for bad in (-1, 1.5, "0"):
+        with pytest.raises(ValueError, match="seed"):
+            sums.run("tamm", PrivateData(x), S, 1.0, seed=bad)
+    with pytest.raises(TypeError, match="source of randomness"):
+        sums.run("tamm", PrivateData(x), S, 1.0, 42)
+    with pytest.raises(ValueError, match="truth= is for simulations"):
+        sums.run("tamm", PrivateData(x), S, 1.0, OS_CSPRNG, truth=x)
+
+
+def test_the_callers_ledger_is_charged(small):
+    """A PrivateData charges its own ledger; an array is charged to ledger=; a release on an array
+    without a ledger is refused (nothing would show its spend)."""
+    from dpexplorer.privacy import OS_CSPRNG
+
+    _, x, v, S = small
+    led = PrivacyLedger(epsilon_budget=1.0)
+    rel = sums.run("identity", x, S, 0.6, OS_CSPRNG, ledger=led)
+    assert rel.mode == "release" and led.epsilon == pytest.approx(0.6)
+    with pytest.raises(BudgetExceededError):
+        sums.run("identity", x, S, 0.6, OS_CSPRNG, ledger=led)
+    assert led.epsilon == pytest.approx(0.6)
+    with pytest.raises(ValueError, match="charged to the dataset's ledger"):
+        sums.run("identity", x, S, 0.6, OS_CSPRNG)
+    with pytest.raises(ValueError, match="data.ledger"):
+        sums.run("identity", PrivateData(x, PrivacyLedger()), S, 0.6, OS_CSPRNG, ledger=led)
+    data = PrivateData(x, led)
+    with pytest.raises(BudgetExceededError):  # ledger=data.ledger is the same ledger
+        sums.run("identity", data, S, 0.6, OS_CSPRNG, ledger=led)
+    assert sums.run("identity", x, S, 0.5, seed=0).mode == "simulation"  # a fresh throwaway ledger
+
+
+# ------------------------------------------------------------------ thresholds and their ledgers
+def test_a_bare_tau_is_refused_and_a_public_one_costs_nothing(small):
+    _, x, v, S = small
+    data = PrivateData(x)
+    for kw in (dict(threshold=6.5), dict(threshold=np.float64(6.5)), dict(tau=6.5),
+               dict(threshold="user", tau=6.5), dict(threshold="user")):
+        with pytest.raises(ValueError, match=r"public_threshold\(τ\).*threshold='svt'"):
+            sums.run("identity", data, S, 1.0, seed=0, **kw)
+    assert len(data.ledger) == 0
+    with pytest.raises(ValueError, match="public_threshold"):
+        thresholds.Threshold(6.5, "user")
+    with pytest.raises(ValueError, match="costs no ε"):
+        thresholds.Threshold(6.5, "public", epsilon=0.1)
+    thr = sums.public_threshold(6.5)
+    same = thresholds.Threshold.public(6.5)
+    assert (same.tau, same.method) == (thr.tau, thr.method) == (6.5, "public") and thr.epsilon == 0
+    assert "declared public" in thr.label
+    rel = sums.run("identity", data, S, 1.0, seed=0, threshold=thr)
+    assert rel.tau == 6.5 and rel.epsilon_answers == 1.0 and data.ledger.epsilon == pytest.approx(1.0)
+
+
+def test_an_svt_threshold_is_accepted_only_on_the_ledger_that_paid_for_it(small):
+    import copy
+    import pickle
+
+    _, x, v, S = small
+    home = PrivateData(x, PrivacyLedger(epsilon_budget=2.0))
+    thr = thresholds.svt_threshold(home, v, 0.2, np.random.default_rng(0))
+    assert thr.charged and thr.charged_to(home.ledger) and home.ledger.epsilon == pytest.approx(0.2)
+    # another dataset's ledger (or none the user sees): refused before anything is recorded
+    other = PrivateData(x, PrivacyLedger())
+    with pytest.raises(ValueError, match="another ledger"):
+        sums.run("tamm", other, S, 1.0, seed=0, threshold=thr)
+    assert len(other.ledger) == 0
+    # a pickled copy carries no ledger: refused even on the home ledger, never charged twice
+    unpickled = pickle.loads(pickle.dumps(thr))
+    assert unpickled.charged and not unpickled.charged_to(home.ledger)
+    with pytest.raises(ValueError, match="another ledger"):
+        sums.run("tamm", home, S, 1.0, seed=0, threshold=unpickled)
+    # the home ledger: the threshold is not charged again, the run adds up to ε
+    rel = sums.run("tamm", home, S, 1.0, seed=0, threshold=copy.deepcopy(thr))
+    assert rel.epsilon_threshold == pytest.approx(0.2) and rel.epsilon_answers == pytest.approx(0.8)
+    assert home.ledger.epsilon == pytest.approx(1.0)
+
+
+def test_an_svt_threshold_never_charged_is_charged_on_use(small):
+    _, x, v, S = small
+    data = PrivateData(x, PrivacyLedger(epsilon_budget=1.5))
+    made = thresholds.Threshold(7.0, "svt", epsilon=0.25)  # by hand: no ledger recorded its ε
+    assert not made.charged
+    rel = sums.run("workload", data, S, 1.0, seed=1, threshold=made)
+    charged = [e for e in data.ledger.entries if "charged now" in e.label]
+    assert len(charged) == 1 and charged[0].epsilon == pytest.approx(0.25)
+    assert charged[0].rho == pytest.approx(0.25**2 / 2)
+    assert rel.epsilon == pytest.approx(1.0) and data.ledger.epsilon == pytest.approx(1.0)
+    assert made.charged_to(data.ledger)  # a second run on this ledger pays only for its answers
+    sums.run("workload", data, S, 0.5, seed=2, threshold=made)
+    assert data.ledger.epsilon == pytest.approx(1.25)
+    # on a ledger that cannot hold the whole run, nothing is charged (not even the threshold)
+    poor = PrivateData(x, PrivacyLedger(epsilon_budget=0.5))
+    with pytest.raises(BudgetExceededError):
+        sums.run("workload", poor, S, 1.0, seed=1, threshold=thresholds.Threshold(7.0, "svt", epsilon=0.25))
+    assert len(poor.ledger) == 0
+
+
+class CountingData(PrivateData):
+    """PrivateData counting the draws of its noisy primitives (SVT and MEASURE)."""
+
+    def __init__(self, x, ledger=None):
+        super().__init__(x, ledger)
+        self.draws = 0
+
+    def above_threshold(self, *args, **kwargs):
+        self.draws += 1
+        return super().above_threshold(*args, **kwargs)
+
+    def measure(self, *args, **kwargs):
+        self.draws += 1
+        return super().measure(*args, **kwargs)
+
+
+@pytest.mark.parametrize("mechanism", MECHS)
+def test_the_whole_run_is_checked_before_the_svt_draws(small, mechanism):
+    """SVT (α·ε) fits the budget but SVT + answers (ε) does not: refused before SVT draws."""
+    _, x, v, S = small
+    data = CountingData(x, PrivacyLedger(epsilon_budget=0.99))
+    with pytest.raises(BudgetExceededError, match="threshold and answers"):
+        sums.run(mechanism, data, S, 1.0, seed=0, threshold="svt")
+    assert data.draws == 0 and len(data.ledger) == 0
+    sums.run(mechanism, data, S, 0.99, seed=0, threshold="svt")  # the same run within the budget
+    assert data.draws >= 2 and data.ledger.epsilon == pytest.approx(0.99)
+
+
+def test_evaluate_takes_a_public_tau_not_a_found_one(small):
+    _, x, v, S = small
+    a = sums.evaluate(x, S, 1.0, mechanisms=["identity"], trials=2, threshold="user", tau=6.5)
+    b = sums.evaluate(x, S, 1.0, mechanisms=["identity"], trials=2, threshold=sums.public_threshold(6.5))
+    pd.testing.assert_frame_equal(a, b)
+    assert (a["tau"] == 6.5).all()
+    thr = thresholds.svt_threshold(PrivateData(x), v, 0.1, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="own SVT"):
+        sums.evaluate(x, S, 1.0, trials=2, threshold=thr)
+    with pytest.raises(ValueError, match="tau is only"):
+        sums.evaluate(x, S, 1.0, trials=2, threshold="svt", tau=6.5)
+
+
+# ------------------------------------------------------------------ nothing private in a release
+PLANTED = 1_234_567.0  # a count no noisy answer or public value equals
+
+
+def _planted():
+    """40 buckets of non-integer values (continuous noise: a noisy sum never equals the true one)
+    with one bucket holding PLANTED records; prefix queries of at least 20 buckets."""
+    x = np.random.default_rng(9).integers(0, 30, size=40).astype(float)
+    x[25] = PLANTED
+    v = np.arange(1, 41) + 0.37
+    S = sums.prefix_sums(v, cuts=np.array([19, 25, 31, 39]))
+    return x, v, S
+
+
+def _secrets(x, S, taus):
+    """Byte strings that would betray the data: the planted count and the true (truncated) sums."""
+    out = [np.float64(PLANTED).tobytes(), repr(PLANTED).encode(), b"1234567"]
+    for t in (None, *sorted(set(taus))):
+        out += [np.float64(a).tobytes() for a in S.answers(x, t)]
+    return out
+
+
+@pytest.mark.parametrize("mechanism", MECHS)
+@pytest.mark.parametrize("mode", ["svt", "user", "none"])
+def test_a_pickled_release_carries_nothing_private(mechanism, mode):
+    """Plant a unique count; neither it nor any true sum is in the pickled release (but a
+    simulation given truth= holds them, which shows the search finds what is there)."""
+    import pickle
+
+    from dpexplorer.privacy import OS_CSPRNG
+
+    x, v, S = _planted()
+    thr = _thr(mode, 20.0)
+    data = PrivateData(x, PrivacyLedger(epsilon_budget=5.0))
+    rel = sums.run(mechanism, data, S, 0.05, OS_CSPRNG, threshold=thr, isotonic=True)
+    blob = pickle.dumps(rel)
+    assert rel.truth is None and rel.truncated_truth is None and rel.bias is None
+    found = [s for s in _secrets(x, S, rel.taus) if s in blob]
+    assert not found, found
+    for text in (rel.to_json(), rel.to_frame().to_csv(), repr(rel.metadata())):
+        assert "1234567" not in text
+    sim = sums.run(mechanism, PrivateData(x), S, 0.05, seed=0, threshold=thr, truth=x)
+    assert any(s in pickle.dumps(sim) for s in _secrets(x, S, sim.taus))
