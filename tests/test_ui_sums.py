@@ -277,3 +277,64 @@ def test_simulation_answer_epsilon_comes_from_the_engine(session, view):
     view.alpha = 0.3
     _run(view)
     assert view.result.epsilon_answers == sums.answer_epsilon(0.4, "svt", SVTParams(alpha=0.3))
+
+
+# ------------------------------------------------------------------ releases
+def _release(view):
+    assert view.release() is True, view.session.error
+    assert view.wait(120)
+    assert not view.busy
+
+
+def test_simulation_says_its_mode(session, view):
+    _run(view)
+    assert "mode: simulation" in view.summary_text()
+    assert "mode: release" not in view.summary_text()
+
+
+def test_release_is_charged_to_the_datasets_ledger(session, view):
+    """One release from the OS CSPRNG, charged to the Superstore ledger the Release page shows."""
+    session.epsilon = 0.5
+    before = session.ledger_version
+    card = view.release_card()
+    assert "No release yet" in card[1].object and not card[2].visible
+    _release(view)
+    rel = view.last_release
+    assert "mode: **release**" in card[1].object and card[2].visible
+    assert list(card[2].value["answer"]) == list(rel.answers)
+    assert view.error == "" and rel.mode == "release" and rel.seed is None
+    assert rel.truth is None and rel.epsilon == pytest.approx(0.5)
+    led = session.ledgers["superstore"]
+    assert view.ledger() is led and view.ledger_key() == "superstore"
+    assert {e.mode for e in led.entries} == {"release"} and led.epsilon == pytest.approx(0.5)
+    assert any("AboveThreshold" in e.label for e in led.entries)  # the SVT τ is charged there too
+    assert session.ledger_version > before
+    text = view.release_text()
+    assert "mode: **release**" in text and "`superstore`" in text
+    if "superstore" in session.param.dataset.objects:  # the Release page's ledger of the dataset
+        session.dataset = "superstore"
+        assert session.ledger is led
+    # Profit sums the same orders: the same ledger, the spend adds up
+    view.attribute, view.shift_negative = "Superstore Profit", True
+    view.tau_mode, view.tau = "user", 5000.0
+    view.release_mechanism = "identity"
+    _release(view)
+    assert view.last_release.threshold.method == "public"
+    assert led.epsilon == pytest.approx(1.0)
+    assert set(session.ledgers) <= {"superstore", session.dataset}  # charged nowhere else
+
+
+def test_release_over_the_budget_is_refused_before_any_draw(session, view):
+    session.budget, session.budget_epsilon = "pure", 0.5
+    session.epsilon = 1.0
+    _release(view)
+    assert view.last_release is None
+    assert "refused before any noise was drawn" in session.error
+    assert len(view.ledger()) == 0  # not even the SVT threshold was drawn
+
+
+def test_release_needs_public_buckets(session, view):
+    view.bucketing = "quantile"
+    assert view.release() is False
+    assert "public buckets" in session.error and view.last_release is None
+    assert len(view.ledger()) == 0

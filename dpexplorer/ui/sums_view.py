@@ -14,12 +14,21 @@ Workload, TiMM, TaMM) on a bucketed attribute and shows
   with the SVT thresholds and the best ``τ`` (computed from the data: not
   private) marked.
 
-Everything here is a **simulation on public data** (Superstore Sales and
-Profit from bokeh-sampledata, the DPBench INCOME histogram, or an uploaded
-CSV column): the trials spend from throwaway ledgers and never from the
-session's budget -- the Release page is the only place that does.  The
-session gives ε and the seed; the sum mechanisms are ε-DP with Laplace noise
-(with Gaussian selected in the sidebar, Laplace is used and δ ignored).
+The trials are a **simulation** (``mode = "simulation"``, seeds from the
+session's seed) on Superstore Sales and Profit from bokeh-sampledata, the
+DPBench INCOME histogram, or an uploaded CSV column: they spend from
+throwaway ledgers and never from a budget, since their tables hold the true
+sums.  **Release** makes one real release of one mechanism
+(:func:`dpexplorer.sums.run` with ``rng=dpx.OS_CSPRNG``: ``mode =
+"release"``, no seed, nothing private in the result), charged to the ledger
+of the dataset the attribute's records belong to (Sales and Profit are two
+columns of the same Superstore orders: one ledger, the Release page's
+``superstore``), as the Release page charges ``session.ledger``; the whole
+run (SVT and answers) is checked against that budget before anything is
+drawn.  A release needs public buckets (equal-width over a public domain, or
+your edges) and a τ that is declared public or found by SVT.  The session
+gives ε and the seed; the sum mechanisms are ε-DP with Laplace noise (with
+Gaussian selected in the sidebar, Laplace is used and δ ignored).
 
 Work runs in a worker thread (progress bar, ``loading`` on the results);
 bad input is reported with ``session.report`` (a notification) and the last
@@ -29,6 +38,8 @@ result stays.  Driven without a browser::
     view.trials = 20
     view.run(); view.wait()
     view.result.summary            # sums.summarize of the trials
+    view.release(); view.wait()    # one release, charged to view.ledger()
+    view.last_release.mode         # "release"
 """
 
 from __future__ import annotations
@@ -52,6 +63,7 @@ from bokeh.models.widgets.tables import NumberFormatter
 import dpexplorer as dpx
 from dpexplorer import datasets
 from dpexplorer.datasets import NumericalAttribute
+from dpexplorer.privacy import PrivateData
 from dpexplorer.sums import mechanisms as sums
 from dpexplorer.sums.thresholds import SVTParams
 
@@ -62,7 +74,7 @@ from .session import exception_message as _message
 from .shown import LazyCard
 from .uploads import Upload
 
-__all__ = ["SumsView", "SumsResult", "ATTRIBUTES", "COLORS"]
+__all__ = ["SumsView", "SumsResult", "ATTRIBUTES", "COLORS", "RECORDS"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +84,11 @@ _BUTTON = "color" if "color" in pn.widgets.Button.param else "button_type"
 #: Built-in attributes (label -> loader name); DPBench INCOME only when the folder is there.
 ATTRIBUTES = {"Superstore Sales": "superstore_sales", "Superstore Profit": "superstore_profit",
               "DPBench INCOME": "dpbench_income"}
+
+#: The dataset whose records each built-in attribute sums: its ledger pays for the page's releases
+#: (Sales and Profit are columns of the same Superstore orders, so they share one budget).
+RECORDS = {"Superstore Sales": "superstore", "Superstore Profit": "superstore",
+           "DPBench INCOME": "DPBench: INCOME"}
 
 #: One colour per mechanism, in every chart.
 COLORS = {"sqm": "#8c564b", "identity": "#1f77b4", "workload": "#ff7f0e", "timm": "#2ca02c",
@@ -93,8 +110,10 @@ with ε/m, **Identity** adds noise to the bucket counts, **Workload** to the ans
 **TiMM** runs the matrix mechanism (strategy chosen for the counting workload) on the
 value-weighted counts, **TaMM** chooses the strategy for the value-weighted workload.
 
-*Simulation on public data:* every trial spends from its own throwaway ledger; nothing is
-taken from the session's budget (the Release page is the only place that spends it).
+*Simulation (mode: simulation):* every trial spends from its own throwaway ledger and nothing
+from a budget (its tables show the true sums). *Release (mode: release):* one run of one
+mechanism from the OS CSPRNG, charged to the ledger of the dataset the records belong to,
+the same ledger the Release page shows.
 """
 
 BUCKETING_HELP = ("equal_width: buckets of equal width over a fixed range (Superstore: its public "
@@ -108,8 +127,8 @@ SHIFT_HELP = ("The sum mechanisms assume non-negative values (truncation caps va
               "(Superstore Profit) is refused unless you shift it: every value then gets + |lower "
               "edge of its domain| (Profit: + 6600 USD), and the page sums the shifted values.")
 TAU_HELP = ("svt: τ chosen privately from geometrically growing candidates θ₀·rᵏ, the first whose "
-            "count of records ≤ θ reaches ρ of all records (spends α·ε); user: your τ (no ε); "
-            "none: no truncation.")
+            "count of records ≤ θ reaches ρ of all records (spends α·ε); user: your τ, declared "
+            "public (no ε: choose it without looking at the records); none: no truncation.")
 
 
 @dataclass
@@ -213,7 +232,12 @@ class SumsView(pn.viewable.Viewer):
     show_isotonic = param.Boolean(default=False, doc="Draw the answers after isotonic regression.")
     curve_mechanism = param.Selector(default="tamm", objects=list(sums.MECHANISMS), doc="""
         Mechanism whose bias² / variance / total is drawn against τ.""")
+    release_mechanism = param.Selector(default="tamm", objects=list(sums.MECHANISMS), doc="""
+        Mechanism of a release (one run, charged to the dataset's ledger).""")
     # -------------------------------------------------------- outputs
+    last_release = param.ClassSelector(class_=sums.SumRelease, default=None, allow_None=True,
+                                       constant=True, precedence=-1,
+                                       doc="The last release (mode 'release'; nothing private in it).")
     result = param.ClassSelector(class_=SumsResult, default=None, allow_None=True, constant=True,
                                  precedence=-1, doc="The last successful simulation (kept on errors).")
     busy = param.Boolean(default=False, constant=True, precedence=-1)
@@ -228,6 +252,7 @@ class SumsView(pn.viewable.Viewer):
         self._lock = threading.RLock()
         self._jobs = Jobs(self._lock)
         self._uploads: dict[str, np.ndarray] = {}
+        self._upload_files: dict[str, str] = {}  # attribute -> the uploaded file's name
         self._csv: tuple[str, pd.DataFrame] | None = None
         self._attr_cache: dict = {}
         self._layout = None
@@ -459,6 +484,109 @@ class SumsView(pn.viewable.Viewer):
             return
         self._set(result=result, error="", progress=self.progress_total)
 
+    # ================================================================ releases
+    def ledger_key(self) -> str:
+        """Name of the dataset whose records the selected attribute sums (its ledger pays)."""
+        name = self.attribute
+        if name in self._upload_files:
+            return f"upload: {self._upload_files[name]}"
+        return RECORDS.get(name, name)
+
+    def ledger(self) -> dpx.PrivacyLedger:
+        """The ledger of :meth:`ledger_key` in ``session.ledgers`` (created with the sidebar's budget)."""
+        key = self.ledger_key()
+        led = self.session.ledgers.get(key)
+        if led is None:
+            led = self.session.ledgers[key] = dpx.PrivacyLedger(self.session.budget_object())
+        return led
+
+    def release(self) -> bool:
+        """Make one release of :attr:`release_mechanism`, charged to :meth:`ledger` (``False`` if it cannot start)."""
+        with self._lock:
+            if self.busy:
+                self._fail("a run is in progress; wait for it to finish")
+                return False
+            try:
+                snap = self._snapshot()
+                attr = self.load_attribute()
+                if attr.private_edges or (self.attribute in self._uploads and attr.shift):
+                    raise ValueError(
+                        "a release needs public buckets, but these bucket edges (or the shift) were "
+                        "read from the records (quantile bucketing, or a CSV column's min..max): "
+                        "choose equal_width on a Superstore attribute (its public domain) or give "
+                        "your own edges")
+                workload = self.build_workload(attr)
+            except Exception as exc:  # noqa: BLE001 - reported, state kept
+                self._fail(_message(exc), exc)
+                return False
+            self._set(busy=True, progress=0, progress_total=1)
+        if self.background:
+            self._jobs.submit(self._release_job, attr, workload, snap)
+        else:
+            self._release_job(lambda callback: callback(), attr, workload, snap)
+        return True
+
+    def _release_job(self, post, attr, workload, snap) -> None:
+        ledger = self.ledger()
+        before = len(ledger)
+        thr = {"svt": "svt", "none": "none"}.get(snap["tau_mode"])
+        if thr is None:  # the page's τ box: declared public by the user (TAU_HELP)
+            thr = sums.public_threshold(snap["tau"])
+        try:
+            rel = sums.run(self.release_mechanism, PrivateData(attr.x, ledger), workload, snap["epsilon"],
+                           dpx.OS_CSPRNG, threshold=thr, svt=snap["svt"], strategy=snap["strategy"],
+                           isotonic=workload.is_prefix)
+        except Exception as exc:  # noqa: BLE001 - shown on the page
+            post(lambda exc=exc: self._released(None, exc, len(ledger) != before))
+            return
+        post(lambda: self._released(rel, None, True))
+
+    def _released(self, rel, exc, spent: bool) -> None:
+        self._set(busy=False)
+        if spent:
+            self.session.ledger_changed()
+        if exc is not None:
+            self._fail(_message(exc), exc)
+            return
+        self._set(last_release=rel, error="", progress=1)
+
+    def release_text(self) -> str:
+        """Markdown: the mode, what the last release spent and the dataset's ledger."""
+        rel, led = self.last_release, self.ledger()
+        where = f"the ledger of `{self.ledger_key()}`: {led.summary()}"
+        if rel is None:
+            return (f"No release yet. **Release** runs {sums.LABELS[self.release_mechanism]} once "
+                    f"(mode: release, OS CSPRNG, no seed), charged to {where}.")
+        thr = (f"{len(rel.threshold)} per-query SVT thresholds" if isinstance(rel.threshold, list)
+               else rel.threshold.label)
+        return (f"**Release** (mode: **{rel.mode}**, OS CSPRNG via opendp, no seed) — "
+                f"{sums.LABELS[rel.mechanism]}, {rel.workload.name}, ε = {rel.epsilon:g} "
+                f"({rel.epsilon_threshold:g} for τ, {rel.epsilon_answers:g} for the answers); {thr}"
+                f"{'; isotonic regression' if rel.isotonic else ''}. Charged to {where}.")
+
+    def release_card(self) -> pn.Card:
+        """Mechanism, **Release** button, the mode and spend of the last release and its answers."""
+        mech = pn.widgets.Select.from_param(self.param.release_mechanism, **{_LABEL: "Mechanism"},
+                                            width=200)
+        button = pn.widgets.Button(**{_LABEL: "Release (spends ε)"}, **{_BUTTON: "danger"})
+        button.on_click(lambda _: self.release())
+        self.param.watch(lambda e: setattr(button, "disabled", e.new), "busy")
+        text = pn.pane.Markdown(self.release_text(), sizing_mode="stretch_width")
+        table = pn.widgets.Tabulator(pd.DataFrame(), show_index=False, disabled=True,
+                                     sizing_mode="stretch_width", layout="fit_data_stretch",
+                                     visible=False)
+
+        def redraw(*_):
+            text.object = self.release_text()
+            if self.last_release is not None:
+                table.value = self.last_release.to_frame()
+                table.visible = True
+        self.param.watch(redraw, ["last_release", "release_mechanism", "attribute"])
+        self.session.param.watch(lambda *_: setattr(text, "object", self.release_text()),
+                                 "ledger_version")
+        return pn.Card(pn.Row(mech, button), text, table, title="Release (one run, spends ε)",
+                       collapsed=True, sizing_mode="stretch_width")
+
     # ================================================================ uploads
     def load_csv(self, data: bytes, filename: str = "upload.csv") -> list[str]:
         """Read an uploaded CSV; returns its numeric columns ([] after reporting an error)."""
@@ -490,6 +618,7 @@ class SumsView(pn.viewable.Viewer):
                 raise ValueError(f"column {column!r} has infinite values")
             name = f"CSV {PurePath(filename).stem}: {column}"
             self._uploads[name] = values
+            self._upload_files[name] = filename
             # the cache is keyed on the name: a re-upload under the same name must not reuse it
             for key in [k for k in self._attr_cache if k[0] == name]:
                 del self._attr_cache[key]
@@ -653,7 +782,7 @@ class SumsView(pn.viewable.Viewer):
                    f"{res.taus[0]:.4g}; over the trials median {med:.4g}, 5–95 % {lo:.4g} .. {hi:.4g} "
                    f"{a.unit} (SQM picks one τ per query with α·ε/m)")
         elif res.tau_mode == "user":
-            tau = f"**τ = {res.taus[0]:.4g} {a.unit}** (given, data-independent)"
+            tau = f"**τ = {res.taus[0]:.4g} {a.unit}** (declared public: given, data-independent)"
         else:
             tau = "**no truncation**"
         best = []
@@ -663,7 +792,8 @@ class SumsView(pn.viewable.Viewer):
                 b = sub.sort_values("median").iloc[0]
                 best.append(f"{size} queries: **{sums.LABELS[b['mechanism']]}** (median relative error "
                             f"{b['median']:.3g})")
-        text = [f"**Simulation on public data** — {res.trials} trials, seeds from {res.seed}, "
+        text = [f"**Simulation on public data** (mode: simulation, not a release) — {res.trials} "
+                f"trials, seeds from {res.seed}, "
                 f"ε = {res.epsilon:g} per mechanism and trial ({res.seconds:.1f} s).",
                 f"**{a.name}**: {a.description}. {a.n:,} buckets, values = "
                 f"{res.value_kind} edges; **{S.name}** ({S.m} queries); TiMM/TaMM strategy "
@@ -792,7 +922,7 @@ class SumsView(pn.viewable.Viewer):
         self.param.watch(lambda *_: setattr(answers, "objects", answer_panes()), "show_isotonic")
         self.param.watch(lambda *_: setattr(curve, "object", self.curve_plot()), "curve_mechanism")
         return pn.Column(
-            summary,
+            self.release_card(), summary,
             pn.pane.Markdown("#### Noisy answers against the truth (mean and 5–95 % over the trials)"),
             iso_toggle, answers, exports["answers"],
             pn.pane.Markdown("#### Relative error per query (log scale)"), rel,
