@@ -582,8 +582,6 @@ class SumRelease:
         Nothing from the data: the thresholds are public (declared, or
         released by SVT), the rest is the run's parameters.
         """
-        from .. import __version__
-
         thr = self.threshold
         if isinstance(thr, list):
             how = f"per-query SVT ({len(thr)} thresholds)"
@@ -596,7 +594,7 @@ class SumRelease:
         else:
             randomness = ("numpy Generator passed by the caller, seed unknown (simulation, NOT a "
                           "release; run(..., seed=...) records it)")
-        meta = {"dpexplorer_version": __version__, "mode": self.mode, "randomness": randomness,
+        meta = {"dpexplorer_version": _version(), "mode": self.mode, "randomness": randomness,
                 "mechanism": self.mechanism, "source": SOURCES[self.mechanism],
                 "epsilon": self.epsilon, "epsilon_threshold": self.epsilon_threshold,
                 "epsilon_answers": self.epsilon_answers, "delta": 0.0, "tau_choice": how,
@@ -634,6 +632,16 @@ class SumRelease:
         cols = {c: [None if isinstance(v, float) and math.isnan(v) else v for v in frame[c].tolist()]
                 for c in frame.columns if c != "query"}
         return json.dumps({**self.metadata(), **cols})
+
+
+def _version() -> str | None:
+    """The installed package's version (the top level is above this layer), ``None`` if not installed."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("dpexplorer")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def answer_epsilon(epsilon: float, threshold_mode: str = "svt", svt_params: SVTParams | None = None) -> float:
