@@ -729,7 +729,8 @@ def _resolve_threshold(threshold, tau, ledger) -> tuple[object, float]:
         As above, or for an unknown mode.
     """
     if tau is not None or (isinstance(threshold, str) and threshold == "user"):
-        raise ValueError(f"sums.run does not take a bare τ (tau={tau!r}): {_GIVE_TAU}")
+        given = f"tau={tau!r}" if tau is not None else "threshold='user'"
+        raise ValueError(f"sums.run does not take a bare τ ({given}): {_GIVE_TAU}")
     if isinstance(threshold, (int, float, np.integer, np.floating)) and not isinstance(threshold, bool):
         raise ValueError(f"threshold={threshold!r} is a bare number: {_GIVE_TAU}")
     if isinstance(threshold, Threshold):
@@ -800,9 +801,12 @@ def run(mechanism: str, data, workload: SumWorkload, epsilon: float,
         seed recorded in the result.  Give exactly one of ``rng`` and ``seed``.
     ledger : PrivacyLedger, optional
         The dataset's ledger.  With a PrivateData it must be ``data.ledger``
-        (or omitted).  With an array: charged with the run; a release on an
-        array without a ledger is refused (its spend would be recorded where
-        no one sees it), a simulation gets a fresh ledger.
+        (or omitted): the PrivateData's ledger is the one charged (for
+        ``PrivateData(x)`` made without one, its own uncapped ledger, which
+        the caller holds as ``data.ledger``).  With an array: charged with
+        the run; a release on an array without a ledger is refused (its spend
+        would be recorded where no one sees it), a simulation gets a fresh
+        throwaway ledger.
     threshold : {"svt", "none"} or Threshold
         ``"svt"`` (default): τ chosen privately with ``α·ε``
         (:func:`dpexplorer.sums.thresholds.svt_threshold`, Dwork & Roth 2014
