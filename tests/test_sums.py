@@ -784,6 +784,10 @@ def _planted():
     return x, v, S
 
 
+# False-failure rate of the search below: the bucket values are not whole numbers, so every
+# measurement gets continuous Laplace noise and a noisy answer equals a true sum with probability
+# 0; a 7-byte ASCII or 8-byte float pattern turning up by chance in a few kB of pickled floats has
+# probability below 1e-12.
 def _secrets(x, S, taus):
     """Byte strings that would betray the data: the planted count and the true (truncated) sums."""
     out = [np.float64(PLANTED).tobytes(), repr(PLANTED).encode(), b"1234567"]
