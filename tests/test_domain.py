@@ -214,6 +214,11 @@ def test_discovered_ranges_contain_most_of_the_data():
         # (1000 USD ≈ 0.5 % of the records near the top): ≥ 95 % inside in every seeded run
         assert inside >= 0.95 and len(e) == 9
         assert e[-1] < 2.5 * np.quantile(salary, 0.99)  # not the public bound 1e6
+    # without bounds: the data-independent log grid (3.7 % apart) does as well
+    d = dpx.discover_domain(df, {"salary": {"kind": "numeric"}}, epsilon=1.0, rng=np.random.default_rng(9))
+    e = d.attributes[0].edges
+    assert np.mean((salary >= e[0]) & (salary <= e[-1])) >= 0.95
+    assert np.isin([e[0], e[-1]], discovery.DEFAULT_LOG_GRID).all()
 
 
 def test_discovery_checks_the_whole_cost_before_the_first_draw_and_records_each_step():
@@ -245,9 +250,9 @@ def test_discovery_checks_the_whole_cost_before_the_first_draw_and_records_each_
     ({"dept": "categorical"}, {"epsilon": 1.0}, "0 < δ < 1/2"),
     ({"salary": {"kind": "numeric", "bounds": (0, 1)}}, {"epsilon": 1.0, "delta": 1e-6}, "delta=0"),
     ({"nope": "categorical"}, {"epsilon": 1.0, "delta": 1e-6}, "not a column"),
-    ({"salary": {"kind": "numeric"}}, {"epsilon": 1.0}, "public 'bounds'"),
+    ({"salary": {"kind": "numeric", "bounds": (0, 1), "candidates": [0, 1]}}, {"epsilon": 1.0}, "not both"),
     ({"salary": {"kind": "numeric", "bounds": (1, 0)}}, {"epsilon": 1.0}, "hi > lo"),
-    ({"salary": "numeric"}, {"epsilon": 1.0}, "public 'bounds'"),
+    ({"salary": {"kind": "numeric", "candidates": [0, 2, 1]}}, {"epsilon": 1.0}, "strictly increasing"),
     ({"salary": {"kind": "numeric", "bounds": (0, 1), "quantiles": (0.9, 0.1)}}, {"epsilon": 1.0},
      "quantiles"),
     ({"dept": "categorical"}, {"epsilon": -1.0, "delta": 1e-6}, "ε > 0"),

@@ -47,12 +47,15 @@ from .kernel import _Boundary
 from .ledger import PrivacyLedger
 
 __all__ = ["discover_domain", "PrivateRecords", "threshold_for", "threshold_delta",
-           "quantile_sensitivity", "DEFAULT_QUANTILES", "DEFAULT_GRID"]
+           "quantile_sensitivity", "DEFAULT_QUANTILES", "DEFAULT_GRID", "DEFAULT_LOG_GRID"]
 
 #: Quantiles a discovered numeric range spans by default.
 DEFAULT_QUANTILES = (0.01, 0.99)
 #: Candidates of the public grid between a numeric attribute's public bounds by default.
 DEFAULT_GRID = 1001
+#: The public grid without bounds: 0 and ±10^k for k from −3 to 12 in steps of 1/64 decade
+#: (1,923 candidates, 3.7 % apart): chosen without the data, for values of any sign and scale.
+DEFAULT_LOG_GRID = np.concatenate([-np.logspace(12, -3, 961), [0.0], np.logspace(-3, 12, 961)])
 #: Slack on ``ln(1/(2δ))`` so that opendp's rounding-aware privacy map stays within the δ recorded.
 _TAU_SLACK = 1e-6
 
@@ -238,10 +241,12 @@ def _spec_items(spec, columns) -> list[tuple[str, dict]]:
         if extra:
             raise ValueError(f"spec for {name!r}: unknown keys {sorted(extra)}; numeric attributes take "
                              "bounds (public lo, hi) or candidates, bins, quantiles, grid")
-        if ("bounds" in item) == ("candidates" in item):
+        if "bounds" in item and "candidates" in item:
             raise ValueError(f"spec for {name!r}: give the public 'bounds' (lo, hi) the range lies in, "
-                             "or an explicit list of 'candidates' (not both)")
-        if "bounds" in item:
+                             "or an explicit list of 'candidates', not both")
+        if "bounds" not in item and "candidates" not in item:
+            cands = DEFAULT_LOG_GRID
+        elif "bounds" in item:
             try:
                 lo, hi = (float(v) for v in item["bounds"])
             except (TypeError, ValueError):
@@ -282,7 +287,9 @@ def discover_domain(records, spec: dict, *, epsilon: float, delta: float = 0.0,
         ``{column: "categorical"}`` or ``{column: {"kind": "numeric", "bounds":
         (lo, hi), "bins": 16, "quantiles": (0.01, 0.99), "grid": 1001}}``
         (``bounds``: a public range the values are known to lie in, e.g.
-        ``(0, 10**7)`` for salaries; or ``candidates``: an explicit public grid).
+        ``(0, 10**7)`` for salaries; or ``candidates``: an explicit public
+        grid; neither: :data:`DEFAULT_LOG_GRID`, 0 and ±10^k, k in [−3, 12]
+        in steps of 1/64 decade).
     epsilon : float
         Total ε of the discovery.
     delta : float
