@@ -18,11 +18,11 @@ Imports only :mod:`dpexplorer.queries` below it.
 
 from . import accounting, discovery, kernel, ledger, noise, samplers, tables
 from .accounting import Budget
+from .discovery import discover_domain
 from .kernel import PrivateData, check_shape, noise_sampler, validate_counts, variance_factor
 from .ledger import RELEASE, SIMULATION, BudgetExceededError, PrivacyLedger, Spend
 from .noise import Gaussian, Laplace, NoiseModel, check_noise
 from .samplers import CSPRNG, OS_CSPRNG
-from .discovery import discover_domain
 from .tables import PrivateTable
 
 __all__ = ["PrivateData", "PrivateTable", "tables", "discovery", "discover_domain", "PrivacyLedger", "Spend", "BudgetExceededError", "Budget", "Laplace",
