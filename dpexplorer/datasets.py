@@ -1306,7 +1306,8 @@ def superstore_domain():
     attrs = [Attribute(name, categories=cats) for name, cats in SUPERSTORE_TABLE_ATTRIBUTES.items()]
     attrs.append(Attribute("Sales", edges=SUPERSTORE_TABLE_SALES_EDGES))
     attrs.append(Attribute("Profit", edges=SUPERSTORE_TABLE_PROFIT_EDGES))
-    return Domain(tuple(attrs))
+    # declared: the categories are the dataset's published schema, the bins fixed edges
+    return Domain(tuple(attrs), source="declared")
 
 
 def superstore_table(dask_partitions: int | None = None):

@@ -300,6 +300,7 @@ def test_table_releases_and_ledgers_hold_no_record():
     led = PrivacyLedger()
     rel = dpx.release(table, W, "residual_planner", GAUSS, ledger=led)
     sim = dpx.simulate(table, W, "residual_planner", GAUSS, seed=0, ledger=led)
+    assert PLANTED_STR not in repr(table) and "54321" not in repr(table)  # a repr shows no record
     for r in (rel, sim):
         assert isinstance(r.table, PublicTable) and not hasattr(r.table, "records")
         _assert_absent(r, planted, f"the {r.mode}")
@@ -313,7 +314,8 @@ def test_table_releases_and_ledgers_hold_no_record():
     _assert_absent(led, planted, "the ledger after discovery")
 
 
-@pytest.mark.parametrize("mechanism", ["identity", "hb", "dawa", "mwem"])
+@pytest.mark.parametrize("mechanism", ["identity", "hb", "dawa", "partition_laplace", "mwem", "efpa",
+                                       "uniform"])
 def test_vector_releases_hold_no_data(mechanism):
     x = np.random.default_rng(5).integers(0, 50, 64).astype(float)
     x[9] = PLANTED_COUNT

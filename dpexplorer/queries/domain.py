@@ -493,7 +493,7 @@ class Table:
         If a domain attribute is not a column of the records.
     """
 
-    records: object
+    records: object = field(repr=False)  # private: never in a repr, message or log line
     domain: Domain
     name: str = "table"
     description: str = ""
