@@ -43,7 +43,7 @@ from .core import error, optimization, registry, spectra
 from .core.error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound
 from .mechanism import Release, reconstruct, release, simulate
 from .privacy import (OS_CSPRNG, Budget, BudgetExceededError, Gaussian, Laplace, PrivacyLedger,
-                      PrivateData, accounting, noise, samplers)
+                      PrivateData, accounting, discover_domain, noise, samplers)
 from .queries import (Attribute, Domain, Table, domain, gram_ops, intervals, limits, matrix, spec,
                       trees, workloads)
 from .queries.limits import LimitExceededError
@@ -66,7 +66,7 @@ __all__ = [
     "compare", "StrategyCache", "rmse", "per_query_rmse", "svd_bound", "UnsupportedWorkloadError",
     "MatrixTooLargeError", "LimitExceededError", "Release", "release", "simulate", "reconstruct",
     "Laplace", "Gaussian", "PrivacyLedger", "PrivateData", "BudgetExceededError", "Budget", "OS_CSPRNG",
-    "domain", "Attribute", "Domain", "Table",
+    "domain", "Attribute", "Domain", "Table", "discover_domain",
     # accuracy first
     "epsilon_for", "epsilon_table", "describe_privacy", "accuracy_sentence",
 ]

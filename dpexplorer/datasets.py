@@ -1306,7 +1306,8 @@ def superstore_domain():
     attrs = [Attribute(name, categories=cats) for name, cats in SUPERSTORE_TABLE_ATTRIBUTES.items()]
     attrs.append(Attribute("Sales", edges=SUPERSTORE_TABLE_SALES_EDGES))
     attrs.append(Attribute("Profit", edges=SUPERSTORE_TABLE_PROFIT_EDGES))
-    return Domain(tuple(attrs))
+    # declared: the categories are the dataset's published schema, the bins fixed edges
+    return Domain(tuple(attrs), source="declared")
 
 
 def superstore_table(dask_partitions: int | None = None):
@@ -1347,27 +1348,58 @@ TABLES: dict[str, Callable] = {"superstore_orders": superstore_table}
 TABLE_SOURCES = {"superstore_orders": BUNDLED_SOURCES["superstore"]}
 
 
-def table_from_csv(path_or_buffer, attributes, bins: dict | None = None, ranges: dict | None = None,
-                   name: str = "uploaded table"):
+def table_from_csv(path_or_buffer, attributes=None, bins: dict | None = None, ranges: dict | None = None,
+                   name: str = "uploaded table", domain=None):
     """A record :class:`Table` from a CSV file: chosen columns, numeric ones binned.
 
-    See :meth:`dpexplorer.queries.domain.Table.from_dataframe` (categories
-    and default ranges are read from the file: declare a :class:`Domain`
-    yourself when they are not public).
+    With ``domain`` (a :class:`~dpexplorer.queries.domain.Domain`, or the path
+    of a schema file for :meth:`Domain.from_file`) the table is over that
+    declared public domain and can be released.  Without it the domain is
+    read from the records (:meth:`dpexplorer.queries.domain.Table.from_dataframe`,
+    marked ``source="data"``): fine for simulations and teaching, refused by
+    :func:`dpexplorer.release` -- declare it, or discover it privately with
+    :func:`dpexplorer.discover_domain`.  The description names the file's
+    origin only (never the number of records).
+
+    Parameters
+    ----------
+    path_or_buffer : str, path or file-like
+    attributes : list of str, optional
+        Columns the table is over (default: the domain's attributes; required without ``domain``).
+    bins, ranges : dict, optional
+        As :meth:`Table.from_dataframe` (only without ``domain``).
+    name : str
+    domain : Domain or str or path, optional
 
     Raises
     ------
     ValueError
-        If the file is empty or not CSV, or a column is missing or unusable.
+        If the file is empty or not CSV, a column is missing or unusable, or
+        the schema file is invalid.
+    TypeError
+        If ``bins``/``ranges`` are given with ``domain``, or ``attributes``
+        is missing without one.
     LimitExceededError
         If the file is above the ``upload_bytes`` limit (checked before
         reading), or bins or attributes above their limits.
     """
-    from .queries.domain import Table
+    from .queries.domain import Domain, Table
 
+    if domain is not None and not isinstance(domain, Domain):
+        domain = Domain.from_file(domain)
+    if domain is not None and (bins or ranges):
+        raise TypeError("bins and ranges are read from the declared domain: give either domain or bins/ranges")
+    if domain is None and attributes is None:
+        raise TypeError("give the attributes (columns) of the table, or its declared domain")
     df = read_csv(path_or_buffer)
     if df.empty:
         raise ValueError("the CSV file has no rows")
-    return Table.from_dataframe(df, list(attributes), bins=bins, ranges=ranges, name=name,
-                                description=f"uploaded CSV, {len(df):,} records")
-
+    if domain is not None:
+        if attributes is not None:
+            domain = domain.select(list(attributes))
+        return Table(df[[c for c in domain.names if c in df.columns]], domain, name,
+                     "uploaded CSV over a declared domain")
+    table = Table.from_dataframe(df, list(attributes), bins=bins, ranges=ranges, name=name)
+    table.description = ("uploaded CSV (domain read from the records: simulations only)"
+                         if table.domain.inferred else "uploaded CSV over declared ranges")
+    return table

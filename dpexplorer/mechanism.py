@@ -48,9 +48,9 @@ from .privacy import (
 )
 from .privacy.noise import NoiseModel
 from .privacy.samplers import check_source, is_release
-from .privacy.tables import PrivateTable
+from .privacy.tables import PrivateTable, check_out_of_domain
 from .queries import limits
-from .queries.domain import Table
+from .queries.domain import DATA_DOMAIN_REFUSAL, PublicTable, Table
 from .queries.matrix import Identity, Matrix, Ones, as_matrix
 
 __all__ = ["Reconstructor", "reconstruct", "run", "Release", "release", "simulate",
@@ -350,9 +350,11 @@ class Release:
         partition); kept in the object, never written to the downloads.
     seed : int or None
         Only for a simulation: the seed of its Generator.  ``None`` for a release.
-    table : Table or None
-        For a release from a record table: the table's public part is used
-        (its domain and name; the records never leave the kernel).
+    table : PublicTable or None
+        For a release from a record table: the table's public part only
+        (:meth:`Table.public`: its name and domain); the records never leave
+        the kernel, and no release keeps a reference to them, to ``x`` or to
+        any exact answer (``pickle.dumps(release)`` carries none).
     created : str
         ISO time (UTC).
     """
@@ -373,7 +375,7 @@ class Release:
     params: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
     seed: int | None = None
-    table: Table | None = field(default=None, repr=False)
+    table: PublicTable | None = field(default=None, repr=False)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
     _intervals: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -583,9 +585,17 @@ def marginal_terms(W: Matrix):
     return out if start == W.m else None
 
 
-def _make_table(table, W, mechanism, noise, source, ledger, params, seed) -> Release:
-    """:func:`_make` for a record table: MEASURE from marginal counts, answers without ``x̂``."""
-    data = PrivateTable(table, ledger)
+def _make_table(table, W, mechanism, noise, source, ledger, params, seed,
+                out_of_domain: str = "drop") -> Release:
+    """:func:`_make` for a record table: MEASURE from marginal counts, answers without ``x̂``.
+
+    A release refuses a domain read from the records (``domain.source ==
+    "data"``) and ``out_of_domain="error"`` before anything is counted or spent.
+    """
+    check_out_of_domain(out_of_domain, release=source is OS_CSPRNG)
+    if source is OS_CSPRNG and table.domain.inferred:
+        raise ValueError(f"dpx.release refuses the table {table.name!r}: {DATA_DOMAIN_REFUSAL}")
+    data = PrivateTable(table, ledger, out_of_domain)
     if tuple(W.domain) != tuple(table.shape):
         raise ValueError(f"the workload's domain is {tuple(W.domain)} but the table {table.name!r} has "
                          f"attributes {list(table.domain.names)} with {tuple(table.shape)} cells; build "
@@ -612,10 +622,11 @@ def _make_table(table, W, mechanism, noise, source, ledger, params, seed) -> Rel
                    mode=RELEASE if source is OS_CSPRNG else SIMULATION, y=y, x_hat=None,
                    answers=_strategy_answers(A, W, y), epsilon=noise.epsilon, delta=noise.delta,
                    rho=noise.rho_per_unit, analytic_rmse=math.sqrt(tse / W.m), sampler="continuous",
-                   params=dict(params or {}), seed=seed, table=table)
+                   params=dict(params or {}), seed=seed, table=table.public())
 
 
-def _make(x, W, mechanism, noise, source, ledger, params, counts, seed) -> Release:
+def _make(x, W, mechanism, noise, source, ledger, params, counts, seed,
+          out_of_domain: str = "drop") -> Release:
     """The one computation behind :func:`release` (``source`` = OS CSPRNG) and :func:`simulate`.
 
     Every argument is checked before the data is looked at or anything large
@@ -647,7 +658,10 @@ def _make(x, W, mechanism, noise, source, ledger, params, counts, seed) -> Relea
                             f"or a strategy matrix of numbers, got {type(given).__name__} {given!r:.80}")
     limits.check("queries", W.m, f"release: answers (queries of workload {W.name!r})")
     if isinstance(x, Table):
-        return _make_table(x, W, mechanism, noise, source, ledger, params, seed)
+        return _make_table(x, W, mechanism, noise, source, ledger, params, seed, out_of_domain)
+    if out_of_domain != "drop":
+        raise ValueError("out_of_domain applies to record tables only (a data vector has no records "
+                         "outside its domain)")
     data = PrivateData(x, ledger, counts=counts)
     check_shape(data.domain, W.domain, "x")
     mode = RELEASE if source is OS_CSPRNG else SIMULATION
@@ -687,7 +701,7 @@ def _make(x, W, mechanism, noise, source, ledger, params, counts, seed) -> Relea
 
 def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
             ledger: PrivacyLedger | None = None, params: dict | None = None, *,
-            counts: bool = True, **unexpected) -> Release:
+            counts: bool = True, out_of_domain: str = "drop", **unexpected) -> Release:
     """Release DP answers of workload ``W`` on data ``x`` (OS CSPRNG via opendp; no seed).
 
     Parameters
@@ -718,6 +732,11 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
         ``True`` (default): ``x`` must hold counts.  ``False`` accepts
         fractional or signed weights of magnitude at most 2**53 (continuous
         samplers only).
+    out_of_domain : {"drop"}
+        For a table: records outside its public domain are dropped before
+        counting (neither their number nor their values are reported);
+        ``"error"`` is refused here (it would publish that such records exist;
+        :func:`simulate` allows it).
 
     Returns
     -------
@@ -731,7 +750,11 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
         If a ``seed`` is passed (a release has none: use :func:`simulate`), or
         ``noise``, ``ledger``, ``mechanism`` or ``params`` have the wrong type.
     ValueError
-        If ``x`` is not valid counts (:func:`~dpexplorer.privacy.validate_counts`),
+        If ``x`` is a Table whose domain was read from its records
+        (``Domain.source == "data"``: declare one with ``dpx.Domain(...)`` /
+        ``dpx.Domain.from_file`` or discover one with
+        ``dpx.discover_domain``), ``out_of_domain`` is not ``"drop"``,
+        if ``x`` is not valid counts (:func:`~dpexplorer.privacy.validate_counts`),
         does not have the workload's domain shape (or its flattening), no
         noise model is given, a parameter is unknown to the mechanism,
         Gaussian noise is not zCDP-calibrated, or the mechanism is registered
@@ -754,12 +777,12 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
         raise TypeError(f"release() got unexpected argument(s) {sorted(unexpected)}")
     if isinstance(mechanism, str):
         _refuse_non_private(registry.get(mechanism))  # before anything is validated or drawn
-    return _make(x, W, mechanism, noise, OS_CSPRNG, ledger, params, counts, None)
+    return _make(x, W, mechanism, noise, OS_CSPRNG, ledger, params, counts, None, out_of_domain)
 
 
 def simulate(x, W, mechanism="identity", noise: NoiseModel | None = None, seed: int | None = None,
              ledger: PrivacyLedger | None = None, params: dict | None = None, *,
-             counts: bool = True) -> Release:
+             counts: bool = True, out_of_domain: str = "drop") -> Release:
     """A **simulation** of :func:`release`: the same mechanism with a seeded numpy Generator.
 
     Reproducible bit for bit from ``seed``; labelled ``mode = "simulation"``
@@ -769,7 +792,11 @@ def simulate(x, W, mechanism="identity", noise: NoiseModel | None = None, seed: 
     Parameters
     ----------
     x, W, mechanism, noise, ledger, params, counts
-        As for :func:`release` (any Gaussian calibration is allowed here).
+        As for :func:`release` (any Gaussian calibration is allowed here; a
+        table whose domain was read from its records is accepted).
+    out_of_domain : {"drop", "error"}
+        For a table: drop records outside its domain (default), or raise a
+        ValueError naming the attribute and the number of such records.
     seed : int
         Seed of ``numpy.random.default_rng`` (required, ≥ 0).
 
@@ -786,4 +813,5 @@ def simulate(x, W, mechanism="identity", noise: NoiseModel | None = None, seed: 
     if seed is None:
         raise ValueError("a simulation needs an explicit seed, a whole number >= 0 (seed=0, 1, ...)")
     seed = limits.whole_number(seed, "simulate: seed", minimum=0)
-    return _make(x, W, mechanism, noise, np.random.default_rng(seed), ledger, params, counts, seed)
+    return _make(x, W, mechanism, noise, np.random.default_rng(seed), ledger, params, counts, seed,
+                 out_of_domain)

@@ -1,4 +1,4 @@
-"""Releases from record tables (issue 13): marginals counted by group-by, never the full domain."""
+"""Releases from record tables: marginals counted by group-by, never the full domain."""
 
 import io
 import math
@@ -140,6 +140,7 @@ def test_budget_refuses_before_counting():
 
 def test_superstore_table_two_way_marginals():
     T = datasets.superstore_table()
+    assert T.domain.source == "declared"  # its categories are the dataset's public schema
     assert T.domain.cells == 4 * 3 * 4 * 3 * 17 * 49 * 32 * 24  # about 9.2e7, never allocated
     assert len(T.records) == 9994
     W = dpx.workloads.marginals(T.shape, [2])
@@ -154,6 +155,12 @@ def test_table_from_csv():
     buf = io.StringIO("region,sales\nEast,10.5\nWest,3\nEast,7\n")
     T = datasets.table_from_csv(buf, ["region", "sales"], bins={"sales": 4}, ranges={"sales": (0, 12)})
     assert T.domain.attributes[0].categories == ("East", "West") and T.shape == (2, 4)
+    # the categories were read from the records: simulations only, and no record count in the text
+    assert T.domain.source == "data" and "3" not in T.description
+    W = dpx.workloads.marginals(T.shape, [1])
+    with pytest.raises(ValueError, match="read from the records"):
+        dpx.release(T, W, "residual_planner", GAUSS)
+    assert dpx.simulate(T, W, "residual_planner", GAUSS, seed=0).mode == "simulation"
     with pytest.raises(ValueError, match="empty"):
         datasets.table_from_csv(io.StringIO(""), ["a"])
     with pytest.raises(ValueError, match="no column"):

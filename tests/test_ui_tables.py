@@ -333,3 +333,78 @@ def test_table_results_layout_follows_releases(session, table_view):
     downloads = [d for d in layout.select(pn.widgets.FileDownload)
                  if d.filename.startswith("release_superstore_orders")]
     assert len(downloads) == 2 and not any(d.disabled for d in downloads)
+
+
+# ======================================================== your own CSV and its domain
+def _csv_bytes(n=400, seed=0) -> bytes:
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"dept": rng.choice(["a", "b", "c"], n), "salary": rng.uniform(2e4, 9e4, n).round(2)})
+    df.loc[0, "dept"] = "ceo-only-dept"
+    return df.to_csv(index=False).encode()
+
+
+@pytest.fixture
+def own(session, builder):
+    tm = builder.tables
+    assert tm.upload_csv(_csv_bytes(), "staff.csv") is True, session.error
+    return tm
+
+
+def _release_view(session, builder):
+    tm = builder.tables
+    tm.param.update(attributes=["dept", "salary"], mode="orders", orders="1")
+    assert tm.build() is True, session.error
+    session.noise = "Gaussian"
+    view = ReleaseView(session)
+    view.panel()
+    return view
+
+
+def test_uploaded_csv_is_simulated_but_its_release_is_refused(session, builder, own):
+    assert own.table_name == "uploaded: staff.csv" and own.table().domain.inferred
+    assert "read from the records" in own.domain_status()
+    assert own.schema_text.startswith(own.SCHEMA_NOTE) and "ceo-only-dept" in own.schema_text
+    view = _release_view(session, builder)
+    assert "domain was read from the records" in view.tables.summary()
+    assert view.run_release() is False
+    assert "read from the records" in session.error and "Domain.from_file" in session.error
+    assert len(session.table_ledger(session.table)) == 0 and view.tables.last is None
+    assert view.run_trials() is True, session.error  # a simulation is fine
+    assert view.tables.shown.release.mode == "simulation"
+
+
+def test_declaring_the_edited_schema_makes_it_releasable(session, builder, own):
+    bad = own.schema_text.replace("categories:", "categoriez:", 1)
+    before = own.table()
+    assert own.declare(bad) is False and "schema attribute 0 ('dept')" in session.error
+    assert own.table() is before
+    edited = own.schema_text.replace("  - ceo-only-dept\n", "")  # the owner removes the private one
+    assert own.declare(edited) is True, session.error
+    d = own.table().domain
+    assert d.source == "declared" and d.attributes[0].categories == ("a", "b", "c")
+    assert "Domain declared" in own.domain_status() and not own.schema_text.startswith("#")
+    view = _release_view(session, builder)
+    assert view.run_release() is True, session.error
+    assert len(session.table_ledger(session.table)) == 1
+
+
+def test_a_schema_file_declares_the_domain(session, builder, own):
+    schema = b'{"attributes": [{"name": "dept", "categories": ["a", "b"]}, ' \
+             b'{"name": "salary", "range": [0, 100000], "bins": 4}]}'
+    assert own.load_schema(schema, "schema.json") is True, session.error
+    assert own.table().domain.shape == (2, 4) and own.table().domain.source == "declared"
+    assert own.load_schema(b"\xff", "x.yaml") is False and "UTF-8" in session.error
+
+
+def test_discovering_the_domain_charges_the_tables_ledger(session, builder, own):
+    own.domain_epsilon, own.domain_delta = 1.0, 1e-6
+    assert own.discovery_spec() == {"dept": "categorical", "salary": {"kind": "numeric", "bins": 16}}
+    assert own.discover() is True, session.error
+    d = own.table().domain
+    assert d.source == "discovered" and "ceo-only-dept" not in d.attributes[0].categories
+    led = session.table_ledger(own.table())
+    assert led.basic() == pytest.approx((1.0, 1e-6)) and len(led) == 3
+    assert "discovered privately" in own.domain_status() and "ε = 1" in own.domain_status()
+    view = _release_view(session, builder)
+    assert view.run_release() is True, session.error
+    assert len(led) == 4 and view.tables.last.release.table.domain == d

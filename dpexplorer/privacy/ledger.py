@@ -128,7 +128,7 @@ class PrivacyLedger:
         if dlt <= delta * (1 + 1e-12) or dlt == 0.0:
             best = (eps, "pure ε-DP, sequential composition" if dlt == 0.0
                     else "sequential composition of (ε, δ)")
-        if 0.0 < delta < 1.0 and rho > 0:
+        if 0.0 < delta < 1.0 and 0 < rho < math.inf:  # ρ = ∞: an (ε, δ) step without a zCDP bound
             conv = accounting.epsilon_from_rho(rho, delta)
             if conv < best[0]:
                 best = (conv, "zCDP (ρ adds up), converted to (ε, δ)")

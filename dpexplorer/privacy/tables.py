@@ -14,6 +14,14 @@ never formed.
 
 With a ``dask.dataframe`` the counts are computed on its cluster (one
 bincount per partition, summed): the same numbers as with pandas.
+
+Records outside the public domain (a category not listed, a number outside
+the bin edges, a missing value in any of the domain's attributes) are dropped
+before counting (``out_of_domain="drop"``, the default): a record-wise
+filter, so every marginal keeps sensitivity 1 per record, and neither their
+number nor their values leave the kernel except through the noisy counts.
+``out_of_domain="error"`` raises instead (naming the attribute and how many
+rows) and is allowed only in simulations, where nothing is released.
 """
 
 from __future__ import annotations
@@ -23,20 +31,52 @@ import math
 import numpy as np
 
 from ..queries import limits
-from ..queries.domain import Table
+from ..queries.domain import DATA_DOMAIN_REFUSAL, Table
 from ..queries.matrix import as_matrix
+from . import samplers
 from .kernel import _Boundary
 from .ledger import PrivacyLedger
 
-__all__ = ["PrivateTable"]
+__all__ = ["PrivateTable", "OUT_OF_DOMAIN"]
+
+#: What to do with records outside the public domain: drop them (releases), or raise (simulations only).
+OUT_OF_DOMAIN = ("drop", "error")
 
 
-def _bincount_frame(frame, domain, axes, sizes) -> np.ndarray:
-    """Counts of every cell of the marginal on ``axes`` in a pandas frame, flat C order (``()``: the total)."""
-    flat = np.zeros(len(frame), dtype=np.int64)
+def check_out_of_domain(value, release: bool) -> str:
+    """``value`` if it is an allowed ``out_of_domain`` policy for a release (``release``) or a simulation.
+
+    Raises
+    ------
+    ValueError
+        If it is not ``"drop"`` or ``"error"``, or is ``"error"`` in a release
+        (the error would publish that such records exist).
+    """
+    if value not in OUT_OF_DOMAIN:
+        raise ValueError(f"out_of_domain must be 'drop' or 'error', got {value!r:.40}")
+    if value == "error" and release:
+        raise ValueError("out_of_domain='error' is allowed only in simulations: in a release the "
+                         "error itself would say that records outside the domain exist. Releases "
+                         "drop them (out_of_domain='drop')")
+    return value
+
+
+def _bincount_frame(frame, domain, axes, sizes, out_of_domain: str = "drop") -> np.ndarray:
+    """Counts of every cell of the marginal on ``axes`` in a pandas frame, flat C order (``()``: the total).
+
+    Only records inside the whole domain (every attribute) are counted.
+    """
+    inside = np.ones(len(frame), dtype=bool)
+    codes = {}
+    for ax, attr in enumerate(domain.attributes):
+        c, ok = attr.codes(frame[attr.name].to_numpy())
+        if out_of_domain == "error" and not ok.all():
+            raise ValueError(f"attribute {attr.name!r}: {int((~ok).sum())} record(s) are outside the "
+                             "domain (missing, unlisted category or outside the bin edges)")
+        codes[ax], inside = c, inside & ok
+    flat = np.zeros(int(inside.sum()), dtype=np.int64)
     for ax, size in zip(axes, sizes, strict=True):
-        attr = domain.attributes[ax]
-        flat = flat * size + attr.encode(frame[attr.name].to_numpy())
+        flat = flat * size + codes[ax][inside]
     return np.bincount(flat, minlength=math.prod(sizes)).astype(np.int64)
 
 
@@ -49,16 +89,22 @@ class PrivateTable(_Boundary):
         Records (pandas or dask DataFrame) and their public domain.
     ledger : PrivacyLedger, optional
         Where spends are recorded (a new, uncapped one by default).
+    out_of_domain : {"drop", "error"}
+        Records outside the domain are dropped (default) or, in simulations
+        only, an error (module docstring).
 
     Raises
     ------
     TypeError
         If ``table`` is not a Table or ``ledger`` not a PrivacyLedger.
+    ValueError
+        If ``out_of_domain`` is not ``"drop"`` or ``"error"``.
     """
 
     counts = True  # marginal counts are whole numbers
 
-    def __init__(self, table: Table, ledger: PrivacyLedger | None = None):
+    def __init__(self, table: Table, ledger: PrivacyLedger | None = None, out_of_domain: str = "drop"):
+        check_out_of_domain(out_of_domain, release=False)
         if not isinstance(table, Table):
             raise TypeError(f"table must be a dpexplorer Table, got {type(table).__name__}")
         if ledger is not None and not isinstance(ledger, PrivacyLedger):
@@ -68,7 +114,11 @@ class PrivateTable(_Boundary):
         self.shape = table.domain.shape
         self.name = table.name
         self.ledger = ledger if ledger is not None else PrivacyLedger()
+        self.out_of_domain = out_of_domain
         self._cache: dict = {}
+
+    def __reduce__(self):
+        raise TypeError("a PrivateTable holds private records and is never pickled or copied")
 
     @property
     def n(self) -> int:
@@ -88,11 +138,11 @@ class PrivateTable(_Boundary):
         if hasattr(records, "to_delayed") and hasattr(records, "npartitions"):  # dask: one bincount per partition
             import dask
 
-            parts = [dask.delayed(_bincount_frame)(part, domain, axes, sizes)
+            parts = [dask.delayed(_bincount_frame)(part, domain, axes, sizes, self.out_of_domain)
                      for part in records.to_delayed()]
             counts = np.sum(np.stack(dask.compute(*parts)), axis=0)
         else:
-            counts = _bincount_frame(records, domain, axes, sizes)
+            counts = _bincount_frame(records, domain, axes, sizes, self.out_of_domain)
         out = counts.reshape(sizes).astype(float)
         self._cache[axes] = out
         return out
@@ -129,8 +179,15 @@ class PrivateTable(_Boundary):
             ``A`` more rows than ``strategy_rows`` (nothing is counted).
         BudgetExceededError
             If the ledger's budget would be exceeded (nothing is drawn).
+        ValueError
+            In release mode, if the table's domain was read from the records
+            (``domain.source == "data"``) or ``out_of_domain`` is ``"error"``.
         """
         A = as_matrix(A)
+        samplers.check_source(source)
+        check_out_of_domain(self.out_of_domain, samplers.is_release(source))
+        if samplers.is_release(source) and self.domain.inferred:
+            raise ValueError(f"the table {self.name!r} cannot be released: {DATA_DOMAIN_REFUSAL}")
         hook = getattr(A, "marginal_measure", None)
         if hook is None:
             raise NotImplementedError(

@@ -13,13 +13,26 @@ strategy needs by group-by and never builds the full-domain data vector.
 
 The domain must be public, i.e. chosen without looking at the records (or
 from documented, public knowledge of the schema): categories read from the
-data reveal which values occur.  :func:`Table.from_dataframe` says so when it
-infers them.
+data reveal which values occur, and a range ``[min, max]`` read from the data
+publishes the smallest and largest value (``dpexplorer/docs/public_domain.md``).
+Every domain says where it comes from (:attr:`Domain.source`):
+
+* ``"declared"`` -- written by the data owner: ``Domain(...)`` in code or a
+  schema file (:meth:`Domain.from_file`, YAML or JSON);
+* ``"discovered"`` -- found by a DP measurement on the records
+  (:func:`dpexplorer.privacy.discovery.discover_domain`), with the ε and δ it spent;
+* ``"data"`` -- read from the records (:meth:`Table.from_dataframe`): fine for
+  simulations and teaching, refused by :func:`dpexplorer.release`.
+
+Records whose values fall outside the domain are dropped by the privacy
+kernel in releases (never counted, never reported).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -28,7 +41,20 @@ import pandas as pd
 
 from . import limits
 
-__all__ = ["Attribute", "Domain", "Table"]
+__all__ = ["Attribute", "Domain", "Table", "PublicTable", "SOURCES", "DATA_DOMAIN_REFUSAL"]
+
+#: Where a domain comes from (:attr:`Domain.source`).
+SOURCES = ("declared", "discovered", "data")
+
+#: Why a release refuses a domain read from the records, and what to do instead.
+DATA_DOMAIN_REFUSAL = (
+    "its domain was read from the records (categories and min/max ranges seen in the data are "
+    "themselves private: a release on them would publish a rare category or the largest value). "
+    "Declare the public domain -- dpx.Domain([dpx.Attribute('dept', categories=[...]), "
+    "dpx.Attribute('salary', edges=[...])]) or dpx.Domain.from_file('schema.yaml') -- and "
+    "build the table with dpx.Table(records, domain), or discover it privately with "
+    "dpx.discover_domain(records, spec, epsilon=..., delta=..., ledger=...), which spends "
+    "from the ledger. dpx.simulate still accepts this table.")
 
 
 def _name(value, what: str) -> str:
@@ -111,6 +137,29 @@ class Attribute:
         e = self.edges
         return [f"[{e[k]:g}, {e[k + 1]:g}{']' if k == len(e) - 2 else ')'}" for k in range(len(e) - 1)]
 
+    def codes(self, values) -> tuple[np.ndarray, np.ndarray]:
+        """Cell index of every value and whether it is inside the attribute's cells.
+
+        Returns
+        -------
+        codes : ndarray of int64, shape (len(values),)
+            The cell of every value (0 where it is outside).
+        inside : ndarray of bool, shape (len(values),)
+            ``False`` for a missing value, a category not listed, or a number
+            outside ``[e_0, e_last]`` (or not a finite number).
+        """
+        s = pd.Series(values)
+        if self.categories is not None:
+            codes = pd.Index(list(self.categories)).get_indexer(s).astype(np.int64)
+            inside = (codes >= 0) & ~s.isna().to_numpy()
+            return np.where(inside, codes, 0), inside
+        v = pd.to_numeric(s, errors="coerce").to_numpy(dtype=float)
+        e = np.asarray(self.edges)
+        with np.errstate(invalid="ignore"):
+            inside = np.isfinite(v) & (v >= e[0]) & (v <= e[-1])
+        codes = np.clip(np.searchsorted(e, np.where(inside, v, e[0]), side="right") - 1, 0, self.size - 1)
+        return codes.astype(np.int64), inside
+
     def encode(self, values) -> np.ndarray:
         """Cell index of every value, shape ``(len(values),)``, int64.
 
@@ -118,26 +167,26 @@ class Attribute:
         ------
         ValueError
             If a value is missing or outside the attribute's cells (nothing is
-            clipped: widen the domain or filter the records first).
+            clipped: widen the domain or filter the records first).  The
+            message names the attribute and the number of such values, never a value.
         """
         s = pd.Series(values)
         if s.isna().any():
             raise ValueError(f"attribute {self.name!r} has {int(s.isna().sum())} missing value(s); "
                              "drop or recode them before releasing")
+        codes, inside = self.codes(s)
+        if not inside.all():
+            where = (f"its {self.size} categories" if self.categories is not None
+                     else f"[{self.edges[0]:g}, {self.edges[-1]:g}] or not numeric")
+            raise ValueError(f"attribute {self.name!r} has {int((~inside).sum())} value(s) outside {where}")
+        return codes
+
+    def to_dict(self) -> dict:
+        """``{"name", "categories"}`` or ``{"name", "edges"}``: plain JSON/YAML values."""
         if self.categories is not None:
-            codes = pd.Index(list(self.categories)).get_indexer(s).astype(np.int64)
-            bad = codes < 0
-            if bad.any():
-                raise ValueError(f"attribute {self.name!r} has {int(bad.sum())} value(s) outside its "
-                                 f"{self.size} categories, e.g. {s[bad].iloc[0]!r}")
-            return codes
-        v = pd.to_numeric(s, errors="coerce").to_numpy(dtype=float)
-        e = np.asarray(self.edges)
-        bad = ~np.isfinite(v) | (v < e[0]) | (v > e[-1])
-        if bad.any():
-            raise ValueError(f"attribute {self.name!r} has {int(bad.sum())} value(s) outside "
-                             f"[{e[0]:g}, {e[-1]:g}] or not numeric")
-        return np.clip(np.searchsorted(e, v, side="right") - 1, 0, self.size - 1).astype(np.int64)
+            return {"name": self.name,
+                    "categories": [c.item() if isinstance(c, np.generic) else c for c in self.categories]}
+        return {"name": self.name, "edges": list(self.edges)}
 
 
 @dataclass(frozen=True)
@@ -147,21 +196,34 @@ class Domain:
     Attributes
     ----------
     attributes : tuple of Attribute
+    source : {"declared", "discovered", "data"}
+        Where the domain comes from (module docstring): written by the data
+        owner (default), found by a DP measurement
+        (:func:`dpexplorer.privacy.discovery.discover_domain`), or read from
+        the records (:meth:`Table.from_dataframe`; refused by releases).
+    spent : tuple of (str, float, float)
+        For a discovered domain: ``(attribute, ε, δ)`` its discovery spent
+        (also recorded in the ledger it was charged to).
 
     Raises
     ------
     TypeError
         If ``attributes`` is not a non-empty sequence of :class:`Attribute`.
     ValueError
-        If attribute names repeat.
+        If attribute names repeat or ``source`` is not one of :data:`SOURCES`.
     LimitExceededError
         If there are more attributes than the ``attributes`` limit (the
         number of cells, their product, stays factorised and is not bounded).
     """
 
     attributes: tuple[Attribute, ...]
+    source: str = field(default="declared", compare=False)
+    spent: tuple = field(default=(), compare=False)
 
     def __post_init__(self):
+        if self.source not in SOURCES:
+            raise ValueError(f"a domain's source is one of {list(SOURCES)}, got {self.source!r:.40}")
+        object.__setattr__(self, "spent", tuple((str(a), float(e), float(d)) for a, e, d in self.spent))
         if isinstance(self.attributes, str | bytes | Attribute) or not hasattr(self.attributes, "__len__"):
             raise TypeError(f"a domain needs a non-empty sequence of Attribute objects, got "
                             f"{type(self.attributes).__name__}")
@@ -213,6 +275,201 @@ class Domain:
     def __len__(self) -> int:
         return len(self.attributes)
 
+    @property
+    def inferred(self) -> bool:
+        """Whether the domain was read from the records (``source == "data"``)."""
+        return self.source == "data"
+
+    def select(self, names) -> Domain:
+        """The domain of the attributes ``names`` (in this domain's order), same source.
+
+        Raises
+        ------
+        ValueError
+            If a name is unknown.
+        """
+        keep = set(self.index(names))
+        attrs = tuple(a for i, a in enumerate(self.attributes) if i in keep)
+        return Domain(attrs, self.source, tuple(s for s in self.spent if s[0] in {a.name for a in attrs}))
+
+    # ------------------------------------------------------------ schema files
+    def to_dict(self) -> dict:
+        """The schema as plain values: ``{"attributes": [{"name", "categories" | "edges"}, ...]}``.
+
+        A domain not declared also carries its ``source`` (and what its
+        discovery spent), so that a round trip keeps the mark.
+        """
+        out: dict = {"attributes": [a.to_dict() for a in self.attributes]}
+        if self.source != "declared":
+            out["source"] = self.source
+        if self.spent:
+            out["spent"] = [{"attribute": a, "epsilon": e, "delta": d} for a, e, d in self.spent]
+        return out
+
+    @classmethod
+    def from_dict(cls, doc) -> Domain:
+        """A domain from :meth:`to_dict`'s form (what a schema file holds).
+
+        Every attribute is a mapping with ``name`` and exactly one of
+        ``categories`` (a list of values), ``edges`` (increasing numbers) or
+        ``range: [lo, hi]`` with ``bins: k`` (``k`` equal-width bins).  A
+        missing ``source`` means ``"declared"``.
+
+        Raises
+        ------
+        ValueError
+            Naming the attribute (by position and name) and what is wrong.
+        """
+        if not isinstance(doc, dict) or not isinstance(doc.get("attributes"), list):
+            raise ValueError("a domain schema is a mapping with a list 'attributes', e.g. "
+                             "{'attributes': [{'name': 'dept', 'categories': ['a', 'b']}, "
+                             "{'name': 'salary', 'range': [0, 200000], 'bins': 20}]}")
+        unknown = sorted(set(doc) - {"attributes", "source", "spent"})
+        if unknown:
+            raise ValueError(f"a domain schema has only the keys 'attributes', 'source', 'spent'; "
+                             f"got also {unknown!r:.200}")
+        limits.check("attributes", len(doc["attributes"]), "domain schema: attributes")
+        attrs = []
+        for i, item in enumerate(doc["attributes"]):
+            where = f"schema attribute {i}"
+            if not isinstance(item, dict):
+                raise ValueError(f"{where} must be a mapping with 'name' and 'categories', 'edges' "
+                                 f"or 'range' + 'bins'; got {type(item).__name__}")
+            name = item.get("name")
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"{where} needs a non-empty string 'name'")
+            where = f"{where} ({name!r:.80})"
+            keys = set(item) - {"name"}
+            if keys not in ({"categories"}, {"edges"}, {"range", "bins"}):
+                raise ValueError(f"{where} needs exactly one of 'categories', 'edges' or 'range' with "
+                                 f"'bins'; got keys {sorted(keys)!r:.200}")
+            try:
+                if "categories" in item:
+                    cats = item["categories"]
+                    if not isinstance(cats, list) or not all(
+                            isinstance(c, str | int | float) and not isinstance(c, bool) for c in cats):
+                        raise ValueError("'categories' must be a list of strings or numbers")
+                    attrs.append(Attribute(name, categories=tuple(cats)))
+                elif "edges" in item:
+                    attrs.append(Attribute(name, edges=_numbers(item["edges"], "'edges'")))
+                else:
+                    rng = _numbers(item["range"], "'range'")
+                    if len(rng) != 2:
+                        raise ValueError("'range' must be two numbers [lo, hi]")
+                    lo, hi = rng
+                    k = limits.whole_number(item["bins"], "'bins'", limit="bins")
+                    if not hi > lo:
+                        raise ValueError(f"'range' must have hi > lo, got [{lo:g}, {hi:g}]")
+                    attrs.append(Attribute(name, edges=tuple(np.linspace(lo, hi, int(k) + 1))))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{where}: {exc}") from None
+        source = doc.get("source", "declared")
+        spent = doc.get("spent", [])
+        try:
+            spent = tuple((s["attribute"], s["epsilon"], s["delta"]) for s in spent)
+        except (TypeError, KeyError):
+            raise ValueError("'spent' must be a list of {attribute, epsilon, delta}") from None
+        if not attrs:
+            raise ValueError("a domain schema needs at least one attribute")
+        return cls(tuple(attrs), source, spent)
+
+    def to_file(self, path, format: str | None = None) -> None:
+        """Write the schema (:meth:`to_dict`) to ``path``: YAML for ``.yaml``/``.yml``, else JSON.
+
+        Raises
+        ------
+        ValueError
+            If ``format`` is not ``"yaml"`` or ``"json"``.
+        """
+        fmt = format or ("yaml" if str(path).lower().endswith((".yaml", ".yml")) else "json")
+        if fmt == "yaml":
+            import yaml
+
+            text = yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+        elif fmt == "json":
+            text = json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
+        else:
+            raise ValueError(f"format must be 'yaml' or 'json', got {format!r:.40}")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+
+    @classmethod
+    def from_text(cls, text: str) -> Domain:
+        """A domain from schema text, YAML or JSON (JSON is YAML too).
+
+        Raises
+        ------
+        ValueError
+            If the text is not YAML/JSON, above the ``spec_bytes`` limit, or
+            not a valid schema (:meth:`from_dict`).
+        LimitExceededError
+            If the text is above the ``spec_bytes`` limit.
+        """
+        import yaml
+
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError("a domain schema file must be UTF-8 text") from None
+        if not isinstance(text, str):
+            raise TypeError(f"schema text must be a str, got {type(text).__name__}")
+        limits.check("spec_bytes", len(text.encode("utf-8")), "domain schema: bytes")
+        try:
+            doc = yaml.safe_load(text)
+        except (yaml.YAMLError, ValueError, RecursionError) as exc:
+            raise ValueError(f"the domain schema is not valid YAML or JSON ({type(exc).__name__})") from None
+        return cls.from_dict(doc)
+
+    @classmethod
+    def from_file(cls, path) -> Domain:
+        """A declared domain from a schema file (YAML or JSON), e.g.::
+
+            attributes:
+              - name: dept
+                categories: [sales, engineering, legal]
+              - name: salary
+                range: [0, 500000]
+                bins: 25
+
+        Raises
+        ------
+        ValueError
+            If the file is not a valid schema (the message says where).
+        OSError
+            If it cannot be read.
+        LimitExceededError
+            If the file is above the ``spec_bytes`` limit (checked before reading).
+        """
+        limits.check("spec_bytes", os.path.getsize(path), "domain schema file: bytes")
+        with open(path, "rb") as fh:
+            return cls.from_text(fh.read())
+
+
+def _numbers(values, what: str) -> tuple[float, ...]:
+    if not isinstance(values, list | tuple) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        raise ValueError(f"{what} must be a list of numbers")
+    return tuple(float(v) for v in values)
+
+
+@dataclass(frozen=True)
+class PublicTable:
+    """The public part of a :class:`Table`: its name and domain (what a release keeps).
+
+    Attributes
+    ----------
+    name : str
+    domain : Domain
+    """
+
+    name: str
+    domain: Domain
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.domain.shape
+
 
 @dataclass
 class Table:
@@ -236,7 +493,7 @@ class Table:
         If a domain attribute is not a column of the records.
     """
 
-    records: object
+    records: object = field(repr=False)  # private: never in a repr, message or log line
     domain: Domain
     name: str = "table"
     description: str = ""
@@ -257,6 +514,10 @@ class Table:
         """The domain's shape (cells per attribute)."""
         return self.domain.shape
 
+    def public(self) -> PublicTable:
+        """The table's public part (name and domain), without the records."""
+        return PublicTable(self.name, self.domain)
+
     @classmethod
     def from_dataframe(cls, df: pd.DataFrame, attributes: Sequence[str], bins: dict | None = None,
                        ranges: dict | None = None, name: str = "table", description: str = "") -> Table:
@@ -265,8 +526,11 @@ class Table:
         Categories are the sorted distinct values found in the column; numeric
         bins are ``bins[col]`` (default 16) equal-width bins over
         ``ranges[col]`` (default: the column's min and max).  Both read the
-        data: that is fine when the result is public knowledge, otherwise
-        declare the :class:`Domain` yourself (the docstring of this module).
+        data, so the domain is marked ``source="data"`` (:attr:`Domain.source`)
+        unless every attribute was numeric with its range given: such a table
+        can be simulated (:func:`dpexplorer.simulate`) but not released --
+        declare the :class:`Domain` (``Domain(...)``, :meth:`Domain.from_file`)
+        or discover it privately (:func:`dpexplorer.privacy.discovery.discover_domain`).
 
         Raises
         ------
@@ -274,7 +538,9 @@ class Table:
             If ``df`` is not a DataFrame, ``attributes`` not a list of column
             names, or ``bins``/``ranges`` not dicts.
         ValueError
-            If an attribute is missing, a column is empty, or a range or bin count is invalid.
+            If an attribute is missing, a column is empty, a numeric column
+            holds ``inf`` (the message gives the number of rows, not their
+            values), or a range or bin count is invalid.
         LimitExceededError
             If a bin count is above the ``bins`` limit or there are more
             attributes than the ``attributes`` limit.
@@ -288,19 +554,27 @@ class Table:
             if value is not None and not isinstance(value, dict):
                 raise TypeError(f"{arg} must be a dict keyed by column name, got {type(value).__name__}")
         bins, ranges = dict(bins or {}), dict(ranges or {})
-        attrs = []
+        attrs, read = [], False
         for col in attributes:
             if col not in df.columns:
                 raise ValueError(f"no column {col!r}; columns: {list(df.columns)}")
             s = df[col].dropna()
             if s.empty:
                 raise ValueError(f"column {col!r} has no values")
-            if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s) and col not in bins \
+            numeric = pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
+            if numeric:
+                infinite = int(np.isinf(s.to_numpy(dtype=float)).sum())
+                if infinite:
+                    raise ValueError(f"numeric column {col!r} has {infinite} infinite value(s); "
+                                     "recode or drop them (inf is neither a number bin nor a category)")
+            if numeric and col not in bins and col not in ranges \
                     and s.nunique() <= 32 and np.all(s == np.round(s)):
+                read = True
                 attrs.append(Attribute(col, categories=tuple(sorted(s.unique().tolist()))))
-            elif pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
+            elif numeric:
                 k = limits.whole_number(bins.get(col, 16), f"bins for {col!r}", limit="bins")
-                rng = ranges.get(col, (float(s.min()), float(s.max())))
+                read = read or col not in ranges
+                rng = ranges.get(col) if col in ranges else (float(s.min()), float(s.max()))
                 try:
                     lo, hi = (float(v) for v in rng)
                 except (TypeError, ValueError):
@@ -311,9 +585,10 @@ class Table:
                         raise ValueError(f"range for {col!r} must be finite with hi > lo, got {(lo, hi)}")
                 attrs.append(Attribute(col, edges=tuple(np.linspace(lo, hi, int(k) + 1))))
             else:
+                read = True
                 attrs.append(Attribute(col, categories=tuple(sorted(map(str, s.unique())))))
         frame = df[list(attributes)].copy()
         for a in attrs:
             if a.categories is not None and all(isinstance(c, str) for c in a.categories):
-                frame[a.name] = frame[a.name].astype(str)
-        return cls(frame, Domain(tuple(attrs)), name, description)
+                frame[a.name] = frame[a.name].where(frame[a.name].isna(), frame[a.name].astype(str))
+        return cls(frame, Domain(tuple(attrs), "data" if read else "declared"), name, description)

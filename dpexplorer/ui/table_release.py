@@ -355,6 +355,10 @@ class TableRelease(param.Parameterized):
                 "marginal counts of the records.")
         if s.noise != "Gaussian":
             lead += "  ⚠ It needs **Gaussian** noise: choose it in the sidebar."
+        if table.domain.inferred:
+            lead += ("  ⚠ Its **domain was read from the records**: it can be simulated, but a "
+                     "release is refused until the domain is declared or discovered privately "
+                     "(Workload page, card 'Record table').")
         res = self.shown
         if res is None:
             return lead + f"  No table release yet; budget of the table: {self.ledger().remaining()}."

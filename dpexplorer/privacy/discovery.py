@@ -1,0 +1,355 @@
+"""Private domain discovery: a table's public domain found by DP measurements on its records.
+
+A release on records needs a public domain (``dpexplorer/docs/public_domain.md``).
+When the data owner cannot declare it, :func:`discover_domain` finds one
+inside the privacy kernel, each attribute spending an explicit ε (and δ)
+recorded in the ledger before anything is drawn:
+
+* **categories** by private partition selection with the Laplace threshold
+  (Korolova, Kenthapadi, Mishra & Ntoulas, WWW 2009, Sec. 4; Gopi, Gulhane,
+  Kulkarni, Shen, Shokouhi & Yekhanin, ICML 2020, Sec. 1; opendp's
+  ``make_laplace_threshold``, Rogers 2023): every category present in the
+  records gets its count plus ``Laplace(b)`` and is kept if the noisy count
+  reaches ``τ``.  A record adds 1 to one count, so with ``b = 1/ε`` and
+  ``τ = 1 + b·ln(1/(2δ))`` it is (ε, δ)-DP: ε from the Laplace mechanism on
+  the categories both neighbours have, δ = P(1 + Lap(b) ≥ τ) = ½·e^{−(τ−1)/b}
+  the chance that a category only one record has is kept.  Only the set of
+  kept categories leaves the kernel (never their counts).
+* **numeric ranges** by two DP quantiles over a public candidate grid (the
+  exponential-mechanism quantile of Smith, STOC 2011, Sec. 3, as opendp's
+  ``make_private_quantile``), drawn by report-noisy-max with exponential
+  noise (McKenna & Sheldon, NeurIPS 2020, Thm 2; the kernel's
+  :func:`~dpexplorer.privacy.samplers.noisy_max`).  The utility of candidate
+  ``c`` for the ``α``-quantile is ``u(c) = −|#{x ≤ c} − α·N|`` over the
+  ``N`` finite values; adding or removing one record changes it by at most
+  ``Δu = max(α, 1 − α)``, so ``scale = 2Δu/ε`` is ε-DP.  The range is
+  ``[q_lo, q_hi]`` (default quantiles 0.01 and 0.99, ε/2 each), cut in
+  ``bins`` equal-width bins; records outside it are dropped by releases.
+
+Release mode (:data:`~dpexplorer.privacy.samplers.OS_CSPRNG`) draws through
+opendp after opendp's own privacy map confirms the (ε, δ) recorded; a
+simulation (a seeded ``numpy.random.Generator``) gives a domain marked as
+read from the data (a seeded draw protects nothing, so releases refuse it).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..queries import limits
+from ..queries.domain import Attribute, Domain, Table
+from . import samplers
+from .kernel import _Boundary
+from .ledger import PrivacyLedger
+
+__all__ = ["discover_domain", "PrivateRecords", "threshold_for", "threshold_delta",
+           "quantile_sensitivity", "DEFAULT_QUANTILES", "DEFAULT_GRID", "DEFAULT_LOG_GRID"]
+
+#: Quantiles a discovered numeric range spans by default.
+DEFAULT_QUANTILES = (0.01, 0.99)
+#: Candidates of the public grid between a numeric attribute's public bounds by default.
+DEFAULT_GRID = 1001
+#: The public grid without bounds: 0 and ±10^k for k from −3 to 12 in steps of 1/64 decade
+#: (1,923 candidates, 3.7 % apart): chosen without the data, for values of any sign and scale.
+DEFAULT_LOG_GRID = np.concatenate([-np.logspace(12, -3, 961), [0.0], np.logspace(-3, 12, 961)])
+#: Slack on ``ln(1/(2δ))`` so that opendp's rounding-aware privacy map stays within the δ recorded.
+_TAU_SLACK = 1e-6
+
+
+def threshold_for(epsilon: float, delta: float) -> tuple[float, float]:
+    """``(b, τ)`` of Laplace-threshold partition selection: ``b = 1/ε``, ``τ = 1 + b·(ln(1/(2δ)) + 10⁻⁶)``.
+
+    (ε, δ)-DP when one record adds 1 to one category's count (module
+    docstring; Korolova et al. WWW 2009, Sec. 4; Gopi et al. ICML 2020).  The
+    slack of 10⁻⁶ keeps the real δ (:func:`threshold_delta`) just below ``δ``.
+
+    Raises
+    ------
+    ValueError
+        If ε is not positive and finite or δ not in (0, 1/2).
+    """
+    eps, dlt = float(epsilon), float(delta)
+    if not (math.isfinite(eps) and eps > 0):
+        raise ValueError(f"partition selection needs ε > 0, got {epsilon!r}")
+    if not 0.0 < dlt < 0.5:
+        raise ValueError(f"partition selection needs 0 < δ < 1/2 (δ bounds the chance a category "
+                         f"of one record is kept), got {delta!r}")
+    b = 1.0 / eps
+    return b, 1.0 + b * (math.log(1.0 / (2.0 * dlt)) + _TAU_SLACK)
+
+
+def threshold_delta(scale: float, threshold: float) -> float:
+    """δ of the Laplace threshold: ``P(1 + Lap(b) ≥ τ) = ½·exp(−(τ − 1)/b)`` for ``τ ≥ 1``."""
+    return 0.5 * math.exp(-(float(threshold) - 1.0) / float(scale))
+
+
+def quantile_sensitivity(alpha: float) -> float:
+    """``Δu = max(α, 1 − α)``: sensitivity of ``u(c) = −|#{x ≤ c} − α·N|`` to adding or removing a record."""
+    return max(float(alpha), 1.0 - float(alpha))
+
+
+@functools.lru_cache(maxsize=64)
+def _threshold_measurement(scale: float, threshold: float):
+    dp = samplers._dp()
+    space = (dp.map_domain(dp.atom_domain(T=str), dp.atom_domain(T=float, nan=False)),
+             dp.l01inf_distance(dp.absolute_distance(T=float)))
+    return dp.m.make_laplace_threshold(*space, scale=float(scale), threshold=float(threshold))
+
+
+def opendp_threshold_privacy(scale: float, threshold: float) -> tuple[float, float]:
+    """``(ε, δ)`` opendp's own map gives its Laplace threshold when one record changes one count by 1."""
+    eps, dlt = _threshold_measurement(float(scale), float(threshold)).map((1, 1.0, 1.0))
+    return float(eps), float(dlt)
+
+
+def _sorted(values: list) -> list:
+    try:
+        return sorted(values)
+    except TypeError:  # mixed types
+        return sorted(values, key=lambda v: (type(v).__name__, str(v)))
+
+
+class PrivateRecords(_Boundary):
+    """Record columns behind the privacy boundary, for domain discovery.
+
+    Parameters
+    ----------
+    records : pandas.DataFrame or dask.dataframe.DataFrame
+    ledger : PrivacyLedger, optional
+        Where spends are recorded (a new, uncapped one by default).
+
+    Raises
+    ------
+    TypeError
+        If ``records`` is not a (dask) DataFrame or ``ledger`` not a PrivacyLedger.
+    """
+
+    def __init__(self, records, ledger: PrivacyLedger | None = None):
+        if getattr(records, "columns", None) is None or not hasattr(records, "groupby"):
+            raise TypeError(f"records must be a pandas or dask DataFrame, got {type(records).__name__}")
+        if ledger is not None and not isinstance(ledger, PrivacyLedger):
+            raise TypeError(f"ledger must be a dpexplorer.PrivacyLedger, got {type(ledger).__name__}")
+        self._records = records
+        self.columns = tuple(records.columns)
+        self.ledger = ledger if ledger is not None else PrivacyLedger()
+
+    def __reduce__(self):
+        raise TypeError("PrivateRecords holds private records and is never pickled or copied")
+
+    def _column(self, name: str) -> pd.Series:
+        if name not in self.columns:
+            raise ValueError(f"the records have no column {name!r}; columns: {list(self.columns)}")
+        col = self._records[name]
+        return col.compute() if hasattr(col, "compute") else col
+
+    def select_categories(self, column: str, epsilon: float, delta: float, source, label: str) -> list:
+        """The categories of ``column`` whose noisy count reaches the threshold (partition selection).
+
+        (ε, δ)-DP with ``(b, τ)`` = :func:`threshold_for` (module docstring).
+        Missing values are no category.  Only the sorted list of kept
+        categories leaves the kernel.
+
+        Raises
+        ------
+        ValueError
+            For a bad ε or δ, an unknown column, or if opendp's privacy map
+            exceeds the (ε, δ) recorded (release mode; nothing drawn).
+        BudgetExceededError
+            If the ledger's budget would be exceeded (nothing drawn).
+        """
+        b, tau = threshold_for(epsilon, delta)
+        counts = self._column(column).dropna().value_counts(sort=False)
+        keys = [k.item() if isinstance(k, np.generic) else k for k in counts.index]
+        values = counts.to_numpy(dtype=float)
+        if samplers.is_release(source):
+            eps_dp, dlt_dp = opendp_threshold_privacy(b, tau)
+            if eps_dp > float(epsilon) * (1 + 1e-9) or dlt_dp > float(delta) * (1 + 1e-9):
+                raise RuntimeError(f"opendp's privacy map gives (ε, δ) = ({eps_dp:.6g}, {dlt_dp:.6g}) "
+                                   f"above the ({epsilon:.6g}, {delta:.6g}) recorded; nothing was drawn")
+        self._record(label + " (partition selection)", source, epsilon, delta, math.inf,
+                     f"Laplace threshold (b = {b:.4g}, τ = {tau:.4g})", 1, 1.0)
+        if samplers.is_release(source):
+            kept = _threshold_measurement(b, tau)({str(i): float(v) for i, v in enumerate(values)})
+            chosen = [keys[int(i)] for i in kept]
+        else:
+            noisy = values + source.laplace(0.0, b, size=values.size)
+            chosen = [k for k, v in zip(keys, noisy, strict=True) if v >= tau]
+        return _sorted(chosen)
+
+    def quantile(self, column: str, candidates, alpha: float, epsilon: float, source, label: str) -> float:
+        """A candidate near the ``alpha``-quantile of ``column``'s finite values (ε-DP).
+
+        Report-noisy-max over the public, sorted ``candidates`` with utility
+        ``−|#{x ≤ c} − α·N|`` and exponential noise of scale ``2Δu/ε``,
+        ``Δu`` = :func:`quantile_sensitivity` (module docstring).  Values
+        that are not finite numbers are ignored.
+
+        Raises
+        ------
+        ValueError
+            If ``alpha`` is not in (0, 1), the candidates are not finite and
+            strictly increasing, or ε is bad.
+        BudgetExceededError
+            If the ledger's budget would be exceeded (nothing drawn).
+        """
+        a = float(alpha)
+        if not 0.0 < a < 1.0:
+            raise ValueError(f"the quantile α must be in (0, 1), got {alpha!r}")
+        c = np.asarray(candidates, dtype=float)
+        if c.ndim != 1 or c.size < 2 or not np.all(np.isfinite(c)) or np.any(np.diff(c) <= 0):
+            raise ValueError("quantile candidates must be at least two finite, strictly increasing numbers")
+        eps = float(epsilon)
+        if not (math.isfinite(eps) and eps > 0):
+            raise ValueError(f"a DP quantile needs ε > 0, got {epsilon!r}")
+        sens = quantile_sensitivity(a)
+        scale = 2.0 * sens / eps
+        self._crosscheck(source, eps, lambda: samplers.opendp_noisy_max_epsilon(scale, sens), "ε")
+        self._record(label + f" (DP quantile α = {a:g}, report noisy max)", source, eps, 0.0,
+                     eps * eps / 2.0, f"report-noisy-max over {c.size} candidates, "
+                     f"Exponential({scale:.4g})", 1, sens)
+        v = pd.to_numeric(self._column(column), errors="coerce").to_numpy(dtype=float)
+        v = np.sort(v[np.isfinite(v)])
+        u = -np.abs(np.searchsorted(v, c, side="right") - a * v.size)
+        return float(c[samplers.noisy_max(u, scale, source)])
+
+
+def _spec_items(spec, columns) -> list[tuple[str, dict]]:
+    """``[(name, {"kind", ...})]`` from the user's spec, checked (no records read)."""
+    if not isinstance(spec, dict) or not spec:
+        raise TypeError("spec must be a non-empty dict: attribute -> 'categorical' or "
+                        "{'kind': 'numeric', 'bounds': (lo, hi), 'bins': 16}")
+    limits.check("attributes", len(spec), "discover_domain: attributes")
+    out = []
+    for name, item in spec.items():
+        if not isinstance(name, str) or name not in columns:
+            raise ValueError(f"spec names {name!r:.80}, which is not a column; columns: {list(columns)}")
+        item = {"kind": item} if isinstance(item, str) else item
+        if not isinstance(item, dict) or item.get("kind") not in ("categorical", "numeric"):
+            raise ValueError(f"spec for {name!r}: 'categorical' or a dict with kind 'categorical' or "
+                             "'numeric'")
+        if item["kind"] == "categorical":
+            extra = set(item) - {"kind"}
+            if extra:
+                raise ValueError(f"spec for {name!r}: a categorical attribute takes no {sorted(extra)}")
+            out.append((name, {"kind": "categorical"}))
+            continue
+        extra = set(item) - {"kind", "bounds", "candidates", "bins", "quantiles", "grid"}
+        if extra:
+            raise ValueError(f"spec for {name!r}: unknown keys {sorted(extra)}; numeric attributes take "
+                             "bounds (public lo, hi) or candidates, bins, quantiles, grid")
+        if "bounds" in item and "candidates" in item:
+            raise ValueError(f"spec for {name!r}: give the public 'bounds' (lo, hi) the range lies in, "
+                             "or an explicit list of 'candidates', not both")
+        if "bounds" not in item and "candidates" not in item:
+            cands = DEFAULT_LOG_GRID
+        elif "bounds" in item:
+            try:
+                lo, hi = (float(v) for v in item["bounds"])
+            except (TypeError, ValueError):
+                raise ValueError(f"spec for {name!r}: bounds must be two numbers (lo, hi)") from None
+            if not (math.isfinite(lo) and math.isfinite(hi) and hi > lo):
+                raise ValueError(f"spec for {name!r}: bounds must be finite with hi > lo")
+            k = limits.whole_number(item.get("grid", DEFAULT_GRID), f"grid for {name!r}", minimum=2,
+                                    limit="cells")
+            cands = np.linspace(lo, hi, k)
+        else:
+            cands = np.asarray(item["candidates"], dtype=float)
+            limits.check("cells", cands.size, f"candidates for {name!r}")
+        bins = limits.whole_number(item.get("bins", 16), f"bins for {name!r}", limit="bins")
+        q = tuple(float(v) for v in item.get("quantiles", DEFAULT_QUANTILES))
+        if len(q) != 2 or not 0.0 < q[0] < q[1] < 1.0:
+            raise ValueError(f"spec for {name!r}: quantiles must be two numbers 0 < lo < hi < 1")
+        if cands.ndim != 1 or cands.size < 2 or not np.all(np.isfinite(cands)) or np.any(np.diff(cands) <= 0):
+            raise ValueError(f"spec for {name!r}: candidates must be finite and strictly increasing")
+        out.append((name, {"kind": "numeric", "candidates": cands, "bins": int(bins), "quantiles": q}))
+    return out
+
+
+def discover_domain(records, spec: dict, *, epsilon: float, delta: float = 0.0,
+                    ledger: PrivacyLedger | None = None, rng=None) -> Domain:
+    """A public domain for ``records`` found by DP measurements (module docstring), charged to ``ledger``.
+
+    ``epsilon`` is split equally over the attributes of ``spec`` (a numeric
+    one spends half on each end of its range); ``delta`` equally over the
+    categorical ones (partition selection needs δ > 0; numeric ranges are
+    pure ε-DP).  The whole cost is checked against the ledger's budget
+    before the first draw; each measurement is then recorded before its noise.
+
+    Parameters
+    ----------
+    records : pandas.DataFrame, dask.dataframe.DataFrame or Table
+        The private records (a Table's records are used; its domain is ignored).
+    spec : dict
+        ``{column: "categorical"}`` or ``{column: {"kind": "numeric", "bounds":
+        (lo, hi), "bins": 16, "quantiles": (0.01, 0.99), "grid": 1001}}``
+        (``bounds``: a public range the values are known to lie in, e.g.
+        ``(0, 10**7)`` for salaries; or ``candidates``: an explicit public
+        grid; neither: :data:`DEFAULT_LOG_GRID`, 0 and ±10^k, k in [−3, 12]
+        in steps of 1/64 decade).
+    epsilon : float
+        Total ε of the discovery.
+    delta : float
+        Total δ (needed when an attribute is categorical).
+    ledger : PrivacyLedger, optional
+        The dataset's ledger (a new, uncapped one if ``None``).
+    rng : None, OS_CSPRNG or numpy.random.Generator
+        ``None``/OS_CSPRNG: a release (opendp's samplers); a seeded Generator:
+        a simulation, whose domain is marked ``source="data"``.
+
+    Returns
+    -------
+    Domain
+        Attributes in ``spec`` order; ``source="discovered"`` (or ``"data"``
+        for a simulation) and ``spent`` = ``(attribute, ε, δ)`` per attribute.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a bad spec, ε, δ (e.g. δ = 0 with a categorical attribute), or
+        if no category of an attribute reaches the threshold (its ε was spent).
+    BudgetExceededError
+        If the whole discovery does not fit the budget (nothing drawn).
+    """
+    frame = records.records if isinstance(records, Table) else records
+    source = samplers.OS_CSPRNG if rng is None else rng
+    samplers.check_source(source)
+    data = PrivateRecords(frame, ledger)
+    items = _spec_items(spec, data.columns)
+    eps = float(epsilon)
+    if not (math.isfinite(eps) and eps > 0):
+        raise ValueError(f"discovery needs a total ε > 0, got {epsilon!r}")
+    dlt = float(delta)
+    n_cat = sum(1 for _, it in items if it["kind"] == "categorical")
+    if n_cat and not 0.0 < dlt < 0.5:
+        raise ValueError(f"discovering categories needs 0 < δ < 1/2 (partition selection is (ε, δ)-DP), "
+                         f"got delta={delta!r}")
+    if not n_cat and dlt != 0.0:
+        raise ValueError("delta is spent only on categorical attributes; give delta=0 for numeric ones")
+    eps_a, dlt_a = eps / len(items), (dlt / n_cat if n_cat else 0.0)
+    data.ledger.check_cost(eps, dlt, math.inf if n_cat else None,
+                           label=f"domain discovery of {len(items)} attribute(s)")
+    attrs, spent = [], []
+    for name, it in items:
+        label = f"domain discovery: {name!r}"
+        if it["kind"] == "categorical":
+            cats = data.select_categories(name, eps_a, dlt_a, source, label)
+            spent.append((name, eps_a, dlt_a))
+            if not cats:
+                raise ValueError(f"no category of {name!r} reached the partition-selection threshold "
+                                 f"(ε = {eps_a:.4g} spent): give more ε or δ, or declare its categories")
+            attrs.append(Attribute(name, categories=tuple(cats)))
+        else:
+            c = it["candidates"]
+            lo = data.quantile(name, c, it["quantiles"][0], eps_a / 2.0, source, label)
+            hi = data.quantile(name, c, it["quantiles"][1], eps_a / 2.0, source, label)
+            spent.append((name, eps_a, 0.0))
+            lo, hi = min(lo, hi), max(lo, hi)
+            if hi == lo:  # post-processing: widen to the next public candidate
+                k = int(np.searchsorted(c, lo))
+                lo, hi = (lo, float(c[k + 1])) if k + 1 < c.size else (float(c[k - 1]), hi)
+            attrs.append(Attribute(name, edges=tuple(np.linspace(lo, hi, it["bins"] + 1))))
+    return Domain(tuple(attrs), "discovered" if samplers.is_release(source) else "data", tuple(spent))
