@@ -243,6 +243,8 @@ CASES: list[Case] = [
       "LimitExceededError: spec_depth"),
     C("spec_yaml_nested_100k", "spec.loads('[' * 100_000 + ']' * 100_000, 'yaml')",
       "LimitExceededError: spec_depth"),
+    C("spec_yaml_flow_after_key_2000", "spec.loads('a: ' + '[' * 2000, 'yaml')",
+      "LimitExceededError: spec_depth"),
     C("spec_auto_nested_100k", "spec.loads('{\"a\":' * 100_000 + '1' + '}' * 100_000)",
       "LimitExceededError: spec_depth"),
     C("spec_dict_cycle", "d = {'domain': [4]}\nd['products'] = [d]\nspec.from_spec(d)",
