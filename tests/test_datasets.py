@@ -144,9 +144,9 @@ def test_default_dpbench_dir(monkeypatch, tmp_path):
         ([], "empty"),
         ([1.0, np.nan], r"NaN/inf.*x\[1\]"),
         ([1.0, np.inf], "NaN/inf"),
-        ([3, -1, 2], r"negative.*x\[1\] = -1.*>= 0"),
+        ([3, -1, 2], r"negative.*x\[1\][^=]*>= 0"),  # the index, never the value
         ([[1, 2], [3, -4]], r"negative.*x\[1, 1\]"),
-        ([1.0, 2.5], r"non-integer.*x\[1\] = 2.5.*whole numbers"),
+        ([1.0, 2.5], r"non-integer.*x\[1\][^=]*whole numbers"),
         (np.ones((2, 2, 2)), r"1D \(n,\) or 2D.*\(2, 2, 2\)"),
         (5, "1D"),
         (["a", "b"], "numeric"),
