@@ -51,8 +51,8 @@ def validate_counts(x, name: str = "x", *, counts: bool = True, domain=None) -> 
     calibrated to) is not representable, and sums of such values overflow
     towards inf and NaN answers.  It applies to weights too.  Every check is
     made on the values as given, before any conversion to float64: a
-    ``longdouble`` array in its own precision, an object array of Python
-    ints, ``Fraction``\ s or ``Decimal``\ s exactly, so a count above 2**53
+    ``longdouble`` array in its own precision, an object array (Python
+    ints, fractions, decimals) exactly, so a count above 2**53
     (or a fraction that float64 would round to a whole number) is refused,
     never rounded.
 
