@@ -271,8 +271,8 @@ def numeric_column(df: pd.DataFrame, column: str) -> np.ndarray:
         raise ValueError(f"column {column!r} must be numeric, got dtype {s.dtype}")
     missing = int(s.isna().sum())
     if missing:
-        raise ValueError(f"column {column!r} has {missing} missing (NaN) value(s) out of {len(s)} "
-                         "rows; drop or impute them explicitly first")
+        raise ValueError(f"column {column!r} has {missing} missing (NaN) value(s); "
+                         "drop or impute them explicitly first")
     return s.to_numpy(dtype=np.float64)
 
 
