@@ -124,6 +124,21 @@ def _refuse(mask: np.ndarray, name: str, what: str, allowed: str) -> None:
                          f"{where}); {allowed}")
 
 
+def _ratio(v):
+    """``v`` exactly as ``(numerator, denominator)`` of Python ints; ``None`` for inf/NaN; ``False``
+    for something that is not a real number."""
+    if isinstance(v, bool | np.bool_):
+        return int(v), 1
+    if not isinstance(v, numbers.Real | decimal.Decimal | np.integer | np.floating):
+        return False
+    try:
+        if isinstance(v, numbers.Integral | np.integer):
+            return int(v), 1
+        return v.as_integer_ratio() if hasattr(v, "as_integer_ratio") else (v.numerator, v.denominator)
+    except (OverflowError, ValueError):  # inf or NaN (float, numpy or Decimal)
+        return None
+
+
 def _validate_objects(a: np.ndarray, name: str, counts: bool, domain) -> np.ndarray:
     """:func:`validate_counts` for an object array, each entry read exactly as a ratio of Python ints."""
     if a.size == 0:
@@ -131,34 +146,29 @@ def _validate_objects(a: np.ndarray, name: str, counts: bool, domain) -> np.ndar
     if domain is not None:
         check_shape(a.shape, domain, name)
     limits.check("cells", a.size, f"{name}: cells")
-    ratios = np.empty(a.shape, dtype=object)
-    bad_type = np.zeros(a.shape, dtype=bool)
-    finite = np.ones(a.shape, dtype=bool)
-    for i, v in np.ndenumerate(a):
-        if isinstance(v, bool | np.bool_):
-            ratios[i] = (int(v), 1)
-            continue
-        if not isinstance(v, numbers.Real | decimal.Decimal | np.number) or isinstance(v, np.complexfloating):
-            bad_type[i] = True
-            continue
-        try:
-            ratios[i] = v.as_integer_ratio() if hasattr(v, "as_integer_ratio") else (int(v), 1) \
-                if isinstance(v, numbers.Integral | np.integer) else (v.numerator, v.denominator)
-        except (OverflowError, ValueError):  # inf or NaN (float, numpy or Decimal)
-            finite[i] = False
+    big_ = samplers.MAX_EXACT_INTEGER
+    if set(map(type, a.flat)) <= {int, bool}:  # Python ints (e.g. above int64): compared at C speed
+        _refuse(((a > big_) | (a < -big_)).astype(bool), name, "too large",
+                f"{'counts' if counts else 'weights'} must be at most 2**53 in magnitude")
+        if counts:
+            _refuse((a < 0).astype(bool), name, "negative", "counts must be >= 0")
+        return a.astype(np.float64)  # exact: whole numbers of magnitude <= 2**53
+    ratios = np.frompyfunc(_ratio, 1, 1)(a)
+    bad_type = np.frompyfunc(lambda r: r is False, 1, 1)(ratios).astype(bool)
     if bad_type.any():
         first = tuple(int(k) for k in np.argwhere(bad_type)[0])
         kind = type(a[first]).__name__
         raise ValueError(f"{name} must hold numeric counts: {int(bad_type.sum()):,} entr"
                          f"{'y is' if bad_type.sum() == 1 else 'ies are'} not a real number (the first, "
                          f"{name}[{', '.join(map(str, first))}], is a {kind})")
-    _refuse(~finite, name, "NaN/inf", "entries must be finite")
+    _refuse(np.frompyfunc(lambda r: r is None, 1, 1)(ratios).astype(bool), name, "NaN/inf",
+            "entries must be finite")
     num = np.frompyfunc(lambda r: r[0], 1, 1)(ratios)
     den = np.frompyfunc(lambda r: r[1], 1, 1)(ratios)
     if counts:
         _refuse((num < 0).astype(bool), name, "negative", "counts must be >= 0")
         _refuse((den != 1).astype(bool), name, "non-integer", "counts must be whole numbers")
-    big = np.frompyfunc(lambda p, q: abs(p) > samplers.MAX_EXACT_INTEGER * q, 2, 1)(num, den).astype(bool)
+    big = np.frompyfunc(lambda p, q: abs(p) > big_ * q, 2, 1)(num, den).astype(bool)
     _refuse(big, name, "too large", f"{'counts' if counts else 'weights'} must be at most 2**53 in magnitude")
     return np.frompyfunc(lambda p, q: float(fractions.Fraction(p, q)), 2, 1)(num, den).astype(np.float64)
 
