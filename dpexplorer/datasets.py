@@ -95,7 +95,7 @@ def _values(values, name: str) -> np.ndarray:
     a = a.astype(np.float64)
     bad = int((~np.isfinite(a)).sum())
     if bad:
-        raise ValueError(f"{name} has {bad} NaN/inf value(s) out of {a.size}; "
+        raise ValueError(f"{name} has {bad} NaN/inf value(s); "
                          "remove or impute them explicitly before binning")
     return a
 
@@ -143,7 +143,7 @@ def _edges(a: np.ndarray, bins, range, name: str) -> np.ndarray:
                              f"edges[{i}] = {edges[i]} >= edges[{i + 1}] = {edges[i + 1]}")
     out = int(((a < edges[0]) | (a > edges[-1])).sum())
     if out:
-        raise ValueError(f"{out} of {a.size} {name} fall outside [{edges[0]}, {edges[-1]}]; "
+        raise ValueError(f"{out} of the {name} fall outside the bin edges [{edges[0]}, {edges[-1]}]; "
                          "widen the range/edges or filter the data explicitly")
     return edges
 
@@ -271,8 +271,8 @@ def numeric_column(df: pd.DataFrame, column: str) -> np.ndarray:
         raise ValueError(f"column {column!r} must be numeric, got dtype {s.dtype}")
     missing = int(s.isna().sum())
     if missing:
-        raise ValueError(f"column {column!r} has {missing} missing (NaN) value(s) out of {len(s)} "
-                         "rows; drop or impute them explicitly first")
+        raise ValueError(f"column {column!r} has {missing} missing (NaN) value(s); "
+                         "drop or impute them explicitly first")
     return s.to_numpy(dtype=np.float64)
 
 

@@ -13,6 +13,10 @@ Every plot the app shows is a HoloViews object rendered by Bokeh (or a Panel
   label (``element``, ``element_group``, ``element_label``), and the element's own columns (HoloViews ``Element.dframe()``).
   Raw Bokeh models give the columns of their data sources.
 
+Every CSV the package writes (figures here, the explorer's release downloads)
+goes through :func:`safe_csv`, which neutralises text cells a spreadsheet
+would run as a formula.
+
 :func:`export_figure` picks the format from the file name.  Nothing here
 touches private data; HoloViews, Bokeh and Selenium are imported only when a
 function needs them.
@@ -21,18 +25,77 @@ function needs them.
 from __future__ import annotations
 
 import atexit
+import csv
 import os
 from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["FORMATS", "to_bokeh", "figure_frame", "export_csv", "export_png", "export_svg",
+__all__ = ["FORMATS", "FORMULA_PREFIXES", "safe_csv", "to_bokeh", "figure_frame", "export_csv", "export_png", "export_svg",
            "export_figure", "figure_bytes", "webdriver", "image_export_missing"]
 
 #: File formats :func:`export_figure` writes, by suffix.
 FORMATS = ("png", "svg", "csv")
 
 _DRIVER = None
+
+#: First characters that make a spreadsheet read a cell as a formula (OWASP, "CSV Injection").
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _neutral(value):
+    """A text value that starts like a formula, prefixed with ``'``; anything else unchanged."""
+    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
+        return "'" + value
+    return value
+
+
+def _comment(line) -> str:
+    """One ``# ...`` line: line breaks and other control characters written as escapes."""
+    text = "".join(c if c >= " " or c == "\t" else repr(c)[1:-1] for c in str(line))
+    return "# " + text + "\n"
+
+
+def safe_csv(frame: pd.DataFrame, path=None, comments=()) -> str:
+    """``frame`` as CSV text (no index) in which no cell can run as a spreadsheet formula.
+
+    Follows OWASP's rule against CSV injection ("CSV Injection", OWASP
+    Foundation): a text cell -- or column name -- that begins with ``=``, ``+``,
+    ``-``, ``@``, a tab or a carriage return gets a leading single quote
+    (``=cmd|' /C calc'!A0`` is written ``"'=cmd|' /C calc'!A0"``), and every text
+    cell is quoted (``csv.QUOTE_NONNUMERIC``: a carriage return inside a cell
+    cannot end its row).  Numbers are values, not text, and stay as they are,
+    unquoted: ``-3.5`` is written ``-3.5``.  Category
+    labels read from data, dataset and attribute names are text and so are
+    neutralised however they look (a label ``"+1"`` is written ``'+1``).
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        Any shape; column dtypes other than object, string and category are
+        written by pandas unchanged.
+    path : str or Path, optional
+        Also write the text there (UTF-8).
+    comments : iterable of str
+        Lines written first, each as ``# line`` (read back with
+        ``pandas.read_csv(..., comment="#")``); control characters in them are
+        escaped, so a value cannot start a new row.
+
+    Returns
+    -------
+    str
+        The CSV text, ``\\n`` line ends.
+    """
+    out = frame.copy(deep=False)
+    for col in out.columns:
+        if not (pd.api.types.is_numeric_dtype(out[col]) or pd.api.types.is_datetime64_any_dtype(out[col])):
+            out[col] = out[col].astype(object).map(_neutral)
+    out.columns = [_neutral(c) for c in out.columns]
+    body = out.to_csv(index=False, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)
+    text = "".join(_comment(line) for line in comments) + body
+    if path is not None:
+        Path(path).write_text(text, encoding="utf-8")
+    return text
 
 
 def _unwrap(fig):
@@ -144,7 +207,7 @@ def figure_frame(fig) -> pd.DataFrame:
 
 
 def export_csv(fig, path) -> Path:
-    """Write :func:`figure_frame` of ``fig`` to a CSV file (``pandas.DataFrame.to_csv``, no index).
+    """Write :func:`figure_frame` of ``fig`` to a CSV file (:func:`safe_csv`, no index).
 
     Returns
     -------
@@ -152,7 +215,7 @@ def export_csv(fig, path) -> Path:
         ``path``.
     """
     path = Path(path)
-    figure_frame(fig).to_csv(path, index=False)
+    safe_csv(figure_frame(fig), path)
     return path
 
 
@@ -229,6 +292,7 @@ def _quit() -> None:
             _DRIVER.quit()
         finally:
             _DRIVER = None
+
 
 
 def export_png(fig, path, *, width: int | None = None, height: int | None = None,

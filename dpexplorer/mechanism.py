@@ -51,7 +51,7 @@ from .privacy.samplers import check_source, is_release
 from .privacy.tables import PrivateTable, check_out_of_domain
 from .queries import limits
 from .queries.domain import DATA_DOMAIN_REFUSAL, PublicTable, Table
-from .queries.matrix import Identity, Matrix, Ones, as_matrix
+from .queries.matrix import Identity, Matrix, Ones, as_matrix, check_has_queries
 
 __all__ = ["Reconstructor", "reconstruct", "run", "Release", "release", "simulate",
            "confidence_half_widths", "DENSE_RECONSTRUCT_LIMIT", "EXACT_CI_LIMIT"]
@@ -639,6 +639,7 @@ def _make(x, W, mechanism, noise, source, ledger, params, counts, seed,
         raise ValueError("a release needs a noise model, e.g. dpx.Laplace(1.0)")
     noise = check_noise(noise)
     W = as_matrix(W)
+    check_has_queries(W, "release")
     if params is not None and not isinstance(params, dict):
         raise TypeError(f"params must be a dict of the mechanism's parameters, got {type(params).__name__} "
                         f"{params!r}")

@@ -193,7 +193,7 @@ def test_workload_and_compare_controls(page):  # noqa: F811
         bars_export.get_by_role("button", name="CSV").click()
     assert info.value.suggested_filename == "dpexplorer-compare-rmse-bars.csv"
     csv = Path(info.value.path()).read_text()
-    assert csv.startswith("element,element_group,element_label") and "HB" in csv
+    assert csv.startswith('"element","element_group","element_label"') and "HB" in csv
     with page.expect_download(timeout=READY_MS) as info:
         bars_export.get_by_role("button", name="PNG").click()
     assert info.value.suggested_filename == "dpexplorer-compare-rmse-bars.png"

@@ -144,9 +144,9 @@ def test_default_dpbench_dir(monkeypatch, tmp_path):
         ([], "empty"),
         ([1.0, np.nan], r"NaN/inf.*x\[1\]"),
         ([1.0, np.inf], "NaN/inf"),
-        ([3, -1, 2], r"negative.*x\[1\] = -1.*>= 0"),
+        ([3, -1, 2], r"negative.*x\[1\][^=]*>= 0"),  # the index, never the value
         ([[1, 2], [3, -4]], r"negative.*x\[1, 1\]"),
-        ([1.0, 2.5], r"non-integer.*x\[1\] = 2.5.*whole numbers"),
+        ([1.0, 2.5], r"non-integer.*x\[1\][^=]*whole numbers"),
         (np.ones((2, 2, 2)), r"1D \(n,\) or 2D.*\(2, 2, 2\)"),
         (5, "1D"),
         (["a", "b"], "numeric"),
@@ -220,8 +220,8 @@ def test_histogram_counts_rows():
         ([1, 2], [0], None, ">= 2 finite"),
         ([1, 2], "auto", None, "int or a sequence"),
         ([1, 2], 2.5, None, "int or a sequence"),
-        ([1, 2, 5, 6], [0, 3, 4], None, "2 of 4 values fall outside"),
-        ([1, 2, 5], 3, (0, 4), "1 of 3 values fall outside"),
+        ([1, 2, 5, 6], [0, 3, 4], None, "2 of the values fall outside"),
+        ([1, 2, 5], 3, (0, 4), "1 of the values fall outside"),
         ([1, 2], 3, (4, 0), "lo < hi"),
         ([1, 2], [0, 1, 2], (0, 2), "range cannot be combined"),
     ],
@@ -240,7 +240,7 @@ def test_histogram2d():
     assert grid.shape == (2, 4) and np.array_equal(xe, [0, 1, 2]) and grid.sum() == 4
     with pytest.raises(ValueError, match="equal length"):
         ds.histogram2d([1, 2], [1], 2)
-    with pytest.raises(ValueError, match="1 of 4 y_values fall outside"):
+    with pytest.raises(ValueError, match="1 of the y_values fall outside"):
         ds.histogram2d(x, y, ([0, 2], [0, 1.5]))
     with pytest.raises(ValueError, match="one entry per axis"):
         ds.histogram2d(x, y, ([0, 1, 2], 3, 4))

@@ -60,7 +60,7 @@ def test_csv_round_trip(tmp_path):
 
 def test_figure_bytes_for_download_buttons():
     data = figures.figure_bytes(_figure(), "csv")
-    assert data.decode().splitlines()[0].startswith("element,element_group,element_label")
+    assert data.decode().splitlines()[0].startswith('"element","element_group","element_label"')
     with pytest.raises(ValueError, match="format"):
         figures.figure_bytes(_figure(), "gif")
 
@@ -125,3 +125,41 @@ def test_an_app_figure_exports(tmp_path):
     np.testing.assert_array_equal(curves["z"].to_numpy(), frame["z"].to_numpy())
     assert (df["element"] == "VLine").sum() == 4
     assert figures.export_png(fig, tmp_path / "noise.png", width=400, height=250).stat().st_size > 1000
+
+
+# ------------------------------------------------------------------ CSV injection
+@pytest.mark.parametrize("label", ["=cmd|' /C calc'!A0", "=cmd|calc!A1", "+1", "@x", "-x", "\tx", "\rx",
+                                   "=1+1\n=2"])
+def test_safe_csv_neutralises_formula_cells(label):
+    """OWASP's rule: a text cell starting with = + - @ tab or CR gets a leading ' (and is quoted)."""
+    import io as _io
+
+    df = pd.DataFrame({"label": [label, "ok"], "cat": pd.Categorical([label, "b"]),
+                       label: [1.5, -3.5]})
+    text = figures.safe_csv(df, comments=[f"dataset: {label}"])
+    back = pd.read_csv(_io.StringIO(text), comment="#")
+    assert list(back.columns) == ["label", "cat", "'" + label]
+    assert back["label"].tolist() == ["'" + label, "ok"]
+    assert back["cat"].tolist() == ["'" + label, "b"]
+    assert back["'" + label].tolist() == [1.5, -3.5]           # numbers stay numbers
+    assert "\n-3.5\n" not in text and ",-3.5\n" in text       # written unquoted, as a number
+    import csv as _csv
+
+    for row in _csv.reader(_io.StringIO(text.split("\n", 1)[1])):  # no cell starts like a formula
+        for cell in row:
+            assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")) or cell == "-3.5", row
+    assert text.startswith("# dataset: ") and text.count("\n#") == 0  # the comment stays one line
+
+
+def test_safe_csv_keeps_numbers_and_plain_text():
+    df = pd.DataFrame({"a": ["x", "a-b", "1"], "n": [-1, 0, 2], "f": [-0.5, np.nan, 1e-300]})
+    text = figures.safe_csv(df)
+    assert text.splitlines() == ['"a","n","f"', '"x",-1,-0.5', '"a-b",0,""', '"1",2,1e-300']
+
+
+def test_figure_csv_neutralises_labels(tmp_path):
+    curve = hv.Curve(pd.DataFrame({"cell": ["=cmd|calc!A1", "@x"], "y": [-1.0, 2.0]}), "cell", "y",
+                     label="=HYPERLINK(1)")
+    text = figures.export_csv(curve, tmp_path / "f.csv").read_text()
+    assert "'=cmd|calc!A1" in text and "'@x" in text and "'=HYPERLINK(1)" in text
+    assert ",-1.0" in text

@@ -243,6 +243,8 @@ CASES: list[Case] = [
       "LimitExceededError: spec_depth"),
     C("spec_yaml_nested_100k", "spec.loads('[' * 100_000 + ']' * 100_000, 'yaml')",
       "LimitExceededError: spec_depth"),
+    C("spec_yaml_flow_after_key_2000", "spec.loads('a: ' + '[' * 2000, 'yaml')",
+      "LimitExceededError: spec_depth"),
     C("spec_auto_nested_100k", "spec.loads('{\"a\":' * 100_000 + '1' + '}' * 100_000)",
       "LimitExceededError: spec_depth"),
     C("spec_dict_cycle", "d = {'domain': [4]}\nd['products'] = [d]\nspec.from_spec(d)",
@@ -443,6 +445,30 @@ CASES: list[Case] = [
     C("release_weights_ok", "r = dpx.simulate(X16 - 0.5, W16, 'hb', L, seed=0, counts=False)\n"
       "assert np.isfinite(r.answers).all()", "ok"),
     C("release_int_2pow62", "dpx.release(np.full(16, 2**62), W16, 'hb', L)", "ValueError: 2**53"),
+    C("release_longdouble_2pow53_plus_1", "x = X16.astype(np.longdouble)\nx[3] = np.longdouble(2**53) + 1\n"
+      "dpx.release(x, W16, 'hb', L)", "ValueError: 2**53"),
+    C("release_longdouble_half", "x = X16.astype(np.longdouble)\nx[3] = np.longdouble(2**52) + np.longdouble(0.5)\n"
+      "dpx.release(x, W16, 'hb', L)", "ValueError: whole numbers"),
+    C("release_decimal_2pow53_plus_1", "from decimal import Decimal\nx = np.array([Decimal(int(v)) for v in X16], dtype=object)\n"
+      "x[3] = Decimal(2**53 + 1)\ndpx.release(x, W16, 'hb', L)", "ValueError: 2**53"),
+    C("release_object_int_2pow53_plus_1", "x = np.array([int(v) for v in X16], dtype=object)\nx[3] = 2**53 + 1\n"
+      "dpx.release(x, W16, 'hb', L)", "ValueError: 2**53"),
+    C("release_list_int_2pow70", "dpx.release([1] * 15 + [2**70], W16, 'hb', L)", "ValueError: 2**53"),
+    C("release_object_decimals_ok", "from decimal import Decimal\n"
+      "r = dpx.simulate(np.array([Decimal(int(v)) for v in X16], dtype=object), W16, 'hb', L, seed=0)\n"
+      "assert np.isfinite(r.answers).all()", "ok"),
+    C("release_zero_row_workload", "dpx.release(X16, np.zeros((0, 16)), 'identity', L)", "ValueError: no queries"),
+    C("release_zero_row_workload_dawa", "dpx.release(X16, np.zeros((0, 16)), 'dawa', L)", "ValueError: no queries"),
+    C("compare_zero_row_workload", "dpx.compare(np.zeros((0, 16)), L)", "ValueError: no queries"),
+    C("rmse_zero_row_workload", "dpx.rmse(np.zeros((0, 16)), wl.identity(16), L)", "ValueError: no queries"),
+    C("release_workload_1e300", "dpx.release(X16, np.full((4, 16), 1e300), 'identity', L)", "ValueError: overflows"),
+    C("compare_workload_1e300", "dpx.compare(np.full((4, 16), 1e300), L)", "ValueError: overflows"),
+    C("rmse_strategy_1e300", "dpx.rmse(W16, np.eye(16) * 1e300, L)", "ValueError: overflows"),
+    C("per_query_strategy_1e300", "dpx.per_query_rmse(W16, np.eye(16) * 1e300, L)", "ValueError: overflows"),
+    C("release_strategy_1e300", "dpx.release(X16, W16, np.eye(16) * 1e300, L)", "ValueError: overflows"),
+    C("release_strategy_1e150_laplace", "dpx.release(X16, W16, np.eye(16) * 1e150, L)", "ValueError: 2**53"),
+    C("release_strategy_1e150_gaussian",
+      "dpx.release(X16, W16, np.eye(16) * 1e150, dpx.Gaussian(1.0, 1e-6, calibration='zcdp'))", "ValueError: 2**53"),
     C("release_nan", "x = X16.copy()\nx[2] = np.nan\ndpx.release(x, W16, 'hb', L)", "ValueError: NaN"),
     C("release_empty", "dpx.release(np.array([]), W16, 'hb', L)", "ValueError: empty"),
     C("release_str_data", "dpx.release('abc', W16, 'hb', L)", "ValueError: numeric"),

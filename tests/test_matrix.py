@@ -151,3 +151,18 @@ def test_kronecker_workload_domain():
     K = workloads.kron([workloads.prefix(3), workloads.identity_total(4), workloads.total(2)])
     assert K.domain == (3, 4, 2)
     assert K.shape == (3 * 5 * 1, 24)
+
+
+# ------------------------------------------------------------ overflow and empty workloads
+@pytest.mark.parametrize("make", [lambda A: mx.Dense(A), lambda A: mx.Sparse(A)])
+def test_gram_that_overflows_is_a_clear_error(make):
+    M = make(np.full((3, 4), 1e200))  # finite entries, products of 1e400
+    with pytest.raises(ValueError, match="overflows float64"):
+        M.gram()
+    assert np.isfinite(make(np.full((3, 4), 1e150)).gram().dense()).all()  # 3e300 still fits
+
+
+def test_check_has_queries():
+    mx.check_has_queries(mx.Dense(np.ones((1, 4))), "x")
+    with pytest.raises(ValueError, match=r"release: the workload 'dense' has no queries \(shape \(0, 4\)\)"):
+        mx.check_has_queries(mx.Dense(np.zeros((0, 4))), "release")

@@ -277,3 +277,37 @@ def _kron_dense(factors, domain):
     for f, n in zip(factors, domain, strict=True):
         out = np.kron(out, wl.block(f, n).dense())
     return out
+
+
+# ------------------------------------------------------- flow depth read before parsing
+@pytest.mark.parametrize("text, depth", [
+    ("[[1]]", 2), ("a: [b, [c]]", 2), ("- [a]\n- {b: [c]}", 2), ('{"a": [{"b": "]]]"}]}', 3),
+    ("name: a[1]", 0),                    # a bracket inside a plain scalar opens nothing
+    ("a: it's [x", 0),                    # nor does a quote inside one
+    ("name: 'a[[['", 0), ('x: "[[\\"[["', 0), ("['it''s [', [1]]", 2),   # quoted scalars, escapes
+    ("# [[[\n[1]", 1), ("[a # [[\n, b]", 1),                             # comments
+    ("[a 'b, [c]]", 2), ("k: &x [1]", 1), ("k: !!seq [1]", 1),           # plain, anchor, tag
+    ("a: |\n  [[[[\n  ]\nb: [1]", 1), ("a: >-\n   [[\n  q\nb: [[1]]", 2),  # block scalars skipped
+    ("[" * 100_000 + "]" * 100_000, 100_000),
+])
+def test_flow_depth_matches_the_parser(text, depth):
+    from dpexplorer.queries.spec import _flow_depth
+    assert _flow_depth(text) == depth
+    try:  # where the text parses, the parser's own nesting agrees
+        doc = yaml.safe_load(text) if depth < 1000 else None
+    except yaml.YAMLError:
+        return
+    if doc is not None:
+        def flow(o, d=0):
+            kids = list(o.values()) + list(o.keys()) if isinstance(o, dict) else o if isinstance(o, list) else []
+            return max([d] + [flow(k, d + 1) for k in kids if isinstance(k, dict | list)])
+        assert flow(doc) + (isinstance(doc, dict | list)) >= depth
+
+
+@pytest.mark.parametrize("text", ["a: " + "[" * 2000, "[" * 2000 + "]" * 2000, '{"a":' * 1500 + "1" + "}" * 1500])
+def test_deep_flow_text_hits_the_limit_before_the_parser(text):
+    """libyaml (PyYAML 6.0.4) refuses 1,000 flow levels on one line with its own error; ours comes first."""
+    from dpexplorer.queries.limits import LimitExceededError
+    for fmt in ("yaml", None):
+        with pytest.raises(LimitExceededError, match="spec_depth"):
+            loads(text, fmt)

@@ -250,3 +250,14 @@ def test_png_and_svg_of_a_page_figure():
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     svg = page.exports["privacy-accuracy"].buttons()["svg"].callback().getvalue()
     assert svg.lstrip().startswith(b"<svg")
+
+
+def test_csv_download_neutralises_formula_labels():
+    """The CSV button writes through figures.safe_csv: labels that start like a formula get a quote."""
+    bars = hv.Bars(pd.DataFrame({"mechanism": ["=cmd|calc!A1", "+1", "@x", "-x", "HB"],
+                                 "rmse": [1.5, -2.0, 3.0, 4.0, 5.0]}), "mechanism", "rmse")
+    exp = FigureExport("test", "bars", lambda: bars)
+    text = exp.buttons()["csv"].callback().getvalue().decode()
+    back = pd.read_csv(io.StringIO(text))
+    assert back["mechanism"].tolist() == ["'=cmd|calc!A1", "'+1", "'@x", "'-x", "HB"]
+    assert back["rmse"].tolist() == [1.5, -2.0, 3.0, 4.0, 5.0] and ",-2.0" in text

@@ -45,6 +45,7 @@ from ..queries.matrix import (
     VStack,
     Weighted,
     as_matrix,
+    check_has_queries,
 )
 
 __all__ = [
@@ -175,8 +176,20 @@ def _dense_gram(M: Matrix, what: str) -> np.ndarray:
         ) from exc
 
 
+def _squared_sensitivity(A: Matrix, p: int) -> float:
+    """``Δ_p(A)²``, or a ValueError when it is not a finite float64 (entries near 1e154 and above)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = A.sensitivity(p)
+    if math.isfinite(s) and s * s < math.inf:
+        return s * s
+    raise ValueError(f"strategy {A.name!r}: its L{p} sensitivity ({s:.3g}) squared overflows float64; "
+                     f"scale the strategy down -- its error does not depend on its scale: "
+                     f"Δ(cA)²·tr(WᵀW ((cA)ᵀcA)⁺) = Δ(A)²·tr(WᵀW (AᵀA)⁺)")
+
+
 def _trace_and_support(W: Matrix, A: Matrix) -> float:
     """``tr(WᵀW (AᵀA)⁺)``, raising if ``A`` does not support ``W``."""
+    check_has_queries(W, "expected error")
     if W.n != A.n:
         raise ValueError(
             f"workload has {W.n} cells but strategy has {A.n}: they must share the domain"
@@ -249,7 +262,8 @@ def unit_tse(W, A, norm: int = 1) -> float:
         If ``A`` does not support ``W``.
     """
     W, A = as_matrix(W), as_matrix(A)
-    return A.sensitivity(norm) ** 2 * _trace_and_support(W, A)
+    trace = _trace_and_support(W, A)
+    return _squared_sensitivity(A, norm) * trace
 
 
 def expected_tse(W, A, noise: NoiseModel) -> float:
@@ -299,7 +313,8 @@ def per_query_variance(W, A, noise: NoiseModel) -> np.ndarray:
     check_noise(noise)
     W, A = as_matrix(W), as_matrix(A)
     limits.check("queries", W.m, f"per-query error: queries of workload {W.name!r}")
-    scale = noise.variance_per_unit * A.sensitivity(noise.norm) ** 2
+    check_has_queries(W, "per-query error")
+    scale = noise.variance_per_unit * _squared_sensitivity(A, noise.norm)
     hook = getattr(A, "workload_row_variances", None)
     if hook is not None:  # implicit strategies: diag(W (AᵀA)⁺ Wᵀ) without n × n matrices
         value = hook(W)
@@ -357,6 +372,7 @@ def svdb(W) -> float:
         For a non-Kronecker workload whose domain is too large for a dense Gram.
     """
     W = as_matrix(W)
+    check_has_queries(W, "SVD bound")
     for rule in _SVDB_RULES:  # implicit forms (e.g. marginal workloads, dpexplorer.strategies.marginals)
         value = rule(W)
         if value is not None:
@@ -385,7 +401,12 @@ def _dense_gram_eigenvalues(W: Matrix) -> np.ndarray:
             raise MatrixTooLargeError(
                 f"SVD bound: a dense {small} × {small} Gram is above the size limit")
         D = W.array
-        C = D.T @ D if W.m >= W.n else D @ D.T
+        with np.errstate(over="ignore", invalid="ignore"):
+            C = D.T @ D if W.m >= W.n else D @ D.T
+        if not np.isfinite(C).all():
+            raise ValueError(f"SVD bound: the Gram matrix of {W.name!r} {W.shape} overflows float64 "
+                             f"(entries above ~1.3e154 in magnitude); scale the workload down (the "
+                             f"bound scales with the square of a weight)")
         return np.linalg.eigvalsh(C)
     return np.linalg.eigvalsh(_dense_gram(W, "SVD bound"))
 

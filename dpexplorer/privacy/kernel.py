@@ -26,7 +26,10 @@ its budget.
 from __future__ import annotations
 
 import datetime as _dt
+import decimal
+import fractions
 import math
+import numbers
 
 import numpy as np
 
@@ -46,13 +49,22 @@ def validate_counts(x, name: str = "x", *, counts: bool = True, domain=None) -> 
     The bound 2**53 is where float64 stops holding every whole number: above
     it adding or removing one record (a change of 1, the unit the noise is
     calibrated to) is not representable, and sums of such values overflow
-    towards inf and NaN answers.  It applies to weights too.
+    towards inf and NaN answers.  It applies to weights too.  Every check is
+    made on the values as given, before any conversion to float64: a
+    ``longdouble`` array in its own precision, an object array (Python
+    ints, fractions, decimals) exactly, so a count above 2**53
+    (or a fraction that float64 would round to a whole number) is refused,
+    never rounded.
+
+    Messages name ``name``, the number of offending entries and the index of
+    the first (a cell of the public domain), never a value read from ``x``.
 
     Parameters
     ----------
     x : array_like, any shape
         Counts (int, or float with whole values), e.g. a histogram over the
-        workload's domain.
+        workload's domain; an object array of real numbers (``int``,
+        ``Fraction``, ``Decimal``, numpy scalars) is read exactly.
     name : str
         Name used in error messages.
     counts : bool
@@ -77,28 +89,88 @@ def validate_counts(x, name: str = "x", *, counts: bool = True, domain=None) -> 
         or (with ``domain``) another shape.
     """
     a = np.asarray(x)
+    if a.dtype.kind == "O":
+        return _validate_objects(a, name, counts, domain)
     if a.dtype.kind not in "biuf":
         raise ValueError(f"{name} must hold numeric counts, got dtype {a.dtype}")
     if a.size == 0:
         raise ValueError(f"{name} is empty (shape {a.shape}); it needs at least one cell")
     if domain is not None:
         check_shape(a.shape, domain, name)
-    if a.dtype.kind in "iu" and np.abs(a).max() > samplers.MAX_EXACT_INTEGER:
-        raise ValueError(f"{name} has counts above 2**53 that float64 cannot hold exactly")
+    if a.dtype.kind in "iu":  # exact in the integer type (np.abs would wrap int64's minimum)
+        big = (a > samplers.MAX_EXACT_INTEGER) | (a < -samplers.MAX_EXACT_INTEGER)
+        _refuse(big, name, "too large", "counts above 2**53 cannot be held exactly in float64"
+                if counts else "weights must be at most 2**53 in magnitude")
+    chk = a if a.dtype.kind == "f" else None  # floats checked in their own precision (longdouble)
     out = np.array(a, dtype=np.float64, copy=True)
-    checks = [(~np.isfinite(out), "NaN/inf", "entries must be finite")]
+    chk = out if chk is None else chk
+    masks = [(~np.isfinite(chk), "NaN/inf", "entries must be finite")]
     if counts:
-        checks += [(out < 0, "negative", "counts must be >= 0"),
-                   (out != np.round(out), "non-integer", "counts must be whole numbers")]
-    checks.append((np.abs(out) > samplers.MAX_EXACT_INTEGER, "too large",
-                   f"{'counts' if counts else 'weights'} must be at most 2**53 in magnitude"))
-    for mask, what, allowed in checks:
-        if mask.any():
-            n, first = int(mask.sum()), tuple(int(i) for i in np.argwhere(mask)[0])
-            where = f"{name}[{', '.join(map(str, first))}]" if first else name
-            raise ValueError(f"{name} has {n} {what} entr{'y' if n == 1 else 'ies'}, first "
-                             f"{where} = {out[first]}; {allowed}")
+        masks += [(chk < 0, "negative", "counts must be >= 0"),
+                  (np.isfinite(chk) & (chk != np.round(chk)), "non-integer", "counts must be whole numbers")]
+    masks.append((np.abs(chk) > samplers.MAX_EXACT_INTEGER, "too large",
+                  f"{'counts' if counts else 'weights'} must be at most 2**53 in magnitude"))
+    for mask, what, allowed in masks:
+        _refuse(mask, name, what, allowed)
     return out
+
+
+def _refuse(mask: np.ndarray, name: str, what: str, allowed: str) -> None:
+    """ValueError naming how many entries ``mask`` flags and the first one's index, never a value."""
+    if mask.any():
+        n, first = int(mask.sum()), tuple(int(i) for i in np.argwhere(mask)[0])
+        where = f"{name}[{', '.join(map(str, first))}]" if first else name
+        raise ValueError(f"{name} has {n:,} {what} entr{'y' if n == 1 else 'ies'} (the first is "
+                         f"{where}); {allowed}")
+
+
+def _ratio(v):
+    """``v`` exactly as ``(numerator, denominator)`` of Python ints; ``None`` for inf/NaN; ``False``
+    for something that is not a real number."""
+    if isinstance(v, bool | np.bool_):
+        return int(v), 1
+    if not isinstance(v, numbers.Real | decimal.Decimal | np.integer | np.floating):
+        return False
+    try:
+        if isinstance(v, numbers.Integral | np.integer):
+            return int(v), 1
+        return v.as_integer_ratio() if hasattr(v, "as_integer_ratio") else (v.numerator, v.denominator)
+    except (OverflowError, ValueError):  # inf or NaN (float, numpy or Decimal)
+        return None
+
+
+def _validate_objects(a: np.ndarray, name: str, counts: bool, domain) -> np.ndarray:
+    """:func:`validate_counts` for an object array, each entry read exactly as a ratio of Python ints."""
+    if a.size == 0:
+        raise ValueError(f"{name} is empty (shape {a.shape}); it needs at least one cell")
+    if domain is not None:
+        check_shape(a.shape, domain, name)
+    limits.check("cells", a.size, f"{name}: cells")
+    big_ = samplers.MAX_EXACT_INTEGER
+    if set(map(type, a.flat)) <= {int, bool}:  # Python ints (e.g. above int64): compared at C speed
+        _refuse(((a > big_) | (a < -big_)).astype(bool), name, "too large",
+                f"{'counts' if counts else 'weights'} must be at most 2**53 in magnitude")
+        if counts:
+            _refuse((a < 0).astype(bool), name, "negative", "counts must be >= 0")
+        return a.astype(np.float64)  # exact: whole numbers of magnitude <= 2**53
+    ratios = np.frompyfunc(_ratio, 1, 1)(a)
+    bad_type = np.frompyfunc(lambda r: r is False, 1, 1)(ratios).astype(bool)
+    if bad_type.any():
+        first = tuple(int(k) for k in np.argwhere(bad_type)[0])
+        kind = type(a[first]).__name__
+        raise ValueError(f"{name} must hold numeric counts: {int(bad_type.sum()):,} entr"
+                         f"{'y is' if bad_type.sum() == 1 else 'ies are'} not a real number (the first, "
+                         f"{name}[{', '.join(map(str, first))}], is a {kind})")
+    _refuse(np.frompyfunc(lambda r: r is None, 1, 1)(ratios).astype(bool), name, "NaN/inf",
+            "entries must be finite")
+    num = np.frompyfunc(lambda r: r[0], 1, 1)(ratios)
+    den = np.frompyfunc(lambda r: r[1], 1, 1)(ratios)
+    if counts:
+        _refuse((num < 0).astype(bool), name, "negative", "counts must be >= 0")
+        _refuse((den != 1).astype(bool), name, "non-integer", "counts must be whole numbers")
+    big = np.frompyfunc(lambda p, q: abs(p) > big_ * q, 2, 1)(num, den).astype(bool)
+    _refuse(big, name, "too large", f"{'counts' if counts else 'weights'} must be at most 2**53 in magnitude")
+    return np.frompyfunc(lambda p, q: float(fractions.Fraction(p, q)), 2, 1)(num, den).astype(np.float64)
 
 
 def check_shape(shape, domain, name: str = "x") -> None:

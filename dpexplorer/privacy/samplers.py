@@ -126,7 +126,16 @@ def opendp_laplace_epsilon(scale: float, sensitivity: float, discrete: bool = Fa
     The kernel checks it against its own accounting (``Δ₁/b``) before drawing.
     For the discrete sampler Δ₁ is rounded up to a whole number (the answers
     are integers, so neighbours differ by whole numbers).
+
+    Raises
+    ------
+    ValueError
+        For the discrete sampler, if Δ₁ is above 2**53 (opendp's distance is an
+        ``i64``, and the answers it perturbs must be exact in float64).
     """
+    if discrete and not sensitivity <= MAX_EXACT_INTEGER:  # opendp's i64 distance; answers stay below 2**53
+        raise ValueError(f"the discrete samplers need a whole-number L1 sensitivity below 2**53, got "
+                         f"{sensitivity:.3g}; scale the strategy down (its error does not depend on its scale)")
     d_in = int(math.ceil(sensitivity - 1e-9)) if discrete else float(sensitivity)
     return float(_laplace_measurement(float(scale), discrete).map(d_in))
 

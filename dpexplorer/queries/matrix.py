@@ -238,8 +238,8 @@ class Matrix:
         _check_limit((self.n, self.n), None, f"Gram matrix of {self.name!r}")
         if self.m * self.n <= DENSE_LIMIT:
             D = self.dense()
-            return Dense(D.T @ D)
-        return Dense(self._rmatmat(self._matmat(np.eye(self.n))))
+            return _finite_gram(lambda: D.T @ D, self)
+        return _finite_gram(lambda: self._rmatmat(self._matmat(np.eye(self.n))), self)
 
     def column_norms(self, p: int = 1) -> np.ndarray:
         """Norm of every column, shape ``(n,)``.
@@ -301,6 +301,34 @@ class Matrix:
         return out
 
 
+def check_has_queries(W: Matrix, what: str) -> None:
+    """ValueError naming ``what`` if the workload ``W`` has no rows (shape ``(0, n)``).
+
+    Its error (a mean over queries) is undefined and a release would spend
+    budget to answer nothing.
+    """
+    if W.m == 0:
+        raise ValueError(f"{what}: the workload {W.name!r} has no queries (shape {W.shape}); "
+                         f"a workload needs at least one query row")
+
+
+def _finite_gram(product, M: Matrix) -> Dense:
+    """``Dense(product())`` for a Gram matrix ``MᵀM``, or a ValueError saying that it overflows.
+
+    Entries of ``M`` are finite (checked when it is built), but a product of
+    two entries above ~1.3e154 in magnitude is not: ``MᵀM`` then holds inf and
+    every error, sensitivity or reconstruction built on it would be meaningless.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        G = np.asarray(product(), dtype=float)
+    if not np.isfinite(G).all():
+        raise ValueError(f"the Gram matrix MᵀM of {M.name!r} {M.shape} overflows float64: products of its "
+                         f"entries exceed 1.8e308 (entries above ~1.3e154 in magnitude); scale the "
+                         f"matrix down (errors and releases do not depend on a strategy's scale, and a "
+                         f"workload's error scales with its weight)")
+    return Dense(G)
+
+
 def _check_p(p: int) -> None:
     if p not in (1, 2):
         raise ValueError(f"p must be 1 (L1, Laplace) or 2 (L2, Gaussian), got {p!r}")
@@ -356,7 +384,7 @@ class Dense(Matrix):
         return scipy.sparse.csr_array(self.array)
 
     def _gram(self):
-        return Dense(self.array.T @ self.array)
+        return _finite_gram(lambda: self.array.T @ self.array, self)
 
     def column_norms(self, p=1):
         _check_p(p)
@@ -405,8 +433,8 @@ class Sparse(Matrix):
         if self.m * self.n <= DENSE_LIMIT:
             # sparse × dense costs nnz·n, far less than a sparse × sparse product
             # whose result is nearly dense (hierarchical strategies)
-            return Dense(np.asarray(self.matrix.T @ self.matrix.toarray()))
-        return Dense((self.matrix.T @ self.matrix).toarray())
+            return _finite_gram(lambda: np.asarray(self.matrix.T @ self.matrix.toarray()), self)
+        return _finite_gram(lambda: (self.matrix.T @ self.matrix).toarray(), self)
 
     def column_norms(self, p=1):
         _check_p(p)

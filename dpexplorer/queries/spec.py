@@ -32,6 +32,7 @@ import copy
 import inspect
 import json
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -344,7 +345,9 @@ def loads(text: str, format: str | None = None) -> Matrix:
 
     The size of the text, its nesting depth and (YAML) its number of values
     with aliases expanded are checked before the document is built, so a
-    small text cannot make a huge document (see the module docstring).
+    small text cannot make a huge document (see the module docstring); the
+    depth of its flow brackets is measured before any parser reads it
+    (:func:`_flow_depth`), so a parser's own depth limit never answers first.
 
     Raises
     ------
@@ -359,6 +362,9 @@ def loads(text: str, format: str | None = None) -> Matrix:
     if not isinstance(text, str):
         raise ValueError(f"spec text must be a string, got {type(text).__name__}")
     _check_bytes(text)
+    if _flow_depth(text) > limits.current().spec_depth:  # before any parser sees the text
+        raise limits.LimitExceededError("spec_depth", "spec text: nesting depth (flow brackets)", None,
+                                        limits.current().spec_depth)
     data, reason = None, None
     if fmt in (None, "json"):
         try:
@@ -389,6 +395,109 @@ def _check_bytes(text: str) -> None:
     if 4 * len(text) > limit:
         size = len(text) if len(text) > limit else len(text.encode("utf-8", "surrogatepass"))
         limits.check("spec_bytes", size, "spec text: bytes")
+
+
+#: what the flow-depth scan stops at: quotes, comments, brackets, block-scalar indicators
+_FLOW_MARKS = re.compile(r"[\[\]{}'\"#|>]")
+
+
+def _flow_depth(text: str) -> int:
+    """Deepest nesting of flow collections (``[``, ``{``) in JSON or YAML text, read before parsing.
+
+    A parser may refuse deep text with its own error before any limit of
+    ours sees a node: libyaml (as bundled with PyYAML 6.0.4) stops at 1,000
+    flow levels with a ``ScannerError``, because its scanner reads a whole line
+    of ``[[[...`` ahead, looking for an implicit key (the YAML spec keeps
+    one on a single line of at most 1024 characters), before it emits the
+    first event that :func:`_scan_yaml` could count.  Block nesting
+    (indentation, ``- ``, ``? ``) is rolled one token at a time, so the event
+    count of :func:`_scan_yaml` measures it exactly.
+
+    The scan follows the YAML 1.2 spec's token rules (chapter 7, flow styles)
+    closely enough for this bound: quoted scalars (``'...'`` with ``''``
+    escapes, ``"..."`` with backslash escapes) begin only at the start of a
+    token; ``#`` starts a comment only after white space or at a line start;
+    outside flow collections a bracket opens one only at the start of a node
+    (line start, or after ``- ``, ``? ``, ``: ``, an anchor or a tag), elsewhere
+    it is part of a plain scalar such as ``name: a[1]``; the lines of a block
+    scalar (``|``, ``>``) are skipped.  One pass over the text; cost O(length).
+
+    Returns
+    -------
+    int
+        Flow levels open at the deepest point (0 for block-only YAML).
+    """
+    depth = deepest = 0
+    pos, n = 0, len(text)
+    while True:
+        m = _FLOW_MARKS.search(text, pos)
+        if m is None:
+            return deepest
+        i, c = m.start(), m.group()
+        pos = i + 1
+        j = i - 1  # the last character before i on this line that is not a space or tab
+        while j >= 0 and text[j] in " \t":
+            j -= 1
+        prev = "\n" if j < 0 else text[j]
+        spaced = j < i - 1
+        if c == "#":
+            if spaced or prev == "\n":
+                end = text.find("\n", i)
+                pos = n if end < 0 else end
+            continue
+        if depth:  # flow context: brackets always count; a quote begins a scalar after an indicator
+            start = prev in "[{,:?\n" or (spaced and _after_property(text, j))
+        else:  # block context: only at the start of a node
+            start = prev == "\n" or (spaced and prev in "-?:") or (spaced and _after_property(text, j))
+        if c in "'\"":
+            if start:
+                pos = _quoted_end(text, i)
+        elif c in "[{":
+            if depth or start:
+                depth += 1
+                deepest = max(deepest, depth)
+        elif c in "]}":
+            depth = max(depth - 1, 0)
+        elif not depth and start:  # "|" or ">": a block scalar; skip its more-indented lines
+            line = text.rfind("\n", 0, i) + 1
+            indent = len(text[line:i]) - len(text[line:i].lstrip(" "))
+            end = text.find("\n", i)
+            while end >= 0:
+                nxt = text.find("\n", end + 1)
+                body = text[end + 1:n if nxt < 0 else nxt]
+                if body.strip() and len(body) - len(body.lstrip(" ")) <= indent:
+                    break
+                end = nxt
+            pos = n if end < 0 else end
+
+
+def _after_property(text: str, j: int) -> bool:
+    """Whether the word ending at ``text[j]`` is an anchor (``&a``) or a tag (``!t``, ``!!seq``)."""
+    k = j
+    while k >= 0 and text[k] not in " \t\n[]{},":
+        k -= 1
+    return text[k + 1:k + 2] in ("&", "!")
+
+
+def _quoted_end(text: str, i: int) -> int:
+    """Index just past the quoted scalar opening at ``text[i]`` (the end of the text if unterminated)."""
+    q = text[i]
+    k = i + 1
+    while True:
+        k = text.find(q, k)
+        if k < 0:
+            return len(text)
+        if q == "'":
+            if text[k + 1:k + 2] == "'":  # '' is an escaped quote
+                k += 2
+                continue
+            return k + 1
+        b = k - 1  # a double quote preceded by an odd number of backslashes is escaped
+        while text[b] == "\\":
+            b -= 1
+        if (k - 1 - b) % 2 == 0:
+            return k + 1
+        k += 1
 
 
 def _scan_yaml(text: str) -> tuple[int, int]:

@@ -42,6 +42,7 @@ import param
 from bokeh.models.widgets.tables import NumberFormatter
 
 import dpexplorer as dpx
+from dpexplorer import figures
 from dpexplorer import mechanism as _mechanism
 from dpexplorer.core import registry
 from dpexplorer.privacy import PrivacyLedger, PrivateData
@@ -369,12 +370,11 @@ class ReleaseView(Page, param.Parameterized):
         Read back with ``pandas.read_csv(..., comment="#")``.
         """
         rel = self._release_or_raise()
-        lines = ["# dpexplorer release"]
+        lines = ["dpexplorer release"]
         for key, value in self.metadata().items():
             text = value if isinstance(value, str) else json.dumps(value)
-            lines.append(f"# {key}: {text}")
-        frame = rel.to_frame()
-        return "\n".join(lines) + "\n" + frame.to_csv(index=False)
+            lines.append(f"{key}: {text}")
+        return figures.safe_csv(rel.to_frame(), comments=lines)
 
     def json_text(self) -> str:
         """``release.to_json()`` with the dataset name added."""

@@ -43,6 +43,7 @@ import param
 from bokeh.models.widgets.tables import NumberFormatter
 
 import dpexplorer as dpx
+from dpexplorer import figures
 from dpexplorer.privacy import PrivacyLedger
 
 from .exports import FigureExport
@@ -250,10 +251,10 @@ class TableRelease(param.Parameterized):
         Read back with ``pandas.read_csv(..., comment="#")``.
         """
         last = self._release_or_raise()
-        lines = ["# dpexplorer release from a record table"]
+        lines = ["dpexplorer release from a record table"]
         for key, value in self.metadata().items():
-            lines.append(f"# {key}: {value if isinstance(value, str) else json.dumps(value)}")
-        return "\n".join(lines) + "\n" + self.frame(last).to_csv(index=False)
+            lines.append(f"{key}: {value if isinstance(value, str) else json.dumps(value)}")
+        return figures.safe_csv(self.frame(last), comments=lines)
 
     def json_text(self) -> str:
         """Metadata and one entry per marginal (attributes, labels, answers, std, intervals)."""
