@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextvars
 import math
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
