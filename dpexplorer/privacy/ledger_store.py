@@ -22,13 +22,19 @@ Tables: ``datasets(name, budget_kind, budget_epsilon, budget_delta,
 budget_rho, created)`` and ``log(id, dataset, kind, parent, label, mode,
 time, epsilon, delta, rho, reserved_*, state, noise, queries, sensitivity)``;
 a dataset's totals are the sums over its rows with no ``parent`` (spends and
-reservations; stages are counted inside their reservation).
+reservations; stages are counted inside their reservation).  They are kept,
+in the same transaction as every insert and settlement, as exact rationals
+(``spent_*`` of ``datasets``, text ``"p/q"`` of :class:`fractions.Fraction`;
+every float is a dyadic rational, so the sum is exact): reading them is one
+row whatever the ledger's length, and converting to float rounds once, as
+:func:`math.fsum` would.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import math
+from fractions import Fraction
 import os
 import sqlite3
 import threading
@@ -46,6 +52,8 @@ _SCHEMA = (
     name TEXT PRIMARY KEY,
     budget_kind TEXT CHECK (budget_kind IN ('pure', 'approx', 'zcdp')),
     budget_epsilon REAL, budget_delta REAL, budget_rho REAL,
+    spent_epsilon TEXT NOT NULL DEFAULT '0', spent_delta TEXT NOT NULL DEFAULT '0',
+    spent_rho TEXT NOT NULL DEFAULT '0',
     created TEXT NOT NULL)""",
     """CREATE TABLE log (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -163,10 +171,20 @@ class SqliteStore:
         self._conn_pid = None
 
     # ------------------------------------------------------------- queries
+    def _spent(self) -> list[Fraction]:
+        row = self._conn().execute("SELECT spent_epsilon, spent_delta, spent_rho FROM datasets WHERE name = ?",
+                                   (self.dataset,)).fetchone()
+        return [Fraction(v) for v in row]
+
+    def _add_spent(self, change) -> None:
+        """Inside a transaction: add ``change`` (three floats or Fractions) to the exact totals."""
+        new = [old + Fraction(c) for old, c in zip(self._spent(), change, strict=True)]
+        self._conn().execute("UPDATE datasets SET spent_epsilon = ?, spent_delta = ?, spent_rho = ? "
+                             "WHERE name = ?", (*(str(v) for v in new), self.dataset))
+
     def totals(self) -> tuple[float, float, float]:
-        rows = self._conn().execute("SELECT epsilon, delta, rho FROM log WHERE dataset = ? AND parent IS NULL",
-                                    (self.dataset,)).fetchall()
-        return (math.fsum(r[0] for r in rows), math.fsum(r[1] for r in rows), math.fsum(r[2] for r in rows))
+        """``(Σε, Σδ, Σρ)`` over the rows with no parent, correctly rounded from the exact sums."""
+        return tuple(float(v) for v in self._spent())
 
     def get_budget(self) -> Budget | None:
         row = self._conn().execute("SELECT budget_kind, budget_epsilon, budget_delta, budget_rho FROM datasets "
@@ -191,11 +209,17 @@ class SqliteStore:
              row.rho, *res, row.state, row.noise, row.queries,
              None if math.isnan(row.sensitivity) else row.sensitivity))
         row.id = int(cur.lastrowid)
+        if row.parent is None:
+            self._add_spent((row.epsilon, row.delta, row.rho))
         return row.id
 
     def settle(self, row_id: int, cost, state: str) -> None:
-        self._conn().execute("UPDATE log SET epsilon = ?, delta = ?, rho = ?, state = ? WHERE id = ?",
-                             (*cost, state, row_id))
+        conn = self._conn()
+        old = conn.execute("SELECT epsilon, delta, rho, parent FROM log WHERE id = ?", (row_id,)).fetchone()
+        conn.execute("UPDATE log SET epsilon = ?, delta = ?, rho = ?, state = ? WHERE id = ?",
+                     (*cost, state, row_id))
+        if old[3] is None:
+            self._add_spent([Fraction(c) - Fraction(o) for c, o in zip(cost, old[:3], strict=True)])
 
     def rows(self) -> list:
         from .ledger import _Row
