@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from fractions import Fraction
 import os
 import sqlite3
 import threading
+from fractions import Fraction
 from pathlib import Path
 
 from .accounting import Budget
