@@ -145,7 +145,7 @@ class _MemoryStore:
         self._entries: list[Spend] = []
         self._by_id: dict[int, _Row] = {}
 
-    def transaction(self):
+    def transaction(self, write: bool = True):
         return _NULL_CONTEXT
 
     def totals(self) -> tuple[float, float, float]:
@@ -712,7 +712,7 @@ class PrivacyLedger:
         BudgetExceededError
             With what the measurement costs and what is left.
         """
-        with self._lock, self._store.transaction():
+        with self._lock, self._store.transaction(write=False):
             self._check_locked(spend.label, (float(spend.epsilon), float(spend.delta), float(spend.rho)))
 
     def check_cost(self, epsilon: float, delta: float = 0.0, rho: float | None = None,
@@ -855,7 +855,7 @@ class PrivacyLedger:
 
     def summary(self) -> str:
         """One line: the composed guarantee, its accounting, Σρ and the budget left."""
-        with self._lock, self._store.transaction():
+        with self._lock, self._store.transaction(write=False):
             return self._summary(self._store.totals(), self._store.count(), self._store.get_budget())
 
     def __len__(self) -> int:

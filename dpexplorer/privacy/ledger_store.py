@@ -154,15 +154,16 @@ class SqliteStore:
         return self._conn_pid[0]
 
     @staticmethod
-    def _begin(conn) -> None:
+    def _begin(conn, write: bool = True) -> None:
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"the ledger store cannot be written: {exc}") from None
 
-    def transaction(self):
-        """``with store.transaction():`` one ``BEGIN IMMEDIATE`` ... ``COMMIT`` (re-entrant; the caller holds the ledger's lock)."""
-        return _Transaction(self)
+    def transaction(self, write: bool = True):
+        """``with store.transaction():`` one ``BEGIN IMMEDIATE`` ... ``COMMIT`` (re-entrant; the caller
+        holds the ledger's lock); ``write=False``: a read-only snapshot (``BEGIN DEFERRED``)."""
+        return _Transaction(self, write)
 
     def close(self) -> None:
         """Close this process's connection (reopened on next use)."""
@@ -244,14 +245,15 @@ class SqliteStore:
 
 
 class _Transaction:
-    def __init__(self, store: SqliteStore):
+    def __init__(self, store: SqliteStore, write: bool):
         self.store = store
+        self.write = write
 
     def __enter__(self):
         s = self.store
         conn = s._conn()
         if s._depth == 0:
-            s._begin(conn)
+            s._begin(conn, self.write)
         s._depth += 1
         return conn
 
