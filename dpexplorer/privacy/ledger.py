@@ -302,8 +302,9 @@ class Reservation:
         for name, n, r in zip(("ε", "δ", "ρ"), new, self.reserved, strict=True):
             if n > r * _STAGE_TOL + 1e-300:
                 raise RuntimeError(
-                    f"refused, nothing was drawn: {label!r} would take the stages of the reservation "
-                    f"{_ref(self._row)!r} to {name} = {n:.6g}, above the {name} = {r:.6g} reserved")
+                    f"refused by the privacy accounting, nothing was drawn: {label!r} would take the "
+                    f"stages of the reservation {_ref(self._row)!r} to {name} = {n:.6g}, above the "
+                    f"{name} = {r:.6g} reserved for the whole run")
         self._parts.append(cost)
         return len(self._parts) - 1
 
