@@ -393,6 +393,12 @@ def test_sessions_share_the_store_and_only_lower_budgets(tmp_path, monkeypatch):
     x = np.asarray(first.data().x).ravel()
     dpx.release(x, workloads.identity(x.size), "identity", dpx.Laplace(0.5), ledger=first.ledger)
     assert len(second.ledger) == 1 and second.ledger.epsilon == 0.5  # the second tab sees it
+    from dpexplorer.ui.release_view import ReleaseView
+
+    listed = ReleaseView(second).ledger_frame()  # the Release page lists the stored ledger
+    assert listed["label"].tolist() == [f"identity: measure {x.size} strategy queries"]
+    assert listed["mode"].tolist() == ["release"] and listed["epsilon"].tolist() == [0.5]
+    assert {"time", "delta", "rho", "kind", "part_of"} <= set(listed.columns)
     assert len(session_mod.Session().ledger) == 1  # and so does a session after a restart
     second.budget, second.budget_epsilon = "pure", 2.0  # lowering (ε, δ) = (5, 1e-5) to ε = 2
     assert first.ledger.budget == Budget.pure(2.0)
