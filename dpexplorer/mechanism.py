@@ -102,6 +102,10 @@ def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng, **params) 
     Data-independent mechanisms build their strategy ``A``, MEASURE it
     through ``data`` (which checks the budget and records the spend) and
     RECONSTRUCT ``x̂ = A⁺y``; data-dependent ones call their registered ``runner``.
+    Either way the whole cost (``noise``'s ε, δ and ρ) is first reserved in
+    ``data``'s ledger (``data.reserve``, :class:`~dpexplorer.privacy.ledger.Reservation`):
+    a run the budget refuses draws nothing, and each stage is charged against
+    the reservation, which is settled down to what the stages spent.
 
     Parameters
     ----------
@@ -137,6 +141,8 @@ def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng, **params) 
         (``Mechanism.private`` false, e.g. ``dawa_as_published``).
     NotApplicableError
         If the mechanism cannot handle this workload or noise model.
+    BudgetExceededError
+        If the whole cost does not fit the ledger's budget (nothing is drawn or recorded).
     """
     W = as_matrix(W)
     check_source(rng)
@@ -146,9 +152,14 @@ def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng, **params) 
         _refuse_non_private(mech)
     mech.check_params(params)
     if mech.runner is not None:
-        return mech.runner(data, W, noise, rng, **{**mech.params, **params})
+        # the whole cost is reserved before the first stage draws (refused: nothing drawn)
+        with data.reserve(noise.epsilon, noise.delta, noise.rho_per_unit, label=f"{mechanism} run",
+                          source=rng):
+            return mech.runner(data, W, noise, rng, **{**mech.params, **params})
     A, recon = _plan(mech, W, noise, params)  # public work, cached across trials
-    y = data.measure(A, noise, rng, label=f"{mechanism}: measure {A.m} strategy queries")
+    with data.reserve(noise.epsilon, noise.delta, noise.rho_per_unit, label=f"{mechanism} run",
+                      source=rng):
+        y = data.measure(A, noise, rng, label=f"{mechanism}: measure {A.m} strategy queries")
     return registry.Estimate(recon(y), {"strategy": A}, answers=_strategy_answers(A, W, y))
 
 
@@ -670,9 +681,7 @@ def _make(x, W, mechanism, noise, source, ledger, params, counts, seed,
                   rho=noise.rho_per_unit, seed=seed)
     if isinstance(mechanism, str) and registry.get(mechanism).data_dependent:
         mech = registry.get(mechanism)
-        data.ledger.check_cost(noise.epsilon, noise.delta, noise.rho_per_unit,
-                               label=f"{mechanism} release")  # refuse before any stage draws
-        est = run(mechanism, data, W, noise, source, **params)
+        est = run(mechanism, data, W, noise, source, **params)  # reserves the whole cost first
         x_hat = np.asarray(est.x_hat, dtype=float)
         answers = W.matvec(x_hat) if est.answers is None else np.asarray(est.answers, dtype=float)
         return Release(mechanism=mechanism, workload=W, strategy=None, y=None, x_hat=x_hat,

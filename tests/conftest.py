@@ -1,5 +1,7 @@
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -7,6 +9,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 DPBENCH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "dpbench"
+
+
+def pytest_configure(config):
+    """Point the explorer's ledger store at a fresh temporary file for the whole run.
+
+    Set in the environment at start, so the servers tests start in subprocesses inherit it:
+    no test ever reads or writes the user's data folder (``ui.session.ledger_store_path``).
+    """
+    folder = tempfile.mkdtemp(prefix="dpexplorer-test-ledgers-")
+    os.environ["DPEXPLORER_LEDGER"] = os.path.join(folder, "ledgers.sqlite")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_ledger_store(tmp_path_factory, monkeypatch):
+    """Each test's sessions share a ledger store of their own (a fresh file): a spend of one
+    test never shows in another, while two sessions within a test share it, as two tabs do."""
+    folder = tmp_path_factory.mktemp("ledger")
+    monkeypatch.setenv("DPEXPLORER_LEDGER", str(folder / "ledgers.sqlite"))
+    yield
 
 
 @pytest.fixture(autouse=True)

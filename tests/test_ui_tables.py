@@ -237,7 +237,11 @@ def test_table_release_refused_over_budget(session, table_view):
     assert "budget" in session.error.lower()
     assert len(session.table_ledger(session.table)) == 0 and table_view.tables.last is None
     assert session.table_ledger(session.table).budget.epsilon == 0.5  # the sidebar's budget
-    session.budget, session.budget_epsilon = "approx", 5.0
+    session.budget, session.budget_epsilon = "approx", 5.0  # raising: the owner's act, not a session's
+    assert "raise" in session.error and ".set_budget(" in session.error
+    assert session.table_ledger(session.table).budget.epsilon == 0.5
+    dpx.PrivacyLedger.open(session.ledger_path, "table: superstore_orders").set_budget(
+        dpx.Budget.approx(5.0, session.budget_delta))  # the owner raises it in Python
     assert table_view.run_release() is True
     session.budget_epsilon = 0.1  # below what the table spent: not applied to it
     assert "the table 'superstore_orders' has already spent" in session.error

@@ -243,6 +243,47 @@ class _Boundary:
             rho=float(rho), noise=noise_text, queries=int(queries), sensitivity=float(sensitivity),
             time=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")))
 
+    def reserve(self, epsilon: float, delta: float = 0.0, rho: float | None = None, *,
+                label: str = "reservation", source=None):
+        """Reserve the whole cost of a multi-stage mechanism before its first draw.
+
+        ``with data.reserve(ε, δ, ρ, label=...):`` checks the whole cost
+        against the ledger's budget and records it atomically
+        (:meth:`PrivacyLedger.reserve`, committed for a stored ledger), so a
+        refusal comes before any stage draws.  Inside the block every
+        measurement of this ledger (same thread or task) is a stage charged
+        against the reservation -- one that would exceed it is refused with
+        ``RuntimeError`` before drawing -- and listed as part of it; the
+        totals count the reservation, not its stages twice.  On a normal exit
+        the reservation is settled down to its stages' (ε, δ, ρ); after an
+        exception it stays spent unless nothing was drawn
+        (:class:`~dpexplorer.privacy.ledger.Reservation`).  A reserve inside a
+        reservation is charged against the outer one.
+
+        Parameters
+        ----------
+        epsilon, delta : float
+            (ε, δ) of the whole mechanism (sequential composition, Dwork & Roth 2014, Thm 3.16).
+        rho : float, optional
+            Its zCDP cost (default ``ε²/2``, Bun & Steinke 2016, Prop. 1.4).
+        label : str
+            Recorded in the ledger.
+        source : numpy.random.Generator or OS_CSPRNG, optional
+            Sets the mode recorded ("simulation" or "release"; release if omitted).
+
+        Returns
+        -------
+        Reservation
+            A context manager.
+
+        Raises
+        ------
+        BudgetExceededError
+            If the whole cost does not fit the budget (nothing recorded, nothing drawn).
+        """
+        mode = RELEASE if source is None else self._mode(source)
+        return self.ledger.reserve(epsilon, delta, rho, label=label, mode=mode)
+
     @staticmethod
     def _crosscheck(source, claimed: float, opendp_value, what: str) -> None:
         """In release mode, opendp's privacy map must not exceed what the kernel records."""

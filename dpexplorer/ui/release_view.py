@@ -412,17 +412,27 @@ class ReleaseView(Page, param.Parameterized):
                                   else "HDMM Prop. 4")})
         return pd.DataFrame(rows, columns=["what", "rmse", "kind"])
 
+    #: Columns of the ledger table: what, when, ε/δ/ρ, mode (of ``PrivacyLedger.history()``).
+    LEDGER_COLUMNS = ["id", "time", "label", "kind", "part_of", "mode", "epsilon", "delta", "rho",
+                      "state", "noise", "queries", "sensitivity"]
+
     def ledger_frame(self) -> pd.DataFrame:
-        """``session.ledger.to_frame()``."""
-        return self.session.ledger.to_frame()
+        """The selected dataset's whole stored ledger (every session's spends), one row per
+        spend, reservation and stage: ``session.ledger.history()``'s :attr:`LEDGER_COLUMNS`."""
+        return self.session.ledger.history()[self.LEDGER_COLUMNS]
 
     def ledger_text(self) -> str:
         led = self.session.ledger
         return (f"**Spent on `{self.session.dataset}`:** {led.summary()}.\n\n"
-                "Every release's measurements are listed below with their ε, δ and zCDP cost ρ "
-                "(ε²/2 for an ε-DP step, Δ₂²/(2σ²) for Gaussian noise).  The total is the better "
-                "of two valid accountings: adding up ε (and δ), or adding up ρ and converting "
-                "to (ε, δ) (Canonne, Kamath & Steinke 2020).  Simulations spend nothing.")
+                "This is the dataset's whole ledger, shared by every session of this explorer and "
+                f"kept across restarts (in `{led.path}`).  Every measurement is listed below with "
+                "its ε, δ and zCDP cost ρ (ε²/2 for an ε-DP step, Δ₂²/(2σ²) for Gaussian noise); a "
+                "multi-stage mechanism first *reserves* its whole cost (kind `reservation`), then "
+                "lists its stages as `part_of` it, counted once.  The total is the better of two "
+                "valid accountings: adding up ε (and δ), or adding up ρ and converting to (ε, δ) "
+                "(Canonne, Kamath & Steinke 2020).  Simulations spend nothing.  A session may lower "
+                "the budget, never raise it: raising is the data owner's act, in Python, "
+                "`dpx.PrivacyLedger.open(path, dataset).set_budget(...)`.")
 
     # =============================================================== plots
     def answers_plot(self):
@@ -638,8 +648,9 @@ class ReleaseView(Page, param.Parameterized):
     def ledger_card(self) -> pn.Card:
         text = pn.pane.Markdown(self.ledger_text(), sizing_mode="stretch_width")
         # the columns share the width and long text wraps: nothing (e.g. time) is cut off
-        widths = {"label": "22%", "mode": "9%", "epsilon": "7%", "delta": "7%", "rho": "7%",
-                  "noise": "19%", "queries": "7%", "sensitivity": "8%", "time": "14%"}
+        widths = {"id": "4%", "time": "11%", "label": "17%", "kind": "8%", "part_of": "5%",
+                  "mode": "7%", "epsilon": "6%", "delta": "6%", "rho": "6%", "state": "6%",
+                  "noise": "13%", "queries": "5%", "sensitivity": "6%"}
         table = pn.widgets.Tabulator(self.ledger_frame(), show_index=False, disabled=True,
                                      sizing_mode="stretch_width", layout="fit_columns",
                                      widths=widths, pagination="local", page_size=10,
@@ -653,7 +664,7 @@ class ReleaseView(Page, param.Parameterized):
                 table.value = self.ledger_frame()
         refresh.on_click(lambda *_: on_session_loop(update))
         self._ledger_hooks.append(update)
-        return pn.Card(text, table, refresh, title="Privacy ledger (the selected dataset)",
+        return pn.Card(text, table, refresh, title="Privacy ledger (the selected dataset, every session)",
                        sizing_mode="stretch_width", collapsed=False)
 
     def _ledger_refreshed(self) -> None:

@@ -7,8 +7,15 @@ the data vectors of the datasets, which pages hand to the privacy kernel
 (:class:`dpexplorer.privacy.PrivateData`) and never display raw in a release.
 
 Each dataset has its own privacy ledger (:attr:`Session.ledger` is the
-selected dataset's) with the budget set in the sidebar; a release that would
-exceed it is refused before any noise is drawn.  The seed is the
+selected dataset's), kept in one SQLite store shared by every session of the
+served explorer and surviving restarts (:func:`ledger_store_path`:
+``$DPEXPLORER_LEDGER``, else ``ledgers.sqlite`` in the user's data folder
+from :mod:`platformdirs`): a second tab sees the first tab's spend.  A
+dataset's budget is the sidebar's when the store has none yet; a session may
+lower it but never raise it -- raising is the data owner's act in Python,
+``dpx.PrivacyLedger.open(path, dataset).set_budget(...)``
+(``dpexplorer/docs/accounting.md``).  A release that would exceed the budget
+is refused before any noise is drawn.  The seed is the
 **simulation** seed only: releases draw from the OS CSPRNG and have none.
 """
 
@@ -17,6 +24,7 @@ from __future__ import annotations
 import io
 import logging
 import math
+import os
 import re
 from pathlib import Path
 from typing import ClassVar
@@ -24,6 +32,7 @@ from typing import ClassVar
 import numpy as np
 import panel as pn
 import param
+import platformdirs
 
 import dpexplorer as dpx
 from dpexplorer.datasets import Dataset
@@ -32,12 +41,26 @@ from . import workers
 from .accuracy_view import PrivacySentence
 from .shown import LazyCard
 
-__all__ = ["Session", "Page", "EnteredFloatInput", "notify", "error_alert", "exception_message", "app_text", "side_by_side", "download_bytes", "release_stamp"]
+__all__ = ["Session", "Page", "ledger_store_path", "EnteredFloatInput", "notify", "error_alert", "exception_message", "app_text", "side_by_side", "download_bytes", "release_stamp"]
 
 log = logging.getLogger(__name__)
 
 # Widget captions: ``label`` since Panel 1.9 (``name`` is deprecated there), ``name`` before.
 _LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
+
+
+def ledger_store_path() -> Path:
+    """The SQLite file holding every dataset's ledger of the served explorer.
+
+    ``$DPEXPLORER_LEDGER`` if set, else ``ledgers.sqlite`` in
+    ``platformdirs.user_data_dir("dpexplorer")`` (e.g. ``~/.local/share/dpexplorer``
+    on Linux).  Read when a :class:`Session` starts; its folder is created
+    when a ledger is first opened.
+    """
+    env = os.environ.get("DPEXPLORER_LEDGER", "").strip()
+    if env:
+        return Path(env).expanduser()
+    return Path(platformdirs.user_data_dir("dpexplorer")) / "ledgers.sqlite"
 
 
 def _cap(text: str) -> dict:
@@ -249,6 +272,7 @@ class Session(param.Parameterized):
         # optimisers in worker processes; no dense n × n SVD bound above 4096 cells
         self.cache = dpx.StrategyCache(build=workers.build, dense_cells=4096)
         self.ledgers: dict[str, dpx.PrivacyLedger] = {}
+        self.ledger_path = ledger_store_path()
         self.releases: list = []
         self._sentence = PrivacySentence(self, on_ready=self._explain)
         if "dpbench_dir" not in params:  # $DPEXPLORER_DPBENCH, a checkout's copy, the download cache
@@ -283,39 +307,67 @@ class Session(param.Parameterized):
             return dpx.Budget.zcdp(self.budget_rho)
         return None
 
+    def _stored_ledger(self, key: str) -> dpx.PrivacyLedger:
+        """The ledger of ``key`` in the shared store; a dataset with no stored budget gets the sidebar's."""
+        led = self.ledgers.get(key)
+        if led is None:
+            self.ledger_path.parent.mkdir(parents=True, exist_ok=True)
+            led = dpx.PrivacyLedger.open(self.ledger_path, key)
+            new = self.budget_object()
+            if led.budget is None and new is not None:
+                try:
+                    led.lower_budget(new)
+                except ValueError as exc:  # it already spent more: the store's state stands
+                    log.info("budget of %r not set: %s", key, exc)
+            self.ledgers[key] = led
+        return led
+
     @property
     def ledger(self) -> dpx.PrivacyLedger:
-        """The selected dataset's ledger (created with the sidebar's budget on first use)."""
-        led = self.ledgers.get(self.dataset)
-        if led is None:
-            led = self.ledgers[self.dataset] = dpx.PrivacyLedger(self.budget_object())
-        return led
+        """The selected dataset's ledger, from the store every session shares (:func:`ledger_store_path`).
+
+        Its key is the dataset's name; a dataset with no stored budget gets the
+        sidebar's on first use.
+        """
+        return self._stored_ledger(self.dataset)
 
     def table_ledger(self, table: dpx.Table) -> dpx.PrivacyLedger:
         """The ledger of a record table (one per table name, whatever attributes a workload uses).
 
-        Created with the sidebar's budget on first use, like a dataset's; every
-        release from the table's records spends from it.
+        Kept in the shared store under ``"table: <name>"``, with the sidebar's
+        budget when none is stored, like a dataset's; every release from the
+        table's records spends from it.
         """
-        key = f"table: {table.name}"
-        led = self.ledgers.get(key)
-        if led is None:
-            led = self.ledgers[key] = dpx.PrivacyLedger(self.budget_object())
-        return led
+        return self._stored_ledger(f"table: {table.name}")
 
     @param.depends("budget", "budget_epsilon", "budget_delta", "budget_rho", watch=True)
     def _apply_budget(self) -> None:
-        """Give the selected dataset's ledger (and the record table's) the sidebar's budget,
-        unless it already spent more."""
+        """Lower the selected dataset's budget (and the record table's) to the sidebar's.
+
+        Only lowering is applied (:func:`dpexplorer.privacy.ledger.budget_within`);
+        raising the budget -- or removing it -- is refused with how its owner
+        raises it in Python, and a budget below what was already spent is not
+        applied.
+        """
         new = self.budget_object()
-        ledgers = [(f"the dataset {self.dataset!r}", self.ledger)]
+        ledgers = [(f"the dataset {self.dataset!r}", self.dataset, self.ledger)]
         if self.table is not None:
-            ledgers.append((f"the table {self.table.name!r}", self.table_ledger(self.table)))
-        for what, led in ledgers:
+            key = f"table: {self.table.name}"
+            ledgers.append((f"the table {self.table.name!r}", key, self.table_ledger(self.table)))
+        for what, key, led in ledgers:
             old = led.budget
-            led.budget = new
-            if led.entries and not led._fits(led.entries):
-                led.budget = old
+            if new == old:
+                continue
+            if not dpx.privacy.ledger.budget_within(new, old):
+                self.report(
+                    f"not applied: {new.label if new else 'no budget'} would raise the budget of "
+                    f"{what}, {old.label}.  A session may only lower a dataset's budget; raising it "
+                    f"is its owner's act, in Python: dpx.PrivacyLedger.open({str(self.ledger_path)!r}, "
+                    f"{key!r}).set_budget(dpx.Budget...)")
+                continue
+            try:
+                led.lower_budget(new)
+            except ValueError:
                 self.report(f"not applied: {what} has already spent more than {new.label} "
                             f"({led.summary()}); its budget stays {old.label if old else 'unset'}")
         self.ledger_changed()
