@@ -246,6 +246,25 @@ def test_discovery_checks_the_whole_cost_before_the_first_draw_and_records_each_
         dpx.release(Table(df, sim, "staff"), W, "residual_planner", GAUSS)
 
 
+def test_discovery_on_a_stored_ledger_keeps_its_cost_across_a_reopen(tmp_path):
+    """Partition selection has no zCDP bound (ρ = ∞): the SQLite store keeps that total as ∞, settles the
+    reservation to its stages, and a reopened ledger composes by adding up ε and δ."""
+    store = tmp_path / "ledgers.sqlite"
+    led = PrivacyLedger.open(store, "staff", budget=dpx.Budget.approx(3.0, 1e-5))
+    spec = {"dept": "categorical", "salary": {"kind": "numeric", "bounds": (0, 2e5)}}
+    dpx.discover_domain(_records(), spec, epsilon=1.0, delta=1e-6, ledger=led)
+    again = PrivacyLedger.open(store, "staff")
+    eps, dlt, rho = again.totals()
+    assert (eps, dlt) == pytest.approx((1.0, 1e-6)) and rho == math.inf
+    assert again.epsilon == pytest.approx(1.0) and "sequential" in again.accounting
+    history = again.history()
+    assert list(history["kind"]) == ["reservation", "stage", "stage", "stage"]
+    assert history["state"].iloc[0] == "settled"
+    with pytest.raises(dpx.BudgetExceededError):  # 1.0 spent + 2.5 > 3.0, refused before drawing
+        dpx.discover_domain(_records(), {"dept": "categorical"}, epsilon=2.5, delta=1e-6, ledger=again)
+    assert len(PrivacyLedger.open(store, "staff")) == 3
+
+
 @pytest.mark.parametrize("spec, kwargs, message", [
     ({"dept": "categorical"}, {"epsilon": 1.0}, "0 < δ < 1/2"),
     ({"salary": {"kind": "numeric", "bounds": (0, 1)}}, {"epsilon": 1.0, "delta": 1e-6}, "delta=0"),

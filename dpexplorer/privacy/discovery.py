@@ -330,26 +330,28 @@ def discover_domain(records, spec: dict, *, epsilon: float, delta: float = 0.0,
     if not n_cat and dlt != 0.0:
         raise ValueError("delta is spent only on categorical attributes; give delta=0 for numeric ones")
     eps_a, dlt_a = eps / len(items), (dlt / n_cat if n_cat else 0.0)
-    data.ledger.check_cost(eps, dlt, math.inf if n_cat else None,
-                           label=f"domain discovery of {len(items)} attribute(s)")
-    attrs, spent = [], []
-    for name, it in items:
-        label = f"domain discovery: {name!r}"
-        if it["kind"] == "categorical":
-            cats = data.select_categories(name, eps_a, dlt_a, source, label)
-            spent.append((name, eps_a, dlt_a))
-            if not cats:
-                raise ValueError(f"no category of {name!r} reached the partition-selection threshold "
-                                 f"(ε = {eps_a:.4g} spent): give more ε or δ, or declare its categories")
-            attrs.append(Attribute(name, categories=tuple(cats)))
-        else:
-            c = it["candidates"]
-            lo = data.quantile(name, c, it["quantiles"][0], eps_a / 2.0, source, label)
-            hi = data.quantile(name, c, it["quantiles"][1], eps_a / 2.0, source, label)
-            spent.append((name, eps_a, 0.0))
-            lo, hi = min(lo, hi), max(lo, hi)
-            if hi == lo:  # post-processing: widen to the next public candidate
-                k = int(np.searchsorted(c, lo))
-                lo, hi = (lo, float(c[k + 1])) if k + 1 < c.size else (float(c[k - 1]), hi)
-            attrs.append(Attribute(name, edges=tuple(np.linspace(lo, hi, it["bins"] + 1))))
+    # the whole cost is reserved (checked and recorded) before the first draw: a refusal draws nothing;
+    # partition selection has no zCDP bound (ρ = ∞), so a zCDP budget refuses it
+    with data.reserve(eps, dlt, math.inf if n_cat else None,
+                      label=f"domain discovery of {len(items)} attribute(s)", source=source):
+        attrs, spent = [], []
+        for name, it in items:
+            label = f"domain discovery: {name!r}"
+            if it["kind"] == "categorical":
+                cats = data.select_categories(name, eps_a, dlt_a, source, label)
+                spent.append((name, eps_a, dlt_a))
+                if not cats:
+                    raise ValueError(f"no category of {name!r} reached the partition-selection threshold "
+                                     f"(ε = {eps_a:.4g} spent): give more ε or δ, or declare its categories")
+                attrs.append(Attribute(name, categories=tuple(cats)))
+            else:
+                c = it["candidates"]
+                lo = data.quantile(name, c, it["quantiles"][0], eps_a / 2.0, source, label)
+                hi = data.quantile(name, c, it["quantiles"][1], eps_a / 2.0, source, label)
+                spent.append((name, eps_a, 0.0))
+                lo, hi = min(lo, hi), max(lo, hi)
+                if hi == lo:  # post-processing: widen to the next public candidate
+                    k = int(np.searchsorted(c, lo))
+                    lo, hi = (lo, float(c[k + 1])) if k + 1 < c.size else (float(c[k - 1]), hi)
+                attrs.append(Attribute(name, edges=tuple(np.linspace(lo, hi, it["bins"] + 1))))
     return Domain(tuple(attrs), "discovered" if samplers.is_release(source) else "data", tuple(spent))

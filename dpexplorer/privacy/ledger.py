@@ -768,7 +768,9 @@ class PrivacyLedger:
         epsilon, delta : float
             (ε, δ) of the whole mechanism (sequential composition of its stages).
         rho : float, optional
-            Its zCDP cost; default ``ε²/2`` (pure ε-DP, Bun & Steinke 2016, Prop. 1.4).
+            Its zCDP cost; default ``ε²/2`` (pure ε-DP, Bun & Steinke 2016, Prop. 1.4);
+            ``math.inf`` for an (ε, δ) mechanism with no zCDP bound (the ledger then
+            composes by adding up ε and δ).
         label : str
             What is reserved for.
         mode : {"release", "simulation"}
@@ -785,13 +787,18 @@ class PrivacyLedger:
         RuntimeError
             If nested and the cost does not fit the outer reservation.
         ValueError
-            If a cost is negative or not finite, or ``mode`` unknown.
+            If a cost is negative or not finite (ρ may be ``inf``), or ``mode`` unknown.
         """
         eps = accounting._positive(epsilon, "epsilon", allow_zero=True)
         dlt = float(delta)
         if not (math.isfinite(dlt) and 0.0 <= dlt < 1.0):
             raise ValueError(f"delta must be in [0, 1), got {delta!r}")
-        r = accounting.rho_pure(eps) if rho is None else accounting._positive(rho, "rho", allow_zero=True)
+        if rho is None:
+            r = accounting.rho_pure(eps)
+        elif isinstance(rho, int | float) and rho == math.inf:
+            r = math.inf  # an (ε, δ) mechanism with no zCDP bound (e.g. partition selection)
+        else:
+            r = accounting._positive(rho, "rho", allow_zero=True)
         if mode not in (RELEASE, SIMULATION):
             raise ValueError(f"mode must be {RELEASE!r} or {SIMULATION!r}, got {mode!r}")
         cost = (eps, dlt, r)

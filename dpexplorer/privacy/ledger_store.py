@@ -172,19 +172,34 @@ class SqliteStore:
         self._conn_pid = None
 
     # ------------------------------------------------------------- queries
-    def _spent(self) -> list[Fraction]:
+    def _spent(self) -> list[Fraction | float]:
         row = self._conn().execute("SELECT spent_epsilon, spent_delta, spent_rho FROM datasets WHERE name = ?",
                                    (self.dataset,)).fetchone()
-        return [Fraction(v) for v in row]
+        return [_exact(v) for v in row]
+
+    def _put_spent(self, values) -> None:
+        self._conn().execute("UPDATE datasets SET spent_epsilon = ?, spent_delta = ?, spent_rho = ? "
+                             "WHERE name = ?", (*(str(v) for v in values), self.dataset))
 
     def _add_spent(self, change) -> None:
-        """Inside a transaction: add ``change`` (three floats or Fractions) to the exact totals."""
-        new = [old + Fraction(c) for old, c in zip(self._spent(), change, strict=True)]
-        self._conn().execute("UPDATE datasets SET spent_epsilon = ?, spent_delta = ?, spent_rho = ? "
-                             "WHERE name = ?", (*(str(v) for v in new), self.dataset))
+        """Inside a transaction: add ``change`` (three floats or Fractions) to the exact totals.
+
+        An infinite cost (ρ = ∞: an (ε, δ) step with no zCDP bound, such as
+        partition selection) makes that total ``inf``.
+        """
+        self._put_spent([_plus(old, _exact(c)) for old, c in zip(self._spent(), change, strict=True)])
+
+    def _recount(self) -> None:
+        """Inside a transaction: the exact totals summed again over the dataset's top-level rows."""
+        totals: list[Fraction | float] = [Fraction(0)] * 3
+        for row in self._conn().execute("SELECT epsilon, delta, rho FROM log WHERE dataset = ? AND "
+                                        "parent IS NULL", (self.dataset,)):
+            totals = [_plus(t, _exact(v)) for t, v in zip(totals, row, strict=True)]
+        self._put_spent(totals)
 
     def totals(self) -> tuple[float, float, float]:
-        """``(Σε, Σδ, Σρ)`` over the rows with no parent, correctly rounded from the exact sums."""
+        """``(Σε, Σδ, Σρ)`` over the rows with no parent, correctly rounded from the exact sums
+        (``inf`` where a row's cost is infinite)."""
         return tuple(float(v) for v in self._spent())
 
     def get_budget(self) -> Budget | None:
@@ -220,7 +235,10 @@ class SqliteStore:
         conn.execute("UPDATE log SET epsilon = ?, delta = ?, rho = ?, state = ? WHERE id = ?",
                      (*cost, state, row_id))
         if old[3] is None:
-            self._add_spent([Fraction(c) - Fraction(o) for c, o in zip(cost, old[:3], strict=True)])
+            if any(math.isinf(v) for v in (*cost, *old[:3])):
+                self._recount()  # ∞ − ∞ has no meaning: sum the rows again
+            else:
+                self._add_spent([Fraction(c) - Fraction(o) for c, o in zip(cost, old[:3], strict=True)])
 
     def rows(self) -> list:
         from .ledger import _Row
@@ -264,3 +282,18 @@ class _Transaction:
             conn = s._conn()
             conn.execute("ROLLBACK" if exc_type is not None else "COMMIT")
         return False
+
+
+def _exact(value) -> Fraction | float:
+    """A stored total or cost as an exact rational, or ``math.inf`` (text ``"inf"`` or float ∞)."""
+    if isinstance(value, str) and value == "inf" or isinstance(value, float) and math.isinf(value):
+        if (isinstance(value, float) and value < 0):
+            raise ValueError("a privacy cost cannot be -inf")
+        return math.inf
+    return Fraction(value)
+
+
+def _plus(a: Fraction | float, b: Fraction | float) -> Fraction | float:
+    """Exact sum; ``inf`` if either is."""
+    return math.inf if math.isinf(a) or math.isinf(b) else a + b
+

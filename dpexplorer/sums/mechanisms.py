@@ -883,25 +883,26 @@ def run(mechanism: str, data, workload: SumWorkload, epsilon: float,
     if isinstance(threshold, Threshold) and not epsilon - threshold.epsilon > 1e-12 * epsilon:
         raise ValueError(f"the threshold already spent ε = {threshold.epsilon:g} of the total "
                          f"ε = {epsilon:g}: nothing is left for the answers")
-    # the whole run (SVT threshold + answers, less a threshold this ledger already paid) must fit
-    # before the first draw; a refusal draws nothing
-    data.ledger.check_cost(epsilon - paid, 0.0, label=f"{label} sum release (threshold and answers)")
-    if isinstance(threshold, Threshold) and threshold.method == "svt" and not paid:
-        _charge_threshold(data, threshold, mode, label)
-    if mechanism == "sqm":
-        raw, variance, taus, thr, eps_thr, eps_ans = _run_sqm(data, workload, epsilon, source, threshold,
-                                                              svt)
-        plan = None
-    else:
-        thr, eps_ans = _threshold(data, workload, epsilon, source, threshold, svt, label)
-        eps_thr = thr.epsilon
-        plan = _plan(mechanism, workload, thr.tau, strategy)
-        noise = Laplace(eps_ans)
-        y = data.measure(plan.measure, noise, source, label=f"{label}: {plan.measure.m} noisy queries")
-        raw = plan.post(y)
-        # exact for the sampler MEASURE used (discrete Laplace on whole-number answers)
-        variance = plan.unit_variance / eps_ans**2 * variance_factor(plan.measure, noise, data.counts)
-        taus = np.full(workload.m, thr.tau)
+    # the whole run (SVT threshold + answers, less a threshold this ledger already paid) is reserved
+    # before the first draw: a refusal draws nothing
+    with data.reserve(epsilon - paid, 0.0, label=f"{label} sum release (threshold and answers)",
+                      source=source):
+        if isinstance(threshold, Threshold) and threshold.method == "svt" and not paid:
+            _charge_threshold(data, threshold, mode, label)
+        if mechanism == "sqm":
+            raw, variance, taus, thr, eps_thr, eps_ans = _run_sqm(data, workload, epsilon, source, threshold,
+                                                                  svt)
+            plan = None
+        else:
+            thr, eps_ans = _threshold(data, workload, epsilon, source, threshold, svt, label)
+            eps_thr = thr.epsilon
+            plan = _plan(mechanism, workload, thr.tau, strategy)
+            noise = Laplace(eps_ans)
+            y = data.measure(plan.measure, noise, source, label=f"{label}: {plan.measure.m} noisy queries")
+            raw = plan.post(y)
+            # exact for the sampler MEASURE used (discrete Laplace on whole-number answers)
+            variance = plan.unit_variance / eps_ans**2 * variance_factor(plan.measure, noise, data.counts)
+            taus = np.full(workload.m, thr.tau)
     answers = isotonic_fit(raw) if isotonic else raw.copy()
     rel = SumRelease(mechanism, workload, answers, np.asarray(raw, dtype=float), bool(isotonic),
                      np.asarray(variance, dtype=float), taus, thr, float(eps_thr + eps_ans),

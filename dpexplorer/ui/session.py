@@ -307,7 +307,7 @@ class Session(param.Parameterized):
             return dpx.Budget.zcdp(self.budget_rho)
         return None
 
-    def _stored_ledger(self, key: str) -> dpx.PrivacyLedger:
+    def stored_ledger(self, key: str) -> dpx.PrivacyLedger:
         """The ledger of ``key`` in the shared store; a dataset with no stored budget gets the sidebar's."""
         led = self.ledgers.get(key)
         if led is None:
@@ -329,7 +329,7 @@ class Session(param.Parameterized):
         Its key is the dataset's name; a dataset with no stored budget gets the
         sidebar's on first use.
         """
-        return self._stored_ledger(self.dataset)
+        return self.stored_ledger(self.dataset)
 
     def table_ledger(self, table: dpx.Table) -> dpx.PrivacyLedger:
         """The ledger of a record table (one per table name, whatever attributes a workload uses).
@@ -338,7 +338,7 @@ class Session(param.Parameterized):
         budget when none is stored, like a dataset's; every release from the
         table's records spends from it.
         """
-        return self._stored_ledger(f"table: {table.name}")
+        return self.stored_ledger(f"table: {table.name}")
 
     @param.depends("budget", "budget_epsilon", "budget_delta", "budget_rho", watch=True)
     def _apply_budget(self) -> None:

@@ -493,12 +493,9 @@ class SumsView(pn.viewable.Viewer):
         return RECORDS.get(name, name)
 
     def ledger(self) -> dpx.PrivacyLedger:
-        """The ledger of :meth:`ledger_key` in ``session.ledgers`` (created with the sidebar's budget)."""
-        key = self.ledger_key()
-        led = self.session.ledgers.get(key)
-        if led is None:
-            led = self.session.ledgers[key] = dpx.PrivacyLedger(self.session.budget_object())
-        return led
+        """The ledger of :meth:`ledger_key` in the store every session shares
+        (:meth:`Session.stored_ledger`: the sidebar's budget when none is stored)."""
+        return self.session.stored_ledger(self.ledger_key())
 
     def release(self) -> bool:
         """Make one release of :attr:`release_mechanism`, charged to :meth:`ledger` (``False`` if it cannot start)."""
