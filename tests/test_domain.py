@@ -257,6 +257,7 @@ def test_discovery_on_a_stored_ledger_keeps_its_cost_across_a_reopen(tmp_path):
     eps, dlt, rho = again.totals()
     assert (eps, dlt) == pytest.approx((1.0, 1e-6)) and rho == math.inf
     assert again.epsilon == pytest.approx(1.0) and "sequential" in again.accounting
+    assert "zCDP" not in again.remaining()  # no ρ is left to speak of once a step has none
     history = again.history()
     assert list(history["kind"]) == ["reservation", "stage", "stage", "stage"]
     assert history["state"].iloc[0] == "settled"

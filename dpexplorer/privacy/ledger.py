@@ -679,6 +679,8 @@ class PrivacyLedger:
         parts = []
         if dlt <= b.delta:
             parts.append(f"ε = {max(b.epsilon - eps, 0.0):.4g} (adding up ε)")
+        if math.isinf(rho):  # a step with no zCDP bound (partition selection): only adding up ε, δ holds
+            return f"left of {b.label}: " + (parts[0] if parts else "nothing")
         parts.append(f"ρ = {max(rho_cap - rho, 0.0):.4g} of ρ = {rho_cap:.4g} (zCDP)")
         return f"left of {b.label}: " + " or ".join(parts)
 
