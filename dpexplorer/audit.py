@@ -243,19 +243,14 @@ class Event:
 
 
 def select_event(v0, v1, confidence: float, delta: float = 0.0,
-                 max_thresholds: int = MAX_THRESHOLDS,
-                 bound_runs: int | None = None) -> tuple[Event, float]:
+                 max_thresholds: int = MAX_THRESHOLDS) -> tuple[Event, float]:
     """The threshold event with the largest ε lower bound on a (first) batch of statistic values.
 
     Tries ``{s ≥ t}`` and ``{s ≤ t}`` for every distinct value ``t`` of the
     pooled batch (at most ``max_thresholds`` quantiles), with either data
     vector as the numerator, and scores each by :func:`epsilon_lower_bound`
     of its Clopper–Pearson bounds at ``confidence``; ties (e.g. all 0) go to
-    the largest smoothed log-ratio ``ln((k_num + ½)/(k_den + ½))``.  With
-    ``bound_runs``, each event is scored by the bound it would get on a
-    second batch of that many runs with the first batch's frequencies
-    (counts scaled to ``bound_runs``): a first batch smaller than the
-    second then does not favour needlessly large events.
+    the largest smoothed log-ratio ``ln((k_num + ½)/(k_den + ½))``.
 
     Parameters
     ----------
@@ -264,8 +259,6 @@ def select_event(v0, v1, confidence: float, delta: float = 0.0,
     confidence, delta : float
         As :func:`audit`.
     max_thresholds : int
-    bound_runs : int, optional
-        Runs per data vector of the batch the bound will be computed on.
 
     Returns
     -------
@@ -284,12 +277,8 @@ def select_event(v0, v1, confidence: float, delta: float = 0.0,
     best = None
     for op in (">=", "<="):
         ka, kb = counts[("a", op)], counts[("b", op)]
-        if bound_runs is None:
-            lo_a, hi_a = clopper_pearson(ka, a.size, confidence)
-            lo_b, hi_b = clopper_pearson(kb, b.size, confidence)
-        else:
-            lo_a, hi_a = clopper_pearson(ka * (bound_runs / a.size), bound_runs, confidence)
-            lo_b, hi_b = clopper_pearson(kb * (bound_runs / b.size), bound_runs, confidence)
+        lo_a, hi_a = clopper_pearson(ka, a.size, confidence)
+        lo_b, hi_b = clopper_pearson(kb, b.size, confidence)
         for num, (lo_n, hi_d, kn, nn, kd, nd) in enumerate(
                 [(lo_a, hi_b, ka, a.size, kb, b.size), (lo_b, hi_a, kb, b.size, ka, a.size)]):
             score = epsilon_lower_bound(lo_n, hi_d, delta)
@@ -423,8 +412,7 @@ def fit_logistic(F0, F1, ridge: float = LOGISTIC_RIDGE) -> tuple[np.ndarray, flo
 
 def select_feature_event(rows0, rows1, confidence: float, delta: float = 0.0,
                          features: str = "features", statistic: bool = True,
-                         max_atoms: int = MAX_ATOMS,
-                         bound_runs: int | None = None) -> tuple[Event, float, dict]:
+                         max_atoms: int = MAX_ATOMS) -> tuple[Event, float, dict]:
     """The event with the largest ε lower bound on a first batch of statistics and features.
 
     The candidates are threshold events (:func:`select_event`) on: the
@@ -450,8 +438,6 @@ def select_feature_event(rows0, rows1, confidence: float, delta: float = 0.0,
     statistic : bool
         Consider thresholds on the statistic too.
     max_atoms : int
-    bound_runs : int, optional
-        As :func:`select_event`.
 
     Returns
     -------
@@ -484,7 +470,7 @@ def select_feature_event(rows0, rows1, confidence: float, delta: float = 0.0,
     for kind, score in cands:
         v0 = R0[:, 0] if score is None else score(F0)
         v1 = R1[:, 0] if score is None else score(F1)
-        ev, sc = select_event(v0, v1, confidence, delta, bound_runs=bound_runs)
+        ev, sc = select_event(v0, v1, confidence, delta)
         kinds[kind] = max(kinds.get(kind, 0.0), sc)
         if best is None or sc > best[1]:  # ties keep the earlier (simpler) candidate
             best = (Event(ev.op, ev.threshold, ev.numerator, score), sc)
@@ -1304,7 +1290,7 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
             chosen, score = select_event(s0[:, 0], s1[:, 0], confidence, delta)
         else:
             chosen, score, kinds = select_feature_event(s0, s1, confidence, delta,
-                                                        stat.features_name, bound_runs=runs)
+                                                        stat.features_name)
     else:
         chosen, selection_runs = given_event, 0
     # the event is fixed: the second, independent batch gives the bound
