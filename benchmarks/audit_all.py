@@ -12,6 +12,15 @@ Run by hand (the machine's load and BLAS threads are printed with the figures)::
 
     python benchmarks/audit_all.py                       # 20,000 runs per dataset, ε = 1
     python benchmarks/audit_all.py --runs 5000 --jobs 2 --exact-runs 200000
+    python benchmarks/audit_all.py --planted --runs 2000 --confidence 0.9999
+
+With ``--planted`` it audits broken variants instead (the auditor's power):
+every data-dependent case with all its noise halved
+(:meth:`dpexplorer.audit.AuditCase.run_weakened`), and DAWA's partition
+stage with a quarter of its noise at ε₁ = 1, next to the correct mechanism;
+the ``event`` column shows which kind of event (statistic, feature
+coordinate, logistic or likelihood-ratio score) won on the first batch.
+These run inline (the quarter-noise partition is a patch of this process).
 """
 
 from __future__ import annotations
@@ -40,6 +49,39 @@ def _private_partition_size(data, rng):
     return dawa.private_partition(data, 0.025, 0.075, rng).k
 
 
+def _planted(args) -> None:
+    """The auditor's power: broken variants of every data-dependent mechanism (inline runs)."""
+    rows = []
+
+    def show(name, what, r):
+        rows.append({"mechanism": name, "variant": what, "claim": r.claim, "epsilon_lb": r.epsilon_lb,
+                     "violated": r.violated, "event": r.event.label, "runs": r.total_runs,
+                     "seconds": r.seconds})
+        print(f"{name:20s} {what:34s} claim {r.claim:6.3g}  ε ≥ {r.epsilon_lb:6.3f}  "
+              f"{'VIOLATION' if r.violated else 'ok':9s} {r.total_runs:7,} runs {r.seconds:7.1f} s  "
+              f"{r.event.label}", flush=True)
+
+    kw = dict(runs=args.runs, confidence=args.confidence, seed=args.seed, n_jobs=1, progress=False)
+    for name in args.only or registry.names(data_dependent=True, private=True):
+        for i, case in enumerate(aud.cases(name)):
+            if case.statistic != "buckets":
+                show(name, f"case {i}: correct", case.run(name, args.epsilon, **kw))
+                show(name, f"case {i}: 1/2 of the noise", case.run_weakened(name, args.epsilon, 2.0, **kw))
+                continue
+            # DAWA's partition at ε₁ = 1: the correct scale, then a quarter of it
+            scales = dawa.noise_scales
+            eps = 1.0 / case.claim_share
+            show(name, f"partition, ε = {eps:g}: correct", case.run(name, eps, **kw))
+            try:
+                dawa.noise_scales = lambda *a, _s=scales, **k: _s(*a, **k) / 4
+                show(name, f"partition, ε = {eps:g}: 1/4 of the noise", case.run(name, eps, **kw))
+            finally:
+                dawa.noise_scales = scales
+    pd.set_option("display.width", 200)
+    print(pd.DataFrame(rows).round(4).to_string(index=False))
+    print(f"load {os.getloadavg()[0]:.2f}")
+
+
 def _blas_threads() -> str:
     try:
         from threadpoolctl import threadpool_info
@@ -58,7 +100,11 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--exact-runs", type=int, default=200_000)
     ap.add_argument("--only", nargs="*", default=None, help="audit only these mechanisms")
+    ap.add_argument("--planted", action="store_true",
+                    help="audit broken variants of the data-dependent mechanisms (power) instead")
     args = ap.parse_args(argv)
+    if args.planted:
+        return _planted(args)
     print(f"load {os.getloadavg()[0]:.2f}; {args.jobs} processes; BLAS threads in workers: 1 "
           f"(parent: {_blas_threads()}); ε = {args.epsilon:g}, {args.runs:,} runs per dataset "
           f"(+{max(100, args.runs // 4):,} to choose the event), confidence {args.confidence:g}")
@@ -71,7 +117,8 @@ def main(argv=None):
                          n_jobs=args.jobs, progress=False)
             rows.append({"mechanism": name, "audited": case.label, "epsilon": eps,
                          "claim": r.claim, "epsilon_lb": r.epsilon_lb, "violated": r.violated,
-                         "statistic": r.statistic, "event": r.event.label, "runs": r.total_runs,
+                         "statistic": r.statistic, "event": r.event.label,
+                         "features": r.features, "runs": r.total_runs,
                          "seconds": r.seconds})
             print(f"{name:20s} {case.label[:34]:34s} claim {r.claim:6.3g}  ε ≥ {r.epsilon_lb:6.3f}  "
                   f"{'VIOLATION' if r.violated else 'ok':9s} {r.total_runs:7,} runs {r.seconds:7.1f} s",

@@ -33,6 +33,21 @@ orders of the pair; the one with the largest bound on that batch) and then
 so choosing the event costs no confidence.  An event can also be given
 (:class:`Event`, or a function of the output returning a bool).
 
+**Richer events.**  With ``features`` (:data:`FEATURES`: the partition's
+bucket-boundary indicators, the estimate, the numeric entries of ``info``,
+or a function), every run also yields a feature vector, and the first batch
+chooses among thresholds on the statistic, on each feature (e.g. "the
+partition has a boundary at position i"), on the score of a logistic
+regression fitted to tell ``x₀``'s runs from ``x₁``'s (the classifier of
+DP-Sniper: Bichsel, Steffen, Bogunovic & Vechev, IEEE S&P 2021) and, for
+features with few distinct values, on their empirical likelihood ratio
+(:func:`select_feature_event`, :class:`Score`).  The winner is fixed --
+weights, table and threshold -- before the second batch is drawn, and the
+bound is computed on the second batch alone, so it stays valid however many
+candidates were tried.  The standard cases of the data-dependent mechanisms
+use features (:func:`cases`); :meth:`AuditCase.run_weakened` audits a
+variant with too little noise (:class:`Weakened`), the auditor's power check.
+
 **Runs.**  Every run is a simulation: a fresh
 :class:`~dpexplorer.privacy.PrivateData` and a ``numpy.random.Generator``
 seeded from ``SeedSequence([seed, tag, batch, side, chunk])``.  The
@@ -65,6 +80,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import scipy.optimize
+import scipy.special
 import scipy.stats
 
 from . import evaluate as _evaluate
@@ -76,8 +93,9 @@ from .privacy.noise import Gaussian, Laplace, NoiseModel
 from .queries import workloads as _workloads
 from .queries.matrix import Matrix, as_matrix
 
-__all__ = ["audit", "AuditResult", "AuditCase", "Event", "cases", "clopper_pearson",
-           "epsilon_lower_bound", "select_event", "STATISTICS", "CASE_DELTA", "DEFAULT_RUNS",
+__all__ = ["audit", "AuditResult", "AuditCase", "Event", "Score", "Weakened", "cases",
+           "clopper_pearson", "epsilon_lower_bound", "select_event", "select_feature_event",
+           "fit_logistic", "STATISTICS", "FEATURES", "CASE_DELTA", "DEFAULT_RUNS",
            "DEFAULT_CONFIDENCE", "DEFAULT_CHUNK"]
 
 #: Runs per data vector in the second (bound) batch.
@@ -90,6 +108,12 @@ DEFAULT_CHUNK = 500
 AUDIT_SEED_TAG = 0xA0D17
 #: Most thresholds tried when choosing the event (quantiles of the first batch beyond that).
 MAX_THRESHOLDS = 2000
+#: Most distinct feature vectors ("atoms") for the atom classifier of :func:`select_feature_event`.
+MAX_ATOMS = 512
+#: The atom classifier needs this many first-batch runs (both data vectors) per distinct vector.
+ATOM_RUNS = 10
+#: Ridge penalty of :func:`fit_logistic` (on standardised features, per run).
+LOGISTIC_RIDGE = 1e-3
 
 #: Named statistics (what :func:`audit` accepts as ``statistic``, besides a function).
 STATISTICS = {
@@ -102,6 +126,15 @@ STATISTICS = {
     "bucket_size": "size of the DAWA bucket holding the first cell where x₀ and x₁ differ",
     "buckets": "number of DAWA buckets (info['buckets'])",
     "info:<key>": "a numeric entry of the run's public info (None counts as −∞)",
+}
+
+#: Named feature vectors (what :func:`audit` accepts as ``features``, besides a function).
+FEATURES = {
+    "boundaries": ("the partition's boundary indicators: entry i−1 is 1 iff a bucket starts at "
+                   "position i (1 ≤ i < n) of info['partition'] (DAWA and its variants)"),
+    "estimate": "the estimate x̂ itself, one feature per cell",
+    "info": "every finite numeric scalar of the run's public info (sorted by key)",
+    "all": "estimate, then boundaries (if the output has a partition), then info",
 }
 
 
@@ -169,6 +202,7 @@ class Event:
     op: str
     threshold: float
     numerator: int | None = None
+    score: Score | None = None
 
     def __post_init__(self):
         if self.op not in (">=", "<="):
@@ -177,15 +211,35 @@ class Event:
             raise ValueError(f"an event's threshold must be a number, got {self.threshold!r}")
         if self.numerator not in (None, 0, 1):
             raise ValueError(f"numerator must be 0, 1 or None, got {self.numerator!r}")
+        if self.score is not None and not isinstance(self.score, Score):
+            raise ValueError(f"an event's score must be a Score or None, got {self.score!r}")
 
     def contains(self, values) -> np.ndarray:
-        """Whether each statistic value is in the event (bool array)."""
+        """Whether each statistic value (or score, for an event with one) is in the event (bool array)."""
         v = np.asarray(values, dtype=float)
         return v >= self.threshold if self.op == ">=" else v <= self.threshold
 
+    def values(self, rows) -> np.ndarray:
+        """What the threshold applies to, from a batch's rows (statistic, then the features).
+
+        Parameters
+        ----------
+        rows : ndarray, shape (runs, 1 + d)
+            Column 0 the statistic, columns 1.. the features (if any).
+
+        Returns
+        -------
+        ndarray, shape (runs,)
+            The statistic, or this event's :class:`Score` of the features.
+        """
+        rows = np.asarray(rows, dtype=float)
+        rows = rows.reshape(rows.shape[0], -1)
+        return rows[:, 0] if self.score is None else self.score(rows[:, 1:])
+
     @property
     def label(self) -> str:
-        return f"s {'≥' if self.op == '>=' else '≤'} {self.threshold:g}"
+        what = "s" if self.score is None else self.score.label
+        return f"{what} {'≥' if self.op == '>=' else '≤'} {self.threshold:g}"
 
 
 def select_event(v0, v1, confidence: float, delta: float = 0.0,
@@ -236,6 +290,195 @@ def select_event(v0, v1, confidence: float, delta: float = 0.0,
     return best[1], best[0][0]
 
 
+@dataclass(frozen=True, eq=False)
+class Score:
+    """A score of a run's feature vector, fixed on the first batch: the event thresholds it.
+
+    Three kinds (:func:`select_feature_event` builds them):
+
+    * ``"coordinate"``: feature ``index`` itself (a per-coordinate threshold,
+      or, on a 0/1 feature such as a DAWA boundary indicator, "the
+      partition has a boundary at position i");
+    * ``"logistic"``: ``w·φ + b`` of a logistic regression of the data
+      vector's label (0 for ``x₀``, 1 for ``x₁``) on the features φ, the
+      classifier of DP-Sniper (Bichsel, Steffen, Bogunovic & Vechev,
+      "DP-Sniper: black-box discovery of differential privacy violations
+      using classifiers", IEEE S&P 2021, Sec. IV-V);
+    * ``"atoms"``: for features with few distinct values (a partition of a
+      small domain), the first batch's smoothed log-ratio
+      ``ln((k₁ + ½)/(N + 1)) − ln((k₀ + ½)/(N + 1))`` of each distinct vector
+      (0 for one not seen there) -- the empirical likelihood-ratio
+      classifier, whose upper sets are the Neyman-Pearson events.
+
+    Attributes
+    ----------
+    kind : {"coordinate", "logistic", "atoms"}
+    features : str
+        Name of the feature vector (for labels).
+    index : int
+        The coordinate (kind ``"coordinate"``).
+    weights : ndarray, shape (d,)
+        ``w`` (kind ``"logistic"``, on the raw features).
+    intercept : float
+        ``b`` (kind ``"logistic"``).
+    atoms : ndarray, shape (a, d); atom_scores : ndarray, shape (a,)
+        The distinct feature vectors and their scores (kind ``"atoms"``).
+    """
+
+    kind: str
+    features: str
+    index: int = -1
+    weights: np.ndarray | None = None
+    intercept: float = 0.0
+    atoms: np.ndarray | None = None
+    atom_scores: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.kind not in ("coordinate", "logistic", "atoms"):
+            raise ValueError(f"a score's kind must be 'coordinate', 'logistic' or 'atoms', got {self.kind!r}")
+
+    def __call__(self, F) -> np.ndarray:
+        """The score of every row of ``F`` (shape ``(runs, d)``), shape ``(runs,)``."""
+        F = np.asarray(F, dtype=float)
+        if self.kind == "coordinate":
+            return F[:, self.index]
+        if self.kind == "logistic":
+            return F @ self.weights + self.intercept
+        out = np.zeros(F.shape[0])
+        lookup = {row.tobytes(): v for row, v in zip(self.atoms, self.atom_scores, strict=True)}
+        for i, row in enumerate(np.ascontiguousarray(F)):
+            out[i] = lookup.get(row.tobytes(), 0.0)
+        return out
+
+    @property
+    def label(self) -> str:
+        if self.kind == "coordinate":
+            return f"{self.features}[{self.index}]"
+        if self.kind == "logistic":
+            return f"logistic score on {self.features}"
+        return f"likelihood-ratio score of {self.features} ({len(self.atoms)} atoms)"
+
+
+def fit_logistic(F0, F1, ridge: float = LOGISTIC_RIDGE) -> tuple[np.ndarray, float]:
+    """Logistic regression of the label (0: rows of ``F0``, 1: rows of ``F1``) on the features.
+
+    Minimises the mean log-loss plus ``ridge/2·‖w‖²`` on standardised
+    features with L-BFGS (:func:`scipy.optimize.minimize`), as DP-Sniper's
+    classifier (Bichsel et al., IEEE S&P 2021, Sec. V-A) fitted on the first batch.
+
+    Parameters
+    ----------
+    F0, F1 : array_like, shape (N0, d) and (N1, d)
+        Finite features of the runs on ``x₀`` and on ``x₁``.
+    ridge : float
+        L2 penalty (≥ 0) on the standardised weights; keeps separable batches finite.
+
+    Returns
+    -------
+    (w, b) : (ndarray, shape (d,), float)
+        ``P(x₁ | φ) = expit(w·φ + b)`` on the raw features.
+
+    Raises
+    ------
+    ValueError
+        If the features are not finite or the shapes do not match.
+    """
+    F0 = np.asarray(F0, dtype=float)
+    F1 = np.asarray(F1, dtype=float)
+    if F0.ndim != 2 or F1.ndim != 2 or F0.shape[1] != F1.shape[1]:
+        raise ValueError(f"features must be two 2D arrays with the same columns, got {F0.shape}, {F1.shape}")
+    X = np.vstack([F0, F1])
+    if not np.all(np.isfinite(X)):
+        raise ValueError("the features must be finite")
+    y = np.concatenate([np.zeros(len(F0)), np.ones(len(F1))])
+    mu = X.mean(axis=0)
+    sd = X.std(axis=0)
+    sd[sd == 0] = 1.0
+    Z = (X - mu) / sd
+    sign = 2.0 * y - 1.0
+    n = len(y)
+
+    def loss(theta):
+        w, b = theta[:-1], theta[-1]
+        m = sign * (Z @ w + b)
+        f = -np.sum(scipy.special.log_expit(m)) / n + 0.5 * ridge * (w @ w)
+        g = -sign * scipy.special.expit(-m) / n
+        return f, np.concatenate([Z.T @ g + ridge * w, [g.sum()]])
+
+    res = scipy.optimize.minimize(loss, np.zeros(Z.shape[1] + 1), jac=True, method="L-BFGS-B")
+    w = res.x[:-1] / sd
+    return w, float(res.x[-1] - w @ mu)
+
+
+def select_feature_event(rows0, rows1, confidence: float, delta: float = 0.0,
+                         features: str = "features", statistic: bool = True,
+                         max_atoms: int = MAX_ATOMS) -> tuple[Event, float, dict]:
+    """The event with the largest ε lower bound on a first batch of statistics and features.
+
+    The candidates are threshold events (:func:`select_event`) on: the
+    statistic (column 0, if ``statistic``); every feature coordinate (the
+    per-coordinate thresholds, e.g. "a DAWA bucket boundary at position i");
+    the score of a logistic regression fitted on the batch (:func:`fit_logistic`,
+    DP-Sniper); and, when the features take at most ``max_atoms`` distinct
+    values and at least :data:`ATOM_RUNS` runs per value, the batch's
+    likelihood-ratio score of each value (see :class:`Score`).
+    The winner is fixed before the second batch is drawn, so choosing among
+    them costs no confidence (Ding et al., CCS 2018, Sec. 4; Bichsel et al.
+    2021, Sec. IV): the bound is computed on the second batch only.
+
+    Parameters
+    ----------
+    rows0, rows1 : array_like, shape (N, 1 + d)
+        Column 0 the statistic, columns 1.. the features, of runs with ``x₀``
+        and with ``x₁``.
+    confidence, delta : float
+        As :func:`audit`.
+    features : str
+        Name of the features (labels).
+    statistic : bool
+        Consider thresholds on the statistic too.
+    max_atoms : int
+
+    Returns
+    -------
+    (Event, float, dict)
+        The event, its score on this batch, and the best score of each kind
+        of candidate (``"statistic"``, ``"coordinate"``, ``"logistic"``, ``"atoms"``).
+    """
+    R0 = np.asarray(rows0, dtype=float)
+    R1 = np.asarray(rows1, dtype=float)
+    R0, R1 = R0.reshape(R0.shape[0], -1), R1.reshape(R1.shape[0], -1)
+    F0, F1 = R0[:, 1:], R1[:, 1:]
+    cands: list[tuple[str, Score | None]] = [("statistic", None)] if statistic else []
+    varying = [j for j in range(F0.shape[1])
+               if np.ptp(np.concatenate([F0[:, j], F1[:, j]])) > 0]
+    cands += [("coordinate", Score("coordinate", features, index=j)) for j in varying]
+    if varying:
+        w, b = fit_logistic(F0[:, varying], F1[:, varying])
+        full = np.zeros(F0.shape[1])
+        full[varying] = w
+        cands.append(("logistic", Score("logistic", features, weights=full, intercept=b)))
+        both = np.ascontiguousarray(np.vstack([F0, F1]))
+        atoms, inverse = np.unique(both, axis=0, return_inverse=True)
+        if len(atoms) <= min(max_atoms, len(both) // ATOM_RUNS):
+            inverse = inverse.ravel()
+            k0 = np.bincount(inverse[:len(F0)], minlength=len(atoms))
+            k1 = np.bincount(inverse[len(F0):], minlength=len(atoms))
+            lr = np.log((k1 + 0.5) / (len(F1) + 1.0)) - np.log((k0 + 0.5) / (len(F0) + 1.0))
+            cands.append(("atoms", Score("atoms", features, atoms=atoms, atom_scores=lr)))
+    best, kinds = None, {}
+    for kind, score in cands:
+        v0 = R0[:, 0] if score is None else score(F0)
+        v1 = R1[:, 0] if score is None else score(F1)
+        ev, sc = select_event(v0, v1, confidence, delta)
+        kinds[kind] = max(kinds.get(kind, 0.0), sc)
+        if best is None or sc > best[1]:  # ties keep the earlier (simpler) candidate
+            best = (Event(ev.op, ev.threshold, ev.numerator, score), sc)
+    if best is None:
+        raise ValueError("no candidate events: give a statistic or features that vary")
+    return best[0], best[1], kinds
+
+
 # ==================================================================== result
 @dataclass
 class AuditResult:
@@ -281,6 +524,11 @@ class AuditResult:
         The chosen event's bound on the first batch (NaN for a given event).
     ledger_epsilon : float
         ε the privacy kernel recorded for one run (the mechanism's own accounting).
+    features : str or None
+        The features the event could be chosen on (see :data:`FEATURES`).
+    candidates : dict
+        With features: the best first-batch bound of each kind of candidate
+        event (``"statistic"``, ``"coordinate"``, ``"logistic"``, ``"atoms"``).
     """
 
     mechanism: str
@@ -305,6 +553,8 @@ class AuditResult:
     values1: np.ndarray = field(repr=False)
     selection_score: float = math.nan
     ledger_epsilon: float = math.nan
+    features: str | None = None
+    candidates: dict = field(default_factory=dict)
 
     @property
     def violated(self) -> bool:
@@ -371,7 +621,8 @@ class AuditResult:
                 "p0": self.p0[0], "p0_lo": self.p0[1], "p0_hi": self.p0[2],
                 "p1": self.p1[0], "p1_lo": self.p1[1], "p1_hi": self.p1[2],
                 "runs": self.runs, "selection_runs": self.selection_runs,
-                "total_runs": self.total_runs, "seconds": self.seconds, "seed": self.seed}
+                "total_runs": self.total_runs, "seconds": self.seconds, "seed": self.seed,
+                "features": self.features}
 
 
 # ============================================================== what one run does
@@ -387,6 +638,59 @@ class _Statistic:
     diff: np.ndarray
     cell: int
     fn: Callable | None = None
+    features: str | Callable | None = None
+
+    @property
+    def features_name(self) -> str | None:
+        """The features' name for labels (``None`` without features)."""
+        f = self.features
+        return f if f is None or isinstance(f, str) else getattr(f, "__name__", type(f).__name__)
+
+    def row(self, out) -> np.ndarray:
+        """The statistic, then the features: shape ``(1 + d,)``."""
+        s = self(out)
+        if self.features is None:
+            return np.array([s])
+        return np.concatenate([[s], self.feature_vector(out)])
+
+    def feature_vector(self, out) -> np.ndarray:
+        """The run's features (see :data:`FEATURES`), shape ``(d,)``, finite."""
+        f = self.features
+        if callable(f):
+            v = np.asarray(f(out), dtype=float).ravel()
+            what = f"features {self.features_name!r}"
+        elif f == "all":
+            parts = [self._named("estimate", out)]
+            if isinstance(getattr(out, "info", None), dict) and out.info.get("partition") is not None:
+                parts.append(self._named("boundaries", out))
+            parts.append(self._named("info", out))
+            v, what = np.concatenate(parts), "features 'all'"
+        else:
+            v, what = self._named(f, out), f"features {f!r}"
+        if v.size == 0 or not np.all(np.isfinite(v)):
+            raise ValueError(f"{what} must be a non-empty vector of finite numbers (got {v.size} "
+                             "values, some not finite)" if v.size else f"{what} are empty for this output")
+        return v
+
+    def _named(self, f: str, out) -> np.ndarray:
+        if f == "estimate":
+            x_hat = out.x_hat if isinstance(out, registry.Estimate) else out
+            return np.asarray(x_hat, dtype=float).ravel()
+        info = _info(out, f"features {f!r}")
+        if f == "boundaries":
+            part = info.get("partition")
+            if part is None:
+                raise ValueError("features 'boundaries' need a DAWA-style output with info['partition']")
+            ind = np.zeros(part.n - 1)
+            ind[np.asarray(part.edges[1:-1], dtype=int) - 1] = 1.0
+            return ind
+        if f == "info":
+            vals = [float(info[k]) for k in sorted(info)
+                    if isinstance(info[k], int | float | np.number) and not isinstance(info[k], bool)
+                    and math.isfinite(float(info[k]))]
+            return np.asarray(vals, dtype=float)
+        raise ValueError(f"unknown features {f!r}; use one of {sorted(FEATURES)} or a function "
+                         "output -> 1D array")
 
     def resolved(self, out) -> str:
         """The statistic's name for results: ``"auto"`` becomes what it means for ``out``."""
@@ -479,9 +783,9 @@ class _Runner:
             out = self.fn(data, rng)
         return out, data.ledger.epsilon
 
-    def __call__(self, x: np.ndarray, rng: np.random.Generator) -> tuple[float, float]:
+    def __call__(self, x: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, float]:
         out, spent = self.output(x, rng)
-        return self.statistic(out), spent
+        return self.statistic.row(out), spent
 
 
 @dataclass(frozen=True)
@@ -501,18 +805,26 @@ class _Chunk:
 
 
 def _audit_chunk(chunk: _Chunk, runner: _Runner, x: np.ndarray) -> tuple[np.ndarray, float]:
-    """Run one chunk (a pure function of its arguments: shipped to processes or Dask)."""
+    """Run one chunk (a pure function of its arguments: shipped to processes or Dask).
+
+    Returns the rows (statistic, then features), shape ``(size, 1 + d)``, and
+    the ε the last run's ledger recorded.
+    """
     from .core.registry import REGISTRY
 
     if runner.fn is None and runner.name not in REGISTRY:
         _evaluate._ensure_registered(runner.name, ())
     rng = np.random.default_rng(np.random.SeedSequence(
         [int(chunk.seed), AUDIT_SEED_TAG, chunk.batch, chunk.side, chunk.index]))
-    values = np.empty(chunk.size)
+    rows = []
     spent = math.nan
-    for i in range(chunk.size):
-        values[i], spent = runner(x, rng)
-    return values, spent
+    for _ in range(chunk.size):
+        row, spent = runner(x, rng)
+        if rows and row.size != rows[0].size:
+            raise ValueError(f"the features have {row.size - 1} values on one run and "
+                             f"{rows[0].size - 1} on another: they must have a fixed length")
+        rows.append(row)
+    return np.vstack(rows), spent
 
 
 def _batch(runner, x0, x1, runs, batch, seed, chunk, client, n_jobs, progress, callback,
@@ -535,8 +847,11 @@ def _batch(runner, x0, x1, runs, batch, seed, chunk, client, n_jobs, progress, c
         done[0] += task.size
         if callback is not None:
             callback(done[0], total)
-    return (np.concatenate([v for v in out[0] if v is not None]),
-            np.concatenate([v for v in out[1] if v is not None]), spent)
+    rows = [np.concatenate([v for v in out[side] if v is not None]) for side in (0, 1)]
+    if rows[0].shape[1] != rows[1].shape[1]:
+        raise ValueError("the features have a different length on x0 and on x1: they must have a "
+                         "fixed length")
+    return rows[0], rows[1], spent
 
 
 # ============================================================ standard cases
@@ -563,6 +878,9 @@ class AuditCase:
         What is audited, in words.
     why : str
         Why this pair.
+    features : str or None
+        Features the event may also be chosen on (see :data:`FEATURES`,
+        :func:`select_feature_event`); ``None``: thresholds on the statistic only.
     """
 
     x0: tuple
@@ -574,13 +892,93 @@ class AuditCase:
     params: dict = field(default_factory=dict)
     label: str = "the whole output"
     why: str = ""
+    features: str | None = None
 
     def run(self, mechanism: str, epsilon: float, **kwargs) -> AuditResult:
         """:func:`audit` of ``mechanism`` at ``epsilon`` on this case (``kwargs`` passed on)."""
         params = {**self.params, **kwargs.pop("params", {})}
+        kwargs.setdefault("features", self.features)
         return audit(mechanism, self.x0, self.x1, epsilon, self.delta, W=self.W,
                      statistic=self.statistic, claim=self.claim_share * epsilon,
                      params=params or None, **kwargs)
+
+    def run_weakened(self, mechanism: str, epsilon: float, factor: float = 2.0,
+                     **kwargs) -> AuditResult:
+        """Audit a broken variant: ``mechanism`` with ``1/factor`` of its noise, claiming ``epsilon``.
+
+        A power check of the auditor: the variant (:class:`Weakened`) runs
+        with every noise scale divided by ``factor`` (Laplace at
+        ``factor·ε``, the exponential mechanism's ε multiplied the same way;
+        Gaussian with σ divided by ``factor``) while the claim stays this
+        case's ``claim_share·epsilon``.  The result's ``ledger_epsilon`` is
+        what the kernel recorded for the variant's runs.
+
+        Raises
+        ------
+        ValueError
+            If ``factor`` is not a finite number > 1.
+        """
+        params = {**self.params, **kwargs.pop("params", {})}
+        kwargs.setdefault("features", self.features)
+        weak = Weakened(mechanism, self.W, epsilon, self.delta, factor, params)
+        return audit(weak, self.x0, self.x1, epsilon, self.delta, statistic=self.statistic,
+                     claim=self.claim_share * epsilon, **kwargs)
+
+
+@dataclass(frozen=True)
+class Weakened:
+    """A registered mechanism run with ``1/factor`` of its noise: a planted privacy bug.
+
+    ``Weakened(name, W, epsilon, delta, factor)(data, rng)`` runs ``name``
+    on ``W`` with ``Laplace(factor·ε)`` (every Laplace scale ``Δ/ε`` and
+    every exponential-mechanism temperature divided by ``factor``) or, when
+    ``delta > 0``, the analytic Gaussian whose σ is ``1/factor`` of
+    ``Gaussian(ε, δ)``'s (Balle & Wang 2018, Thm 8, solved for ε with
+    :func:`scipy.optimize.brentq`).  Not private at the claimed ε: for
+    auditing the auditor (a picklable module-level callable, so it runs on
+    worker processes).
+
+    Raises
+    ------
+    ValueError
+        If ``factor`` is not a finite number > 1.
+    """
+
+    mechanism: str
+    W: Matrix
+    epsilon: float
+    delta: float = 0.0
+    factor: float = 2.0
+    params: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not (isinstance(self.factor, int | float) and math.isfinite(self.factor) and self.factor > 1):
+            raise ValueError(f"factor must be a finite number > 1, got {self.factor!r}")
+        registry.get(self.mechanism)  # KeyError for an unknown name
+
+    @property
+    def __name__(self) -> str:  # the result's mechanism label
+        return f"{self.mechanism} with 1/{self.factor:g} of its noise"
+
+    @functools.cached_property
+    def noise(self) -> NoiseModel:
+        """The weakened noise model."""
+        if self.delta <= 0:
+            return Laplace(self.factor * self.epsilon)
+        target = Gaussian(self.epsilon, self.delta).sigma_per_unit / self.factor
+        hi = self.epsilon
+        while Gaussian(hi, self.delta).sigma_per_unit > target:
+            hi *= 2.0
+        eps = scipy.optimize.brentq(lambda e: Gaussian(e, self.delta).sigma_per_unit - target,
+                                    self.epsilon, hi, xtol=1e-12, rtol=1e-12)
+        return Gaussian(eps, self.delta)
+
+    def __call__(self, data: PrivateData, rng: np.random.Generator):
+        from .core.registry import REGISTRY
+
+        if self.mechanism not in REGISTRY:
+            _evaluate._ensure_registered(self.mechanism, ())
+        return _mechanism.run(self.mechanism, data, self.W, self.noise, rng, **self.params)
 
 
 #: Gaussian mechanisms are audited at this δ.
@@ -589,6 +987,11 @@ CASE_DELTA = 1e-6
 _ONE_CELL = ("one record added to the cell whose column of the strategy has the largest norm "
              "(the one that sets the sensitivity), on a tiny domain")
 _DAWA_PAIR = ((5, 5, 5, 5), (5, 6, 5, 5))
+_DAWA_PARTITION_PAIR = ((5,) * 8, (5, 6) + (5,) * 6)
+_DAWA_PARTITION_WHY = ("a flat histogram of 8 cells, one record added to cell 1: every candidate "
+                       "bucket over cell 1 (lengths 2, 4, 8) costs more, by as much as a record "
+                       "can move it (2 − 2/L), so boundaries at 1 and 2 become likelier together; "
+                       "the event is read from the partition's boundaries")
 _DAWA_WHY = ("the issue's pair: a flat histogram where one extra record changes the cost of every "
              "candidate bucket holding cell 1, so the partition is as sensitive as it gets")
 
@@ -603,9 +1006,14 @@ def cases(name: str) -> list[AuditCase]:
     a single-cell change on a tiny domain (data-independent strategies, whose
     columns all have the same norm), DAWA's flat histogram where one record
     changes every candidate bucket over that cell (also audited for the
-    partition alone against ε₁), a count at the threshold of the sparse
+    partition alone against ε₁, on 8 cells, with events read from the
+    partition's boundaries), a count at the threshold of the sparse
     vector (sum queries, in the tests), and so on.  Gaussian mechanisms use
-    δ = :data:`CASE_DELTA`.
+    δ = :data:`CASE_DELTA`.  The data-dependent mechanisms' cases choose
+    their events on features too (:attr:`AuditCase.features`); a case with
+    its own claim (a stage's share of ε) reads only features of that stage.
+    ``dawa_as_published`` (not private) keeps the 4-cell pair and the
+    number of buckets, the event whose exact probabilities are known.
 
     Raises
     ------
@@ -624,22 +1032,30 @@ def _cases(name: str) -> tuple[AuditCase, ...]:
     if mech.data_dependent:
         if "ratio" in mech.params:  # DAWA and its Partition+X variants
             share = float(mech.params["ratio"])
-            return (AuditCase(*_DAWA_PAIR, ranges4, why=_DAWA_WHY),
-                    AuditCase(*_DAWA_PAIR, ranges4, statistic="buckets", claim_share=share,
+            whole = AuditCase(*_DAWA_PAIR, ranges4, why=_DAWA_WHY, features="all")
+            if not mech.private:  # the teaching case: the issue's pair and its all-singletons event
+                return (AuditCase(*_DAWA_PAIR, ranges4, why=_DAWA_WHY, features=None),
+                        AuditCase(*_DAWA_PAIR, ranges4, statistic="buckets", claim_share=share,
+                                  label="the partition alone (claim ε₁ = ratio·ε, Thm 2)",
+                                  why=_DAWA_WHY))
+            return (whole,
+                    AuditCase(*_DAWA_PARTITION_PAIR, _workloads.all_range(8), statistic="buckets",
+                              claim_share=share, features="boundaries",
                               label="the partition alone (claim ε₁ = ratio·ε, Thm 2)",
-                              why=_DAWA_WHY))
+                              why=_DAWA_PARTITION_WHY))
         if name == "mwem":
-            return (AuditCase((2, 0, 0, 0), (2, 1, 0, 0), ranges4, params={"T": 2},
+            return (AuditCase((2, 0, 0, 0), (2, 1, 0, 0), ranges4, params={"T": 2}, features="all",
                               why="two rounds (each round's two steps then spend the most ε), "
                                   "one record next to a small count"),)
         if name == "efpa":
             share = float(mech.params.get("selection_share", 0.5))
-            return (AuditCase(*_DAWA_PAIR, ranges4, why="a flat histogram: one record changes every "
-                              "Fourier coefficient"),
+            return (AuditCase(*_DAWA_PAIR, ranges4, features="all",
+                              why="a flat histogram: one record changes every Fourier coefficient"),
                     AuditCase(*_DAWA_PAIR, ranges4, statistic="info:k", claim_share=share,
+                              features="info",  # every numeric info entry is a function of k
                               label="the number of coefficients alone (claim ε₁ = share·ε)",
                               why="the exponential mechanism's choice on a flat histogram"))
-        return (AuditCase((0, 0, 0, 0), (1, 0, 0, 0), ranges4,
+        return (AuditCase((0, 0, 0, 0), (1, 0, 0, 0), ranges4, features="all",
                           why="one record on a tiny domain: the noisy total moves by one"),)
     gaussian_only = name in ("eigen_design", "residual_planner")
     if name in ("datacube", "fourier", "opt_m", "residual_planner"):
@@ -677,7 +1093,7 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
           seed: int = 0, claim: float | None = None, client=None, n_jobs: int | None = None,
           params: dict | None = None, progress: bool = True,
           callback: Callable[[int, int], None] | None = None, chunk: int = DEFAULT_CHUNK,
-          counts: bool = True) -> AuditResult:
+          counts: bool = True, features: str | Callable | None = None) -> AuditResult:
     """Audit a mechanism's privacy claim on a neighbouring pair: a lower bound on its ε.
 
     Parameters
@@ -707,9 +1123,10 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
         :data:`STATISTICS`) or a function ``output -> float``.
     event : "auto", Event, or callable
         ``"auto"``: chosen on a first batch of ``selection_runs`` runs per
-        data vector and then fixed (see the module docstring).  An
-        :class:`Event` on the statistic, or a function ``output -> bool``
-        (the set of outputs), skips the first batch.
+        data vector and then fixed (see the module docstring; with
+        ``features``, by :func:`select_feature_event`).  An :class:`Event`
+        on the statistic (or, with ``features``, one with a :class:`Score`),
+        or a function ``output -> bool`` (the set of outputs), skips the first batch.
     runs : int
         Runs per data vector in the batch the bound is computed on.
     selection_runs : int, optional
@@ -740,6 +1157,13 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
         Runs per task (one Generator per task).
     counts : bool
         ``x0``, ``x1`` hold counts (default); ``False`` allows real weights.
+    features : str or callable, optional
+        A feature vector of every run (see :data:`FEATURES`: ``"boundaries"``,
+        ``"estimate"``, ``"info"``, ``"all"``; or a function ``output -> 1D
+        array`` of fixed length).  The event is then chosen among thresholds
+        on the statistic, on every feature, on a logistic-regression score
+        (DP-Sniper, Bichsel et al. 2021) and on the likelihood-ratio score of
+        the feature vector, all fitted on the first batch only.
 
     Returns
     -------
@@ -750,8 +1174,8 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
     ValueError
         If ``x0`` and ``x1`` are not neighbours (shapes differ, or they do not
         differ by exactly 1 in exactly one cell), ε, δ, the claim, the runs or
-        the confidence are out of range, the statistic is unknown or does not
-        apply to the output, or the mechanism is unknown.
+        the confidence are out of range, the statistic or the features are
+        unknown or do not apply to the output, or the mechanism is unknown.
     TypeError
         If ``mechanism`` is neither a name nor a callable.
     NotApplicableError
@@ -767,7 +1191,9 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
     Nasr, Song, Thakurta, Papernot, Carlini. Adversary instantiation: lower
     bounds for differentially private machine learning. IEEE S&P 2021.
     Clopper, Pearson. The use of confidence or fiducial limits illustrated in
-    the case of the binomial. Biometrika 1934.
+    the case of the binomial. Biometrika 1934.  Bichsel, Steffen, Bogunovic,
+    Vechev. DP-Sniper: black-box discovery of differential privacy
+    violations using classifiers. IEEE S&P 2021.
     """
     t0 = time.perf_counter()
     x0 = _vector(x0, "x0", counts)
@@ -810,13 +1236,18 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
         statistic, given_event = event, Event(">=", 0.5)  # the indicator of the set
     elif event != "auto":
         raise ValueError(f"event must be 'auto', an Event or a function output -> bool, got {event!r}")
+    if not (features is None or callable(features) or (isinstance(features, str) and features in FEATURES)):
+        raise ValueError(f"unknown features {features!r}; use one of {sorted(FEATURES)}, None or a "
+                         "function output -> 1D array")
+    if given_event is not None and given_event.score is not None and features is None:
+        raise ValueError("an event with a score applies to features: give features=... too")
     if callable(statistic):
         stat_name = getattr(statistic, "__name__", type(statistic).__name__)
-        stat = _Statistic(stat_name, diff, int(changed[0]), statistic)
+        stat = _Statistic(stat_name, diff, int(changed[0]), statistic, features)
     elif isinstance(statistic, str) and (statistic in STATISTICS or statistic.startswith("info:")) \
             and statistic != "info:<key>":
         stat_name = statistic
-        stat = _Statistic(statistic, diff, int(changed[0]))
+        stat = _Statistic(statistic, diff, int(changed[0]), None, features)
     else:
         raise ValueError(f"unknown statistic {statistic!r}; use one of {sorted(STATISTICS)} "
                          "(info:<key> with a key of the run's info) or a function output -> float")
@@ -846,19 +1277,27 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
                         f"{type(mechanism).__name__}")
     # one run in this process first: clear errors (not applicable, bad statistic) before any pool
     out, _ = runner.output(x0, np.random.default_rng(np.random.SeedSequence([seed, AUDIT_SEED_TAG, 99])))
-    stat(out)
+    stat.row(out)
     stat_name = stat.resolved(out)
 
     total = 2 * (runs + (0 if given_event is not None else selection_runs))
     done = [0]
     common = (seed, chunk, client, n_jobs, progress, callback, done, total, name)
-    score = math.nan
+    score, kinds = math.nan, {}
     if given_event is None:
         s0, s1, _ = _batch(runner, x0, x1, selection_runs, 0, *common)
-        chosen, score = select_event(s0, s1, confidence, delta)
+        if features is None:
+            chosen, score = select_event(s0[:, 0], s1[:, 0], confidence, delta)
+        else:
+            chosen, score, kinds = select_feature_event(s0, s1, confidence, delta,
+                                                        stat.features_name)
     else:
         chosen, selection_runs = given_event, 0
-    v0, v1, spent = _batch(runner, x0, x1, runs, 1, *common)
+    # the event is fixed: the second, independent batch gives the bound
+    r0, r1, spent = _batch(runner, x0, x1, runs, 1, *common)
+    v0, v1 = chosen.values(r0), chosen.values(r1)
+    if chosen.score is not None:
+        stat_name = chosen.score.label
     if runner.fn is None and not math.isclose(spent, epsilon, rel_tol=1e-9, abs_tol=1e-12):
         raise RuntimeError(f"privacy accounting mismatch while auditing {name!r}: the kernel recorded "
                            f"ε = {spent!r} per run, the mechanism was run with ε = {epsilon!r}")
@@ -873,11 +1312,12 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
         lb = float(epsilon_lower_bound(lo1, hi0, delta))
     else:  # a given event: both orders, each at 1 − α/2 (union bound)
         lb0, lb1 = float(epsilon_lower_bound(lo0, hi1, delta)), float(epsilon_lower_bound(lo1, hi0, delta))
-        chosen = Event(chosen.op, chosen.threshold, 0 if lb0 >= lb1 else 1)
+        chosen = Event(chosen.op, chosen.threshold, 0 if lb0 >= lb1 else 1, chosen.score)
         lb = max(lb0, lb1)
     return AuditResult(
         mechanism=name, epsilon=epsilon, delta=delta, claim=float(claim), epsilon_lb=lb,
         confidence=float(confidence), statistic=stat_name, event=chosen, k0=k0, k1=k1, runs=runs,
         selection_runs=int(selection_runs), p0=(k0 / runs, lo0, hi0), p1=(k1 / runs, lo1, hi1),
         seconds=time.perf_counter() - t0, seed=int(seed), x0=x0, x1=x1, values0=v0, values1=v1,
-        selection_score=float(score), ledger_epsilon=float(spent))
+        selection_score=float(score), ledger_epsilon=float(spent),
+        features=stat.features_name, candidates=dict(kinds))

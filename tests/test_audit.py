@@ -27,7 +27,7 @@ CONFIDENCE = 1 - 1e-4
 RUNS = 2000  # per data vector in the bound batch (+ 500 to choose the event)
 #: Audits of private mechanisms that assert ``epsilon_lb ≤ claim`` (for the false-alarm budget).
 PRIVATE_AUDITS = [(name, i) for name in registry.names(private=True)
-                  for i in range(len(aud.cases(name)))] + [("svt", 0)]
+                  for i in range(len(aud.cases(name)))] + [("svt", 0), ("dawa-partition-eps10", 1)]
 
 
 def test_false_alarm_budget():
@@ -161,10 +161,12 @@ def test_given_event_and_event_function():
 
 # ------------------------------------------------ every registered mechanism
 def _case_ids():
-    return [f"{name}-{aud.cases(name)[i].statistic}" for name, i in PRIVATE_AUDITS if name != "svt"]
+    return [f"{name}-{aud.cases(name)[i].statistic}" for name, i in PRIVATE_AUDITS
+            if name in registry.REGISTRY]
 
 
-@pytest.mark.parametrize("name,i", [c for c in PRIVATE_AUDITS if c[0] != "svt"], ids=_case_ids())
+@pytest.mark.parametrize("name,i", [c for c in PRIVATE_AUDITS if c[0] in registry.REGISTRY],
+                         ids=_case_ids())
 def test_registered_mechanism_passes_its_audit(name, i):
     case = aud.cases(name)[i]
     r = case.run(name, 1.0, runs=RUNS, confidence=CONFIDENCE, seed=2024)
@@ -278,3 +280,228 @@ def test_dawa_as_published_is_never_released():
     assert s.mode == "simulation" and s.x_hat.shape == (4,)
     assert "NOT PRIVATE" in registry.get("dawa_as_published").label
     assert "dawa_as_published" not in dpx.compare(W, dpx.Laplace(1.0))["mechanism"].tolist()
+
+
+# ------------------------------------------------- richer events: features, classifiers
+def test_fit_logistic_recovers_the_bayes_classifier():
+    # two unit-covariance Gaussians: the log-odds are exactly linear, w = μ₁ − μ₀ and
+    # b = (‖μ₀‖² − ‖μ₁‖²)/2; with 20,000 runs each the fit's standard error is ≈ 0.01, so a
+    # tolerance of 0.06 (6 s.e.) fails with probability < 1e-8 per coordinate (seeded anyway)
+    rng = np.random.default_rng(0)
+    mu0, mu1 = np.array([0.0, 0.0, 1.0]), np.array([1.0, -0.5, 1.0])
+    F0 = rng.normal(mu0, 1.0, (20_000, 3))
+    F1 = rng.normal(mu1, 1.0, (20_000, 3))
+    w, b = aud.fit_logistic(F0, F1, ridge=0.0)
+    np.testing.assert_allclose(w, mu1 - mu0, atol=0.06)
+    assert b == pytest.approx((mu0 @ mu0 - mu1 @ mu1) / 2, abs=0.06)
+    with pytest.raises(ValueError, match="finite"):
+        aud.fit_logistic([[np.inf]], [[0.0]])
+    with pytest.raises(ValueError, match="same columns"):
+        aud.fit_logistic(np.zeros((3, 2)), np.zeros((3, 1)))
+
+
+def _rows(stat, feats):
+    return np.column_stack([stat, feats])
+
+
+def test_select_feature_event_finds_a_boundary_indicator():
+    # statistic uninformative; feature 2 is 1 with probability 0.1 under x0 and 0.5 under x1
+    # (log-ratio ln 5 ≈ 1.61); the others are noise.  4,000 runs: the coordinate's first-batch
+    # bound at 95 % is ≈ 1.4 while any noise feature's is ≈ 0 (its plug-in log-ratio has s.e. 0.07)
+    rng = np.random.default_rng(1)
+    N = 4000
+    f0 = (rng.random((N, 4)) < [0.3, 0.3, 0.1, 0.3]).astype(float)
+    f1 = (rng.random((N, 4)) < [0.3, 0.3, 0.5, 0.3]).astype(float)
+    s0, s1 = rng.normal(size=N), rng.normal(size=N)
+    ev, score, kinds = aud.select_feature_event(_rows(s0, f0), _rows(s1, f1), 0.95,
+                                                features="boundaries")
+    assert score > 1.2 and kinds["statistic"] < 0.3
+    assert ev.score is not None and ev.numerator == 1
+    # on a fresh batch the event keeps its log-ratio: every event built from feature 2 (alone or
+    # with the independent noise features) has ratio 5 (ln 5 = 1.61); the plug-in estimate on
+    # 4,000 runs has s.e. ≤ 0.1, so > 1.2 fails with probability < 1e-4
+    g0 = (rng.random((N, 4)) < [0.3, 0.3, 0.1, 0.3]).astype(float)
+    g1 = (rng.random((N, 4)) < [0.3, 0.3, 0.5, 0.3]).astype(float)
+    p0 = ev.contains(ev.values(_rows(rng.normal(size=N), g0))).mean()
+    p1 = ev.contains(ev.values(_rows(rng.normal(size=N), g1))).mean()
+    assert math.log(p1 / p0) > 1.2, (p0, p1, ev.label)
+    assert set(kinds) == {"statistic", "coordinate", "logistic", "atoms"}
+
+
+def test_score_kinds_and_labels():
+    F = np.array([[0.0, 1.0], [1.0, 1.0], [2.0, 0.0]])
+    assert aud.Score("coordinate", "f", index=1)(F).tolist() == [1.0, 1.0, 0.0]
+    assert aud.Score("logistic", "f", weights=np.array([1.0, -1.0]), intercept=0.5)(F).tolist() == \
+        [-0.5, 0.5, 2.5]
+    atoms = aud.Score("atoms", "f", atoms=np.array([[0.0, 1.0]]), atom_scores=np.array([3.0]))
+    assert atoms(F).tolist() == [3.0, 0.0, 0.0]  # unseen vectors score 0
+    ev = aud.Event(">=", 1.0, 1, aud.Score("coordinate", "boundaries", index=0))
+    assert ev.label == "boundaries[0] ≥ 1"
+    assert ev.values(np.array([[9.0, 0.0], [9.0, 1.0]])).tolist() == [0.0, 1.0]
+    with pytest.raises(ValueError, match="kind"):
+        aud.Score("nope", "f")
+    with pytest.raises(ValueError, match="score"):
+        aud.Event(">=", 1.0, score="nope")
+
+
+def test_feature_errors():
+    with pytest.raises(ValueError, match="unknown features"):
+        aud.audit("identity", [0], [1], 1.0, features="nope")
+    with pytest.raises(ValueError, match="partition"):
+        aud.audit("identity", [0, 0], [1, 0], 1.0, features="boundaries", runs=10)
+    ev = aud.Event(">=", 1.0, 1, aud.Score("coordinate", "estimate", index=0))
+    with pytest.raises(ValueError, match="features"):
+        aud.audit("identity", [0], [1], 1.0, event=ev)
+    with pytest.raises(ValueError, match="factor"):
+        aud.Weakened("identity", dpx.workloads.all_range(2), 1.0, factor=1.0)
+
+
+def test_boundaries_features_read_the_partition():
+    case = aud.cases("dawa")[1]
+    stat = aud._Statistic("buckets", np.zeros(8), 1, None, "boundaries")
+    from dpexplorer.adaptive.partition import Partition
+
+    out = registry.Estimate(np.zeros(8), {"partition": Partition(np.array([0, 1, 2, 8])), "buckets": 3})
+    assert stat.row(out).tolist() == [3.0, 1, 1, 0, 0, 0, 0, 0]  # buckets start at 1 and 2
+    assert case.features == "boundaries" and case.statistic == "buckets" and len(case.x0) == 8
+
+
+def test_the_bound_batch_does_not_depend_on_the_selection():
+    # the second batch is seeded apart from the first: auditing with the chosen event given
+    # (no first batch at all) counts exactly the same runs inside it
+    kw = dict(runs=600, seed=4, n_jobs=1, progress=False, features="all", chunk=300)
+    case = aud.cases("uniform")[0]
+    r = case.run("uniform", 1.0, selection_runs=300, **kw)
+    g = case.run("uniform", 1.0, event=r.event, **kw)
+    assert g.selection_runs == 0 and (g.k0, g.k1) == (r.k0, r.k1)
+    np.testing.assert_array_equal(g.values0, r.values0)
+
+
+def test_weakened_noise_models():
+    W = dpx.workloads.all_range(4)
+    assert aud.Weakened("identity", W, 1.0, factor=2.0).noise == dpx.Laplace(2.0)
+    g = aud.Weakened("eigen_design", W, 1.0, aud.CASE_DELTA, factor=2.0).noise
+    full = dpx.Gaussian(1.0, aud.CASE_DELTA).sigma_per_unit
+    assert g.sigma_per_unit == pytest.approx(full / 2, rel=1e-9)
+
+
+# ------------------------------------------ power: planted too-little-noise variants
+# Each test below plants a broken variant and expects ``violated``.  A miss is a false failure;
+# the runs are seeded (a checkout passes or fails deterministically), and the rate quoted is
+# over the choice of seed: P(miss) ≈ Φ(−(L − c − slack)/se), with L the variant's plug-in loss on
+# the chosen event (measured here), c the claim, se the standard error of the log-ratio at these
+# runs and slack the Clopper–Pearson margin (≈ 2.2·se at the default 95 %, ≈ 3.9·se at α = 1e-4).
+# The data-dependent ones use the auditor's default confidence (95 %): a planted bug has no
+# false alarm to guard against, and the correct mechanisms' losses on the same cases are far
+# below their claims (their bound exceeds the claim with probability far below 5 %).
+DATA_INDEPENDENT = registry.names(data_dependent=False, private=True)
+GAUSSIAN_ONLY = {"eigen_design", "residual_planner"}
+
+
+#: Halved noise NOT caught yet: these strategies answer many noisy queries and the output is
+#: their least-squares estimate, whose loss sits in events of small probability (plug-in
+#: ln-ratios ≈ 0.97 workload, 1.22 h2, 1.26 wavelet on 4,000 runs; bounds 0.43, 0.80, 0.77 at
+#: α = 1e-4).  Events on the strategy's answers would need them in the output.
+DI_NOT_CAUGHT_YET = {"workload", "h2", "wavelet"}
+#: More runs where the bound needs them (datacube 1.12, fourier 0.97, eigen_design 1.30 and
+#: residual_planner 1.57 on 4,000 runs at α = 1e-4; fast mechanisms).
+DI_RUNS = {"datacube": 4000, "fourier": 4000, "eigen_design": 4000, "residual_planner": 4000}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="no event with power yet"))
+    if n in DI_NOT_CAUGHT_YET else n for n in DATA_INDEPENDENT])
+def test_halved_noise_is_caught_on_every_data_independent_mechanism(name):
+    # Laplace mechanisms: Laplace(2ε) claimed as ε at the default 95 %; the best tail event has
+    # loss 2 and the bound on 1,000 runs is ≈ 1.6 (se ≈ 0.1: P(miss) < 1e-4); datacube and
+    # fourier on 4,000 runs: plug-in ≈ 1.4-1.5, bound ≈ 1.2-1.3 (se ≈ 0.08: P(miss) ≈ 1 %).
+    # Gaussian mechanisms (audited at δ = 1e-6): σ/4 instead of σ/2 -- at δ = 1e-6 a halved σ
+    # shows a loss above ε only on events of probability ≈ 1e-3 (bound 0.37 on 2,000 runs),
+    # which needs ~10⁵ runs; σ/4 gives bounds 1.3-1.6 on 4,000 runs at α = 1e-4 (P(miss) < 1 %).
+    factor = 4.0 if name in GAUSSIAN_ONLY else 2.0
+    runs = DI_RUNS.get(name, 1000)
+    case = aud.cases(name)[0]
+    r = case.run_weakened(name, 1.0, factor, runs=runs, selection_runs=runs // 2, seed=31, n_jobs=1,
+                          progress=False)
+    print(r.summary())
+    assert r.violated and r.epsilon_lb > r.claim, r.summary()
+
+
+#: (mechanism, case): a data-dependent mechanism's whole output claimed at ε, run at 2ε.
+DATA_DEPENDENT_CASES = [(n, 0) for n in registry.names(data_dependent=True, private=True)] + [("efpa", 1)]
+#: Cases where a 2× variant is NOT caught yet: on the standard pairs MWEM's and EFPA's realised
+#: losses stay far below 2·claim (several small steps compose; each alone is below the claim):
+#: bounds 0 (MWEM), 0.62 (EFPA, claim 1) and 0 (EFPA's k alone, claim 0.5) on 2,000 runs.
+NOT_CAUGHT_YET = {("mwem", 0), ("efpa", 0), ("efpa", 1)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,i", [
+    pytest.param(n, i, marks=pytest.mark.xfail(strict=True, reason="no event with power yet"))
+    if (n, i) in NOT_CAUGHT_YET else (n, i) for n, i in DATA_DEPENDENT_CASES],
+    ids=[f"{n}-{i}" for n, i in DATA_DEPENDENT_CASES])
+def test_twice_too_little_noise_is_caught_on_data_dependent_mechanisms(name, i):
+    # whole output, every noise scale halved (Laplace at 2ε, exponential mechanism at 2ε).
+    # DAWA, Partition+Laplace: plug-in loss ≈ 1.96 on the projection, bound ≈ 1.49 on 1,500 runs
+    # (se ≈ 0.12: P(miss) < 1e-4).  Uniform (fast): 4,000 runs, where a large event {s ≤ 0}
+    # wins with plug-in ≈ 1.9 (se ≈ 0.06: P(miss) < 1e-6).  Partition+Uniform/Geometric: the
+    # logistic score on the estimate wins, plug-in ≈ 1.31-1.40, bound ≈ 1.21-1.29 on 3,000 runs
+    # (+1,500 to choose; se ≈ 0.05: P(miss) < 1 %, the selection's own variation included; on
+    # 1,500 runs Geometric's bound was 0.68).
+    runs = {"partition_uniform": 3000, "partition_geometric": 3000, "uniform": 4000}.get(name, 1500)
+    case = aud.cases(name)[i]
+    r = case.run_weakened(name, 1.0, 2.0, runs=runs, selection_runs=runs // 2, seed=2024, n_jobs=1,
+                          progress=False)
+    print(r.summary())
+    assert r.violated, r.summary()
+
+
+@pytest.fixture
+def quarter_partition_noise(monkeypatch):
+    """DAWA's partition noise at a quarter of the Remark's scale (Li et al. 2014, Thm 2) -- a
+    planted bug, inline only (``n_jobs=1``: worker processes would not see the patch)."""
+    scales = dawa.noise_scales
+    monkeypatch.setattr(dawa, "noise_scales", lambda *a, **k: scales(*a, **k) / 4)
+
+
+PARTITION_RUNS = dict(runs=6000, selection_runs=3000, seed=2024, n_jobs=1, progress=False)
+
+
+@pytest.mark.slow
+def test_dawa_partition_with_a_quarter_of_its_noise_is_caught(quarter_partition_noise):
+    # ε = 10, ratio 0.1: the partition claims ε₁ = 1 (the issue's figure: the number of buckets
+    # alone gave 0.944-0.96 < 1 on this variant).  Partition+Laplace: the same partition stage as
+    # DAWA (test below) with the fastest stage 2.  The event is chosen on the 7 boundary
+    # indicators; plug-in loss ≈ 1.4, se ≈ 0.08 and slack ≈ 0.17 on 6,000 runs: bound ≈ 1.2,
+    # P(miss) ≈ 1 %.
+    case = aud.cases("partition_laplace")[1]
+    r = case.run("partition_laplace", 10.0, **PARTITION_RUNS)
+    print(r.summary())
+    assert r.claim == pytest.approx(1.0) and r.violated, r.summary()
+    assert r.event.score is not None  # a boundary event, not the number of buckets
+
+
+@pytest.mark.slow
+def test_correct_dawa_partition_is_not_flagged_at_the_same_settings():
+    # the correct scale on the same case, ε and runs: plug-in loss ≈ 0.35 ≪ 1 = claim, so a bound
+    # above the claim has probability far below the 5 % of a tight claim (seeded)
+    case = aud.cases("partition_laplace")[1]
+    r = case.run("partition_laplace", 10.0, **PARTITION_RUNS)
+    print(r.summary())
+    assert r.epsilon_lb <= r.claim, r.summary()
+
+
+@pytest.mark.parametrize("name", [n for n in registry.names(data_dependent=True, private=True)
+                                  if "ratio" in registry.get(n).params and n != "partition_laplace"])
+def test_the_dawa_family_shares_the_partition_stage(name):
+    # the partition test above runs Partition+Laplace: every DAWA variant draws its partition
+    # first, from the same stream, so with one Generator per run (chunk=1; stage 2 consumes the
+    # stream differently) its partitions are identical run for run
+    case = aud.cases(name)[1]
+    kw = dict(event=aud.Event(">=", 4.0), runs=40, seed=5, n_jobs=1, progress=False, chunk=1)
+    a = case.run(name, 10.0, **kw)
+    b = aud.cases("partition_laplace")[1].run("partition_laplace", 10.0, **kw)
+    np.testing.assert_array_equal(a.values0, b.values0)
+    np.testing.assert_array_equal(a.values1, b.values1)
+    assert np.unique(a.values0).size > 1  # the partition varies: the comparison is not vacuous
