@@ -22,8 +22,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import cached_property
+from typing import TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import scipy.linalg
 import scipy.sparse
 import scipy.sparse.linalg
@@ -334,7 +336,12 @@ def _check_p(p: int) -> None:
         raise ValueError(f"p must be 1 (L1, Laplace) or 2 (L2, Gaussian), got {p!r}")
 
 
-def as_matrix(M) -> Matrix:
+#: A query matrix as the public functions take it (:func:`as_matrix` wraps it): a :class:`Matrix`,
+#: a 2D array (or nested sequence) or a scipy sparse matrix.
+MatrixLike: TypeAlias = "Matrix | npt.ArrayLike | scipy.sparse.sparray | scipy.sparse.spmatrix"
+
+
+def as_matrix(M: object) -> Matrix:
     """Wrap a numpy array, scipy sparse matrix or :class:`Matrix` as a :class:`Matrix`.
 
     Raises
