@@ -375,7 +375,7 @@ class Dense(Matrix):
         self._name = name or "dense"
 
     @cached_property
-    def integral(self) -> bool:
+    def integral(self) -> bool:  # type: ignore[override]  # computed here; a plain attribute elsewhere
         return bool(np.all(self.array == np.round(self.array)))
 
     def _matmat(self, X):
@@ -420,7 +420,7 @@ class Sparse(Matrix):
         self._name = name or "sparse"
 
     @cached_property
-    def integral(self) -> bool:
+    def integral(self) -> bool:  # type: ignore[override]  # computed here; a plain attribute elsewhere
         return bool(np.all(self.matrix.data == np.round(self.matrix.data)))
 
     def _matmat(self, X):
@@ -824,7 +824,7 @@ class Weighted(Matrix):
         self.shape = self.base.shape
 
     @property
-    def integral(self) -> bool:
+    def integral(self) -> bool:  # type: ignore[override]  # computed here; a plain attribute elsewhere
         return self.weight == round(self.weight) and self.base.integral
 
     @property
@@ -995,7 +995,7 @@ class Kronecker(Matrix):
         self._name = name
 
     @property
-    def integral(self) -> bool:
+    def integral(self) -> bool:  # type: ignore[override]  # computed here; a plain attribute elsewhere
         return all(f.integral for f in self.factors)
 
     @property
@@ -1220,7 +1220,7 @@ class Product(Matrix):
         self._name = name
 
     @property
-    def integral(self) -> bool:
+    def integral(self) -> bool:  # type: ignore[override]  # computed here; a plain attribute elsewhere
         return self.left.integral and self.right.integral
 
     @property
@@ -1277,10 +1277,10 @@ class Transpose(Matrix):
         self.shape = (base.n, base.m)
 
     @property
-    def integral(self) -> bool:
+    def integral(self) -> bool:  # type: ignore[override]  # computed here; a plain attribute elsewhere
         return self.base.integral
 
-    @property
+    @property  # type: ignore[misc]  # a transpose's name is its base's: read-only
     def name(self):
         return f"{self.base.name}ᵀ"
 
