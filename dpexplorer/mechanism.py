@@ -631,7 +631,9 @@ def _make_table(table, W, mechanism, noise, source, ledger, params, seed,
                                               f"marginals of {table.name!r}")
     return Release(mechanism=name, workload=W, strategy=A, noise=noise,
                    mode=RELEASE if source is OS_CSPRNG else SIMULATION, y=y, x_hat=None,
-                   answers=_strategy_answers(A, W, y), epsilon=noise.epsilon, delta=noise.delta,
+                   # a strategy measured from marginals (ResidualPlanner's) answers W itself: not None
+                   answers=_strategy_answers(A, W, y),  # type: ignore[arg-type]
+                   epsilon=noise.epsilon, delta=noise.delta,
                    rho=noise.rho_per_unit, analytic_rmse=math.sqrt(tse / W.m), sampler="continuous",
                    params=dict(params or {}), seed=seed, table=table.public())
 

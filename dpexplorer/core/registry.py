@@ -16,8 +16,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..privacy.noise import NoiseModel, check_noise
 from ..queries.matrix import Matrix, Weighted
@@ -79,7 +81,7 @@ class Mechanism:
     build: Callable[..., Matrix] | None
     description: str
     source: str
-    params: dict = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
     data_dependent: bool = False
     runner: Callable[..., Estimate] | None = None
     private: bool = True
@@ -105,7 +107,7 @@ class Mechanism:
             return str(exc)
         return None
 
-    def strategy(self, W: Matrix, noise: NoiseModel, **params) -> Matrix:
+    def strategy(self, W: Matrix, noise: NoiseModel, **params: Any) -> Matrix:
         """Build the strategy for ``W`` with the defaults overridden by ``params``.
 
         Raises
@@ -131,7 +133,7 @@ class Mechanism:
         A.name = self.name
         return A
 
-    def check_params(self, params: dict) -> None:
+    def check_params(self, params: dict[str, Any]) -> None:
         """Refuse, before any work, parameters the builder (or runner) does not take.
 
         A builder's or runner's parameters are those of its signature after the
@@ -149,7 +151,7 @@ class Mechanism:
             raise TypeError(f"the parameters of {self.name!r} must be a dict, got {type(params).__name__}")
         fn, lead = (self.runner, 4) if self.runner is not None else (self.build, 2)
         try:
-            sig = inspect.signature(fn)
+            sig = inspect.signature(fn)  # type: ignore[arg-type]  # None (neither): TypeError, below
         except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
             return
         named = [p.name for p in list(sig.parameters.values())[lead:]
@@ -183,9 +185,9 @@ class Estimate:
         squares, HDMM Sec. 10 item 3); ``None`` means ``W x̂``.
     """
 
-    x_hat: np.ndarray
-    info: dict = field(default_factory=dict)
-    answers: np.ndarray | None = None
+    x_hat: npt.NDArray[np.float64]
+    info: dict[str, Any] = field(default_factory=dict)
+    answers: npt.NDArray[np.float64] | None = None
 
 
 REGISTRY: dict[str, Mechanism] = {}

@@ -27,6 +27,7 @@ import functools
 import math
 import numbers
 from dataclasses import dataclass
+from typing import Any
 
 import scipy.optimize
 
@@ -34,7 +35,7 @@ __all__ = ["rho_gaussian", "rho_pure", "epsilon_from_rho", "delta_from_rho", "rh
            "Budget"]
 
 
-def _positive(value, name: str, allow_zero: bool = False) -> float:
+def _positive(value: Any, name: str, allow_zero: bool = False) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -51,7 +52,7 @@ def _positive(value, name: str, allow_zero: bool = False) -> float:
 DELTA_MIN = 1e-100
 
 
-def _delta(delta) -> float:
+def _delta(delta: Any) -> float:
     if isinstance(delta, bool) or not isinstance(delta, numbers.Real):
         raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
     d = float(delta)
@@ -149,7 +150,7 @@ def delta_from_rho(rho: float, epsilon: float) -> float:
     if r == 0.0:
         return 0.0
 
-    def log_delta(la):
+    def log_delta(la: float) -> float:
         a = 1.0 + math.exp(la)
         return (a - 1.0) * (a * r - e) - math.log(a) + (a - 1.0) * math.log1p(-1.0 / a)
 

@@ -36,8 +36,11 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from ..queries import limits
@@ -45,6 +48,11 @@ from ..queries.domain import Attribute, Domain, Table
 from . import samplers
 from .kernel import _Boundary
 from .ledger import PrivacyLedger
+from .samplers import RandomSource
+
+if TYPE_CHECKING:
+    import dask.dataframe as dd
+    from opendp.mod import Measurement
 
 __all__ = ["discover_domain", "PrivateRecords", "threshold_for", "threshold_delta",
            "quantile_sensitivity", "DEFAULT_QUANTILES", "DEFAULT_GRID", "DEFAULT_LOG_GRID"]
@@ -93,11 +101,13 @@ def quantile_sensitivity(alpha: float) -> float:
 
 
 @functools.lru_cache(maxsize=64)
-def _threshold_measurement(scale: float, threshold: float):
+def _threshold_measurement(scale: float, threshold: float) -> Measurement:
     dp = samplers._dp()
     space = (dp.map_domain(dp.atom_domain(T=str), dp.atom_domain(T=float, nan=False)),
              dp.l01inf_distance(dp.absolute_distance(T=float)))
-    return dp.m.make_laplace_threshold(*space, scale=float(scale), threshold=float(threshold))
+    measurement: Measurement = dp.m.make_laplace_threshold(*space, scale=float(scale),
+                                                           threshold=float(threshold))
+    return measurement
 
 
 def opendp_threshold_privacy(scale: float, threshold: float) -> tuple[float, float]:
@@ -106,7 +116,7 @@ def opendp_threshold_privacy(scale: float, threshold: float) -> tuple[float, flo
     return float(eps), float(dlt)
 
 
-def _sorted(values: list) -> list:
+def _sorted(values: list[Any]) -> list[Any]:
     try:
         return sorted(values)
     except TypeError:  # mixed types
@@ -128,7 +138,7 @@ class PrivateRecords(_Boundary):
         If ``records`` is not a (dask) DataFrame or ``ledger`` not a PrivacyLedger.
     """
 
-    def __init__(self, records, ledger: PrivacyLedger | None = None):
+    def __init__(self, records: pd.DataFrame | dd.DataFrame, ledger: PrivacyLedger | None = None) -> None:
         if getattr(records, "columns", None) is None or not hasattr(records, "groupby"):
             raise TypeError(f"records must be a pandas or dask DataFrame, got {type(records).__name__}")
         if ledger is not None and not isinstance(ledger, PrivacyLedger):
@@ -137,7 +147,7 @@ class PrivateRecords(_Boundary):
         self.columns = tuple(records.columns)
         self.ledger = ledger if ledger is not None else PrivacyLedger()
 
-    def __reduce__(self):
+    def __reduce__(self) -> NoReturn:
         raise TypeError("PrivateRecords holds private records and is never pickled or copied")
 
     def _column(self, name: str) -> pd.Series:
@@ -146,7 +156,8 @@ class PrivateRecords(_Boundary):
         col = self._records[name]
         return col.compute() if hasattr(col, "compute") else col
 
-    def select_categories(self, column: str, epsilon: float, delta: float, source, label: str) -> list:
+    def select_categories(self, column: str, epsilon: float, delta: float, source: RandomSource,
+                          label: str) -> list[Any]:
         """The categories of ``column`` whose noisy count reaches the threshold (partition selection).
 
         (ε, δ)-DP with ``(b, τ)`` = :func:`threshold_for` (module docstring).
@@ -180,7 +191,8 @@ class PrivateRecords(_Boundary):
             chosen = [k for k, v in zip(keys, noisy, strict=True) if v >= tau]
         return _sorted(chosen)
 
-    def quantile(self, column: str, candidates, alpha: float, epsilon: float, source, label: str) -> float:
+    def quantile(self, column: str, candidates: npt.ArrayLike, alpha: float, epsilon: float,
+                 source: RandomSource, label: str) -> float:
         """A candidate near the ``alpha``-quantile of ``column``'s finite values (ε-DP).
 
         Report-noisy-max over the public, sorted ``candidates`` with utility
@@ -217,13 +229,13 @@ class PrivateRecords(_Boundary):
         return float(c[samplers.noisy_max(u, scale, source)])
 
 
-def _spec_items(spec, columns) -> list[tuple[str, dict]]:
+def _spec_items(spec: dict[str, Any], columns: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
     """``[(name, {"kind", ...})]`` from the user's spec, checked (no records read)."""
     if not isinstance(spec, dict) or not spec:
         raise TypeError("spec must be a non-empty dict: attribute -> 'categorical' or "
                         "{'kind': 'numeric', 'bounds': (lo, hi), 'bins': 16}")
     limits.check("attributes", len(spec), "discover_domain: attributes")
-    out = []
+    out: list[tuple[str, dict[str, Any]]] = []
     for name, item in spec.items():
         if not isinstance(name, str) or name not in columns:
             raise ValueError(f"spec names {name!r:.80}, which is not a column; columns: {list(columns)}")
@@ -269,8 +281,9 @@ def _spec_items(spec, columns) -> list[tuple[str, dict]]:
     return out
 
 
-def discover_domain(records, spec: dict, *, epsilon: float, delta: float = 0.0,
-                    ledger: PrivacyLedger | None = None, rng=None) -> Domain:
+def discover_domain(records: pd.DataFrame | dd.DataFrame | Table, spec: dict[str, Any], *, epsilon: float,
+                    delta: float = 0.0, ledger: PrivacyLedger | None = None,
+                    rng: RandomSource | None = None) -> Domain:
     """A public domain for ``records`` found by DP measurements (module docstring), charged to ``ledger``.
 
     ``epsilon`` is split equally over the attributes of ``spec`` (a numeric
@@ -314,7 +327,8 @@ def discover_domain(records, spec: dict, *, epsilon: float, delta: float = 0.0,
     BudgetExceededError
         If the whole discovery does not fit the budget (nothing drawn).
     """
-    frame = records.records if isinstance(records, Table) else records
+    # a Table's records are a pandas or dask DataFrame (Table checks them)
+    frame = cast("pd.DataFrame | dd.DataFrame", records.records) if isinstance(records, Table) else records
     source = samplers.OS_CSPRNG if rng is None else rng
     samplers.check_source(source)
     data = PrivateRecords(frame, ledger)
@@ -334,7 +348,8 @@ def discover_domain(records, spec: dict, *, epsilon: float, delta: float = 0.0,
     # partition selection has no zCDP bound (ρ = ∞), so a zCDP budget refuses it
     with data.reserve(eps, dlt, math.inf if n_cat else None,
                       label=f"domain discovery of {len(items)} attribute(s)", source=source):
-        attrs, spent = [], []
+        attrs: list[Attribute] = []
+        spent: list[tuple[str, float, float]] = []
         for name, it in items:
             label = f"domain discovery: {name!r}"
             if it["kind"] == "categorical":

@@ -30,19 +30,32 @@ import decimal
 import fractions
 import math
 import numbers
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Literal, TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from ..queries import limits
-from ..queries.matrix import as_matrix
+from ..queries.matrix import Matrix, MatrixLike, as_matrix
 from . import accounting, samplers
 from .ledger import RELEASE, SIMULATION, PrivacyLedger, Spend
 from .noise import Gaussian, Laplace, NoiseModel, check_noise
+from .samplers import RandomSource
+
+if TYPE_CHECKING:
+    from .ledger import Reservation
+
+_T = TypeVar("_T")
+
+#: A function of the private data vector (1D float64) run inside the kernel.
+_OfData = Callable[[npt.NDArray[np.float64]], npt.ArrayLike]
 
 __all__ = ["PrivateData", "validate_counts", "check_shape", "noise_sampler", "variance_factor"]
 
 
-def validate_counts(x, name: str = "x", *, counts: bool = True, domain=None) -> np.ndarray:
+def validate_counts(x: npt.ArrayLike, name: str = "x", *, counts: bool = True,
+                    domain: Sequence[int] | None = None) -> npt.NDArray[np.float64]:
     """The one check of a data vector: numeric, non-empty, finite, at most 2**53 in size, and
     (with ``counts``) non-negative whole numbers; with ``domain``, of the workload's shape.
 
@@ -115,7 +128,7 @@ def validate_counts(x, name: str = "x", *, counts: bool = True, domain=None) -> 
     return out
 
 
-def _refuse(mask: np.ndarray, name: str, what: str, allowed: str) -> None:
+def _refuse(mask: npt.NDArray[np.bool_], name: str, what: str, allowed: str) -> None:
     """ValueError naming how many entries ``mask`` flags and the first one's index, never a value."""
     if mask.any():
         n, first = int(mask.sum()), tuple(int(i) for i in np.argwhere(mask)[0])
@@ -124,7 +137,7 @@ def _refuse(mask: np.ndarray, name: str, what: str, allowed: str) -> None:
                          f"{where}); {allowed}")
 
 
-def _ratio(v):
+def _ratio(v: object) -> tuple[int, int] | None | Literal[False]:
     """``v`` exactly as ``(numerator, denominator)`` of Python ints; ``None`` for inf/NaN; ``False``
     for something that is not a real number."""
     if isinstance(v, bool | np.bool_):
@@ -134,12 +147,16 @@ def _ratio(v):
     try:
         if isinstance(v, numbers.Integral | np.integer):
             return int(v), 1
-        return v.as_integer_ratio() if hasattr(v, "as_integer_ratio") else (v.numerator, v.denominator)
+        if hasattr(v, "as_integer_ratio"):
+            return cast("tuple[int, int]", v.as_integer_ratio())
+        r = cast(numbers.Rational, v)  # a Real without as_integer_ratio: a Rational (else the except)
+        return cast("tuple[int, int]", (r.numerator, r.denominator))  # Integral: Python ints in practice
     except (OverflowError, ValueError):  # inf or NaN (float, numpy or Decimal)
         return None
 
 
-def _validate_objects(a: np.ndarray, name: str, counts: bool, domain) -> np.ndarray:
+def _validate_objects(a: npt.NDArray[np.object_], name: str, counts: bool,
+                      domain: Sequence[int] | None) -> npt.NDArray[np.float64]:
     """:func:`validate_counts` for an object array, each entry read exactly as a ratio of Python ints."""
     if a.size == 0:
         raise ValueError(f"{name} is empty (shape {a.shape}); it needs at least one cell")
@@ -170,10 +187,12 @@ def _validate_objects(a: np.ndarray, name: str, counts: bool, domain) -> np.ndar
         _refuse((den != 1).astype(bool), name, "non-integer", "counts must be whole numbers")
     big = np.frompyfunc(lambda p, q: abs(p) > big_ * q, 2, 1)(num, den).astype(bool)
     _refuse(big, name, "too large", f"{'counts' if counts else 'weights'} must be at most 2**53 in magnitude")
-    return np.frompyfunc(lambda p, q: float(fractions.Fraction(p, q)), 2, 1)(num, den).astype(np.float64)
+    out: npt.NDArray[np.float64] = np.frompyfunc(lambda p, q: float(fractions.Fraction(p, q)), 2, 1)(
+        num, den).astype(np.float64)
+    return out
 
 
-def check_shape(shape, domain, name: str = "x") -> None:
+def check_shape(shape: Sequence[int], domain: Sequence[int], name: str = "x") -> None:
     """``shape`` must be the workload's ``domain`` exactly, or its flattening ``(prod(domain),)``.
 
     A 1D domain ``(n,)`` takes only ``(n,)``; a grid ``(n1, n2)`` takes
@@ -193,7 +212,7 @@ def check_shape(shape, domain, name: str = "x") -> None:
                      + (f" or flattened, ({math.prod(domain)},)" if len(domain) > 1 else ""))
 
 
-def noise_sampler(A, noise: NoiseModel, counts: bool = True) -> str:
+def noise_sampler(A: MatrixLike, noise: NoiseModel, counts: bool = True) -> str:
     """``"discrete"`` or ``"continuous"``: which sampler MEASURE uses for strategy ``A``.
 
     Public (depends only on ``A``, the noise model and whether the data are
@@ -206,7 +225,7 @@ def noise_sampler(A, noise: NoiseModel, counts: bool = True) -> str:
     return "discrete" if counts and getattr(A, "integral", False) else "continuous"
 
 
-def variance_factor(A, noise: NoiseModel, counts: bool = True) -> float:
+def variance_factor(A: MatrixLike, noise: NoiseModel, counts: bool = True) -> float:
     """Ratio of MEASURE's actual per-answer noise variance to ``noise.variance(Δ)``.
 
     1 with the continuous samplers; with the discrete ones (:func:`noise_sampler`)
@@ -233,18 +252,19 @@ class _Boundary:
     ledger: PrivacyLedger
 
     @staticmethod
-    def _mode(source) -> str:
+    def _mode(source: object) -> str:
         samplers.check_source(source)
         return RELEASE if samplers.is_release(source) else SIMULATION
 
-    def _record(self, label, source, epsilon, delta, rho, noise_text, queries, sensitivity) -> None:
+    def _record(self, label: str, source: RandomSource, epsilon: float, delta: float, rho: float,
+                noise_text: str, queries: int, sensitivity: float) -> None:
         self.ledger.record(Spend(
             label=label, mode=self._mode(source), epsilon=float(epsilon), delta=float(delta),
             rho=float(rho), noise=noise_text, queries=int(queries), sensitivity=float(sensitivity),
             time=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")))
 
     def reserve(self, epsilon: float, delta: float = 0.0, rho: float | None = None, *,
-                label: str = "reservation", source=None):
+                label: str = "reservation", source: RandomSource | None = None) -> Reservation:
         """Reserve the whole cost of a multi-stage mechanism before its first draw.
 
         ``with data.reserve(ε, δ, ρ, label=...):`` checks the whole cost
@@ -285,7 +305,8 @@ class _Boundary:
         return self.ledger.reserve(epsilon, delta, rho, label=label, mode=mode)
 
     @staticmethod
-    def _crosscheck(source, claimed: float, opendp_value, what: str) -> None:
+    def _crosscheck(source: RandomSource, claimed: float, opendp_value: Callable[[], float],
+                    what: str) -> None:
         """In release mode, opendp's privacy map must not exceed what the kernel records."""
         if samplers.is_release(source):
             value = opendp_value()
@@ -293,7 +314,8 @@ class _Boundary:
                 raise RuntimeError(f"opendp's privacy map gives {what} = {value:.6g} where the kernel "
                                    f"would record {claimed:.6g}; nothing was drawn")
 
-    def _noisy(self, A, noise: NoiseModel, source, label: str, discrete: bool, exact_fn) -> np.ndarray:
+    def _noisy(self, A: Matrix, noise: NoiseModel, source: RandomSource, label: str, discrete: bool,
+               exact_fn: Callable[[], npt.ArrayLike]) -> npt.NDArray[np.float64]:
         """``exact_fn() + z`` for strategy ``A`` (its sensitivity scales ``z``); see :meth:`PrivateData.measure`."""
         check_noise(noise)
         samplers.check_source(source)
@@ -319,7 +341,7 @@ class _Boundary:
             rho = accounting.rho_gaussian(sens, scale)
             self._crosscheck(source, rho, lambda: samplers.opendp_gaussian_rho(scale, sens, discrete),
                              "ρ")
-            text = f"{kind}Gaussian(σ = {scale:.4g}), {noise.calibration} calibration"
+            text = f"{kind}Gaussian(σ = {scale:.4g}), {cast(Gaussian, noise).calibration} calibration"
         self._record(label, source, noise.epsilon, noise.delta, rho, text, A.m, sens)
         exact = exact_fn()
         if isinstance(noise, Laplace):
@@ -350,7 +372,7 @@ class PrivateData(_Boundary):
         ``counts``) not non-negative whole numbers.
     """
 
-    def __init__(self, x, ledger: PrivacyLedger | None = None, *, counts: bool = True):
+    def __init__(self, x: npt.ArrayLike, ledger: PrivacyLedger | None = None, *, counts: bool = True):
         arr = validate_counts(x, counts=counts)
         if ledger is not None and not isinstance(ledger, PrivacyLedger):
             raise TypeError(f"ledger must be a dpexplorer.PrivacyLedger, got {type(ledger).__name__}")
@@ -365,7 +387,8 @@ class PrivateData(_Boundary):
         return self._x.size
 
     # ---------------------------------------------------------- primitives
-    def measure(self, A, noise: NoiseModel, source, label: str = "measure") -> np.ndarray:
+    def measure(self, A: MatrixLike, noise: NoiseModel, source: RandomSource,
+                label: str = "measure") -> npt.NDArray[np.float64]:
         """Noisy strategy answers ``y = A x + z`` (MEASURE of the matrix mechanism).
 
         ``z`` is i.i.d. Laplace with scale ``b = Δ₁(A)/ε`` (ε-DP; HDMM Def. 10,
@@ -412,8 +435,8 @@ class PrivateData(_Boundary):
         discrete = noise_sampler(A, noise, self.counts) == "discrete"
         return self._noisy(A, noise, source, label, discrete, lambda: A.matvec(self._x))
 
-    def measure_function(self, f, sensitivity: float, epsilon: float, source,
-                         label: str) -> np.ndarray:
+    def measure_function(self, f: _OfData, sensitivity: float, epsilon: float, source: RandomSource,
+                         label: str) -> npt.NDArray[np.float64]:
         """Laplace mechanism on any vector-valued ``f(x)`` with known L1 sensitivity.
 
         Returns ``f(x) + Laplace(sensitivity/ε)`` per entry (Dwork et al.
@@ -440,7 +463,8 @@ class PrivateData(_Boundary):
                      f"Laplace(b = {scale:.4g}), ε = {noise.epsilon:g}", values.size, sensitivity)
         return samplers.laplace(values, scale, source).reshape(values.shape)
 
-    def noisy_max(self, scores_fn, sensitivity: float, epsilon: float, source, label: str) -> int:
+    def noisy_max(self, scores_fn: _OfData, sensitivity: float, epsilon: float, source: RandomSource,
+                  label: str) -> int:
         """ε-DP selection: the index of the largest ``u_i + Exponential(2Δu/ε)``, ``u = scores_fn(x)``.
 
         Report-noisy-max with exponential noise, equal in distribution to
@@ -475,8 +499,9 @@ class PrivateData(_Boundary):
                      sensitivity)
         return samplers.noisy_max(u, scale, source)
 
-    def noisy_optimum(self, costs_fn, scale, select_fn, epsilon: float, source, label: str,
-                      sensitivity: float = float("nan")):
+    def noisy_optimum(self, costs_fn: _OfData, scale: npt.ArrayLike,
+                      select_fn: Callable[[npt.NDArray[np.float64]], _T], epsilon: float,
+                      source: RandomSource, label: str, sensitivity: float = float("nan")) -> _T:
         """Release only ``select_fn(costs_fn(x) + Z)``, ``Z_i`` independent Laplace(``scale_i``).
 
         The noisy costs never leave this method; only what ``select_fn`` makes
@@ -530,8 +555,8 @@ class PrivateData(_Boundary):
         unit = samplers.laplace((costs / scales).ravel(), 1.0, source).reshape(costs.shape)
         return select_fn(scales * unit)
 
-    def above_threshold(self, queries_fn, threshold: float, sensitivity: float, epsilon: float,
-                        source, label: str) -> int | None:
+    def above_threshold(self, queries_fn: _OfData, threshold: float, sensitivity: float, epsilon: float,
+                        source: RandomSource, label: str) -> int | None:
         """Sparse vector technique, AboveThreshold: the first query whose noisy answer reaches a noisy threshold.
 
         With ``q = queries_fn(x)`` (every entry changing by at most

@@ -31,13 +31,21 @@ from __future__ import annotations
 import contextvars
 import math
 import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import pandas as pd
 
 from . import accounting
 from .accounting import Budget
+
+if TYPE_CHECKING:
+    import os
+    from types import TracebackType
+
+    from .ledger_store import SqliteStore
 
 __all__ = ["Spend", "PrivacyLedger", "Reservation", "BudgetExceededError", "SIMULATION", "RELEASE",
            "budget_within"]
@@ -47,6 +55,9 @@ SIMULATION, RELEASE = "simulation", "release"
 
 _TOL = 1 + 1e-12  # relative slack of every budget comparison (rounding of sums)
 _STAGE_TOL = 1 + 1e-9  # a stage's cost against its reservation (ρ of a Gaussian recomputed from σ)
+
+#: A cost or a total: (ε, δ, ρ).
+_Cost = tuple[float, float, float]
 
 
 class BudgetExceededError(RuntimeError):
@@ -122,7 +133,7 @@ HISTORY_COLUMNS = ["id", "kind", "part_of", "label", "mode", "time", "epsilon", 
                    "sensitivity"]
 
 
-def _history_frame(rows) -> pd.DataFrame:
+def _history_frame(rows: Iterable[_Row]) -> pd.DataFrame:
     out = []
     for r in rows:
         res = r.reserved or (math.nan, math.nan, math.nan)
@@ -137,7 +148,7 @@ def _history_frame(rows) -> pd.DataFrame:
 class _MemoryStore:
     """The log of an in-memory ledger (the ledger's lock makes its transactions atomic)."""
 
-    persistent = False
+    persistent: Literal[False] = False
 
     def __init__(self, budget: Budget | None):
         self._budget = budget
@@ -145,7 +156,7 @@ class _MemoryStore:
         self._entries: list[Spend] = []
         self._by_id: dict[int, _Row] = {}
 
-    def transaction(self, write: bool = True):
+    def transaction(self, write: bool = True) -> _NullContext:
         return _NULL_CONTEXT
 
     def totals(self) -> tuple[float, float, float]:
@@ -184,10 +195,10 @@ class _MemoryStore:
 
 
 class _NullContext:
-    def __enter__(self):
+    def __enter__(self) -> None:
         return None
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
 
 
@@ -212,21 +223,24 @@ def budget_within(new: Budget | None, old: Budget | None) -> bool:
         return True
     if new is None:
         return False
+    # the fields a budget's kind uses are set (Budget.pure / approx / zcdp): cast for mypy
+    n_eps, n_dlt, n_rho = cast(float, new.epsilon), cast(float, new.delta), cast(float, new.rho)
+    o_eps, o_dlt, o_rho = cast(float, old.epsilon), cast(float, old.delta), cast(float, old.rho)
     if new.kind == "pure":
         if old.kind in ("pure", "approx"):
-            return new.epsilon <= old.epsilon
-        return accounting.rho_pure(new.epsilon) <= old.rho
+            return n_eps <= o_eps
+        return accounting.rho_pure(n_eps) <= o_rho
     if new.kind == "approx":
-        return old.kind == "approx" and new.epsilon <= old.epsilon and new.delta <= old.delta
+        return old.kind == "approx" and n_eps <= o_eps and n_dlt <= o_dlt
     if old.kind == "zcdp":
-        return new.rho <= old.rho
+        return n_rho <= o_rho
     if old.kind == "approx":
-        return accounting.epsilon_from_rho(new.rho, old.delta) <= old.epsilon
+        return accounting.epsilon_from_rho(n_rho, o_dlt) <= o_eps
     return False
 
 
 #: The reservations open in the current thread / task, innermost last.
-_ACTIVE: contextvars.ContextVar[tuple] = contextvars.ContextVar("dpexplorer_reservations", default=())
+_ACTIVE: contextvars.ContextVar[tuple[Reservation, ...]] = contextvars.ContextVar("dpexplorer_reservations", default=())
 
 
 class Reservation:
@@ -264,11 +278,11 @@ class Reservation:
         self.ledger = ledger
         self.parent = parent
         self._row = row
-        self.reserved = row.reserved
+        self.reserved: _Cost = cast(_Cost, row.reserved)  # set for every reservation row
         self._parts: list[tuple[float, float, float]] = []  # the stages' costs (added up with fsum)
         self._stages = 0
         self._lock = threading.RLock()
-        self._token = None
+        self._token: contextvars.Token[tuple[Reservation, ...]] | None = None
         self._index_in_parent = -1
 
     @property
@@ -290,8 +304,8 @@ class Reservation:
             return self._sum(self._parts)
 
     @staticmethod
-    def _sum(parts) -> tuple[float, float, float]:
-        return tuple(math.fsum(p[i] for p in parts) for i in range(3))
+    def _sum(parts: Sequence[_Cost]) -> _Cost:
+        return cast(_Cost, tuple(math.fsum(p[i] for p in parts) for i in range(3)))
 
     def _charge(self, cost: tuple[float, float, float], label: str) -> int:
         """Add ``cost`` to the stages' total (its index returned), or raise RuntimeError if it would exceed the reservation."""
@@ -336,9 +350,10 @@ class Reservation:
         self._token = _ACTIVE.set(_ACTIVE.get() + (self,))
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         try:
-            _ACTIVE.reset(self._token)
+            _ACTIVE.reset(cast("contextvars.Token[tuple[Reservation, ...]]", self._token))  # set by __enter__
         except ValueError:  # left in another context: drop it from this one
             _ACTIVE.set(tuple(r for r in _ACTIVE.get() if r is not self))
         self.close(failed=exc_type is not None)
@@ -346,6 +361,7 @@ class Reservation:
 
     def close(self, failed: bool = False) -> None:
         """Settle (``failed=False``) or end after a failure; see the class notes.  Idempotent."""
+        cost: _Cost
         with self._lock:
             if self._row.state != "open":
                 return
@@ -354,7 +370,8 @@ class Reservation:
             elif failed:
                 cost, state = self.reserved, "kept"
             else:
-                cost = tuple(min(r, u) for r, u in zip(self.reserved, self._sum(self._parts), strict=True))
+                cost = cast(_Cost, tuple(min(r, u) for r, u in zip(self.reserved, self._sum(self._parts),
+                                                                strict=True)))
                 state = "settled"
             self.ledger._settle(self, cost, state)
             if self.parent is not None:
@@ -424,11 +441,11 @@ class PrivacyLedger:
                 budget = Budget.approx(epsilon_budget, delta_budget)
         _check_budget(budget)
         self._lock = threading.RLock()
-        self._store = _MemoryStore(budget)
+        self._store: _MemoryStore | SqliteStore = _MemoryStore(budget)
 
     # ------------------------------------------------------------ stored
     @classmethod
-    def open(cls, path, dataset: str, budget: Budget | None = None) -> PrivacyLedger:
+    def open(cls, path: str | os.PathLike[str], dataset: str, budget: Budget | None = None) -> PrivacyLedger:
         """The ledger of ``dataset`` kept in the SQLite file ``path`` (created if missing).
 
         Every process or thread that opens the same ``(path, dataset)`` shares
@@ -475,7 +492,7 @@ class PrivacyLedger:
                 self._store.put_budget(budget)
             elif budget is not None and stored != budget:
                 raise ValueError(
-                    f"the dataset {dataset!r} in {str(path)!r} already has the budget {stored.label}; "
+                    f"the dataset {dataset!r} in {str(path)!r} already has the budget {cast(Budget, stored).label}; "
                     f"open it without budget= to use it.  Changing a stored budget is the owner's act: "
                     f"dpx.PrivacyLedger.open(path, dataset).set_budget(...) (or lower_budget(...) to "
                     f"only tighten it)")
@@ -496,12 +513,12 @@ class PrivacyLedger:
         """``True`` for a ledger kept in a SQLite file (:meth:`open`)."""
         return self._store.persistent
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         if self._store.persistent:
             return {"stored": (str(self._store.path), self._store.dataset)}
         return {"memory": self._store}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self._lock = threading.RLock()
         if "stored" in state:
             from .ledger_store import SqliteStore
@@ -551,7 +568,7 @@ class PrivacyLedger:
             if not budget_within(budget, old):
                 where = (f"dpx.PrivacyLedger.open({str(self.path)!r}, {self.dataset!r}).set_budget(...)"
                          if self.persistent else "ledger.set_budget(...)")
-                raise ValueError(f"{budget.label} would raise the budget {old.label}: only lowering is "
+                raise ValueError(f"{budget.label} would raise the budget {cast(Budget, old).label}: only lowering is "
                                  f"allowed here; raising a dataset's budget is its owner's act, in "
                                  f"Python: {where}")
             self._put_budget(budget)
@@ -559,7 +576,7 @@ class PrivacyLedger:
     def _put_budget(self, budget: Budget | None) -> None:
         totals = self._store.totals()
         if not self._fits_totals(totals, budget):
-            raise ValueError(f"not applied: already spent more than {budget.label} "
+            raise ValueError(f"not applied: already spent more than {cast(Budget, budget).label} "
                              f"({self._summary(totals, self._store.count(), budget)})")
         self._store.put_budget(budget)
 
@@ -583,12 +600,12 @@ class PrivacyLedger:
         return self._store.totals()
 
     @staticmethod
-    def _sums(entries) -> tuple[float, float, float]:
+    def _sums(entries: Iterable[Spend]) -> _Cost:
         return (math.fsum(e.epsilon for e in entries), math.fsum(e.delta for e in entries),
                 math.fsum(e.rho for e in entries))
 
     @staticmethod
-    def _epsilon_at_totals(totals, delta: float) -> tuple[float, str]:
+    def _epsilon_at_totals(totals: _Cost, delta: float) -> tuple[float, str]:
         """Smallest ε at ``delta`` any valid accounting proves for ``totals`` = (Σε, Σδ, Σρ), and which one."""
         eps, dlt, rho = totals
         best = (math.inf, "none")
@@ -602,7 +619,7 @@ class PrivacyLedger:
         return best
 
     @classmethod
-    def _epsilon_at(cls, entries, delta: float) -> tuple[float, str]:
+    def _epsilon_at(cls, entries: Iterable[Spend], delta: float) -> tuple[float, str]:
         """Smallest ε at ``delta`` any valid accounting proves for ``entries``, and which one."""
         return cls._epsilon_at_totals(cls._sums(entries), delta)
 
@@ -612,9 +629,9 @@ class PrivacyLedger:
         return self.totals()[2]
 
     @staticmethod
-    def _delta_of(totals, budget) -> float:
+    def _delta_of(totals: _Cost, budget: Budget | None) -> float:
         if budget is not None and budget.kind == "approx":
-            return float(budget.delta)
+            return float(cast(float, budget.delta))
         return totals[1]
 
     @property
@@ -650,35 +667,39 @@ class PrivacyLedger:
 
     # --------------------------------------------------------------- budget
     @classmethod
-    def _fits_totals(cls, totals, b: Budget | None) -> bool:
+    def _fits_totals(cls, totals: _Cost, b: Budget | None) -> bool:
         if b is None:
             return True
         eps, dlt, rho = totals
+        # the fields a budget's kind uses are set (Budget.pure / approx / zcdp): cast for mypy
+        b_eps, b_dlt, b_rho = cast(float, b.epsilon), cast(float, b.delta), cast(float, b.rho)
         if b.kind == "pure":
-            return dlt == 0.0 and eps <= b.epsilon * _TOL
+            return dlt == 0.0 and eps <= b_eps * _TOL
         if b.kind == "zcdp":
-            return rho <= b.rho * _TOL
-        return cls._epsilon_at_totals(totals, b.delta)[0] <= b.epsilon * _TOL
+            return rho <= b_rho * _TOL
+        return cls._epsilon_at_totals(totals, b_dlt)[0] <= b_eps * _TOL
 
-    def _fits(self, entries) -> bool:
+    def _fits(self, entries: Iterable[Spend]) -> bool:
         """Whether these spends (added up, as :meth:`_sums`) fit the budget."""
         return self._fits_totals(self._sums(entries), self.budget)
 
     @staticmethod
-    def _remaining(totals, b: Budget | None) -> str:
+    def _remaining(totals: _Cost, b: Budget | None) -> str:
         if b is None:
             return "no budget set"
         eps, dlt, rho = totals
+        # the fields a budget's kind uses are set (Budget.pure / approx / zcdp): cast for mypy
+        b_eps, b_dlt, b_rho = cast(float, b.epsilon), cast(float, b.delta), cast(float, b.rho)
         if b.kind == "pure":
-            return f"ε = {max(b.epsilon - eps, 0.0):.4g} left of {b.label}"
+            return f"ε = {max(b_eps - eps, 0.0):.4g} left of {b.label}"
         if b.kind == "zcdp":
-            left = max(b.rho - rho, 0.0)
+            left = max(b_rho - rho, 0.0)
             return (f"ρ = {left:.4g} left of {b.label} (a pure ε-DP step of ε ≤ "
                     f"{math.sqrt(2 * left):.4g} still fits)")
-        rho_cap = accounting.rho_from_epsilon(b.epsilon, b.delta)
+        rho_cap = accounting.rho_from_epsilon(b_eps, b_dlt)
         parts = []
-        if dlt <= b.delta:
-            parts.append(f"ε = {max(b.epsilon - eps, 0.0):.4g} (adding up ε)")
+        if dlt <= b_dlt:
+            parts.append(f"ε = {max(b_eps - eps, 0.0):.4g} (adding up ε)")
         if math.isinf(rho):  # a step with no zCDP bound (partition selection): only adding up ε, δ holds
             return f"left of {b.label}: " + (parts[0] if parts else "nothing")
         parts.append(f"ρ = {max(rho_cap - rho, 0.0):.4g} of ρ = {rho_cap:.4g} (zCDP)")
@@ -688,19 +709,19 @@ class PrivacyLedger:
         """What is left of the budget, in plain words (``"no budget set"`` without one)."""
         return self._remaining(self.totals(), self.budget)
 
-    def _refusal(self, label: str, cost, totals, budget) -> BudgetExceededError:
+    def _refusal(self, label: str, cost: _Cost, totals: _Cost, budget: Budget) -> BudgetExceededError:
         text = f"ε = {cost[0]:g}" + (f", δ = {cost[1]:g}" if cost[1] else "") + f" (ρ = {cost[2]:.4g})"
         return BudgetExceededError(
             f"refused before any noise was drawn: {label!r} costs {text}, which would go above the "
             f"budget {budget.label}; {self._remaining(totals, budget)}")
 
-    def _check_locked(self, label: str, cost) -> None:
+    def _check_locked(self, label: str, cost: _Cost) -> None:
         """Inside a transaction: raise BudgetExceededError unless ``cost`` fits on top of the totals."""
         budget = self._store.get_budget()
         if budget is None:
             return
         totals = self._store.totals()
-        new = tuple(t + c for t, c in zip(totals, cost, strict=True))
+        new = cast(_Cost, tuple(t + c for t, c in zip(totals, cost, strict=True)))
         if not self._fits_totals(new, budget):
             raise self._refusal(label, cost, totals, budget)
 
@@ -833,11 +854,11 @@ class PrivacyLedger:
         with self._lock, self._store.transaction():
             self._store.insert(row)
 
-    def _settle(self, res: Reservation, cost, state: str) -> None:
+    def _settle(self, res: Reservation, cost: _Cost, state: str) -> None:
         if any(c > r * _TOL for c, r in zip(cost, res.reserved, strict=True)):
             raise AssertionError("a reservation is only ever settled down")
         with self._lock, self._store.transaction():
-            self._store.settle(res.id, tuple(float(c) for c in cost), state)
+            self._store.settle(res.id, cast(_Cost, tuple(float(c) for c in cost)), state)
         res._row.epsilon, res._row.delta, res._row.rho = cost
         res._row.state = state
 
@@ -848,7 +869,7 @@ class PrivacyLedger:
         return pd.DataFrame([asdict(e) for e in self.entries], columns=cols)
 
     @staticmethod
-    def _summary(totals, count: int, budget) -> str:
+    def _summary(totals: _Cost, count: int, budget: Budget | None) -> str:
         eps, dlt, rho = totals
         if not any(totals):
             text = "nothing spent yet"
@@ -876,6 +897,6 @@ class PrivacyLedger:
         return f"<PrivacyLedger{where} {len(self)} measurements: {self.summary()}>"
 
 
-def _check_budget(budget) -> None:
+def _check_budget(budget: object) -> None:
     if budget is not None and not isinstance(budget, Budget):
         raise TypeError(f"budget must be a dpexplorer.privacy.accounting.Budget, got {type(budget).__name__}")

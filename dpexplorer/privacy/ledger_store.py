@@ -39,8 +39,15 @@ import sqlite3
 import threading
 from fractions import Fraction
 from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Literal, cast
 
 from .accounting import Budget
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from .ledger import Spend, _Row
 
 __all__ = ["SqliteStore", "SCHEMA_VERSION"]
 
@@ -81,7 +88,7 @@ _COLUMNS = ("id, kind, parent, label, mode, epsilon, delta, rho, time, noise, qu
             "reserved_epsilon, reserved_delta, reserved_rho, state")
 
 
-def _float(v) -> float:
+def _float(v: float | None) -> float:
     return math.nan if v is None else float(v)
 
 
@@ -102,9 +109,9 @@ class SqliteStore:
         schema version other than :data:`SCHEMA_VERSION`; if ``dataset`` is empty.
     """
 
-    persistent = True
+    persistent: Literal[True] = True
 
-    def __init__(self, path, dataset: str):
+    def __init__(self, path: str | os.PathLike[str], dataset: str):
         if not isinstance(dataset, str) or not dataset.strip():
             raise ValueError(f"dataset must be a non-empty string naming the dataset, got {dataset!r}")
         self.path = Path(path)
@@ -154,13 +161,13 @@ class SqliteStore:
         return self._conn_pid[0]
 
     @staticmethod
-    def _begin(conn, write: bool = True) -> None:
+    def _begin(conn: sqlite3.Connection, write: bool = True) -> None:
         try:
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"the ledger store cannot be written: {exc}") from None
 
-    def transaction(self, write: bool = True):
+    def transaction(self, write: bool = True) -> _Transaction:
         """``with store.transaction():`` one ``BEGIN IMMEDIATE`` ... ``COMMIT`` (re-entrant; the caller
         holds the ledger's lock); ``write=False``: a read-only snapshot (``BEGIN DEFERRED``)."""
         return _Transaction(self, write)
@@ -177,11 +184,11 @@ class SqliteStore:
                                    (self.dataset,)).fetchone()
         return [_exact(v) for v in row]
 
-    def _put_spent(self, values) -> None:
+    def _put_spent(self, values: Iterable[Fraction | float]) -> None:
         self._conn().execute("UPDATE datasets SET spent_epsilon = ?, spent_delta = ?, spent_rho = ? "
                              "WHERE name = ?", (*(str(v) for v in values), self.dataset))
 
-    def _add_spent(self, change) -> None:
+    def _add_spent(self, change: Iterable[Fraction | float]) -> None:
         """Inside a transaction: add ``change`` (three floats or Fractions) to the exact totals.
 
         An infinite cost (ρ = ∞: an (ε, δ) step with no zCDP bound, such as
@@ -200,7 +207,7 @@ class SqliteStore:
     def totals(self) -> tuple[float, float, float]:
         """``(Σε, Σδ, Σρ)`` over the rows with no parent, correctly rounded from the exact sums
         (``inf`` where a row's cost is infinite)."""
-        return tuple(float(v) for v in self._spent())
+        return cast("tuple[float, float, float]", tuple(float(v) for v in self._spent()))
 
     def get_budget(self) -> Budget | None:
         row = self._conn().execute("SELECT budget_kind, budget_epsilon, budget_delta, budget_rho FROM datasets "
@@ -215,7 +222,7 @@ class SqliteStore:
         self._conn().execute("UPDATE datasets SET budget_kind = ?, budget_epsilon = ?, budget_delta = ?, "
                              "budget_rho = ? WHERE name = ?", (*values, self.dataset))
 
-    def insert(self, row) -> int:
+    def insert(self, row: _Row) -> int:
         res = row.reserved or (None, None, None)
         cur = self._conn().execute(
             "INSERT INTO log(dataset, kind, parent, label, mode, time, epsilon, delta, rho, reserved_epsilon, "
@@ -224,12 +231,12 @@ class SqliteStore:
             (self.dataset, row.kind, row.parent, row.label, row.mode, row.time, row.epsilon, row.delta,
              row.rho, *res, row.state, row.noise, row.queries,
              None if math.isnan(row.sensitivity) else row.sensitivity))
-        row.id = int(cur.lastrowid)
+        row.id = int(cast(int, cur.lastrowid))  # set after an INSERT
         if row.parent is None:
             self._add_spent((row.epsilon, row.delta, row.rho))
         return row.id
 
-    def settle(self, row_id: int, cost, state: str) -> None:
+    def settle(self, row_id: int, cost: tuple[float, float, float], state: str) -> None:
         conn = self._conn()
         old = conn.execute("SELECT epsilon, delta, rho, parent FROM log WHERE id = ?", (row_id,)).fetchone()
         conn.execute("UPDATE log SET epsilon = ?, delta = ?, rho = ?, state = ? WHERE id = ?",
@@ -240,7 +247,7 @@ class SqliteStore:
             else:
                 self._add_spent([Fraction(c) - Fraction(o) for c, o in zip(cost, old[:3], strict=True)])
 
-    def rows(self) -> list:
+    def rows(self) -> list[_Row]:
         from .ledger import _Row
 
         out = []
@@ -251,7 +258,7 @@ class SqliteStore:
                             reserved, r[15]))
         return out
 
-    def entries(self) -> tuple:
+    def entries(self) -> tuple[Spend, ...]:
         rows = self.rows()
         by_id = {r.id: r for r in rows}
         return tuple(r.spend("" if r.parent is None else f"#{r.parent} {by_id[r.parent].label}")
@@ -263,11 +270,11 @@ class SqliteStore:
 
 
 class _Transaction:
-    def __init__(self, store: SqliteStore, write: bool):
+    def __init__(self, store: SqliteStore, write: bool) -> None:
         self.store = store
         self.write = write
 
-    def __enter__(self):
+    def __enter__(self) -> sqlite3.Connection:
         s = self.store
         conn = s._conn()
         if s._depth == 0:
@@ -275,7 +282,8 @@ class _Transaction:
         s._depth += 1
         return conn
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         s = self.store
         s._depth -= 1
         if s._depth == 0:
@@ -284,7 +292,7 @@ class _Transaction:
         return False
 
 
-def _exact(value) -> Fraction | float:
+def _exact(value: str | float | Fraction) -> Fraction | float:
     """A stored total or cost as an exact rational, or ``math.inf`` (text ``"inf"`` or float ∞)."""
     if isinstance(value, str) and value == "inf" or isinstance(value, float) and math.isinf(value):
         if (isinstance(value, float) and value < 0):

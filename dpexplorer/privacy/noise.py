@@ -31,6 +31,7 @@ import functools
 import math
 import numbers
 from dataclasses import dataclass, field
+from typing import Any
 
 import scipy.optimize
 import scipy.special
@@ -49,7 +50,7 @@ __all__ = ["NoiseModel", "Laplace", "Gaussian", "analytic_gaussian_sigma", "chec
 EPSILON_RANGE = (1e-9, 1e9)
 
 
-def _check_epsilon(epsilon) -> float:
+def _check_epsilon(epsilon: Any) -> float:
     if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
         raise ValueError(f"epsilon must be a positive finite number (a float), got {epsilon!r}")
     eps = float(epsilon)
@@ -65,7 +66,7 @@ def _check_epsilon(epsilon) -> float:
 _check_delta = accounting._delta  # one check of δ ∈ (0, 1) for noise models and budgets
 
 
-def check_noise(noise, name: str = "noise") -> NoiseModel:
+def check_noise(noise: Any, name: str = "noise") -> NoiseModel:
     """``noise`` if it is a noise model, else TypeError naming ``name`` and what is allowed."""
     if not isinstance(noise, NoiseModel):
         raise TypeError(f"{name} must be a noise model, dpx.Laplace(ε) or dpx.Gaussian(ε, δ), got "
@@ -205,7 +206,7 @@ class Laplace(NoiseModel):
         If ε is not a positive finite number.
     """
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", _check_epsilon(self.epsilon))
         if self.delta != 0:
             raise ValueError("the Laplace mechanism is pure ε-DP: delta must be 0")
@@ -229,7 +230,7 @@ class Laplace(NoiseModel):
         """``ε²/2``: an ε-DP measurement is ε²/2-zCDP (Bun & Steinke 2016, Prop. 1.4)."""
         return accounting.rho_pure(self.epsilon)
 
-    def with_epsilon(self, epsilon):
+    def with_epsilon(self, epsilon: float) -> Laplace:
         return Laplace(epsilon)
 
     @property
@@ -270,7 +271,7 @@ class Gaussian(NoiseModel):
 
     calibration: str = "analytic"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", _check_epsilon(self.epsilon))
         object.__setattr__(self, "delta", _check_delta(self.delta))
         object.__setattr__(self, "norm", 2)
@@ -328,7 +329,7 @@ class Gaussian(NoiseModel):
         return cls(accounting.epsilon_from_rho(accounting._positive(rho, "rho"), delta), delta,
                    "zcdp")
 
-    def with_epsilon(self, epsilon):
+    def with_epsilon(self, epsilon: float) -> Gaussian:
         return Gaussian(epsilon, self.delta, self.calibration)
 
     @property

@@ -37,8 +37,16 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from opendp.mod import Measurement
+    from typing_extensions import TypeIs
 
 __all__ = ["CSPRNG", "OS_CSPRNG", "is_release", "check_source", "laplace", "gaussian",
            "noisy_max", "opendp_laplace_epsilon", "opendp_gaussian_rho",
@@ -56,9 +64,9 @@ class CSPRNG:
     :data:`OS_CSPRNG` instance.
     """
 
-    _instance = None
+    _instance: CSPRNG | None = None
 
-    def __new__(cls):
+    def __new__(cls) -> CSPRNG:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance
@@ -66,20 +74,23 @@ class CSPRNG:
     def __repr__(self) -> str:
         return "OS CSPRNG via opendp"
 
-    def __reduce__(self):  # pickles (e.g. to a worker) as the same singleton, never as state
+    def __reduce__(self) -> tuple[type[CSPRNG], tuple[()]]:  # pickles (e.g. to a worker) as the same singleton, never as state
         return (CSPRNG, ())
 
 
 #: The one release-mode source of randomness.
 OS_CSPRNG = CSPRNG()
 
+#: A source of randomness: a seeded Generator (simulation) or :data:`OS_CSPRNG` (release).
+RandomSource = np.random.Generator | CSPRNG
 
-def is_release(source) -> bool:
+
+def is_release(source: object) -> TypeIs[CSPRNG]:
     """Whether ``source`` is the release-mode CSPRNG (else a simulation Generator)."""
     return isinstance(source, CSPRNG)
 
 
-def check_source(source) -> None:
+def check_source(source: object) -> None:
     """Raise TypeError unless ``source`` is a ``numpy.random.Generator`` or :data:`OS_CSPRNG`."""
     if not (isinstance(source, np.random.Generator) or is_release(source)):
         raise TypeError(
@@ -89,7 +100,7 @@ def check_source(source) -> None:
 
 # ------------------------------------------------------------------ opendp
 @functools.cache
-def _dp():
+def _dp() -> ModuleType:
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
@@ -97,27 +108,31 @@ def _dp():
 
 
 @functools.lru_cache(maxsize=256)
-def _laplace_measurement(scale: float, discrete: bool):
+def _laplace_measurement(scale: float, discrete: bool) -> Measurement:
     dp = _dp()
     if discrete:
         space = dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64")
     else:
         space = dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l1_distance(T=float)
-    return dp.m.make_laplace(*space, scale=float(scale))
+    measurement: Measurement = dp.m.make_laplace(*space, scale=float(scale))
+    return measurement
 
 
 @functools.lru_cache(maxsize=256)
-def _gaussian_measurement(sigma: float, discrete: bool):
+def _gaussian_measurement(sigma: float, discrete: bool) -> Measurement:
     dp = _dp()
     atom = dp.atom_domain(T="i64") if discrete else dp.atom_domain(T=float, nan=False)
-    return dp.m.make_gaussian(dp.vector_domain(atom), dp.l2_distance(T=float), scale=float(sigma))
+    measurement: Measurement = dp.m.make_gaussian(dp.vector_domain(atom), dp.l2_distance(T=float),
+                                                  scale=float(sigma))
+    return measurement
 
 
 @functools.lru_cache(maxsize=256)
-def _noisy_max_measurement(scale: float):
+def _noisy_max_measurement(scale: float) -> Measurement:
     dp = _dp()
     space = dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.linf_distance(T=float)
-    return dp.m.make_noisy_max(*space, dp.max_divergence(), scale=float(scale))
+    measurement: Measurement = dp.m.make_noisy_max(*space, dp.max_divergence(), scale=float(scale))
+    return measurement
 
 
 def opendp_laplace_epsilon(scale: float, sensitivity: float, discrete: bool = False) -> float:
@@ -151,23 +166,26 @@ def opendp_noisy_max_epsilon(scale: float, sensitivity: float) -> float:
 
 
 # ---------------------------------------------------------------- helpers
-def _as_integers(values: np.ndarray) -> np.ndarray:
+def _as_integers(values: npt.ArrayLike) -> npt.NDArray[np.int64]:
     v = np.asarray(values, dtype=float)
-    r = np.rint(v)
+    r: npt.NDArray[np.float64] = np.rint(v)
     if v.size and (np.max(np.abs(v - r)) > 1e-6 * max(1.0, float(np.max(np.abs(v))))
                    or float(np.max(np.abs(r))) > MAX_EXACT_INTEGER):
         raise ValueError("the discrete samplers need whole-number answers below 2**53")
     return r.astype(np.int64)
 
 
-def _discrete_laplace_numpy(rng: np.random.Generator, scale: float, size) -> np.ndarray:
+def _discrete_laplace_numpy(rng: np.random.Generator, scale: float,
+                            size: int | tuple[int, ...]) -> npt.NDArray[np.int64]:
     p = -math.expm1(-1.0 / scale)  # 1 − e^{−1/b}
     return (rng.geometric(p, size=size) - rng.geometric(p, size=size)).astype(np.int64)
 
 
-def _discrete_gaussian_numpy(rng: np.random.Generator, sigma: float, size) -> np.ndarray:
+def _discrete_gaussian_numpy(rng: np.random.Generator, sigma: float,
+                             size: int | tuple[int, ...]) -> npt.NDArray[np.int64]:
     """Canonne, Kamath & Steinke (2020), Alg. 3: rejection from a discrete Laplace with t = ⌊σ⌋ + 1."""
-    n = int(np.prod(size)) if np.ndim(size) else int(size)
+    # np.ndim(size) == 0: size is an int (mypy does not narrow through np.ndim)
+    n = int(np.prod(size)) if np.ndim(size) else int(size)  # type: ignore[arg-type]
     out = np.empty(n, dtype=np.int64)
     t = math.floor(sigma) + 1
     s2 = sigma * sigma
@@ -207,7 +225,8 @@ def discrete_gaussian_variance(sigma: float) -> float:
 
 
 # ----------------------------------------------------------------- noise
-def _add(kind: str, values, scale: float, source, discrete: bool) -> np.ndarray:
+def _add(kind: str, values: npt.ArrayLike, scale: float, source: RandomSource,
+         discrete: bool) -> npt.NDArray[np.float64]:
     """``values`` plus i.i.d. noise of ``kind`` ("laplace"/"gaussian") at ``scale`` (b or σ)."""
     check_source(source)
     scale = float(scale)
@@ -227,7 +246,8 @@ def _add(kind: str, values, scale: float, source, discrete: bool) -> np.ndarray:
     return v + noise(0.0, scale, size=v.size)
 
 
-def laplace(values, scale: float, source, discrete: bool = False) -> np.ndarray:
+def laplace(values: npt.ArrayLike, scale: float, source: RandomSource,
+            discrete: bool = False) -> npt.NDArray[np.float64]:
     """``values`` plus i.i.d. Laplace(0, ``scale``) noise (discrete Laplace on integers if ``discrete``).
 
     Parameters
@@ -255,7 +275,8 @@ def laplace(values, scale: float, source, discrete: bool = False) -> np.ndarray:
     return _add("laplace", values, scale, source, discrete)
 
 
-def gaussian(values, sigma: float, source, discrete: bool = False) -> np.ndarray:
+def gaussian(values: npt.ArrayLike, sigma: float, source: RandomSource,
+             discrete: bool = False) -> npt.NDArray[np.float64]:
     """``values`` plus i.i.d. N(0, σ²) noise (discrete Gaussian on integers if ``discrete``).
 
     Parameters
@@ -280,7 +301,7 @@ def gaussian(values, sigma: float, source, discrete: bool = False) -> np.ndarray
     return _add("gaussian", values, sigma, source, discrete)
 
 
-def noisy_max(scores, scale: float, source) -> int:
+def noisy_max(scores: npt.ArrayLike, scale: float, source: RandomSource) -> int:
     """Index of the largest ``score + Exponential(scale)`` (report-noisy-max, permute-and-flip).
 
     ε-DP with ``scale = 2Δu/ε`` for utilities of sensitivity Δu (McKenna &

@@ -27,15 +27,21 @@ rows) and is allowed only in simulations, where nothing is released.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import NoReturn, cast
 
 import numpy as np
+import numpy.typing as npt
+import pandas as pd
 
 from ..queries import limits
-from ..queries.domain import DATA_DOMAIN_REFUSAL, Table
-from ..queries.matrix import as_matrix
+from ..queries.domain import DATA_DOMAIN_REFUSAL, Domain, Table
+from ..queries.matrix import MatrixLike, as_matrix
 from . import samplers
 from .kernel import _Boundary
 from .ledger import PrivacyLedger
+from .noise import NoiseModel
+from .samplers import RandomSource
 
 __all__ = ["PrivateTable", "OUT_OF_DOMAIN"]
 
@@ -43,7 +49,7 @@ __all__ = ["PrivateTable", "OUT_OF_DOMAIN"]
 OUT_OF_DOMAIN = ("drop", "error")
 
 
-def check_out_of_domain(value, release: bool) -> str:
+def check_out_of_domain(value: str, release: bool) -> str:
     """``value`` if it is an allowed ``out_of_domain`` policy for a release (``release``) or a simulation.
 
     Raises
@@ -61,13 +67,14 @@ def check_out_of_domain(value, release: bool) -> str:
     return value
 
 
-def _bincount_frame(frame, domain, axes, sizes, out_of_domain: str = "drop") -> np.ndarray:
+def _bincount_frame(frame: pd.DataFrame, domain: Domain, axes: Sequence[int], sizes: Sequence[int],
+                    out_of_domain: str = "drop") -> npt.NDArray[np.int64]:
     """Counts of every cell of the marginal on ``axes`` in a pandas frame, flat C order (``()``: the total).
 
     Only records inside the whole domain (every attribute) are counted.
     """
     inside = np.ones(len(frame), dtype=bool)
-    codes = {}
+    codes: dict[int, npt.NDArray[np.int64]] = {}
     for ax, attr in enumerate(domain.attributes):
         c, ok = attr.codes(frame[attr.name].to_numpy())
         if out_of_domain == "error" and not ok.all():
@@ -103,7 +110,8 @@ class PrivateTable(_Boundary):
 
     counts = True  # marginal counts are whole numbers
 
-    def __init__(self, table: Table, ledger: PrivacyLedger | None = None, out_of_domain: str = "drop"):
+    def __init__(self, table: Table, ledger: PrivacyLedger | None = None,
+                 out_of_domain: str = "drop") -> None:
         check_out_of_domain(out_of_domain, release=False)
         if not isinstance(table, Table):
             raise TypeError(f"table must be a dpexplorer Table, got {type(table).__name__}")
@@ -115,9 +123,9 @@ class PrivateTable(_Boundary):
         self.name = table.name
         self.ledger = ledger if ledger is not None else PrivacyLedger()
         self.out_of_domain = out_of_domain
-        self._cache: dict = {}
+        self._cache: dict[tuple[int, ...], npt.NDArray[np.float64]] = {}
 
-    def __reduce__(self):
+    def __reduce__(self) -> NoReturn:
         raise TypeError("a PrivateTable holds private records and is never pickled or copied")
 
     @property
@@ -125,7 +133,7 @@ class PrivateTable(_Boundary):
         """Cells of the full domain (never allocated)."""
         return self.domain.cells
 
-    def _marginal(self, axes: tuple[int, ...]) -> np.ndarray:
+    def _marginal(self, axes: tuple[int, ...]) -> npt.NDArray[np.float64]:
         """Exact counts of the marginal on ``axes``, shape ``(n_i for i in axes)`` (inside the kernel)."""
         axes = tuple(sorted(axes))
         if axes in self._cache:
@@ -136,18 +144,21 @@ class PrivateTable(_Boundary):
         records = self._table.records
         domain = self.domain
         if hasattr(records, "to_delayed") and hasattr(records, "npartitions"):  # dask: one bincount per partition
-            import dask
+            from dask.base import compute  # dask.compute and dask.delayed, from where dask defines them
+            from dask.delayed import delayed
 
-            parts = [dask.delayed(_bincount_frame)(part, domain, axes, sizes, self.out_of_domain)
+            parts = [delayed(_bincount_frame)(part, domain, axes, sizes, self.out_of_domain)
                      for part in records.to_delayed()]
-            counts = np.sum(np.stack(dask.compute(*parts)), axis=0)
+            counts = np.sum(np.stack(compute(*parts)), axis=0)
         else:
-            counts = _bincount_frame(records, domain, axes, sizes, self.out_of_domain)
-        out = counts.reshape(sizes).astype(float)
+            # a pandas DataFrame (Table checks its records are a pandas or dask frame)
+            counts = _bincount_frame(cast(pd.DataFrame, records), domain, axes, sizes, self.out_of_domain)
+        out: npt.NDArray[np.float64] = counts.reshape(sizes).astype(float)
         self._cache[axes] = out
         return out
 
-    def measure(self, A, noise, source, label: str = "measure") -> np.ndarray:
+    def measure(self, A: MatrixLike, noise: NoiseModel, source: RandomSource,
+                label: str = "measure") -> npt.NDArray[np.float64]:
         """Noisy strategy answers ``y = A x + z`` from marginal counts of the records.
 
         ``A`` must tell which marginals it needs, ``A.marginal_measure()`` →
@@ -202,7 +213,7 @@ class PrivateTable(_Boundary):
             limits.check("cells", math.prod(self.shape[i] for i in s),
                          f"the marginal on {[self.domain.names[i] for i in s]}: cells")
 
-        def exact():
+        def exact() -> npt.NDArray[np.float64]:
             return np.asarray(answers({tuple(s): self._marginal(tuple(s)) for s in sets}), dtype=float)
 
         # the answers of marginal-based strategies here are real-valued (orthonormal bases,

@@ -22,8 +22,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import cached_property
+from typing import TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import scipy.linalg
 import scipy.sparse
 import scipy.sparse.linalg
@@ -334,7 +336,12 @@ def _check_p(p: int) -> None:
         raise ValueError(f"p must be 1 (L1, Laplace) or 2 (L2, Gaussian), got {p!r}")
 
 
-def as_matrix(M) -> Matrix:
+#: A query matrix as the public functions take it (:func:`as_matrix` wraps it): a :class:`Matrix`,
+#: a 2D array (or nested sequence) or a scipy sparse matrix.
+MatrixLike: TypeAlias = "Matrix | npt.ArrayLike | scipy.sparse.sparray | scipy.sparse.spmatrix"
+
+
+def as_matrix(M: object) -> Matrix:
     """Wrap a numpy array, scipy sparse matrix or :class:`Matrix` as a :class:`Matrix`.
 
     Raises
@@ -368,7 +375,7 @@ class Dense(Matrix):
         self._name = name or "dense"
 
     @cached_property
-    def integral(self) -> bool:
+    def integral(self) -> bool:  # type: ignore[override]  # computed here; a plain attribute elsewhere
         return bool(np.all(self.array == np.round(self.array)))
 
     def _matmat(self, X):
@@ -413,7 +420,7 @@ class Sparse(Matrix):
         self._name = name or "sparse"
 
     @cached_property
-    def integral(self) -> bool:
+    def integral(self) -> bool:  # type: ignore[override]  # computed here; a plain attribute elsewhere
         return bool(np.all(self.matrix.data == np.round(self.matrix.data)))
 
     def _matmat(self, X):
@@ -817,7 +824,7 @@ class Weighted(Matrix):
         self.shape = self.base.shape
 
     @property
-    def integral(self) -> bool:
+    def integral(self) -> bool:  # type: ignore[override]  # computed here; a plain attribute elsewhere
         return self.weight == round(self.weight) and self.base.integral
 
     @property
@@ -988,7 +995,7 @@ class Kronecker(Matrix):
         self._name = name
 
     @property
-    def integral(self) -> bool:
+    def integral(self) -> bool:  # type: ignore[override]  # computed here; a plain attribute elsewhere
         return all(f.integral for f in self.factors)
 
     @property
@@ -1213,7 +1220,7 @@ class Product(Matrix):
         self._name = name
 
     @property
-    def integral(self) -> bool:
+    def integral(self) -> bool:  # type: ignore[override]  # computed here; a plain attribute elsewhere
         return self.left.integral and self.right.integral
 
     @property
@@ -1270,10 +1277,10 @@ class Transpose(Matrix):
         self.shape = (base.n, base.m)
 
     @property
-    def integral(self) -> bool:
+    def integral(self) -> bool:  # type: ignore[override]  # computed here; a plain attribute elsewhere
         return self.base.integral
 
-    @property
+    @property  # type: ignore[misc]  # a transpose's name is its base's: read-only
     def name(self):
         return f"{self.base.name}ᵀ"
 

@@ -96,7 +96,7 @@ class IntervalTree(_StructuredStrategy):
         indices = np.arange(indptr[-1]) + np.repeat(lo - indptr[:-1], lengths)
         M = scipy.sparse.csr_array((np.repeat(c, lengths), indices, indptr), shape=(lo.size, n))
         super().__init__(M, name=name)
-        self._inv = None
+        self._inv: SegmentInverse | None = None
 
     def inverse(self) -> SegmentInverse:
         """``(AᵀA)⁻¹`` by the bottom-up Sherman-Morrison recursion (module docstring), O(n · levels)."""
@@ -144,7 +144,7 @@ class HaarWavelet(_StructuredStrategy):
         n = self.n
         if n & (n - 1):
             raise ValueError(f"the orthogonal Haar form needs n a power of two, got {n}")
-        self._inv = None
+        self._inv: SegmentInverse | None = None
 
     def inverse(self) -> SegmentInverse:
         """``Σ_q r_q r_qᵀ / s_q²`` (module docstring)."""

@@ -54,8 +54,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..core import registry
 from ..queries.matrix import Dense, Kronecker, VStack, as_matrix
@@ -78,7 +80,7 @@ def fourier_basis(n: int) -> np.ndarray:
         raise ValueError(f"n must be a whole number ≥ 1, got {n!r}")
     n = int(n)
     j = np.arange(n)
-    rows = []
+    rows: list[npt.NDArray[np.floating[Any]]] = []
     for k in range(1, (n + 1) // 2):
         rows.append(math.sqrt(2.0 / n) * np.cos(2 * np.pi * k * j / n))
         rows.append(math.sqrt(2.0 / n) * np.sin(2 * np.pi * k * j / n))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,6 +35,9 @@ from ..queries.matrix import (
     Weighted,
     as_matrix,
 )
+
+if TYPE_CHECKING:
+    from ..core.reconstruct import Reconstructor
 
 __all__ = ["product_terms", "term_matrix", "FactorInverse", "KronStack"]
 
@@ -205,7 +209,7 @@ class KronStack(VStack):
         self.sensitivity_is_bound = False
         self._inv_cache: dict = {}
         self._pinv_cache: dict = {}
-        self._recon = None
+        self._recon: Reconstructor | None = None
 
     # ----------------------------------------------------------- sensitivity
     def sensitivity(self, p: int = 1) -> float:

@@ -62,6 +62,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from typing import Literal, overload
 
 import numba
 import numpy as np
@@ -135,7 +136,11 @@ def _norm_of(noise) -> int:
     return int(noise.norm)
 
 
-def _check_count(value, what: str, allow_none: bool = True) -> int | None:
+@overload
+def _check_count(value: object, what: str, allow_none: Literal[False]) -> int: ...
+@overload
+def _check_count(value: object, what: str, allow_none: bool = True) -> int | None: ...
+def _check_count(value: object, what: str, allow_none: bool = True) -> int | None:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
@@ -489,7 +494,7 @@ PIDENTITY_MAXCOR = 5
 
 
 # ================================================================ p-Identity
-def p_identity(theta) -> Dense:
+def p_identity(theta) -> PIdentity:
     """The p-Identity strategy ``A(Θ) = [I; Θ]·D`` (HDMM Def. 13).
 
     ``D = diag(1 / (1 + Σ_i Θ_ij))`` makes every column's L1 norm exactly 1,
@@ -559,7 +564,7 @@ class PIdentity(Dense):
         self._name = name
 
     @functools.cached_property
-    def array(self) -> np.ndarray:
+    def array(self) -> np.ndarray:  # type: ignore[override]  # computed here; a plain attribute in Dense
         """``[I; Θ]·D`` as a dense ``(n + p', n)`` array (materialised on first use)."""
         return np.vstack([np.eye(self.n), self.Theta]) / self.s
 
@@ -595,7 +600,7 @@ class PIdentity(Dense):
         return _PIdentityObjective(op, self.Theta.shape[0], 1.0).value(self.Theta)
 
     @property
-    def integral(self) -> bool:
+    def integral(self) -> bool:  # type: ignore[override]  # computed here; a plain attribute elsewhere
         """Whether every entry is a whole number: only when ``Θ`` has no non-zero row (``A = I``).
 
         A non-zero row of ``Θ`` makes some ``s_j > 1``, so the entry ``1/s_j`` of
@@ -772,7 +777,7 @@ class _RestrictedPIdentityObjective:
     def __init__(self, objective: _PIdentityObjective, work: np.ndarray):
         self.objective, self.work = objective, work
         self.rows, self.cols = np.divmod(work, objective.p)
-        self.dense = None  # the full objective scattered to ``work``, for a dense Θ
+        self.dense: _Scatter | None = None  # the full objective scattered to ``work``, for a dense Θ
 
     def __call__(self, z: np.ndarray):
         obj, rows, cols = self.objective, self.rows, self.cols

@@ -544,7 +544,7 @@ class SumRelease:
     isotonic: bool
     variance: np.ndarray
     taus: np.ndarray
-    threshold: object
+    threshold: Threshold | list[Threshold]
     epsilon: float
     epsilon_threshold: float
     epsilon_answers: float
@@ -1093,7 +1093,7 @@ EVALUATION_COLUMNS = [
 
 
 def evaluate(x, workload: SumWorkload, epsilon: float, mechanisms: Sequence[str] = MECHANISMS,
-             trials: int = 100, seed: int = 0, *, threshold: str = "svt", tau: float | None = None,
+             trials: int = 100, seed: int = 0, *, threshold: str | Threshold = "svt", tau: float | None = None,
              svt: SVTParams | None = None, strategy: str = "greedy_h", isotonic=None,
              gamma: float = 1.0, shared_threshold: bool = True,
              progress: Callable[[int, int], None] | None = None,
@@ -1338,7 +1338,7 @@ def tau_curve(workload: SumWorkload, x, epsilon: float, taus=None,
     for t in taus:
         _positive(t, "the truncation threshold τ")
     truth = workload.answers(x)
-    rows = []
+    rows: list[dict[str, object]] = []
     with blas_limit(None if blas_threads is None else int(blas_threads)):
         for k, t in enumerate(taus):
             _tau_row(rows, workload, x, truth, t, mechanisms, epsilon, strategy)

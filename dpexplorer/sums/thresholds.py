@@ -200,7 +200,7 @@ class Threshold:
     index: int | None = None
     params: SVTParams | None = None
     # the ledger charged with ``epsilon`` (weak reference; never pickled) and whether one was
-    _ledger: object = field(default=None, init=False, repr=False, compare=False)
+    _ledger: weakref.ref[object] | None = field(default=None, init=False, repr=False, compare=False)
     _charged: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self):
