@@ -57,8 +57,13 @@ are the most powerful tests of ``x₀`` against ``x₁`` (Neyman & Pearson
 1933; the optimal distinguisher of Nasr et al. 2021).  A data-independent
 release holds ``y`` (``Release.y``): its standard cases threshold the loss.
 The features ``"transcript"`` add the noisy choices (one-hot), so that a
-logistic score on them is the transcript's log-likelihood ratio (MWEM's
-case).
+logistic score on them is the transcript's log-likelihood ratio (MWEM's and
+EFPA's cases).  An event on the transcript is an event on the output when
+the output determines the transcript -- a release's ``y``, MWEM's
+``info['selected']`` and ``info['measurements']``, EFPA's ``info['k']`` and
+``rfft(x̂)[:k]`` -- as for every case here; for a mechanism whose output
+discards part of it, the bound is one on the transcript's ε, the ε the
+kernel's ledger accounts for.
 
 **Runs.**  Every run is a simulation: a fresh
 :class:`~dpexplorer.privacy.PrivateData` and a ``numpy.random.Generator``
