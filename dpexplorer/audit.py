@@ -48,6 +48,23 @@ candidates were tried.  The standard cases of the data-dependent mechanisms
 use features (:func:`cases`); :meth:`AuditCase.run_weakened` audits a
 variant with too little noise (:class:`Weakened`), the auditor's power check.
 
+**The privacy loss.**  Every run keeps its transcript -- what the privacy
+kernel returned: noisy strategy answers ``y``, noisy function values, noisy
+choices -- and the statistic ``"loss"`` is the log-likelihood ratio
+``ln(p(y | x₁)/p(y | x₀))`` of its noisy measurements (for Laplace noise of
+scale ``b``, ``Σ(|y − A x₀| − |y − A x₁|)/b``), whose upper and lower sets
+are the most powerful tests of ``x₀`` against ``x₁`` (Neyman & Pearson
+1933; the optimal distinguisher of Nasr et al. 2021).  A data-independent
+release holds ``y`` (``Release.y``): its standard cases threshold the loss.
+The features ``"transcript"`` add the noisy choices (one-hot), so that a
+logistic score on them is the transcript's log-likelihood ratio (MWEM's and
+EFPA's cases).  An event on the transcript is an event on the output when
+the output determines the transcript -- a release's ``y``, MWEM's
+``info['selected']`` and ``info['measurements']``, EFPA's ``info['k']`` and
+``rfft(x̂)[:k]`` -- as for every case here; for a mechanism whose output
+discards part of it, the bound is one on the transcript's ε, the ε the
+kernel's ledger accounts for.
+
 **Runs.**  Every run is a simulation: a fresh
 :class:`~dpexplorer.privacy.PrivateData` and a ``numpy.random.Generator``
 seeded from ``SeedSequence([seed, tag, batch, side, chunk])``.  The
@@ -91,7 +108,7 @@ from .privacy import PrivateData
 from .privacy.kernel import validate_counts
 from .privacy.noise import Gaussian, Laplace, NoiseModel
 from .queries import workloads as _workloads
-from .queries.matrix import Matrix, as_matrix
+from .queries.matrix import Dense, Matrix, as_matrix
 
 __all__ = ["audit", "AuditResult", "AuditCase", "Event", "Score", "Weakened", "cases",
            "clopper_pearson", "epsilon_lower_bound", "select_event", "select_feature_event",
@@ -123,6 +140,10 @@ STATISTICS = {
     "strategy_projection": ("⟨A(x₁ − x₀), A x̂⟩ with A = info['strategy']: the fitted strategy "
                             "answers weighted by how the pair moves them (the likelihood ratio "
                             "of Gaussian noise)"),
+    "loss": ("the privacy loss ln(p(y | x₁)/p(y | x₀)) of the run's noisy strategy answers y = A x "
+             "+ z (every matrix-mechanism measurement of the run: a data-independent mechanism's "
+             "y): Σ(|y − A x₀| − |y − A x₁|)/b for Laplace noise of scale b, "
+             "(‖y − A x₀‖² − ‖y − A x₁‖²)/(2σ²) for Gaussian -- the Neyman-Pearson statistic"),
     "bucket_size": "size of the DAWA bucket holding the first cell where x₀ and x₁ differ",
     "buckets": "number of DAWA buckets (info['buckets'])",
     "info:<key>": "a numeric entry of the run's public info (None counts as −∞)",
@@ -135,6 +156,11 @@ FEATURES = {
     "estimate": "the estimate x̂ itself, one feature per cell",
     "info": "every finite numeric scalar of the run's public info (sorted by key)",
     "all": "estimate, then boundaries (if the output has a partition), then info",
+    "transcript": ("the run's privacy loss on its noisy measurements (statistic 'loss'), then "
+                   "the one-hot indicator of every noisy-max choice, in order (MWEM's selected "
+                   "queries, EFPA's number of coefficients): a logistic score on them is the "
+                   "transcript's log-likelihood ratio when each choice's log-ratio depends on "
+                   "the choice alone"),
 }
 
 
@@ -639,6 +665,7 @@ class _Statistic:
     cell: int
     fn: Callable | None = None
     features: str | Callable | None = None
+    x0: np.ndarray | None = None
 
     @property
     def features_name(self) -> str | None:
@@ -646,14 +673,18 @@ class _Statistic:
         f = self.features
         return f if f is None or isinstance(f, str) else getattr(f, "__name__", type(f).__name__)
 
-    def row(self, out) -> np.ndarray:
-        """The statistic, then the features: shape ``(1 + d,)``."""
-        s = self(out)
+    def row(self, out, measured: tuple = ()) -> np.ndarray:
+        """The statistic, then the features: shape ``(1 + d,)``.
+
+        ``measured`` holds the run's matrix-mechanism measurements ``(A, noise, y)``
+        (:class:`_Tapped`), which the statistic ``"loss"`` reads.
+        """
+        s = self.loss(measured) if self.name == "loss" else self(out)
         if self.features is None:
             return np.array([s])
-        return np.concatenate([[s], self.feature_vector(out)])
+        return np.concatenate([[s], self.feature_vector(out, measured)])
 
-    def feature_vector(self, out) -> np.ndarray:
+    def feature_vector(self, out, measured: tuple = ()) -> np.ndarray:
         """The run's features (see :data:`FEATURES`), shape ``(d,)``, finite."""
         f = self.features
         if callable(f):
@@ -666,13 +697,22 @@ class _Statistic:
             parts.append(self._named("info", out))
             v, what = np.concatenate(parts), "features 'all'"
         else:
-            v, what = self._named(f, out), f"features {f!r}"
+            v, what = self._named(f, out, measured), f"features {f!r}"
         if v.size == 0 or not np.all(np.isfinite(v)):
             raise ValueError(f"{what} must be a non-empty vector of finite numbers (got {v.size} "
                              "values, some not finite)" if v.size else f"{what} are empty for this output")
         return v
 
-    def _named(self, f: str, out) -> np.ndarray:
+    def _named(self, f: str, out, measured: tuple = ()) -> np.ndarray:
+        if f == "transcript":
+            parts = [[self.loss(measured)]]
+            x0 = np.asarray(self.x0, dtype=float).ravel()
+            for m in measured:
+                if m[0] == "choice":
+                    onehot = np.zeros(np.size(m[1](x0.copy())))
+                    onehot[m[2]] = 1.0
+                    parts.append(onehot)
+            return np.concatenate(parts)
         if f == "estimate":
             x_hat = out.x_hat if isinstance(out, registry.Estimate) else out
             return np.asarray(x_hat, dtype=float).ravel()
@@ -691,6 +731,56 @@ class _Statistic:
             return np.asarray(vals, dtype=float)
         raise ValueError(f"unknown features {f!r}; use one of {sorted(FEATURES)} or a function "
                          "output -> 1D array")
+
+    def loss(self, measured) -> float:
+        """The privacy loss ``ln(p(y | x₁)/p(y | x₀))`` of a run's noisy strategy answers.
+
+        For each measurement ``y = A x + z`` of the run (:class:`_Tapped`; a
+        Laplace measurement ``f(x) + z`` of a function likewise, with
+        ``f(x₀)``, ``f(x₁)`` in place of ``A x₀``, ``A x₁``) with
+        i.i.d. noise ``z`` -- Laplace of scale ``b = Δ₁(A)/ε`` or Gaussian of
+        standard deviation ``σ = Δ₂(A)·c`` (:meth:`PrivateData.measure
+        <dpexplorer.privacy.PrivateData.measure>`), continuous or discrete on
+        ℤ (the discrete densities have the same exponents, Canonne, Kamath &
+        Steinke 2020) -- the log-ratio of the two densities is
+        ``(Σ_i |y_i − (A x₀)_i| − |y_i − (A x₁)_i|)/b`` (Laplace) or
+        ``(‖y − A x₀‖² − ‖y − A x₁‖²)/(2σ²)`` (Gaussian); independent
+        measurements add.  Its upper and lower sets are the most powerful
+        tests of ``x₀`` against ``x₁`` (Neyman & Pearson, Phil. Trans. R. Soc.
+        A 231, 1933): the events an optimal distinguisher uses (Nasr, Song,
+        Thakurta, Papernot & Carlini, IEEE S&P 2021, Sec. 3; DP as hypothesis
+        testing: Kairouz, Oh & Viswanath, ICML 2015, Sec. 2).  A variant with
+        every scale divided by the same factor multiplies it by that factor,
+        so its order -- the events -- stays the same.  Rounded to 1e-9 so
+        that the atoms of a sum of clipped terms stay atoms.
+
+        Raises
+        ------
+        ValueError
+            If the run measured no strategy answers through the kernel.
+        """
+        steps = [m for m in measured if m[0] in ("measure", "function")]
+        if not steps:
+            raise ValueError("statistic 'loss' needs a run that measures noisy answers through the "
+                             "privacy kernel (data.measure or data.measure_function); this run "
+                             "measured none")
+        x0 = np.asarray(self.x0, dtype=float).ravel()
+        x1 = x0 + self.diff
+        total = 0.0
+        for kind, what, noise, y in steps:
+            if kind == "measure":
+                r0, r1 = y - what.matvec(x0), y - what.matvec(x1)
+                scale = noise.scale(what.sensitivity(noise.norm))
+                norm = noise.norm
+            else:  # Laplace(scale) on f(x), PrivateData.measure_function
+                f0 = np.asarray(what(x0.copy()), dtype=float).ravel()
+                f1 = np.asarray(what(x1.copy()), dtype=float).ravel()
+                r0, r1, scale, norm = y.ravel() - f0, y.ravel() - f1, noise, 1
+            if norm == 1:
+                total += float(np.abs(r0).sum() - np.abs(r1).sum()) / scale
+            else:
+                total += float(r0 @ r0 - r1 @ r1) / (2.0 * scale**2)
+        return float(np.round(total, 9))
 
     def resolved(self, out) -> str:
         """The statistic's name for results: ``"auto"`` becomes what it means for ``out``."""
@@ -711,6 +801,8 @@ class _Statistic:
         if self.fn is not None:
             return _number(self.fn(out), self.name)
         name = self.resolved(out) if self.name == "auto" else self.name
+        if name == "loss":
+            raise ValueError("statistic 'loss' reads the run's measurements, not its output: use row()")
         if name == "output":
             return _number(out, "the output (give statistic=...)")
         if name == "strategy_projection":
@@ -775,17 +867,54 @@ class _Runner:
     counts: bool
 
     def output(self, x: np.ndarray, rng: np.random.Generator):
-        """One run's output and the ε its ledger recorded."""
-        data = PrivateData(x, counts=self.counts)
+        """One run's output, the ε its ledger recorded and its measurements ``(A, noise, y)``."""
+        data = _Tapped(x, counts=self.counts)
         if self.fn is None:
             out = _mechanism.run(self.name, data, self.W, self.noise, rng, **self.params)
         else:
             out = self.fn(data, rng)
-        return out, data.ledger.epsilon
+        return out, data.ledger.epsilon, tuple(data.measured)
 
     def __call__(self, x: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, float]:
-        out, spent = self.output(x, rng)
-        return self.statistic.row(out), spent
+        out, spent, measured = self.output(x, rng)
+        return self.statistic.row(out, measured), spent
+
+
+class _Tapped(PrivateData):
+    """:class:`~dpexplorer.privacy.PrivateData` that also keeps what its noisy steps returned.
+
+    The run's transcript, in order, for the statistic ``"loss"`` and the
+    features ``"transcript"``: every matrix-mechanism measurement
+    (``("measure", A, noise, y)``: its public strategy, noise model and noisy
+    answers ``y``), every Laplace measurement of a function
+    (``("function", f, scale, values)``: the mechanism's public function, to
+    be evaluated by the auditor on its own pair only, the scale and the noisy
+    values) and every noisy-max choice (``("choice", scores_fn, index)``).
+    These are outputs of the kernel -- public: a data-independent release
+    holds ``y`` (``Release.y``), MWEM's ``info`` its choices and measurements,
+    EFPA's its choice and (through ``x̂``) its noisy coefficients.  Nothing
+    else changes: the same draws, the same ledger; nothing here reads the data.
+    """
+
+    def __init__(self, x, ledger=None, *, counts: bool = True):
+        super().__init__(x, ledger, counts=counts)
+        self.measured: list[tuple] = []
+
+    def measure(self, A, noise: NoiseModel, source, label: str = "measure") -> np.ndarray:
+        y = super().measure(A, noise, source, label)
+        self.measured.append(("measure", as_matrix(A), noise, np.array(y, dtype=float, copy=True)))
+        return y
+
+    def measure_function(self, f, sensitivity: float, epsilon: float, source, label: str) -> np.ndarray:
+        values = super().measure_function(f, sensitivity, epsilon, source, label)
+        self.measured.append(("function", f, float(sensitivity) / float(epsilon),
+                              np.array(values, dtype=float, copy=True)))
+        return values
+
+    def noisy_max(self, scores_fn, sensitivity: float, epsilon: float, source, label: str) -> int:
+        index = super().noisy_max(scores_fn, sensitivity, epsilon, source, label)
+        self.measured.append(("choice", scores_fn, int(index)))
+        return index
 
 
 @dataclass(frozen=True)
@@ -992,6 +1121,19 @@ _DAWA_PARTITION_WHY = ("a flat histogram of 8 cells, one record added to cell 1:
                        "bucket over cell 1 (lengths 2, 4, 8) costs more, by as much as a record "
                        "can move it (2 − 2/L), so boundaries at 1 and 2 become likelier together; "
                        "the event is read from the partition's boundaries")
+_MWEM_WHY = ("one round and a public total N = 10 (the whole ε in one selection and one measurement, "
+             "ε/2 each); workload: cell 0 and the total over 2 cells, both answered off by 1 "
+             "by A = (5, 5) on x₀ = (6, 3); the added record raises the first error to 2 and lowers "
+             "the second to 0 -- the selection's utilities move in opposite directions, where the "
+             "exponential mechanism's loss is largest -- and moves the first query's answer by 1; "
+             "the event is read from the transcript (the choice and the measurement)")
+_EFPA_WHY = ("9/10 of ε on the coefficients (selection_share 0.1: the measurement's loss dominates); "
+             "a spike of 8 records in the last of 3 cells and one more there: the kept "
+             "coefficients move by all (k = 1) or 98 % (k = 2: (1 + 1.37)/√3 of Δ = (1 + √2)/√3) "
+             "of their sensitivity, and the two candidates' utilities move apart (the largest "
+             "loss of the choice of k found over 18,000 random pairs on 2-8 cells, exact "
+             "permute-and-flip probabilities); the event is read from the transcript (k and the "
+             "noisy coefficients)")
 _DAWA_WHY = ("the issue's pair: a flat histogram where one extra record changes the cost of every "
              "candidate bucket holding cell 1, so the partition is as sensitive as it gets")
 
@@ -1004,7 +1146,9 @@ def cases(name: str) -> list[AuditCase]:
 
     Hand-picked neighbouring pairs where the mechanism's privacy is tightest:
     a single-cell change on a tiny domain (data-independent strategies, whose
-    columns all have the same norm), DAWA's flat histogram where one record
+    columns all have the same norm; their events threshold the privacy loss
+    of the noisy strategy answers ``y``, statistic ``"loss"``, the
+    Neyman-Pearson test of the pair), DAWA's flat histogram where one record
     changes every candidate bucket over that cell (also audited for the
     partition alone against ε₁, on 8 cells, with events read from the
     partition's boundaries), a count at the threshold of the sparse
@@ -1044,13 +1188,14 @@ def _cases(name: str) -> tuple[AuditCase, ...]:
                               label="the partition alone (claim ε₁ = ratio·ε, Thm 2)",
                               why=_DAWA_PARTITION_WHY))
         if name == "mwem":
-            return (AuditCase((2, 0, 0, 0), (2, 1, 0, 0), ranges4, params={"T": 2}, features="all",
-                              why="two rounds (each round's two steps then spend the most ε), "
-                                  "one record next to a small count"),)
+            return (AuditCase((6, 3), (7, 3), Dense(np.array([[1.0, 0.0], [1.0, 1.0]])),
+                              statistic="loss", params={"T": 1, "total": 10.0},
+                              features="transcript", why=_MWEM_WHY),)
         if name == "efpa":
             share = float(mech.params.get("selection_share", 0.5))
-            return (AuditCase(*_DAWA_PAIR, ranges4, features="all",
-                              why="a flat histogram: one record changes every Fourier coefficient"),
+            return (AuditCase((0, 0, 8), (0, 0, 9), _workloads.all_range(3), statistic="loss",
+                              params={"selection_share": 0.1}, features="transcript",
+                              why=_EFPA_WHY),
                     AuditCase(*_DAWA_PAIR, ranges4, statistic="info:k", claim_share=share,
                               features="info",  # every numeric info entry is a function of k
                               label="the number of coefficients alone (claim ε₁ = share·ε)",
@@ -1068,7 +1213,7 @@ def _cases(name: str) -> tuple[AuditCase, ...]:
     cell = int(np.argmax(np.round(A.column_norms(noise.norm), 12)))
     x0 = (0,) * W.n
     x1 = tuple(int(i == cell) for i in range(W.n))
-    return (AuditCase(x0, x1, W, delta=delta, why=_ONE_CELL),)
+    return (AuditCase(x0, x1, W, statistic="loss", delta=delta, why=_ONE_CELL),)
 
 
 # ===================================================================== audit
@@ -1119,7 +1264,9 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
         cells).
     statistic : str or callable
         What the events threshold: ``"auto"``, ``"projection"``,
-        ``"bucket_size"``, ``"buckets"``, ``"info:<key>"`` (see
+        ``"strategy_projection"``, ``"loss"`` (the privacy loss of the run's
+        noisy strategy answers ``y``, the Neyman-Pearson statistic of a
+        data-independent mechanism), ``"bucket_size"``, ``"buckets"``, ``"info:<key>"`` (see
         :data:`STATISTICS`) or a function ``output -> float``.
     event : "auto", Event, or callable
         ``"auto"``: chosen on a first batch of ``selection_runs`` runs per
@@ -1159,8 +1306,8 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
         ``x0``, ``x1`` hold counts (default); ``False`` allows real weights.
     features : str or callable, optional
         A feature vector of every run (see :data:`FEATURES`: ``"boundaries"``,
-        ``"estimate"``, ``"info"``, ``"all"``; or a function ``output -> 1D
-        array`` of fixed length).  The event is then chosen among thresholds
+        ``"estimate"``, ``"info"``, ``"all"``, ``"transcript"``; or a function
+        ``output -> 1D array`` of fixed length).  The event is then chosen among thresholds
         on the statistic, on every feature, on a logistic-regression score
         (DP-Sniper, Bichsel et al. 2021) and on the likelihood-ratio score of
         the feature vector, all fitted on the first batch only.
@@ -1243,11 +1390,11 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
         raise ValueError("an event with a score applies to features: give features=... too")
     if callable(statistic):
         stat_name = getattr(statistic, "__name__", type(statistic).__name__)
-        stat = _Statistic(stat_name, diff, int(changed[0]), statistic, features)
+        stat = _Statistic(stat_name, diff, int(changed[0]), statistic, features, x0.ravel())
     elif isinstance(statistic, str) and (statistic in STATISTICS or statistic.startswith("info:")) \
             and statistic != "info:<key>":
         stat_name = statistic
-        stat = _Statistic(statistic, diff, int(changed[0]), None, features)
+        stat = _Statistic(statistic, diff, int(changed[0]), None, features, x0.ravel())
     else:
         raise ValueError(f"unknown statistic {statistic!r}; use one of {sorted(STATISTICS)} "
                          "(info:<key> with a key of the run's info) or a function output -> float")
@@ -1276,8 +1423,9 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
         raise TypeError(f"mechanism must be a registered name or a function f(data, rng), got "
                         f"{type(mechanism).__name__}")
     # one run in this process first: clear errors (not applicable, bad statistic) before any pool
-    out, _ = runner.output(x0, np.random.default_rng(np.random.SeedSequence([seed, AUDIT_SEED_TAG, 99])))
-    stat.row(out)
+    out, _, measured = runner.output(x0, np.random.default_rng(
+        np.random.SeedSequence([seed, AUDIT_SEED_TAG, 99])))
+    stat.row(out, measured)
     stat_name = stat.resolved(out)
 
     total = 2 * (runs + (0 if given_event is not None else selection_runs))
