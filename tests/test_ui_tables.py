@@ -251,6 +251,8 @@ def test_table_ledger_table_lists_the_stored_history_of_every_session(session, b
     assert row["time"].startswith("20") and row["rho"] > 0 and row["delta"] > 0
     table_view.tables._ledger_changed()  # what a release of this tab does: the shown table follows
     assert len(shown.value) == 1 and shown.value["label"].iloc[0] == row["label"]
+    # the sidebar says what the table spent too, under the dataset's line
+    assert "**Spent on the table `superstore_orders`:** ε = " in session._ledger_text()
 
 
 def test_table_release_refused_over_budget(session, table_view):
