@@ -1405,3 +1405,24 @@ def test_the_sidebar_shows_and_only_lowers_the_stored_budget(monkeypatch, tmp_pa
     other = Session()  # a second tab sees the budget the first one lowered
     other.dataset = two
     assert other.budget_object() == dpx.Budget.zcdp(rho / 2)
+
+
+def test_another_budget_kind_starts_from_its_largest_budget_within_the_one_in_force():
+    from dpexplorer.privacy import accounting
+    from dpexplorer.privacy.ledger import budget_within
+    from dpexplorer.ui.session import _largest_within
+
+    pure, approx, zcdp = dpx.Budget.pure(2.0), dpx.Budget.approx(3.0, 1e-6), dpx.Budget.zcdp(0.5)
+    assert _largest_within("pure", approx) == dpx.Budget.pure(3.0)  # ε-DP is (ε, 0)-DP
+    assert _largest_within("pure", pure) == pure and _largest_within("zcdp", zcdp) == zcdp
+    eps = _largest_within("pure", zcdp).epsilon  # ε-DP is ε²/2-zCDP (Bun & Steinke 2016, Prop. 1.4)
+    assert accounting.rho_pure(eps) <= 0.5 and eps == pytest.approx(1.0, rel=1e-11)
+    rho = _largest_within("zcdp", approx).rho  # converts to at most ε = 3 at δ = 1e-6 (CKS 2020)
+    assert accounting.epsilon_from_rho(rho, 1e-6) <= 3.0
+    assert accounting.epsilon_from_rho(rho * (1 + 1e-6), 1e-6) > 3.0
+    for kind, old in [("approx", pure), ("approx", zcdp), ("zcdp", pure)]:
+        assert _largest_within(kind, old) is None  # none lies within: a session cannot switch
+    for kind in ("pure", "zcdp", "approx"):
+        for old in (pure, approx, zcdp):
+            near = _largest_within(kind, old)
+            assert near is None or budget_within(near, old)

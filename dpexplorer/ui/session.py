@@ -11,7 +11,9 @@ selected dataset's), kept in one SQLite store shared by every session of the
 served explorer and surviving restarts (:func:`ledger_store_path`:
 ``$DPEXPLORER_LEDGER``, else ``ledgers.sqlite`` in the user's data folder
 from :mod:`platformdirs`): a second tab sees the first tab's spend.  A
-dataset's budget is the sidebar's when the store has none yet; a session may
+dataset's budget is the sidebar's when the store has none yet, and the
+sidebar's budget fields always show the budget in force for the selected
+dataset (:meth:`Session.show_budget_in_force`); a session may
 lower it but never raise it -- raising is the data owner's act in Python,
 ``dpx.PrivacyLedger.open(path, dataset).set_budget(...)``
 (``dpexplorer/docs/accounting.md``).  A release that would exceed the budget
@@ -350,7 +352,9 @@ class Session(param.Parameterized):
         Only lowering is applied (:func:`dpexplorer.privacy.ledger.budget_within`);
         raising the budget -- or removing it -- is refused with how its owner
         raises it in Python, and a budget below what was already spent is not
-        applied.
+        applied.  Choosing another kind of budget starts from that kind's
+        largest budget within the one in force (:func:`_largest_within`).
+        Afterwards the fields show the budget in force again.
         """
         if self._showing_budget:
             return  # the fields are being set to the budget in force: nothing to apply
