@@ -497,3 +497,79 @@ def test_accuracy_first_switch_and_sidebar_sentence(page):
     page.locator(".bk-btn", has_text="Error at this ε").first.click()
     page.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=READY_MS)
     assert not unexpected_problems(page), page.problems
+
+
+# ------------------------------------- the stored ledger, shared by every session
+def _open_tab(browser, url):
+    """A fresh browser context (a second tab, a second session) on ``url``, page problems recorded."""
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1100})
+    pg = ctx.new_page()
+    pg.problems = []
+    pg.on("console", lambda m: m.type == "error" and pg.problems.append(f"console: {m.text}"))
+    pg.on("pageerror", lambda e: pg.problems.append(f"pageerror: {e}"))
+    pg.goto(url, wait_until="load")
+    pg.wait_for_selector("text=Compare", timeout=READY_MS)
+    return ctx, pg
+
+
+def _sidebar_input(pg, label: str):
+    return pg.locator(".bk-input-group", has=pg.locator("label", has_text=re.compile(f"^{label}$"))
+                      ).locator("input").first
+
+
+def test_two_tabs_share_the_stored_ledger_and_its_budget(browser, tmp_path):
+    """A release in one tab shows in another tab's Release page; the sidebar shows the budget in
+    force (lowered by the first tab), and raising it is refused with the owner's way in Python.
+
+    Its own server on a fresh store, so the ledger it reads holds only this test's release.
+    """
+    store = tmp_path / "ledgers.sqlite"
+    proc, url, log = start_server(tmp_path / "panel.log", env={"DPEXPLORER_LEDGER": str(store)})
+    contexts = []
+    try:
+        ctx, first = _open_tab(browser, url)
+        contexts.append(ctx)
+        budget = _sidebar_input(first, "Budget ε")
+        playwright_api.expect(budget).to_have_value("5", timeout=READY_MS)  # nothing stored: the default
+        budget.fill("4")  # lowering: applied to the store
+        budget.press("Enter")
+        first.locator("text=/nothing spent yet; left of ε = 4, δ = 1e-05/").first.wait_for(
+            timeout=READY_MS)
+        _tab(first, "Release")
+        first.get_by_role("button", name="Run release").click()
+        first.wait_for_selector("text=/Released .* answers of/", timeout=READY_MS)
+
+        ctx, second = _open_tab(browser, url)  # a second tab: another session, the same store
+        contexts.append(ctx)
+        budget = _sidebar_input(second, "Budget ε")
+        playwright_api.expect(budget).to_have_value("4", timeout=READY_MS)  # the budget in force
+        budget.fill("6")  # raising: refused, the owner's act
+        budget.press("Enter")
+        second.locator(".notyf__message", has_text=re.compile(r"would raise the budget.*set_budget")
+                       ).first.wait_for(timeout=READY_MS)
+        playwright_api.expect(budget).to_have_value("4", timeout=READY_MS)
+        _tab(second, "Release")
+        card = second.locator(".card", has_text="Privacy ledger (the selected dataset, every session)")
+        card.locator("text=/ε = 1 \\(pure ε-DP.* over 1 measurements; left of ε = 4, δ = 1e-05: "
+                     "ε = 3 \\(adding up ε\\)/").first.wait_for(timeout=READY_MS)
+        labels = card.locator(".tabulator-cell[tabulator-field='label']")
+        playwright_api.expect(labels).to_have_count(1, timeout=READY_MS)
+        assert labels.first.inner_text().startswith("hb")  # the first tab's HB release
+        assert card.locator(".tabulator-cell[tabulator-field='mode']").first.inner_text() == "release"
+        assert card.locator(".tabulator-cell[tabulator-field='time']").first.inner_text().startswith("20")
+        _shot(second, "release-second-tab-ledger")
+        import dpexplorer as dpx
+
+        led = dpx.PrivacyLedger.open(store, dpx.datasets.DEFAULT_1D)  # what the store holds
+        assert led.budget == dpx.Budget.approx(4.0, 1e-5) and len(led) == 1 and led.epsilon == 1.0
+        for pg in (first, second):
+            assert not unexpected_problems(pg), pg.problems
+    finally:
+        for ctx in contexts:
+            ctx.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

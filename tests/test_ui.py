@@ -1356,3 +1356,73 @@ def test_a_pages_posts_waiting_for_the_loop_run_together_in_order(monkeypatch, c
     assert len(scheduled) == 1
     scheduled.pop()[1]()
     assert ran[-1] == "later"
+
+
+# ================================================ the budget in force, in the sidebar
+def test_the_sidebar_shows_and_only_lowers_the_stored_budget(monkeypatch, tmp_path):
+    """The budget fields show each dataset's budget in the shared store (not the session's
+    defaults); lowering is applied, raising refused with the owner's way and the fields go back."""
+    from dpexplorer.privacy import accounting
+    from dpexplorer.ui.session import _LABEL
+
+    path = tmp_path / "store.sqlite"
+    monkeypatch.setenv("DPEXPLORER_LEDGER", str(path))
+    one, two = dpx.datasets.DEFAULT_1D, dpx.datasets.DEFAULT_2D
+    dpx.PrivacyLedger.open(path, one).set_budget(dpx.Budget.pure(2.0))  # the owner, in Python
+    dpx.PrivacyLedger.open(path, two).set_budget(dpx.Budget.approx(3.0, 1e-6))
+    session = Session()
+    assert session.dataset == one and session.budget_object() == dpx.Budget.pure(2.0)  # at start
+    col = session.controls()
+    kind = [w for w in col.select(pn.widgets.Select) if getattr(w, _LABEL) == "Budget of each dataset"][0]
+    inputs = {getattr(w, _LABEL): w for w in col.select(pn.widgets.FloatInput)}
+    eps, delta = inputs["Budget ε"], inputs["Budget δ"]
+    assert kind.value == "pure" and eps.value == 2.0 and eps.visible and not delta.visible
+    assert "raising it is the data owner's act" in session._ledger_pane.object
+
+    session.dataset = two  # another dataset: its own stored budget
+    assert (kind.value, eps.value, delta.value) == ("approx", 3.0, 1e-6) and delta.visible
+    eps.value = 1.5  # lowering from the sidebar: applied to the store, no error
+    assert dpx.PrivacyLedger.open(path, two).budget == dpx.Budget.approx(1.5, 1e-6)
+    assert session.error == ""
+    eps.value = 4.0  # raising: refused with the owner's way, the field back to the budget in force
+    assert "raise" in session.error and f"dpx.PrivacyLedger.open({str(path)!r}, {two!r}).set_budget(" \
+        in session.error
+    assert eps.value == 1.5 and session.budget_epsilon == 1.5
+    assert dpx.PrivacyLedger.open(path, two).budget == dpx.Budget.approx(1.5, 1e-6)
+    kind.value = "none"  # removing the budget is raising it too
+    assert "raise" in session.error and kind.value == "approx" and session.budget == "approx"
+    kind.value = "zcdp"  # another kind: the largest ρ within (1.5, 1e-6), shown, then lowered
+    rho = dpx.PrivacyLedger.open(path, two).budget.rho
+    assert kind.value == "zcdp" and inputs["Budget ρ"].value == rho and session.error == ""
+    assert accounting.epsilon_from_rho(rho, 1e-6) <= 1.5
+    assert accounting.epsilon_from_rho(rho * (1 + 1e-6), 1e-6) > 1.5  # and not much less
+    inputs["Budget ρ"].value = rho / 2
+    assert dpx.PrivacyLedger.open(path, two).budget == dpx.Budget.zcdp(rho / 2)
+
+    session.dataset = one  # back: the first dataset's budget, untouched
+    assert (kind.value, eps.value) == ("pure", 2.0)
+    assert dpx.PrivacyLedger.open(path, one).budget == dpx.Budget.pure(2.0)
+    other = Session()  # a second tab sees the budget the first one lowered
+    other.dataset = two
+    assert other.budget_object() == dpx.Budget.zcdp(rho / 2)
+
+
+def test_another_budget_kind_starts_from_its_largest_budget_within_the_one_in_force():
+    from dpexplorer.privacy import accounting
+    from dpexplorer.privacy.ledger import budget_within
+    from dpexplorer.ui.session import _largest_within
+
+    pure, approx, zcdp = dpx.Budget.pure(2.0), dpx.Budget.approx(3.0, 1e-6), dpx.Budget.zcdp(0.5)
+    assert _largest_within("pure", approx) == dpx.Budget.pure(3.0)  # ε-DP is (ε, 0)-DP
+    assert _largest_within("pure", pure) == pure and _largest_within("zcdp", zcdp) == zcdp
+    eps = _largest_within("pure", zcdp).epsilon  # ε-DP is ε²/2-zCDP (Bun & Steinke 2016, Prop. 1.4)
+    assert accounting.rho_pure(eps) <= 0.5 and eps == pytest.approx(1.0, rel=1e-11)
+    rho = _largest_within("zcdp", approx).rho  # converts to at most ε = 3 at δ = 1e-6 (CKS 2020)
+    assert accounting.epsilon_from_rho(rho, 1e-6) <= 3.0
+    assert accounting.epsilon_from_rho(rho * (1 + 1e-6), 1e-6) > 3.0
+    for kind, old in [("approx", pure), ("approx", zcdp), ("zcdp", pure)]:
+        assert _largest_within(kind, old) is None  # none lies within: a session cannot switch
+    for kind in ("pure", "zcdp", "approx"):
+        for old in (pure, approx, zcdp):
+            near = _largest_within(kind, old)
+            assert near is None or budget_within(near, old)

@@ -319,7 +319,7 @@ def test_spec_load_replaces_terms_and_export_download(builder, session):
 
 def test_spec_file_input_widget_loads(builder, session):
     layout = builder.panel()
-    spec_input = [w for w in layout.select(Upload) if ".json" in w.accepted_filetypes][0]
+    spec_input = [w for w in layout.select(Upload) if w.accepted_filetypes[0] == ".json"][0]  # not the schema upload
     text = dpx.spec.dumps(wl.union([wl.identity(16), wl.prefix(16)], [1, 2]), "yaml")
     spec_input.receive(text.encode(), "w.yaml")
     assert builder.error == ""

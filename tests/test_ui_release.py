@@ -221,8 +221,10 @@ def test_budget_exceeded_is_reported(session, view):
 def test_answers_plot_and_layout(session, view):
     layout = view.panel()
     assert layout.get_root() is not None
+    # the table release's ledger (empty: no table), then the dataset's, last on the page
     ledger_tables = [t for t in layout.select(pn.widgets.Tabulator) if "mode" in t.value.columns]
-    assert len(ledger_tables) == 1 and len(ledger_tables[0].value) == 0
+    assert len(ledger_tables) == 2 and [len(t.value) for t in ledger_tables] == [0, 0]
+    ledger_tables = ledger_tables[1:]
     run = [b for b in layout.select(pn.widgets.Button)
            if getattr(b, release_view._LABEL) == "Run release"][0]
     run.clicks += 1
@@ -252,7 +254,7 @@ def test_ledger_table_follows_the_dataset(session, view):
     from dpexplorer.ui.data_view import DataView
 
     layout = view.panel()
-    table = [t for t in layout.select(pn.widgets.Tabulator) if "mode" in t.value.columns][0]
+    table = [t for t in layout.select(pn.widgets.Tabulator) if "mode" in t.value.columns][-1]
     assert len(table.value) == 0
     assert DataView(session).run()  # the Data page is a simulation: nothing spent
     assert len(table.value) == 0

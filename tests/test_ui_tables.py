@@ -230,6 +230,31 @@ def test_table_release_spends_from_the_table_ledger(session, table_view):
     assert len(led) == 2
 
 
+def test_table_ledger_table_lists_the_stored_history_of_every_session(session, builder, table_view):
+    session.noise = "Gaussian"
+    layout = table_view.panel()
+    # the table release's ledger table comes first; the dataset's (Release page card) last
+    shown = [t for t in layout.select(pn.widgets.Tabulator) if "mode" in t.value.columns][0]
+    assert len(shown.value) == 0 and list(shown.value.columns) == table_view.LEDGER_COLUMNS
+    other = Session()  # a second tab on the same store, same table
+    other_builder = WorkloadBuilder(other)
+    assert _build(other_builder) is True
+    other_view = ReleaseView(other)
+    other_view.panel()
+    other.noise = "Gaussian"
+    assert other_view.run_release() is True, other.error
+    frame = table_view.tables.ledger_frame()  # the first tab lists the second tab's release
+    assert len(frame) == 1 and list(frame.columns) == table_view.LEDGER_COLUMNS
+    row = frame.iloc[0]
+    assert row["mode"] == "release" and row["kind"] == "spend" and row["state"] == "recorded"
+    assert row["label"].startswith("residual_planner"), row["label"]
+    assert row["time"].startswith("20") and row["rho"] > 0 and row["delta"] > 0
+    table_view.tables._ledger_changed()  # what a release of this tab does: the shown table follows
+    assert len(shown.value) == 1 and shown.value["label"].iloc[0] == row["label"]
+    # the sidebar says what the table spent too, under the dataset's line
+    assert "**Spent on the table `superstore_orders`:** ε = " in session._ledger_text()
+
+
 def test_table_release_refused_over_budget(session, table_view):
     session.noise = "Gaussian"
     session.budget, session.budget_epsilon = "pure", 0.5

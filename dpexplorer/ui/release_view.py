@@ -54,7 +54,7 @@ from .redraws import on_session_loop
 from .session import Page, Session, download_bytes, release_stamp, side_by_side
 from .session import exception_message as _message
 from .shown import ShownGate
-from .table_release import TableRelease
+from .table_release import LEDGER_COLUMNS, TableRelease, ledger_table
 
 __all__ = ["ReleaseView", "ReleaseRecord", "Simulation", "DataDependentRelease", "MAX_SHOWN",
            "TRIAL_SEED_TAG"]
@@ -413,8 +413,7 @@ class ReleaseView(Page, param.Parameterized):
         return pd.DataFrame(rows, columns=["what", "rmse", "kind"])
 
     #: Columns of the ledger table: what, when, ε/δ/ρ, mode (of ``PrivacyLedger.history()``).
-    LEDGER_COLUMNS = ["id", "time", "label", "kind", "part_of", "mode", "epsilon", "delta", "rho",
-                      "state", "noise", "queries", "sensitivity"]
+    LEDGER_COLUMNS = LEDGER_COLUMNS
 
     def ledger_frame(self) -> pd.DataFrame:
         """The selected dataset's whole stored ledger (every session's spends), one row per
@@ -647,15 +646,7 @@ class ReleaseView(Page, param.Parameterized):
 
     def ledger_card(self) -> pn.Card:
         text = pn.pane.Markdown(self.ledger_text(), sizing_mode="stretch_width")
-        # the columns share the width and long text wraps: nothing (e.g. time) is cut off
-        widths = {"id": "4%", "time": "11%", "label": "17%", "kind": "8%", "part_of": "5%",
-                  "mode": "7%", "epsilon": "6%", "delta": "6%", "rho": "6%", "state": "6%",
-                  "noise": "13%", "queries": "5%", "sensitivity": "6%"}
-        table = pn.widgets.Tabulator(self.ledger_frame(), show_index=False, disabled=True,
-                                     sizing_mode="stretch_width", layout="fit_columns",
-                                     widths=widths, pagination="local", page_size=10,
-                                     formatters={c: {"type": "textarea"}
-                                                 for c in ("label", "noise", "time")})
+        table = ledger_table(self.ledger_frame())
         refresh = pn.widgets.Button(**{_LABEL: "Refresh"}, **{_BUTTON: "light"}, width=100)
 
         def update(*_):

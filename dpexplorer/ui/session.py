@@ -11,7 +11,9 @@ selected dataset's), kept in one SQLite store shared by every session of the
 served explorer and surviving restarts (:func:`ledger_store_path`:
 ``$DPEXPLORER_LEDGER``, else ``ledgers.sqlite`` in the user's data folder
 from :mod:`platformdirs`): a second tab sees the first tab's spend.  A
-dataset's budget is the sidebar's when the store has none yet; a session may
+dataset's budget is the sidebar's when the store has none yet, and the
+sidebar's budget fields always show the budget in force for the selected
+dataset (:meth:`Session.show_budget_in_force`); a session may
 lower it but never raise it -- raising is the data owner's act in Python,
 ``dpx.PrivacyLedger.open(path, dataset).set_budget(...)``
 (``dpexplorer/docs/accounting.md``).  A release that would exceed the budget
@@ -26,6 +28,7 @@ import logging
 import math
 import os
 import re
+import types
 from pathlib import Path
 from typing import ClassVar
 
@@ -278,10 +281,12 @@ class Session(param.Parameterized):
         if "dpbench_dir" not in params:  # $DPEXPLORER_DPBENCH, a checkout's copy, the download cache
             found = dpx.datasets.default_dpbench_dir()
             params["dpbench_dir"] = "" if found is None else str(found)
+        self._showing_budget = False
         super().__init__(**params)
         if self.workload is None:
             self.workload = dpx.workloads.all_range(256)
         self._refresh_datasets()
+        self.show_budget_in_force()
 
     # ---------------------------------------------------------------- noise
     def noise_model(self) -> dpx.noise.NoiseModel:
@@ -347,9 +352,22 @@ class Session(param.Parameterized):
         Only lowering is applied (:func:`dpexplorer.privacy.ledger.budget_within`);
         raising the budget -- or removing it -- is refused with how its owner
         raises it in Python, and a budget below what was already spent is not
-        applied.
+        applied.  Choosing another kind of budget starts from that kind's
+        largest budget within the one in force (:func:`_largest_within`).
+        Afterwards the fields show the budget in force again.
         """
+        if self._showing_budget:
+            return  # the fields are being set to the budget in force: nothing to apply
         new = self.budget_object()
+        in_force = self.ledger.budget
+        if (new is not None and in_force is not None and new.kind != in_force.kind
+                and not dpx.privacy.ledger.budget_within(new, in_force)):
+            # another kind was chosen: its largest budget within the one in force, lowered from there
+            near = _largest_within(new.kind, in_force)
+            if near is not None:
+                notify(f"{near.label}: the largest budget of this kind within the budget in force, "
+                       f"{in_force.label}; lower it from here.", "info")
+                new = near
         ledgers = [(f"the dataset {self.dataset!r}", self.dataset, self.ledger)]
         if self.table is not None:
             key = f"table: {self.table.name}"
@@ -370,7 +388,36 @@ class Session(param.Parameterized):
             except ValueError:
                 self.report(f"not applied: {what} has already spent more than {new.label} "
                             f"({led.summary()}); its budget stays {old.label if old else 'unset'}")
+        self.show_budget_in_force()
         self.ledger_changed()
+
+    @param.depends("dataset", watch=True)
+    def show_budget_in_force(self) -> None:
+        """Set the budget fields (``budget``, ``budget_epsilon``, ...) to the selected dataset's budget.
+
+        Called when a session starts, when the dataset changes and after every
+        budget change from the sidebar (applied or refused), so the sidebar
+        shows the budget in force in the shared store, never a session's
+        default or a refused value.  A dataset with no stored budget gets the
+        sidebar's (:meth:`stored_ledger`); with no budget at all the kind is
+        ``"none"``.  Fields of other kinds keep their values.  Setting them
+        applies nothing (:meth:`_apply_budget` is skipped meanwhile).
+        """
+        b = self.ledger.budget
+        if b is None:
+            values = {"budget": "none"}
+        else:
+            values = {"budget": b.kind}
+            values.update({f"budget_{k}": float(getattr(b, k)) for k in ("epsilon", "delta", "rho")
+                           if getattr(b, k) is not None})
+        values = {k: v for k, v in values.items() if getattr(self, k) != v}
+        if not values:
+            return
+        self._showing_budget = True
+        try:
+            self.param.update(**values)
+        finally:
+            self._showing_budget = False
 
     # -------------------------------------------------------------- datasets
     @param.depends("dpbench_dir", watch=True)
@@ -453,6 +500,7 @@ class Session(param.Parameterized):
             self.report(f"{label} needs a value{_INPUT_RULES.get(name, '')}; it stays "
                         f"{_shown(getattr(self, name))}.")
             return False
+        self.error = ""
         try:
             if name in ("epsilon", "delta"):
                 eps = value if name == "epsilon" else self.epsilon
@@ -465,7 +513,8 @@ class Session(param.Parameterized):
             self.report(f"{label} = {_shown(value)} was not used{rule}; it stays "
                         f"{_shown(getattr(self, name))}." if rule else _param_message(exc))
             return False
-        self.error = ""
+        if name.startswith("budget") and self.error:
+            return True  # used, but the budget it asked for was refused: its message stays
         if name in ("epsilon", "delta", "noise", "dataset") and self.privacy_note():
             notify(self.privacy_note(), "warning")
         return True
@@ -564,6 +613,10 @@ class Session(param.Parameterized):
 
         def sync(*events):
             for e in events:
+                # the value now, not the event's: a watcher before this one may have set it
+                # again (a refused budget goes back to the one in force), and a stale value
+                # written to the widget would be asked for again
+                e = types.SimpleNamespace(name=e.name, new=getattr(self, e.name))
                 if e.name == "noise":
                     noise.value = e.new
                     delta.visible = e.new == "Gaussian"
@@ -595,7 +648,7 @@ class Session(param.Parameterized):
         self._meaning_pane = meaning
         self.param.watch(self._explain, ["epsilon", "delta", "noise", "calibration", "workload"])
         ledger = pn.pane.Markdown(self._ledger_text(), sizing_mode="stretch_width")
-        self.param.watch(lambda e: setattr(ledger, "object", self._ledger_text()), "dataset")
+        self.param.watch(lambda e: setattr(ledger, "object", self._ledger_text()), ["dataset", "table"])
         self._ledger_pane = ledger
         return pn.Column(
             pn.pane.Markdown("### Privacy"), noise, eps, delta, advice, meaning,
@@ -616,8 +669,14 @@ class Session(param.Parameterized):
 
     def _ledger_text(self) -> str:
         led = self.ledger
-        return (f"**Spent on `{self.dataset}`:** {led.summary()}. Releases only; "
+        text = (f"**Spent on `{self.dataset}`:** {led.summary()}. Releases only; "
                 "simulations spend nothing.")
+        if self.table is not None:
+            text += (f"\n\n**Spent on the table `{self.table.name}`:** "
+                     f"{self.table_ledger(self.table).summary()}.")
+        return text + ("\n\nThe budget shown is the one in force for every session. A session "
+                       "may lower it; raising it is the data owner's act, in Python: "
+                       "`dpx.PrivacyLedger.open(path, dataset).set_budget(...)`.")
 
     def ledger_changed(self) -> None:
         """Refresh the sidebar's ledger summary (pages call this after a release)."""
@@ -625,6 +684,31 @@ class Session(param.Parameterized):
         pane = getattr(self, "_ledger_pane", None)
         if pane is not None:
             pane.object = self._ledger_text()
+
+
+def _largest_within(kind: str, old: dpx.Budget) -> dpx.Budget | None:
+    """The largest budget of ``kind`` that only lowers ``old`` (:func:`~dpexplorer.privacy.ledger.budget_within`).
+
+    Pure ε′ within (ε, δ) or ε-DP: ε′ = ε; within ρ-zCDP: ε′ = √(2ρ) (ε-DP is
+    ε²/2-zCDP, Bun & Steinke 2016, Prop. 1.4; shrunk by 1e-12 against rounding).  ρ within (ε, δ): the largest ρ
+    converting to at most ε at δ (Canonne, Kamath & Steinke 2020, Cor. 13;
+    :func:`~dpexplorer.privacy.accounting.rho_from_epsilon`, shrunk by 1e-9 so
+    the root finder's tolerance never makes it exceed ε).  ``None`` when no
+    budget of ``kind`` lies within ``old`` ((ε, δ) within a pure or zCDP
+    budget, zCDP within a pure one).
+    """
+    if kind == old.kind:
+        return old
+    if kind == "pure":
+        eps = (old.epsilon if old.kind in ("pure", "approx")
+               else math.sqrt(2.0 * old.rho) * (1.0 - 1e-12))  # never above ρ by rounding
+        near = dpx.Budget.pure(eps)
+    elif kind == "zcdp" and old.kind == "approx":
+        rho = dpx.privacy.accounting.rho_from_epsilon(old.epsilon, old.delta) * (1.0 - 1e-9)
+        near = dpx.Budget.zcdp(rho)
+    else:
+        return None
+    return near if dpx.privacy.ledger.budget_within(near, old) else None
 
 
 def _dpbench_loader(path, name):

@@ -425,9 +425,7 @@ class TableRelease(param.Parameterized):
                                      **{_LABEL: "Download table release (JSON)"},
                                      **{_BUTTON: "default"}, disabled=self.last is None)
         ledger = pn.pane.Markdown(self.ledger_text(), sizing_mode="stretch_width")
-        table = pn.widgets.Tabulator(self._ledger_frame(), show_index=False, disabled=True,
-                                     sizing_mode="stretch_width", layout="fit_data_table",
-                                     pagination="local", page_size=5)
+        table = ledger_table(self.ledger_frame(), page_size=5)
 
         def redraw(*_):
             # one redraw per change, each model replaced once (two replacements of the chart in
@@ -452,7 +450,7 @@ class TableRelease(param.Parameterized):
         def ledger_update():
             with pn.io.hold():
                 ledger.object = self.ledger_text()
-                table.value = self._ledger_frame()
+                table.value = self.ledger_frame()
         self._hooks.append(ledger_update)
         # held and drawn on the event loop, never from the thread that set `last`
         self.param.watch(lambda *_: self.gate.run("table", lambda: on_session_loop(redraw)),
@@ -470,6 +468,30 @@ class TableRelease(param.Parameterized):
             pn.pane.Markdown("**Privacy ledger of the table**"), ledger, table,
             loading=self.param.busy, sizing_mode="stretch_width")
 
-    def _ledger_frame(self) -> pd.DataFrame:
+    def ledger_frame(self) -> pd.DataFrame:
+        """The table's whole stored ledger (every session's spends), one row per spend,
+        reservation and stage: ``history()``'s :data:`LEDGER_COLUMNS` (empty without a table)."""
         led = self.ledger()
-        return led.to_frame() if led is not None else pd.DataFrame()
+        if led is None:
+            return pd.DataFrame(columns=LEDGER_COLUMNS)
+        return led.history()[LEDGER_COLUMNS]
+
+
+#: Columns of a ledger table on the Release page: what, when, ε/δ/ρ, mode, state
+#: (of :meth:`dpexplorer.PrivacyLedger.history`).
+LEDGER_COLUMNS = ["id", "time", "label", "kind", "part_of", "mode", "epsilon", "delta", "rho",
+                  "state", "noise", "queries", "sensitivity"]
+
+#: Their shares of the width (they share it and long text wraps: nothing, e.g. the time, is cut off).
+_LEDGER_WIDTHS = {"id": "4%", "time": "11%", "label": "17%", "kind": "8%", "part_of": "5%",
+                  "mode": "7%", "epsilon": "6%", "delta": "6%", "rho": "6%", "state": "6%",
+                  "noise": "13%", "queries": "5%", "sensitivity": "6%"}
+
+
+def ledger_table(frame: pd.DataFrame, page_size: int = 10) -> pn.widgets.Tabulator:
+    """A read-only table of a ledger's :data:`LEDGER_COLUMNS` (``frame``: one row per entry)."""
+    return pn.widgets.Tabulator(frame, show_index=False, disabled=True,
+                                sizing_mode="stretch_width", layout="fit_columns",
+                                widths=_LEDGER_WIDTHS, pagination="local", page_size=page_size,
+                                formatters={c: {"type": "textarea"}
+                                            for c in ("label", "noise", "time")})
