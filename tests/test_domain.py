@@ -214,11 +214,39 @@ def test_discovered_ranges_contain_most_of_the_data():
         # (1000 USD ≈ 0.5 % of the records near the top): ≥ 95 % inside in every seeded run
         assert inside >= 0.95 and len(e) == 9
         assert e[-1] < 2.5 * np.quantile(salary, 0.99)  # not the public bound 1e6
-    # without bounds: the data-independent log grid (3.7 % apart) does as well
+    # without bounds: the noisy histogram over powers of two; its bins with ≥ about τ = ln(122/0.02) ≈ 8.7
+    # records (ε = 1) are kept, so at most a few dozen of 5,000 records fall outside
     d = dpx.discover_domain(df, {"salary": {"kind": "numeric"}}, epsilon=1.0, rng=np.random.default_rng(9))
     e = d.attributes[0].edges
     assert np.mean((salary >= e[0]) & (salary <= e[-1])) >= 0.95
-    assert np.isin([e[0], e[-1]], discovery.DEFAULT_LOG_GRID).all()
+    assert np.isin([e[0], e[-1]], discovery.POWER_OF_TWO_EDGES).all()
+
+
+def test_a_range_without_bounds_from_few_records_at_a_small_epsilon():
+    """400 salaries uniform on [20,000, 90,000] at ε = 0.25: the quantiles over a wide grid gave edges such
+    as [-18, 6.5e9]; the power-of-two histogram gives [16384, 131072] -- its three bins hold about 73, 187
+    and 140 records, far above τ = 4·ln(122/0.02) ≈ 34.9 (noise sd 5.7), and each of the 119 empty bins
+    passes with probability 0.01/122 (the seeds below are fixed, so the test is deterministic)."""
+    salary = np.random.default_rng(4).uniform(20_000, 90_000, 400)
+    df = pd.DataFrame({"salary": salary})
+    for seed in range(5):
+        d = dpx.discover_domain(df, {"salary": {"kind": "numeric", "bins": 8}}, epsilon=0.25,
+                                rng=np.random.default_rng(seed))
+        e = d.attributes[0].edges
+        assert (e[0], e[-1]) == (16384.0, 131072.0) and len(e) == 9
+
+
+def test_bounds_threshold_and_the_power_of_two_bins():
+    b, tau = discovery.bounds_threshold(0.5, 122, 0.01)
+    assert b == 2.0 and tau == pytest.approx(2.0 * math.log(122 / 0.02))
+    # an empty bin passes with probability failure / bins: P(Lap(b) >= τ) = exp(-τ/b)/2
+    assert 0.5 * math.exp(-tau / b) == pytest.approx(0.01 / 122)
+    edges = discovery.POWER_OF_TWO_EDGES
+    assert edges.size == 123 and np.all(np.diff(edges) > 0) and 0.0 in edges
+    assert edges[-1] == 2.0 ** 50 and edges[0] == -(2.0 ** 50)
+    with pytest.raises(ValueError, match="quantiles and grid go with public"):
+        dpx.discover_domain(pd.DataFrame({"v": [1.0, 2.0]}), {"v": {"kind": "numeric", "quantiles": (0.1, 0.9)}},
+                            epsilon=1.0, rng=np.random.default_rng(0))
 
 
 def test_discovery_checks_the_whole_cost_before_the_first_draw_and_records_each_step():

@@ -25,6 +25,19 @@ recorded in the ledger before anything is drawn:
   ``Δu = max(α, 1 − α)``, so ``scale = 2Δu/ε`` is ε-DP.  The range is
   ``[q_lo, q_hi]`` (default quantiles 0.01 and 0.99, ε/2 each), cut in
   ``bins`` equal-width bins; records outside it are dropped by releases.
+  This needs public ``bounds`` (or ``candidates``) the values lie in.
+* **numeric ranges without public bounds** by a noisy histogram over
+  power-of-two bins (the approximate-bounds method of Google's DP library,
+  Wilson, Zhang, Lam, Desfontaines, Simmons-Marengo & Gipson, PoPETs 2020):
+  each finite value falls in one bin ``[2^k, 2^(k+1))`` (or its negative, or
+  the two bins next to 0), so the whole histogram has L1 sensitivity 1 and
+  Laplace noise of scale ``b = 1/ε`` on every one of the public bins is ε-DP
+  (Dwork, McSherry, Nissim & Smith, TCC 2006).  The range runs from the lowest
+  to the highest bin whose noisy count reaches ``τ = b·ln(K/(2p))``, ``K`` the
+  number of bins: an empty bin passes with probability at most ``p/K``, so any
+  of them with at most ``p`` (:data:`BOUNDS_FAILURE`).  A quantile over a wide
+  grid does badly here: the exponential mechanism spreads over the many
+  candidates outside the data, whose utilities differ by only ``α·N``.
 
 Release mode (:data:`~dpexplorer.privacy.samplers.OS_CSPRNG`) draws through
 opendp after opendp's own privacy map confirms the (ε, δ) recorded; a
@@ -55,15 +68,18 @@ if TYPE_CHECKING:
     from opendp.mod import Measurement
 
 __all__ = ["discover_domain", "PrivateRecords", "threshold_for", "threshold_delta",
-           "quantile_sensitivity", "DEFAULT_QUANTILES", "DEFAULT_GRID", "DEFAULT_LOG_GRID"]
+           "quantile_sensitivity", "bounds_threshold", "DEFAULT_QUANTILES", "DEFAULT_GRID",
+           "POWER_OF_TWO_EDGES", "BOUNDS_FAILURE"]
 
 #: Quantiles a discovered numeric range spans by default.
 DEFAULT_QUANTILES = (0.01, 0.99)
 #: Candidates of the public grid between a numeric attribute's public bounds by default.
 DEFAULT_GRID = 1001
-#: The public grid without bounds: 0 and ±10^k for k from −3 to 12 in steps of 1/64 decade
-#: (1,923 candidates, 3.7 % apart): chosen without the data, for values of any sign and scale.
-DEFAULT_LOG_GRID = np.concatenate([-np.logspace(12, -3, 961), [0.0], np.logspace(-3, 12, 961)])
+#: The public bins of a range found without bounds: edges 0 and ±2^k for k from −10 to 50 (122 bins,
+#: values beyond ±2^50 in the end bins): chosen without the data, for values of any sign and scale.
+POWER_OF_TWO_EDGES = np.concatenate([-(2.0 ** np.arange(50, -11, -1)), [0.0], 2.0 ** np.arange(-10, 51)])
+#: Probability that some empty power-of-two bin passes the threshold (and stretches the range).
+BOUNDS_FAILURE = 0.01
 #: Slack on ``ln(1/(2δ))`` so that opendp's rounding-aware privacy map stays within the δ recorded.
 _TAU_SLACK = 1e-6
 
@@ -93,6 +109,27 @@ def threshold_for(epsilon: float, delta: float) -> tuple[float, float]:
 def threshold_delta(scale: float, threshold: float) -> float:
     """δ of the Laplace threshold: ``P(1 + Lap(b) ≥ τ) = ½·exp(−(τ − 1)/b)`` for ``τ ≥ 1``."""
     return 0.5 * math.exp(-(float(threshold) - 1.0) / float(scale))
+
+
+def bounds_threshold(epsilon: float, bins: int, failure: float = BOUNDS_FAILURE) -> tuple[float, float]:
+    """``(b, τ)`` of the noisy power-of-two histogram: ``b = 1/ε``, ``τ = b·ln(bins/(2·failure))``.
+
+    An empty bin's noisy count ``Lap(b)`` reaches ``τ`` with probability
+    ``½·e^{−τ/b} = failure/bins``, so some empty bin does with probability at
+    most ``failure`` (union bound; module docstring).
+
+    Raises
+    ------
+    ValueError
+        If ε is not positive and finite, ``bins`` < 1 or ``failure`` not in (0, 1).
+    """
+    eps, p = float(epsilon), float(failure)
+    if not (math.isfinite(eps) and eps > 0):
+        raise ValueError(f"a noisy histogram needs ε > 0, got {epsilon!r}")
+    if int(bins) < 1 or not 0.0 < p < 1.0:
+        raise ValueError(f"need bins >= 1 and 0 < failure < 1, got bins={bins!r}, failure={failure!r}")
+    b = 1.0 / eps
+    return b, b * math.log(int(bins) / (2.0 * p))
 
 
 def quantile_sensitivity(alpha: float) -> float:
@@ -228,6 +265,41 @@ class PrivateRecords(_Boundary):
         u = -np.abs(np.searchsorted(v, c, side="right") - a * v.size)
         return float(c[samplers.noisy_max(u, scale, source)])
 
+    def approx_bounds(self, column: str, epsilon: float, source: RandomSource, label: str,
+                      failure: float = BOUNDS_FAILURE) -> tuple[float, float]:
+        """``(lo, hi)``: the lowest and highest power-of-two bin of ``column`` whose noisy count reaches ``τ``.
+
+        Laplace noise of scale ``b = 1/ε`` on the counts of every bin of
+        :data:`POWER_OF_TWO_EDGES` (one record is in one bin: L1 sensitivity 1,
+        ε-DP), threshold ``τ`` from :func:`bounds_threshold` (module
+        docstring).  Values that are not finite numbers are in no bin.  Only
+        the two edges leave the kernel.
+
+        Raises
+        ------
+        ValueError
+            If ε is bad, no bin reaches the threshold (its ε was spent), or
+            (release mode) opendp's privacy map exceeds the ε recorded.
+        BudgetExceededError
+            If the ledger's budget would be exceeded (nothing drawn).
+        """
+        edges = POWER_OF_TWO_EDGES
+        k = edges.size - 1
+        b, tau = bounds_threshold(epsilon, k, failure)
+        self._crosscheck(source, float(epsilon), lambda: samplers.opendp_laplace_epsilon(b, 1.0), "ε")
+        self._record(label + " (noisy histogram over powers of two)", source, float(epsilon), 0.0,
+                     float(epsilon) ** 2 / 2.0, f"Laplace(b = {b:.4g}) on {k} bins, threshold τ = {tau:.4g}",
+                     k, 1.0)
+        v = pd.to_numeric(self._column(column), errors="coerce").to_numpy(dtype=float)
+        v = v[np.isfinite(v)]
+        index = np.clip(np.searchsorted(edges, v, side="right") - 1, 0, k - 1)
+        counts = np.bincount(index, minlength=k).astype(float)
+        kept = np.flatnonzero(samplers.laplace(counts, b, source) >= tau)
+        if kept.size == 0:
+            raise ValueError(f"no power-of-two bin of {column!r} reached the threshold (ε = {epsilon:.4g} "
+                             "spent): give public bounds, more ε, or declare its range")
+        return float(edges[kept[0]]), float(edges[kept[-1] + 1])
+
 
 def _spec_items(spec: dict[str, Any], columns: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
     """``[(name, {"kind", ...})]`` from the user's spec, checked (no records read)."""
@@ -256,8 +328,13 @@ def _spec_items(spec: dict[str, Any], columns: Sequence[str]) -> list[tuple[str,
         if "bounds" in item and "candidates" in item:
             raise ValueError(f"spec for {name!r}: give the public 'bounds' (lo, hi) the range lies in, "
                              "or an explicit list of 'candidates', not both")
+        cands: npt.NDArray[np.float64] | None
         if "bounds" not in item and "candidates" not in item:
-            cands = DEFAULT_LOG_GRID
+            if "quantiles" in item or "grid" in item:
+                raise ValueError(f"spec for {name!r}: quantiles and grid go with public 'bounds' or "
+                                 "'candidates'; without them the range comes from a noisy histogram over "
+                                 "powers of two")
+            cands = None
         elif "bounds" in item:
             try:
                 lo, hi = (float(v) for v in item["bounds"])
@@ -275,7 +352,8 @@ def _spec_items(spec: dict[str, Any], columns: Sequence[str]) -> list[tuple[str,
         q = tuple(float(v) for v in item.get("quantiles", DEFAULT_QUANTILES))
         if len(q) != 2 or not 0.0 < q[0] < q[1] < 1.0:
             raise ValueError(f"spec for {name!r}: quantiles must be two numbers 0 < lo < hi < 1")
-        if cands.ndim != 1 or cands.size < 2 or not np.all(np.isfinite(cands)) or np.any(np.diff(cands) <= 0):
+        if cands is not None and (cands.ndim != 1 or cands.size < 2 or not np.all(np.isfinite(cands))
+                                  or np.any(np.diff(cands) <= 0)):
             raise ValueError(f"spec for {name!r}: candidates must be finite and strictly increasing")
         out.append((name, {"kind": "numeric", "candidates": cands, "bins": int(bins), "quantiles": q}))
     return out
@@ -301,8 +379,9 @@ def discover_domain(records: pd.DataFrame | dd.DataFrame | Table, spec: dict[str
         (lo, hi), "bins": 16, "quantiles": (0.01, 0.99), "grid": 1001}}``
         (``bounds``: a public range the values are known to lie in, e.g.
         ``(0, 10**7)`` for salaries; or ``candidates``: an explicit public
-        grid; neither: :data:`DEFAULT_LOG_GRID`, 0 and ±10^k, k in [−3, 12]
-        in steps of 1/64 decade).
+        grid; with neither, the range is found by a noisy histogram over the
+        power-of-two bins of :data:`POWER_OF_TWO_EDGES`, and ``quantiles`` and
+        ``grid`` do not apply).
     epsilon : float
         Total ε of the discovery.
     delta : float
@@ -359,6 +438,10 @@ def discover_domain(records: pd.DataFrame | dd.DataFrame | Table, spec: dict[str
                     raise ValueError(f"no category of {name!r} reached the partition-selection threshold "
                                      f"(ε = {eps_a:.4g} spent): give more ε or δ, or declare its categories")
                 attrs.append(Attribute(name, categories=tuple(cats)))
+            elif it["candidates"] is None:  # no public bounds: the noisy power-of-two histogram
+                lo, hi = data.approx_bounds(name, eps_a, source, label)
+                spent.append((name, eps_a, 0.0))
+                attrs.append(Attribute(name, edges=tuple(np.linspace(lo, hi, it["bins"] + 1))))
             else:
                 c = it["candidates"]
                 lo = data.quantile(name, c, it["quantiles"][0], eps_a / 2.0, source, label)

@@ -253,8 +253,8 @@ class TableMarginals(param.Parameterized):
     def discover(self) -> bool:
         """Discover the selected table's domain privately, charging ε (and δ) to the table's ledger.
 
-        Categories by partition selection, numeric ranges by DP quantiles over
-        a public grid (:func:`dpexplorer.discover_domain`); δ is spent only
+        Categories by partition selection, numeric ranges by a noisy histogram
+        over power-of-two bins (:func:`dpexplorer.discover_domain`); δ is spent only
         when a column is categorical.  ``True`` on success.
         """
         try:
