@@ -79,17 +79,22 @@ def start_server(log_path, wait_path: str | None = None, app: str = "apps/explor
 SERVER_LOG: list[str] = []
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    proc, url, log = start_server(tmp_path_factory.mktemp("server") / "panel.log")
-    SERVER_LOG[:] = [log.name]
-    yield url
+def _stop_server(proc, log) -> None:
+    """Stop a served explorer started by ``start_server`` (terminate, then kill after 10 s) and close its log."""
     proc.terminate()
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
     log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    proc, url, log = start_server(tmp_path_factory.mktemp("server") / "panel.log")
+    SERVER_LOG[:] = [log.name]
+    yield url
+    _stop_server(proc, log)
     text = open(log.name).read()
     # Known Panel 1.9 / Bokeh 3 teardown race, not ours: a busy indicator updated from a
     # worker thread after the browser closed its session (its document's callbacks gone).
@@ -567,9 +572,4 @@ def test_two_tabs_share_the_stored_ledger_and_its_budget(browser, tmp_path):
     finally:
         for ctx in contexts:
             ctx.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        _stop_server(proc, log)
