@@ -31,7 +31,7 @@ playwright_api = pytest.importorskip("playwright.sync_api")
 if not Path(CHROMIUM).exists():
     pytest.skip(f"chromium not found at {CHROMIUM}", allow_module_level=True)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.browser]  # drives headless chromium
 
 # READY_MS: how long a step may wait for the page to show its result (ms).  Generous on
 # purpose: the tests wait on what the page shows, never on a fixed short time, so a loaded

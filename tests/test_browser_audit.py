@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from test_browser import _shot, browser, page, server, unexpected_problems  # noqa: F401
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.browser]  # drives headless chromium
 
 #: Limit for an audit to finish in the browser (2,500 runs per dataset; a loaded CI machine).
 AUDIT_TIMEOUT = 240_000

@@ -22,7 +22,7 @@ import dpexplorer as dpx
 
 expect = pytest.importorskip("playwright.sync_api").expect  # (skips without playwright)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.browser]  # drives headless chromium
 
 
 # ------------------------------------------------------------------ helpers

@@ -18,7 +18,7 @@ from test_browser import (  # noqa: F401
     wait_count,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.browser]  # drives headless chromium
 
 
 def test_sum_queries_page_renders_and_simulates(page):  # noqa: F811

@@ -26,7 +26,7 @@ from test_browser import (  # noqa: F401
     wait_count,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.browser]  # drives headless chromium
 
 
 def _remove_attributes(pg, names):

@@ -16,7 +16,7 @@ import math
 import pytest
 from test_browser import ARTIFACTS, bench, server  # noqa: F401  (skips without chromium/playwright)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.browser]  # drives headless chromium
 
 
 def test_timings_are_reported(server):  # noqa: F811

@@ -83,6 +83,7 @@ def test_bad_input_is_refused():
         figures.export_figure(_figure(), "fig.jpg")
 
 
+@pytest.mark.browser
 def test_png_export(tmp_path):
     _needs_browser()
     from PIL import Image
@@ -109,6 +110,7 @@ def test_svg_export(tmp_path):
     assert "#ff0000" in path.read_text().lower() or "rgb(255,0,0)" in path.read_text().replace(" ", "")
 
 
+@pytest.mark.browser
 def test_an_app_figure_exports(tmp_path):
     """A Learn-page figure, as the app draws it: the CSV holds the engine's densities."""
     _needs_browser()

@@ -54,6 +54,7 @@ def _our_tracebacks(text: str) -> list[str]:
             if "'DocumentCallbackManager' object has no attribute '_change_callbacks'" not in e]
 
 
+@pytest.mark.browser
 def test_sigterm_ends_a_busy_server_within_5_seconds(tmp_path):
     """SIGTERM while the Compare page's optimisers run: the process is gone in under 5 s."""
     proc, url, log = _serve(tmp_path / "serve.log")
@@ -117,6 +118,7 @@ def _fmt(values) -> str:
             f"(n = {len(values)})")
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(os.environ.get("DPEXPLORER_LOAD_TEST") != "1",
                     reason="minutes on 2 cores: set DPEXPLORER_LOAD_TEST=1")
 def test_load_concurrent_sessions(tmp_path):

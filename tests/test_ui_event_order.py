@@ -173,6 +173,7 @@ def test_the_app_script_installs_it():
 
 
 # ------------------------------------------------------------------ in a served page
+@pytest.mark.browser
 @pytest.mark.slow
 @pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "panel-pool"])
 def test_a_value_typed_then_a_click_are_handled_in_that_order(ordered, tmp_path):
