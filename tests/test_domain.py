@@ -376,3 +376,10 @@ def test_vector_releases_hold_no_data(mechanism):
         _assert_absent(r, planted, f"the {mechanism} {r.mode}")
         assert PLANTED_COUNT not in np.asarray(r.answers) and str(PLANTED_COUNT) not in r.to_json()
     _assert_absent(led, planted, "the ledger")
+
+
+def test_a_deep_schema_is_refused_by_the_depth_limit_before_the_parser():
+    """The spec grammar's pre-scan (spec.check_text) guards schema text too: libyaml and the JSON decoder
+    never see 100,000 nested brackets."""
+    with pytest.raises(dpx.LimitExceededError, match="domain schema: nesting depth"):
+        Domain.from_text("[" * 100_000)

@@ -400,10 +400,10 @@ class Domain:
         Raises
         ------
         ValueError
-            If the text is not YAML/JSON, above the ``spec_bytes`` limit, or
-            not a valid schema (:meth:`from_dict`).
+            If the text is not YAML/JSON or not a valid schema (:meth:`from_dict`).
         LimitExceededError
-            If the text is above the ``spec_bytes`` limit.
+            If the text is above the ``spec_bytes`` limit or nests flow
+            brackets deeper than ``spec_depth`` (:func:`dpexplorer.queries.spec.check_text`).
         """
         import yaml
 
@@ -414,7 +414,9 @@ class Domain:
                 raise ValueError("a domain schema file must be UTF-8 text") from None
         if not isinstance(text, str):
             raise TypeError(f"schema text must be a str, got {type(text).__name__}")
-        limits.check("spec_bytes", len(text.encode("utf-8")), "domain schema: bytes")
+        from .spec import check_text
+
+        check_text(text, "domain schema")  # size and nesting depth, before the parser reads it
         try:
             doc = yaml.safe_load(text)
         except (yaml.YAMLError, ValueError, RecursionError) as exc:

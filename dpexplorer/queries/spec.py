@@ -361,10 +361,7 @@ def loads(text: str, format: str | None = None) -> Matrix:
     fmt = None if format is None else _format(format)
     if not isinstance(text, str):
         raise ValueError(f"spec text must be a string, got {type(text).__name__}")
-    _check_bytes(text)
-    if _flow_depth(text) > limits.current().spec_depth:  # before any parser sees the text
-        raise limits.LimitExceededError("spec_depth", "spec text: nesting depth (flow brackets)", None,
-                                        limits.current().spec_depth)
+    check_text(text)
     data, reason = None, None
     if fmt in (None, "json"):
         try:
@@ -387,6 +384,25 @@ def loads(text: str, format: str | None = None) -> Matrix:
 
 #: libyaml's loader when PyYAML was built with it (fast); the pure-Python one otherwise.
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def check_text(text: str, what: str = "spec text") -> None:
+    """The ``spec_bytes`` and ``spec_depth`` limits on YAML/JSON ``text``, checked before any parser reads it.
+
+    The depth is that of flow brackets (:func:`_flow_depth`): libyaml refuses
+    deep flow nesting with its own error, and Python's JSON decoder recurses
+    once per level, before a limit on the parsed object could apply.
+
+    Raises
+    ------
+    LimitExceededError
+        If ``text`` is above the ``spec_bytes`` limit or nests flow brackets
+        deeper than ``spec_depth``.
+    """
+    _check_bytes(text)
+    if _flow_depth(text) > limits.current().spec_depth:
+        raise limits.LimitExceededError("spec_depth", f"{what}: nesting depth (flow brackets)", None,
+                                        limits.current().spec_depth)
 
 
 def _check_bytes(text: str) -> None:
