@@ -67,10 +67,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(log_path: Path | str = os.devnull):
-    """``panel serve apps/explorer.py`` on a free port; yields the app's URL (warm: one request made)."""
+def serve_process(log_path: Path | str = os.devnull, env: dict | None = None):
+    """``panel serve apps/explorer.py`` on a free port; yields ``(url, process)`` once the app
+    answers (warm: one request made).  ``env`` adds to the environment; output goes to
+    ``log_path``."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "BOKEH_RESOURCES": "server"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BOKEH_RESOURCES": "server", **(env or {})}
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "panel", "serve", "apps/explorer.py", "--port", str(port),
@@ -88,13 +90,20 @@ def serve(log_path: Path | str = os.devnull):
                     if time.monotonic() > deadline or proc.poll() is not None:
                         raise RuntimeError("panel serve did not answer") from None
                     time.sleep(0.5)
-            yield url
+            yield url, proc
         finally:
             proc.terminate()
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+@contextlib.contextmanager
+def serve(log_path: Path | str = os.devnull):
+    """``panel serve apps/explorer.py`` on a free port; yields the app's URL (warm: one request made)."""
+    with serve_process(log_path) as (url, _):
+        yield url
 
 
 _ROWS = """(rows, field) => rows.filter(r => r.checkVisibility()).map(r => {

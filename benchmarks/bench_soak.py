@@ -1,0 +1,308 @@
+"""A bounded soak of the served explorer: several sessions editing, switching pages and releasing.
+
+Serves ``apps/explorer.py`` (its ledger store in a temporary file) and drives
+``--sessions`` browser sessions of Debian's headless chromium for
+``--minutes``.  Each session, in turn, does one scripted action drawn by a
+seeded ``numpy.random.Generator`` (``--seed``, recorded in the output):
+type a new ε, switch the noise, open a page, add terms to or clear the
+workload, load a preset, run a release on the bundled data.  Every fifth round the first
+session measures an ε change on the Compare page.  All sessions are drawn by one chromium on the server's own
+cores (the worst case: a second browser at the lowest priority, as
+``bench_browser.py`` uses, starves outright on a loaded 2-core machine).
+
+Recorded (JSON on standard output, ``--json FILE`` too):
+
+* ``tracebacks``: tracebacks in the server's log;
+* ``page_errors``: uncaught errors in the pages (e.g. Bokeh's "reference
+  pNNNN isn't known") and console errors;
+* ``loading``: every spell during which a session's open page showed a
+  loading spinner (Panel's ``pn-loading``) or a "Building…" line, seen by polling
+  between actions (resolution: one round of the sessions); ``loading_over_10s``
+  counts the spells longer than 10 s;
+* ``epsilon_to_compare``: seconds from Enter on a new ε until the Compare
+  table's Identity row shows the RMSE for it (median, p95, all);
+* ``memory``: the server process's resident memory (MiB) when warm (one
+  session has opened every page and closed), during the soak (every
+  ``--sample`` seconds) and after the sessions close (``--settle`` seconds later,
+  once Panel has destroyed them); ``returned_within`` is the final level over
+  the warm one minus 1.
+
+Run by hand (figures depend on the machine and its load; report ``uptime``
+and the commit with them)::
+
+    python benchmarks/bench_soak.py                       # 8 sessions, 10 minutes
+    python benchmarks/bench_soak.py --sessions 2 --minutes 2 --json soak.json
+
+This is a simulation on bundled data: its releases spend a throwaway ledger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's dpexplorer (bench_browser imports it)
+_spec = importlib.util.spec_from_file_location("bench_browser", ROOT / "benchmarks" / "bench_browser.py")
+bench = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("bench_browser", bench)
+_spec.loader.exec_module(bench)
+
+PAGES = ["Workload", "Compare", "Strategy", "Data & DAWA", "Release", "Audit", "Sum queries", "Learn"]
+ACTIONS = ["epsilon", "noise", "page", "page", "add_term", "clear", "preset", "release"]
+EPSILONS = ["0.25", "0.5", "1", "2"]
+#: A loading spell longer than this is counted (the issue's target: none).
+LONG_LOADING_S = 10.0
+#: Longest wait for one scripted step (ms): a step that cannot be done is skipped, not fatal.
+STEP_MS = 15000
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of process ``pid`` in MiB (``/proc``; NaN when unreadable)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+class Sampler:
+    """The server's resident memory every ``every`` seconds, in a thread."""
+
+    def __init__(self, pid: int, every: float):
+        self.pid, self.every = pid, every
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="rss-sampler")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.samples.append((round(time.monotonic() - self._t0, 1), round(rss_mib(self.pid), 1)))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+class SoakSession:
+    """One browser session of the soak: its page, its open tab and what it saw."""
+
+    def __init__(self, index: int, browser, url: str):
+        self.index = index
+        self.ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
+        self.pg = self.ctx.new_page()
+        self.problems: list[str] = []
+        self.pg.on("pageerror", lambda e: self.problems.append(f"pageerror: {e}"))
+        self.pg.on("console", lambda m: self.problems.append(f"console: {m.text}")
+                   if m.type == "error" else None)
+        self.pg.on("requestfailed", lambda r: self.problems.append(
+            f"request failed: {r.url[:200]} ({r.failure})"))
+        self.pg.goto(f"{url}?page=1", wait_until="commit", timeout=bench.READY_MS)
+        self.pg.locator(".bk-tab").first.wait_for(timeout=bench.READY_MS)
+        self.tab = "Compare"
+        self.loading_since: float | None = None
+        self.spells: list[float] = []
+
+    def poll_loading(self) -> None:
+        """Start or end this session's loading spell from what its page shows now."""
+        try:
+            busy = (self.pg.locator(".pn-loading:visible").count() > 0
+                    or self.pg.get_by_text("Building…").locator("visible=true").count() > 0)
+        except Exception:  # noqa: BLE001 - a page being redrawn: look again next round
+            return
+        now = time.monotonic()
+        if busy and self.loading_since is None:
+            self.loading_since = now
+        elif not busy and self.loading_since is not None:
+            self.spells.append(now - self.loading_since)
+            self.loading_since = None
+
+    def open_tab(self, title: str) -> None:
+        self.pg.locator(".bk-tab", has_text=title).first.click(timeout=STEP_MS)
+        self.tab = title
+
+    def act(self, action: str, rng: np.random.Generator) -> None:
+        """Do one scripted action (a step the page cannot take now is skipped)."""
+        pg = self.pg
+        if action == "epsilon":
+            box = pg.locator("input").first
+            box.fill(str(rng.choice(EPSILONS)), timeout=STEP_MS)
+            box.press("Enter", timeout=STEP_MS)
+        elif action == "noise":
+            label = str(rng.choice(["Laplace", "Gaussian"]))
+            pg.locator(".bk-btn", has_text=label).first.click(timeout=STEP_MS)
+        elif action == "page":
+            self.open_tab(str(rng.choice(PAGES)))
+        elif action in ("add_term", "clear", "preset"):
+            if self.tab != "Workload":
+                self.open_tab("Workload")
+            if action == "add_term":
+                pg.get_by_role("button", name="Add term").click(timeout=STEP_MS)
+            elif action == "clear":
+                pg.get_by_role("button", name="Clear all").click(timeout=STEP_MS)
+            else:
+                header = pg.locator(".card-header", has_text="Presets").first
+                load = pg.get_by_role("button", name="Load preset (replaces the terms)")
+                if not load.is_visible():
+                    header.click(timeout=STEP_MS)
+                load.click(timeout=STEP_MS)
+        elif action == "release":
+            if self.tab != "Release":
+                self.open_tab("Release")
+            pg.get_by_role("button", name="Run release").click(timeout=STEP_MS)
+
+    def close(self) -> None:
+        if self.loading_since is not None:
+            self.spells.append(time.monotonic() - self.loading_since)
+        self.ctx.close()
+
+
+def epsilon_change(session: SoakSession, rng: np.random.Generator) -> float | None:
+    """Seconds from Enter on a new ε until the Compare table's Identity RMSE is the one for it."""
+    pg = session.pg
+    if session.tab != "Compare":
+        session.open_tab("Compare")
+    try:
+        pg.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=bench.READY_MS)
+        # under Laplace noise Identity's RMSE is exactly RMSE(ε = 1) / ε
+        pg.locator(".bk-btn", has_text="Laplace").first.click(timeout=STEP_MS)
+        seen = [float("nan")]
+
+        def settled() -> bool:
+            seen.append(bench.rmse_of(pg, "Identity"))
+            pg.wait_for_timeout(500)
+            return seen[-1] > 0 and seen[-1] == bench.rmse_of(pg, "Identity")
+
+        bench._wait(pg, settled, "a settled Identity RMSE under Laplace noise")
+        box = pg.locator("input").first
+        current = float(box.input_value())
+        base = seen[-1] * current
+        value = str(rng.choice([e for e in EPSILONS if float(e) != current]))
+        expected = base / float(value)
+        box.fill(value)
+        box.press("Enter")
+        return bench._wait(pg, lambda: abs(bench.rmse_of(pg, "Identity") - expected)
+                           <= 1e-3 * expected, f"Identity RMSE at ε = {value}")
+    except Exception as exc:  # noqa: BLE001 - recorded, the soak goes on
+        session.problems.append(f"epsilon change: {exc}")
+        return None
+
+
+def tracebacks(log: str) -> list[str]:
+    """The tracebacks in a server log, each cut to its last line (the exception)."""
+    out = []
+    for chunk in log.split("Traceback (most recent call last):")[1:]:
+        lines = [ln for ln in chunk.splitlines() if ln and not ln.startswith(" ")]
+        out.append(lines[0] if lines else chunk[:200])
+    return out
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def soak(sessions: int = 8, minutes: float = 10.0, seed: int = 0, sample: float = 5.0,
+         settle: float = 60.0) -> dict:
+    """Run the soak described in the module docstring; the figures as a dict."""
+    from playwright.sync_api import sync_playwright
+
+    rng = np.random.default_rng(seed)
+    out: dict = {"sessions": sessions, "minutes": minutes, "seed": seed, "cpus": os.cpu_count(),
+                 "load_before": os.getloadavg()}
+    with tempfile.TemporaryDirectory() as tmp:
+        log_path = Path(tmp) / "server.log"
+        env = {"DPEXPLORER_LEDGER": str(Path(tmp) / "ledgers.sqlite")}
+        with bench.serve_process(log_path, env) as (url, proc), sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=bench.CHROMIUM, args=bench.FLAGS)
+            try:
+                warm = SoakSession(0, browser, url)  # every page once, then closed
+                for title in PAGES:
+                    with contextlib.suppress(Exception):
+                        warm.open_tab(title)
+                        warm.pg.wait_for_timeout(2000)
+                warm.close()
+                time.sleep(settle)
+                out["memory_warm"] = rss_mib(proc.pid)
+                with Sampler(proc.pid, sample) as sampler:
+                    opened = [SoakSession(i, browser, url) for i in range(sessions)]
+                    eps_seconds: list[float] = []
+                    end = time.monotonic() + 60 * minutes
+                    rounds = 0
+                    while time.monotonic() < end:
+                        for s in opened:
+                            s.poll_loading()
+                            try:
+                                s.act(str(rng.choice(ACTIONS)), rng)
+                            except Exception as exc:  # noqa: BLE001 - a step not taken
+                                s.problems.append(f"step skipped: {type(exc).__name__}")
+                        rounds += 1
+                        if rounds % 5 == 0:
+                            seconds = epsilon_change(opened[0], rng)
+                            if seconds is not None:
+                                eps_seconds.append(seconds)
+                    for s in opened:
+                        s.poll_loading()
+                        s.close()
+                    out["memory_closed"] = rss_mib(proc.pid)
+                    time.sleep(settle)
+                out["memory_settled"] = rss_mib(proc.pid)
+                out["memory_samples"] = sampler.samples
+            finally:
+                browser.close()
+        log = log_path.read_text(errors="replace")
+    spells = [t for s in opened for t in s.spells]
+    page_errors = [e for s in opened for e in s.problems if not e.startswith("step skipped")]
+    out.update({
+        "rounds": rounds,
+        "tracebacks": tracebacks(log),
+        "page_errors": page_errors,
+        "reference_not_known": sum(bool(re.search(r"isn't known", e)) for e in page_errors),
+        "steps_skipped": sum(e.startswith("step skipped") for s in opened for e in s.problems),
+        "loading": {"spells": len(spells), "longest": max(spells, default=0.0),
+                    "over_10s": sum(t > LONG_LOADING_S for t in spells)},
+        "epsilon_to_compare": {"median": statistics.median(eps_seconds) if eps_seconds else None,
+                               "p95": _percentile(eps_seconds, 95), "all": eps_seconds},
+        "returned_within": out["memory_settled"] / out["memory_warm"] - 1,
+        "load_after": os.getloadavg(),
+    })
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sessions", type=int, default=8)
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the scripted actions")
+    ap.add_argument("--sample", type=float, default=5.0, help="seconds between memory samples")
+    ap.add_argument("--settle", type=float, default=60.0,
+                    help="seconds to wait for Panel to destroy closed sessions")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args(argv)
+    out = soak(args.sessions, args.minutes, args.seed, args.sample, args.settle)
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
