@@ -2,8 +2,9 @@
 
 Every registered entry is checked against what it claims (an optimiser reports
 progress and attaches its ``optimization`` record; a ``structured_1d`` entry
-builds All Range over 2**16 cells without an ``n × n`` matrix; its audit
-facts name a case kind that builds), and a mechanism added the way a user adds
+builds All Range over 2**16 cells without an ``n × n`` matrix; a ``tables``
+entry's strategy measures marginal counts; its audit facts name a case kind
+that builds), and a mechanism added the way a user adds
 one (one module-level builder, one ``register``) shows in the comparison, the
 audit case list and, as an optimiser, in a worker process of the explorer.
 """
@@ -82,6 +83,13 @@ def test_every_entrys_facts_hold(name):
         assert name not in compare_view.structured_mechanisms()
         if not mech.data_dependent:  # the pages say why they do not build it at this size
             assert "n × n matrix" in compare_view.too_large(dpx.workloads.prefix(BIG), name)
+    # table releases: exactly the entries whose strategy measures marginal counts
+    if not mech.data_dependent:
+        W, noise = _audit_setting(mech)
+        A = mech.strategy(W, noise)
+        measures = getattr(A, "marginal_measure", None) is not None and getattr(A, "answer", None) is not None
+        assert measures == mech.tables, f"{name}: tables={mech.tables} but marginal_measure: {measures}"
+    assert mech.tables == (name in registry.names(tables=True))
     # audit facts: a known case kind whose cases build, under the noise the facts name
     spec = mech.audit_spec()
     assert spec.case in aud.CASE_KINDS, f"{name} names the unknown audit case kind {spec.case!r}"
@@ -98,7 +106,7 @@ def test_registration_refuses_facts_of_the_wrong_kind():
         return dpx.strategies.identity(W.domain)
 
     for bad, words in [({"optimizer": "yes"}, "optimizer"), ({"structured_1d": 3}, "structured_1d"),
-                       ({"audit": "ranges"}, "AuditSpec")]:
+                       ({"tables": 1}, "tables"), ({"audit": "ranges"}, "AuditSpec")]:
         with pytest.raises(TypeError, match=words):
             registry.register(registry.Mechanism("bad_facts", "Bad", build, "d", "s", **bad))
     with pytest.raises(TypeError, match="optimizer"):  # an optimiser needs a strategy builder

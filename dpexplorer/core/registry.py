@@ -146,6 +146,12 @@ class Mechanism:
         it for a domain of ``n`` cells (None: it is; else why not, in plain
         words), e.g. Privelet's fast path needs a power of two.  Read it with
         :meth:`structured_reason`.
+    tables : bool
+        Whether it releases from a record table
+        (:class:`~dpexplorer.datasets.Table`): its strategy measures marginal
+        counts (``A.marginal_measure`` and ``A.answer``), so
+        :func:`dpexplorer.release` needs no data vector over every cell of the
+        table's domain.  Only such mechanisms are offered for tables.
     audit : AuditSpec or None
         How the standard audit cases are built (:func:`dpexplorer.audit.cases`);
         None: the defaults (:meth:`audit_spec`).
@@ -163,6 +169,7 @@ class Mechanism:
     scope: Callable[[Matrix, NoiseModel], None] | None = None
     optimizer: bool = False
     structured_1d: bool | Callable[[int], str | None] = False
+    tables: bool = False
     audit: AuditSpec | None = None
 
     def structured_reason(self, n: int) -> str | None:
@@ -304,7 +311,8 @@ def register(mechanism: Mechanism, replace: bool = False) -> Mechanism:
         If ``mechanism`` is not a :class:`Mechanism`, or its facts have the
         wrong type: ``optimizer`` not a bool (or set on a mechanism without a
         builder), ``structured_1d`` neither a bool nor callable (or set
-        without a builder), ``audit`` neither None nor an :class:`AuditSpec`.
+        without a builder), ``tables`` not a bool (or set without a
+        builder), ``audit`` neither None nor an :class:`AuditSpec`.
     """
     if not isinstance(mechanism, Mechanism):
         raise TypeError(f"register takes a registry.Mechanism, got {type(mechanism).__name__}")
@@ -318,6 +326,9 @@ def register(mechanism: Mechanism, replace: bool = False) -> Mechanism:
         raise TypeError(f"{mechanism.name!r}: structured_1d must be a bool or a callable n -> reason, "
                         f"and not False only for a mechanism with a strategy builder, got "
                         f"{mechanism.structured_1d!r}")
+    if not isinstance(mechanism.tables, bool) or (mechanism.tables and mechanism.build is None):
+        raise TypeError(f"{mechanism.name!r}: tables must be a bool, and True only for a mechanism "
+                        f"with a strategy builder, got {mechanism.tables!r}")
     if mechanism.audit is not None and not isinstance(mechanism.audit, AuditSpec):
         raise TypeError(f"{mechanism.name!r}: audit must be a registry.AuditSpec or None, "
                         f"got {type(mechanism.audit).__name__}")
@@ -347,13 +358,15 @@ def get(name: str) -> Mechanism:
 
 
 def names(data_dependent: bool | None = None, private: bool | None = None,
-          optimizer: bool | None = None) -> list[str]:
+          optimizer: bool | None = None, tables: bool | None = None) -> list[str]:
     """Registered names in registration order, optionally only those with the given facts.
 
-    ``data_dependent``, ``private``, ``optimizer``: keep only the mechanisms
-    whose :class:`Mechanism` attribute of that name has this value (None: any).
+    ``data_dependent``, ``private``, ``optimizer``, ``tables``: keep only the
+    mechanisms whose :class:`Mechanism` attribute of that name has this
+    value (None: any).
     """
     return [k for k, m in REGISTRY.items()
             if (data_dependent is None or m.data_dependent == data_dependent)
             and (private is None or m.private == private)
-            and (optimizer is None or m.optimizer == optimizer)]
+            and (optimizer is None or m.optimizer == optimizer)
+            and (tables is None or m.tables == tables)]

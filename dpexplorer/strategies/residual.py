@@ -1408,4 +1408,4 @@ registry.register(registry.Mechanism(
     "Optimal Gaussian noise on the residuals of the marginals' downward closure; closed-form "
     "reconstruction (objective: total or max variance).",
     "Xiao, He, Zhang, Kifer, NeurIPS 2023 (ResidualPlanner)", params={"objective": "sum"},
-    audit=registry.AuditSpec(workload="marginals", noise="gaussian")))
+    tables=True, audit=registry.AuditSpec(workload="marginals", noise="gaussian")))

@@ -451,11 +451,32 @@ more private).
 """
 
 
-OBJECTIVE_NOTE = """\
-**Objective.** *Total error* ranks by RMSE (the root of the mean squared error over all
-queries); *worst query* ranks by the largest per-query standard deviation and adds it to the
-table.  OPT0, OPT⊗, OPT+, OPT_M, HDMM and Eigen-Design always **optimise the total error**,
-whichever is chosen; ResidualPlanner (Gaussian noise) optimises the chosen objective."""
+def _objective_note() -> str:
+    """The note under the objective selector: which registered builders take the objective.
+
+    An optimiser without an ``objective`` parameter optimises the total error; a mechanism
+    with one (ResidualPlanner) optimises the chosen objective.
+    """
+    def listed(labels: list[str]) -> str:  # "A, B and C optimise" / "A optimises"
+        if len(labels) == 1:
+            return f"{labels[0]} optimises"
+        return ", ".join(labels[:-1]) + f" and {labels[-1]} optimise"
+
+    mechs = [dpx.registry.get(n) for n in dpx.registry.names(data_dependent=False)]
+    total = [m.label for m in mechs if m.optimizer and "objective" not in m.params]
+    chosen = [m.label for m in mechs if "objective" in m.params]
+    text = ("**Objective.** *Total error* ranks by RMSE (the root of the mean squared error over all "
+            "queries); *worst query* ranks by the largest per-query standard deviation and adds it "
+            "to the table.")
+    if total:
+        text += f"  {listed(total)} the **total error**, whichever is chosen"
+        text += f"; {listed(chosen)} the chosen objective." if chosen else "."
+    elif chosen:
+        text += f"  {listed(chosen)} the chosen objective."
+    return text
+
+
+OBJECTIVE_NOTE = _objective_note()
 
 
 NOT_RUN = ("optimiser not run yet: press 'Run optimisers' (or tick 'Run optimisers "
