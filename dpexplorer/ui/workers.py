@@ -85,14 +85,17 @@ def in_worker(mechanism) -> bool:
     """Whether :func:`build` runs ``mechanism`` (a registry entry, or None) in a worker process.
 
     True for a strategy optimiser (:attr:`~dpexplorer.core.registry.Mechanism.optimizer`)
-    whose builder, and scope check if any, a worker can import by module and
-    qualified name (:func:`importable`).  An optimiser whose builder cannot be
+    whose builder, and every other function of its entry (scope check, ...), a
+    worker can import by module and qualified name (:func:`importable`): the
+    entry is sent to the worker.  An optimiser whose builder cannot be
     imported there is built in the calling thread; a warning says so, once per name.
     """
     fn = getattr(mechanism, "build", None)
     if fn is None or not getattr(mechanism, "optimizer", False):
         return False
-    if importable(fn) and (mechanism.scope is None or importable(mechanism.scope)):
+    sent = [fn, mechanism.scope, mechanism.runner,
+            mechanism.structured_1d if callable(mechanism.structured_1d) else None]
+    if all(f is None or importable(f) for f in sent):  # the entry pickles by reference
         return True
     with _warned_lock:
         first = mechanism.name not in _warned
