@@ -26,7 +26,7 @@ import json, sys, time
 t_import = time.perf_counter()
 import dpexplorer as dpx
 from dpexplorer.ui.session import Session
-from dpexplorer.ui import compare_view
+from dpexplorer.ui import workers
 from dpexplorer.ui.compare_view import ComparePage
 args = json.loads(sys.argv[1])
 session = Session(noise=args["noise"])
@@ -40,7 +40,7 @@ page.param.watch(lambda e: marks.setdefault("first", time.perf_counter() - t0), 
 page.wait(3600)
 marks["all"] = time.perf_counter() - t0
 df = page.table.set_index("mechanism")
-opt = {n: float(df.loc[n, "seconds"]) for n in compare_view.OPTIMIZERS if n in df.index}
+opt = {n: float(df.loc[n, "seconds"]) for n in workers.optimizers() if n in df.index}
 print(json.dumps({"first": marks.get("first"), "all": marks["all"], "optimizers": opt,
                   "rmse": {n: float(df.loc[n, "rmse"]) for n in opt}}))
 """

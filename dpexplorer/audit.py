@@ -91,6 +91,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -112,7 +113,7 @@ from .queries.matrix import Dense, Matrix, as_matrix
 
 __all__ = ["audit", "AuditResult", "AuditCase", "Event", "Score", "Weakened", "cases",
            "clopper_pearson", "epsilon_lower_bound", "select_event", "select_feature_event",
-           "fit_logistic", "STATISTICS", "FEATURES", "CASE_DELTA", "DEFAULT_RUNS",
+           "fit_logistic", "STATISTICS", "FEATURES", "CASE_DELTA", "CASE_KINDS", "DEFAULT_RUNS",
            "DEFAULT_CONFIDENCE", "DEFAULT_CHUNK"]
 
 #: Runs per data vector in the second (bound) batch.
@@ -1141,8 +1142,9 @@ _DAWA_WHY = ("the issue's pair: a flat histogram where one extra record changes 
 def cases(name: str) -> list[AuditCase]:
     """The standard audit cases of a registered mechanism (the first is the default).
 
-    Built once per name (a data-independent mechanism's strategy is built to
-    choose the pair).
+    Built once per registry entry (a data-independent mechanism's strategy
+    is built to choose the pair), by the case kind the entry names
+    (:attr:`dpexplorer.core.registry.Mechanism.audit`, :data:`CASE_KINDS`).
 
     Hand-picked neighbouring pairs where the mechanism's privacy is tightest:
     a single-cell change on a tiny domain (data-independent strategies, whose
@@ -1163,57 +1165,107 @@ def cases(name: str) -> list[AuditCase]:
     ------
     KeyError
         For an unregistered name.
+    ValueError
+        If the entry names an audit case kind not in :data:`CASE_KINDS`.
     """
     registry.get(name)  # KeyError for an unknown name
     return list(_cases(name))
 
 
-@functools.lru_cache(maxsize=None)
+_built: dict[str, tuple[registry.Mechanism, tuple[AuditCase, ...]]] = {}
+_built_lock = threading.Lock()
+
+
 def _cases(name: str) -> tuple[AuditCase, ...]:
+    """The cases of ``name``, built once per registry entry (a replaced entry gets its own)."""
     mech = registry.get(name)
+    with _built_lock:
+        hit = _built.get(name)
+    if hit is not None and hit[0] is mech:
+        return hit[1]
+    spec = mech.audit_spec()
+    try:
+        kind = CASE_KINDS[spec.case]
+    except KeyError:
+        raise ValueError(f"mechanism {name!r} names the audit case kind {spec.case!r}; the kinds "
+                         f"are {sorted(CASE_KINDS)}") from None
+    built = tuple(kind(mech, spec))
+    with _built_lock:
+        _built[name] = (mech, built)
+    return built
+
+
+def _dawa_cases(mech: registry.Mechanism, spec: registry.AuditSpec) -> tuple[AuditCase, ...]:
+    """DAWA and its Partition+X variants: the flat histogram, whole run and partition alone."""
     ranges4 = _workloads.all_range(4)
-    marg = _workloads.marginals((2, 2), [1])
+    share = float(mech.params["ratio"])
+    if not mech.private:  # the teaching case: the issue's pair and its all-singletons event
+        return (AuditCase(*_DAWA_PAIR, ranges4, why=_DAWA_WHY, features=None),
+                AuditCase(*_DAWA_PAIR, ranges4, statistic="buckets", claim_share=share,
+                          label="the partition alone (claim ε₁ = ratio·ε, Thm 2)",
+                          why=_DAWA_WHY))
+    return (AuditCase(*_DAWA_PAIR, ranges4, why=_DAWA_WHY, features="all"),
+            AuditCase(*_DAWA_PARTITION_PAIR, _workloads.all_range(8), statistic="buckets",
+                      claim_share=share, features="boundaries",
+                      label="the partition alone (claim ε₁ = ratio·ε, Thm 2)",
+                      why=_DAWA_PARTITION_WHY))
+
+
+def _mwem_cases(mech: registry.Mechanism, spec: registry.AuditSpec) -> tuple[AuditCase, ...]:
+    """MWEM: one round, a public total, the selection's utilities moving apart."""
+    return (AuditCase((6, 3), (7, 3), Dense(np.array([[1.0, 0.0], [1.0, 1.0]])),
+                      statistic="loss", params={"T": 1, "total": 10.0},
+                      features="transcript", why=_MWEM_WHY),)
+
+
+def _efpa_cases(mech: registry.Mechanism, spec: registry.AuditSpec) -> tuple[AuditCase, ...]:
+    """EFPA: a spike in the last of 3 cells; the choice of k alone against its share of ε."""
+    share = float(mech.params.get("selection_share", 0.5))
+    return (AuditCase((0, 0, 8), (0, 0, 9), _workloads.all_range(3), statistic="loss",
+                      params={"selection_share": 0.1}, features="transcript",
+                      why=_EFPA_WHY),
+            AuditCase(*_DAWA_PAIR, _workloads.all_range(4), statistic="info:k", claim_share=share,
+                      features="info",  # every numeric info entry is a function of k
+                      label="the number of coefficients alone (claim ε₁ = share·ε)",
+                      why="the exponential mechanism's choice on a flat histogram"))
+
+
+def _one_record_cases(mech: registry.Mechanism, spec: registry.AuditSpec) -> tuple[AuditCase, ...]:
+    """A data-dependent mechanism without a case of its own: one record on a tiny domain."""
+    return (AuditCase((0, 0, 0, 0), (1, 0, 0, 0), _workloads.all_range(4), features="all",
+                      why="one record on a tiny domain: the noisy total moves by one"),)
+
+
+def _one_cell_cases(mech: registry.Mechanism, spec: registry.AuditSpec) -> tuple[AuditCase, ...]:
+    """A data-independent strategy: one record in the cell of its largest column norm.
+
+    The workload and noise are the entry's :class:`~dpexplorer.core.registry.AuditSpec`
+    (All Range over ``spec.cells`` cells or a 2 × 2 table's 1-way marginal; Laplace, or
+    Gaussian at δ = :data:`CASE_DELTA`).
+    """
     if mech.data_dependent:
-        if "ratio" in mech.params:  # DAWA and its Partition+X variants
-            share = float(mech.params["ratio"])
-            whole = AuditCase(*_DAWA_PAIR, ranges4, why=_DAWA_WHY, features="all")
-            if not mech.private:  # the teaching case: the issue's pair and its all-singletons event
-                return (AuditCase(*_DAWA_PAIR, ranges4, why=_DAWA_WHY, features=None),
-                        AuditCase(*_DAWA_PAIR, ranges4, statistic="buckets", claim_share=share,
-                                  label="the partition alone (claim ε₁ = ratio·ε, Thm 2)",
-                                  why=_DAWA_WHY))
-            return (whole,
-                    AuditCase(*_DAWA_PARTITION_PAIR, _workloads.all_range(8), statistic="buckets",
-                              claim_share=share, features="boundaries",
-                              label="the partition alone (claim ε₁ = ratio·ε, Thm 2)",
-                              why=_DAWA_PARTITION_WHY))
-        if name == "mwem":
-            return (AuditCase((6, 3), (7, 3), Dense(np.array([[1.0, 0.0], [1.0, 1.0]])),
-                              statistic="loss", params={"T": 1, "total": 10.0},
-                              features="transcript", why=_MWEM_WHY),)
-        if name == "efpa":
-            share = float(mech.params.get("selection_share", 0.5))
-            return (AuditCase((0, 0, 8), (0, 0, 9), _workloads.all_range(3), statistic="loss",
-                              params={"selection_share": 0.1}, features="transcript",
-                              why=_EFPA_WHY),
-                    AuditCase(*_DAWA_PAIR, ranges4, statistic="info:k", claim_share=share,
-                              features="info",  # every numeric info entry is a function of k
-                              label="the number of coefficients alone (claim ε₁ = share·ε)",
-                              why="the exponential mechanism's choice on a flat histogram"))
-        return (AuditCase((0, 0, 0, 0), (1, 0, 0, 0), ranges4, features="all",
-                          why="one record on a tiny domain: the noisy total moves by one"),)
-    gaussian_only = name in ("eigen_design", "residual_planner")
-    if name in ("datacube", "fourier", "opt_m", "residual_planner"):
-        W = marg  # marginal workloads
-    else:
-        W = ranges4 if name not in ("hb", "h2", "wavelet", "greedy_h") else _workloads.all_range(8)
-    delta = CASE_DELTA if gaussian_only else 0.0
-    noise = Gaussian(1.0, CASE_DELTA) if gaussian_only else Laplace(1.0)
+        raise ValueError(f"the 'one_cell' audit case needs a strategy; {mech.name!r} is data-dependent")
+    W = (_workloads.marginals((2, 2), [1]) if spec.workload == "marginals"
+         else _workloads.all_range(spec.cells))
+    gaussian = spec.noise == "gaussian"
+    delta = CASE_DELTA if gaussian else 0.0
+    noise = Gaussian(1.0, CASE_DELTA) if gaussian else Laplace(1.0)
     A = mech.strategy(W, noise, **mech.params)  # public: the pair is chosen from the strategy
     cell = int(np.argmax(np.round(A.column_norms(noise.norm), 12)))
     x0 = (0,) * W.n
     x1 = tuple(int(i == cell) for i in range(W.n))
     return (AuditCase(x0, x1, W, statistic="loss", delta=delta, why=_ONE_CELL),)
+
+
+#: The kinds of standard audit case a registry entry may name
+#: (:attr:`dpexplorer.core.registry.AuditSpec.case`): ``kind(mechanism, spec) -> cases``.
+CASE_KINDS: dict[str, Callable[[registry.Mechanism, registry.AuditSpec], tuple[AuditCase, ...]]] = {
+    "one_cell": _one_cell_cases,
+    "one_record": _one_record_cases,
+    "dawa": _dawa_cases,
+    "mwem": _mwem_cases,
+    "efpa": _efpa_cases,
+}
 
 
 # ===================================================================== audit

@@ -611,12 +611,17 @@ def _make_table(table, W, mechanism, noise, source, ledger, params, seed,
         raise ValueError(f"the workload's domain is {tuple(W.domain)} but the table {table.name!r} has "
                          f"attributes {list(table.domain.names)} with {tuple(table.shape)} cells; build "
                          "the workload over the table's domain")
+    use = " or ".join(registry.names(tables=True)) or "a mechanism registered with tables=True"
     if isinstance(mechanism, str):
         mech = registry.get(mechanism)
         if mech.data_dependent:
             raise registry.NotApplicableError(
                 f"{mechanism!r} is data-dependent and needs the full data vector; a table release "
-                "measures marginals: use residual_planner")
+                f"measures marginals: use {use}")
+        if not mech.tables:  # the registry says so: refused before any strategy is built
+            raise registry.NotApplicableError(
+                f"{mechanism!r} cannot be measured from marginal counts (it needs the data vector "
+                f"of all {table.domain.cells:,} cells); use {use} with Gaussian noise")
         A = mech.strategy(W, noise, **dict(params or {}))
         name, params = mechanism, {**mech.params, **dict(params or {})}
     else:
@@ -625,7 +630,7 @@ def _make_table(table, W, mechanism, noise, source, ledger, params, seed,
     if getattr(A, "marginal_measure", None) is None or getattr(A, "answer", None) is None:
         raise registry.NotApplicableError(
             f"{name!r} cannot be measured from marginal counts (it needs the data vector of all "
-            f"{table.domain.cells:,} cells); use residual_planner with Gaussian noise")
+            f"{table.domain.cells:,} cells); use {use} with Gaussian noise")
     tse = error.expected_tse(W, A, noise)  # raises if A does not support W
     y = data.measure(A, noise, source, label=f"{name}: measure {A.m} strategy queries from "
                                               f"marginals of {table.name!r}")

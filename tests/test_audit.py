@@ -508,7 +508,7 @@ def test_correct_dawa_partition_is_not_flagged_at_the_same_settings():
 
 
 @pytest.mark.parametrize("name", [n for n in registry.names(data_dependent=True, private=True)
-                                  if "ratio" in registry.get(n).params and n != "partition_laplace"])
+                                  if registry.get(n).audit_spec().case == "dawa" and n != "partition_laplace"])
 def test_the_dawa_family_shares_the_partition_stage(name):
     # the partition test above runs Partition+Laplace: every DAWA variant draws its partition
     # first, from the same stream, so with one Generator per run (chunk=1; stage 2 consumes the

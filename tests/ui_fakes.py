@@ -75,12 +75,15 @@ class FakeOptimizer:
 
 @contextlib.contextmanager
 def registered(monkeypatch, fake, name: str = "fake_opt", label: str = "Fake OPT"):
-    """Register ``fake`` as an optimiser called ``name`` for the duration of the block."""
-    from dpexplorer.ui import compare_view
+    """Register ``fake`` as an optimiser called ``name`` for the duration of the block.
 
-    mech = dpx.registry.Mechanism(name, label, fake, "fake optimiser for tests", "tests")
+    A callable object, not a module-level function: the explorer builds it in the
+    calling thread (a worker process could not import it), where the test sees it.
+    ``monkeypatch`` is not used any more (the registry entry says it is an optimiser).
+    """
+    mech = dpx.registry.Mechanism(name, label, fake, "fake optimiser for tests", "tests",
+                                  optimizer=True)
     dpx.registry.register(mech, replace=True)
-    monkeypatch.setattr(compare_view, "OPTIMIZERS", compare_view.OPTIMIZERS + (name,))
     try:
         yield mech
     finally:

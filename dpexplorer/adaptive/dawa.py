@@ -581,7 +581,7 @@ for _name, _label, _scaling, _desc in [
             _name, _label, None, _desc,
             "Li, Hay, Miklau, Wang, PVLDB 2014, Alg. 1-2" + ("" if _name == "dawa" else ", Sec. 5.3.3"),
             params=dict(DEFAULTS, scaling=DEFAULT_SCALING) if _name == "dawa" else dict(DEFAULTS),
-            data_dependent=True, runner=_runner(_scaling)))
+            data_dependent=True, runner=_runner(_scaling), audit=registry.AuditSpec("dawa")))
 
 if "dawa_as_published" not in registry.REGISTRY:
     registry.register(registry.Mechanism(
@@ -591,4 +591,4 @@ if "dawa_as_published" not in registry.REGISTRY:
         "the paper's accuracy but is not ε₁-DP.",
         "Li, Hay, Miklau, Wang, PVLDB 2014, Alg. 1-2, as in the DPBench/DPComp code (cutil.cpp)",
         params={"ratio": 0.25, "candidates": "pow2", "b": 2}, data_dependent=True,
-        runner=_runner("greedy", "as_published"), private=False))
+        runner=_runner("greedy", "as_published"), private=False, audit=registry.AuditSpec("dawa")))

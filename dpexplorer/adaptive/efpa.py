@@ -234,5 +234,5 @@ if "efpa" not in registry.REGISTRY:
         "with Laplace noise, invert (1D).",
         "Ács, Castelluccia, Chen, ICDM 2012 (EFPA)",
         params={"selection_share": 0.5, "score": "rss"},
-        data_dependent=True, runner=_runner,
+        data_dependent=True, runner=_runner, audit=registry.AuditSpec("efpa"),
     ))

@@ -446,5 +446,5 @@ if "mwem" not in registry.REGISTRY:
         "Hardt, Ligett, McSherry, NeurIPS 2012, Algorithm 1 (updates as DPComp's mwemND_engine)",
         params={"T": 10, "total": None, "total_share": DEFAULT_TOTAL_SHARE, "average": False,
                 "updates_per_round": DEFAULT_UPDATES_PER_ROUND},
-        data_dependent=True, runner=_runner,
+        data_dependent=True, runner=_runner, audit=registry.AuditSpec("mwem"),
     ))

@@ -24,11 +24,65 @@ import numpy.typing as npt
 from ..privacy.noise import NoiseModel, check_noise
 from ..queries.matrix import Matrix, Weighted
 
-__all__ = ["Mechanism", "Estimate", "REGISTRY", "register", "get", "names", "NotApplicableError"]
+__all__ = ["Mechanism", "AuditSpec", "Estimate", "REGISTRY", "register", "get", "names",
+           "NotApplicableError", "AUDIT_WORKLOADS", "AUDIT_NOISES"]
 
 
 class NotApplicableError(ValueError):
     """The mechanism cannot be used for this workload (e.g. a 1D-only method on 2D)."""
+
+
+#: Workloads a standard audit case may run a data-independent mechanism on (:class:`AuditSpec`).
+AUDIT_WORKLOADS = ("ranges", "marginals")
+#: Noise a standard audit case may run a mechanism under (:class:`AuditSpec`).
+AUDIT_NOISES = ("laplace", "gaussian")
+
+
+@dataclass(frozen=True)
+class AuditSpec:
+    """How :func:`dpexplorer.audit.cases` builds a mechanism's standard audit cases.
+
+    Plain data (no audit code here: the audit module sits above the
+    registry); :func:`dpexplorer.audit.cases` reads it.
+
+    Attributes
+    ----------
+    case : str or None
+        The kind of hand-picked neighbouring pair, a key of
+        :data:`dpexplorer.audit.CASE_KINDS`: ``"one_cell"`` (data-independent
+        strategies: one record added to the cell whose strategy column has
+        the largest norm, event on the privacy loss of the noisy answers),
+        ``"one_record"`` (a data-dependent mechanism without a case of its
+        own: one record on a tiny domain), ``"dawa"`` (DAWA's flat histogram,
+        whole run and partition alone), ``"mwem"``, ``"efpa"``.  ``None``:
+        ``"one_record"`` for a data-dependent mechanism, ``"one_cell"``
+        otherwise.
+    workload : {"ranges", "marginals"}
+        Workload of a ``"one_cell"`` case: All Range over :attr:`cells`
+        cells, or the 1-way marginal of a 2 × 2 table (mechanisms whose scope
+        is marginal workloads: DataCube, Fourier, OPT_M, ResidualPlanner).
+    cells : int
+        Domain size of a ``"ranges"`` case (trees need 8 cells to have more
+        than one level of inner nodes).
+    noise : {"laplace", "gaussian"}
+        Noise of a ``"one_cell"`` case: ``"gaussian"`` (at δ =
+        :data:`dpexplorer.audit.CASE_DELTA`) for (ε,δ)-only mechanisms.
+    """
+
+    case: str | None = None
+    workload: str = "ranges"
+    cells: int = 4
+    noise: str = "laplace"
+
+    def __post_init__(self) -> None:
+        if self.case is not None and (not isinstance(self.case, str) or not self.case):
+            raise ValueError(f"AuditSpec.case must be a case kind's name or None, got {self.case!r}")
+        if self.workload not in AUDIT_WORKLOADS:
+            raise ValueError(f"AuditSpec.workload must be one of {AUDIT_WORKLOADS}, got {self.workload!r}")
+        if self.noise not in AUDIT_NOISES:
+            raise ValueError(f"AuditSpec.noise must be one of {AUDIT_NOISES}, got {self.noise!r}")
+        if isinstance(self.cells, bool) or not isinstance(self.cells, int) or self.cells < 2:
+            raise ValueError(f"AuditSpec.cells must be an integer >= 2, got {self.cells!r}")
 
 
 @dataclass(frozen=True)
@@ -74,6 +128,33 @@ class Mechanism:
         (e.g. ``dawa_as_published``, the authors' partition noise, which an
         audit shows is not ε₁-DP): :func:`dpexplorer.release` refuses it;
         simulations, comparisons and :func:`dpexplorer.audit.audit` may run it.
+    optimizer : bool
+        Whether the builder is a strategy optimiser: it computes for seconds
+        to minutes, reports progress through
+        :func:`dpexplorer.core.optimization.report` and returns a strategy
+        carrying its ``optimization`` record
+        (:func:`dpexplorer.core.optimization.attach`).  The served explorer
+        builds it in a worker process (:func:`dpexplorer.ui.workers.in_worker`:
+        when the builder is importable by module and qualified name), and the
+        Compare page builds it last, or on request.
+    structured_1d : bool or callable
+        Whether the strategy and its error are built without an ``n × n``
+        matrix for a 1D workload of intervals (All Range, Prefix, Width-k,
+        ranges, with Identity and Total; see
+        :func:`dpexplorer.gram_ops.gram_operator`), so that the pages compare
+        it up to 2**16 cells.  A callable ``why_not(n) -> str | None`` says
+        it for a domain of ``n`` cells (None: it is; else why not, in plain
+        words), e.g. Privelet's fast path needs a power of two.  Read it with
+        :meth:`structured_reason`.
+    tables : bool
+        Whether it releases from a record table
+        (:class:`~dpexplorer.datasets.Table`): its strategy measures marginal
+        counts (``A.marginal_measure`` and ``A.answer``), so
+        :func:`dpexplorer.release` needs no data vector over every cell of the
+        table's domain.  Only such mechanisms are offered for tables.
+    audit : AuditSpec or None
+        How the standard audit cases are built (:func:`dpexplorer.audit.cases`);
+        None: the defaults (:meth:`audit_spec`).
     """
 
     name: str
@@ -86,6 +167,32 @@ class Mechanism:
     runner: Callable[..., Estimate] | None = None
     private: bool = True
     scope: Callable[[Matrix, NoiseModel], None] | None = None
+    optimizer: bool = False
+    structured_1d: bool | Callable[[int], str | None] = False
+    tables: bool = False
+    audit: AuditSpec | None = None
+
+    def structured_reason(self, n: int) -> str | None:
+        """None if :attr:`structured_1d` holds on a 1D interval workload of ``n`` cells, else why not.
+
+        Raises
+        ------
+        ValueError
+            If ``n`` is not a positive integer.
+        """
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+            raise ValueError(f"the domain size must be a positive integer, got {n!r}")
+        if callable(self.structured_1d):
+            return self.structured_1d(int(n))
+        return None if self.structured_1d else "needs an n × n matrix"
+
+    def audit_spec(self) -> AuditSpec:
+        """:attr:`audit` with its case kind filled in (``"one_record"`` or ``"one_cell"`` by default)."""
+        spec = self.audit or AuditSpec()
+        if spec.case is None:
+            spec = AuditSpec("one_record" if self.data_dependent else "one_cell",
+                             spec.workload, spec.cells, spec.noise)
+        return spec
 
     def not_applicable(self, W: Matrix, noise: NoiseModel) -> str | None:
         """Why this mechanism cannot be used for ``W: (m, n)`` under ``noise``, or None.
@@ -200,9 +307,31 @@ def register(mechanism: Mechanism, replace: bool = False) -> Mechanism:
     ------
     ValueError
         If the name is taken (and ``replace`` is false) or is not a lowercase identifier.
+    TypeError
+        If ``mechanism`` is not a :class:`Mechanism`, or its facts have the
+        wrong type: ``optimizer`` not a bool (or set on a mechanism without a
+        builder), ``structured_1d`` neither a bool nor callable (or set
+        without a builder), ``tables`` not a bool (or set without a
+        builder), ``audit`` neither None nor an :class:`AuditSpec`.
     """
+    if not isinstance(mechanism, Mechanism):
+        raise TypeError(f"register takes a registry.Mechanism, got {type(mechanism).__name__}")
     if not mechanism.name.isidentifier() or mechanism.name.lower() != mechanism.name:
         raise ValueError(f"mechanism names are lowercase identifiers, got {mechanism.name!r}")
+    if not isinstance(mechanism.optimizer, bool) or (mechanism.optimizer and mechanism.build is None):
+        raise TypeError(f"{mechanism.name!r}: optimizer must be a bool, and True only for a mechanism "
+                        f"with a strategy builder, got {mechanism.optimizer!r}")
+    if ((not isinstance(mechanism.structured_1d, bool) and not callable(mechanism.structured_1d))
+            or (mechanism.structured_1d is not False and mechanism.build is None)):
+        raise TypeError(f"{mechanism.name!r}: structured_1d must be a bool or a callable n -> reason, "
+                        f"and not False only for a mechanism with a strategy builder, got "
+                        f"{mechanism.structured_1d!r}")
+    if not isinstance(mechanism.tables, bool) or (mechanism.tables and mechanism.build is None):
+        raise TypeError(f"{mechanism.name!r}: tables must be a bool, and True only for a mechanism "
+                        f"with a strategy builder, got {mechanism.tables!r}")
+    if mechanism.audit is not None and not isinstance(mechanism.audit, AuditSpec):
+        raise TypeError(f"{mechanism.name!r}: audit must be a registry.AuditSpec or None, "
+                        f"got {type(mechanism.audit).__name__}")
     if mechanism.name in REGISTRY and not replace:
         raise ValueError(f"a mechanism named {mechanism.name!r} is already registered")
     REGISTRY[mechanism.name] = mechanism
@@ -228,8 +357,16 @@ def get(name: str) -> Mechanism:
         raise KeyError(f"no mechanism named {name!r}; registered: {sorted(REGISTRY)}") from None
 
 
-def names(data_dependent: bool | None = None, private: bool | None = None) -> list[str]:
-    """Registered names, optionally only the data-(in)dependent ones and/or only the (non-)private ones."""
+def names(data_dependent: bool | None = None, private: bool | None = None,
+          optimizer: bool | None = None, tables: bool | None = None) -> list[str]:
+    """Registered names in registration order, optionally only those with the given facts.
+
+    ``data_dependent``, ``private``, ``optimizer``, ``tables``: keep only the
+    mechanisms whose :class:`Mechanism` attribute of that name has this
+    value (None: any).
+    """
     return [k for k, m in REGISTRY.items()
             if (data_dependent is None or m.data_dependent == data_dependent)
-            and (private is None or m.private == private)]
+            and (private is None or m.private == private)
+            and (optimizer is None or m.optimizer == optimizer)
+            and (tables is None or m.tables == tables)]

@@ -563,24 +563,44 @@ def _build_greedy_h(W, noise, b=2):
     return greedy_h(W, b)
 
 
+def _wavelet_structured(n: int) -> str | None:
+    """None if Privelet's strategy and error need no ``n × n`` matrix on ``n`` cells, else why.
+
+    The Haar wavelet keeps its implicit form (:class:`~dpexplorer.queries.trees.HaarWavelet`,
+    fast error formula) on power-of-two domains only; elsewhere it is a sparse matrix whose
+    error goes through the dense Gram matrix.
+    """
+    if n & (n - 1) == 0:
+        return None
+    return (f"needs an n × n matrix unless the domain size is a power of two "
+            f"({1 << (n.bit_length() - 1):,} or {1 << n.bit_length():,} cells)")
+
+
+_TREE_AUDIT = registry.AuditSpec(cells=8)  # 8 cells: trees with more than one inner level
+
+
 for _m in [
     registry.Mechanism("identity", "Identity", _build_identity,
                        "Noisy count of every cell (A = I), answers summed from them.",
-                       "Dwork et al. 2006; HDMM Table 4 'Identity'"),
+                       "Dwork et al. 2006; HDMM Table 4 'Identity'", structured_1d=True),
     registry.Mechanism("workload", "Workload", _build_workload,
                        "Answer every workload query directly (A = W).",
                        "Laplace/Gaussian mechanism on W; HDMM Table 4 'Laplace'/'Gaussian'"),
     registry.Mechanism("h2", "H2", _build_hierarchical,
                        "Binary hierarchy of intervals, leaves to root (Kronecker per attribute).",
-                       "Hay, Rastogi, Miklau, Suciu, PVLDB 2010; docs: strategies", params={"b": 2}),
+                       "Hay, Rastogi, Miklau, Suciu, PVLDB 2010; docs: strategies", params={"b": 2},
+                       structured_1d=True, audit=_TREE_AUDIT),
     registry.Mechanism("hb", "HB", _build_hb,
                        "Hierarchy with the branching factor chosen for the domain size.",
-                       "Qardaji, Yang, Li, PVLDB 2013; docs: strategies"),
+                       "Qardaji, Yang, Li, PVLDB 2013; docs: strategies",
+                       structured_1d=True, audit=_TREE_AUDIT),
     registry.Mechanism("wavelet", "Privelet", _build_wavelet,
                        "Haar wavelet queries (Kronecker per attribute).",
-                       "Xiao, Wang, Gehrke, ICDE 2010 (Privelet); docs: strategies"),
+                       "Xiao, Wang, Gehrke, ICDE 2010 (Privelet); docs: strategies",
+                       structured_1d=_wavelet_structured, audit=_TREE_AUDIT),
     registry.Mechanism("greedy_h", "GreedyH", _build_greedy_h,
                        "Binary hierarchy with query weights chosen greedily for the workload (1D).",
-                       "Li, Hay, Miklau, Wang, PVLDB 2014, Sec. 4.3-4.4, Alg. 2", params={"b": 2}),
+                       "Li, Hay, Miklau, Wang, PVLDB 2014, Sec. 4.3-4.4, Alg. 2", params={"b": 2},
+                       structured_1d=True, audit=_TREE_AUDIT),
 ]:
     registry.register(_m)

@@ -777,4 +777,5 @@ registry.register(registry.Mechanism(
     "Eigen-queries of WᵀW weighted by convex optimisation (Program 1), completed to equal "
     "column norms ((ε,δ) only).",
     "Li & Miklau, PVLDB 2012, Sec. 3-4 (Program 1-2, Thm 1-3, Sec. 4.2 reductions)",
-    params={"group_size": None, "principal": None, "relative": False}, scope=scope))
+    params={"group_size": None, "principal": None, "relative": False}, scope=scope,
+    optimizer=True, audit=registry.AuditSpec(noise="gaussian")))

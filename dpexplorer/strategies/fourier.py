@@ -387,4 +387,4 @@ registry.register(registry.Mechanism(
     "fourier", "Fourier", _build,
     "Orthonormal Fourier coefficients of the marginals' eigenspaces (downward closure), equal noise.",
     "Barak, Chaudhuri, Dwork, Kale, McSherry, Talwar, PODS 2007; Li & Miklau 2012 Sec. 5",
-    params={"scope": "marginal"}))
+    params={"scope": "marginal"}, audit=registry.AuditSpec(workload="marginals")))

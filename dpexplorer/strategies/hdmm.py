@@ -157,4 +157,4 @@ registry.register(registry.Mechanism(
     "Runs OPT0 (small domains), OPT⊗, OPT+ and OPT_M with restarts and keeps the strategy "
     "with the lowest expected error.",
     "McKenna et al., HDMM, Sec. 9",
-    params={"restarts": None, "seed": 0, "maxiter": None}))
+    params={"restarts": None, "seed": 0, "maxiter": None}, optimizer=True))

@@ -1363,11 +1363,12 @@ def _build_datacube(W, noise, selection_norm=2):
 registry.register(registry.Mechanism(
     "opt_m", "OPT_M", _build_opt_m,
     "Weighted marginals optimised for the workload's marginal approximation (L-BFGS-B, restarts).",
-    "McKenna et al., HDMM, Sec. 8, Def. 22, Thm 10-11", params={"restarts": 5, "seed": 0}))
+    "McKenna et al., HDMM, Sec. 8, Def. 22, Thm 10-11", params={"restarts": 5, "seed": 0},
+    optimizer=True, audit=registry.AuditSpec(workload="marginals")))
 
 registry.register(registry.Mechanism(
     "datacube", "DataCube",
     _build_datacube,
     "Greedy (BMAX) choice of cuboids to measure for a marginal workload, answered by least squares.",
     "Ding, Winslett, Han, Li, SIGMOD 2011 (BMAX); HDMM Sec. 11, Tables 6-7",
-    params={"selection_norm": 2}))
+    params={"selection_norm": 2}, audit=registry.AuditSpec(workload="marginals")))

@@ -1407,4 +1407,5 @@ registry.register(registry.Mechanism(
     "residual_planner", "ResidualPlanner", _build,
     "Optimal Gaussian noise on the residuals of the marginals' downward closure; closed-form "
     "reconstruction (objective: total or max variance).",
-    "Xiao, He, Zhang, Kifer, NeurIPS 2023 (ResidualPlanner)", params={"objective": "sum"}))
+    "Xiao, He, Zhang, Kifer, NeurIPS 2023 (ResidualPlanner)", params={"objective": "sum"},
+    tables=True, audit=registry.AuditSpec(workload="marginals", noise="gaussian")))

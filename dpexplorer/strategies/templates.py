@@ -1811,17 +1811,18 @@ for _m in [
         "(Gaussian) for a dense Gram matrix (up to 4096 cells; Laplace on range workloads, "
         "whose Gram has fast products, up to 16,384 cells).",
         "McKenna et al., HDMM, Sec. 4, Def. 12-14",
-        params={"p": None, "restarts": None, "seed": 0, "maxiter": None}, scope=opt0_scope),
+        params={"p": None, "restarts": None, "seed": 0, "maxiter": None}, scope=opt0_scope,
+        optimizer=True),
     registry.Mechanism(
         "opt_kron", "OPT⊗", _build_opt_kron,
         "One Kronecker product of per-attribute OPT0 strategies, by block-coordinate descent.",
         "McKenna et al., HDMM, Sec. 6, Def. 17-18",
-        params={"restarts": None, "seed": 0, "maxiter": None}),
+        params={"restarts": None, "seed": 0, "maxiter": None}, optimizer=True),
     registry.Mechanism(
         "opt_plus", "OPT+", _build_opt_plus,
         "One OPT⊗ strategy per product term, stacked with closed-form budget weights; local "
         "least squares.",
         "McKenna et al., HDMM, Sec. 6.2, Def. 19; Sec. 10 item 3",
-        params={"groups": None, "restarts": None, "seed": 0, "maxiter": None}),
+        params={"groups": None, "restarts": None, "seed": 0, "maxiter": None}, optimizer=True),
 ]:
     registry.register(_m)

@@ -17,7 +17,8 @@ parameters: ``table`` (same numbers as :func:`dpexplorer.compare`),
 ``curve``, ``per_query``, ``busy``, ``error``; :meth:`ComparePage.wait`
 blocks until background work is done (tests, scripts).
 
-Strategy optimisers (:data:`OPTIMIZERS`: HDMM's OPT0, OPT⊗, OPT+, OPT_M and
+Strategy optimisers (registry entries flagged ``optimizer``,
+:func:`~dpexplorer.ui.workers.optimizers`: HDMM's OPT0, OPT⊗, OPT+, OPT_M and
 HDMM, Eigen-Design) come last: the table of the other mechanisms is shown
 first, then every optimiser's row (RMSE, ratio to the SVD bound) fills in as
 soon as it is built, while a second progress bar follows the optimiser's
@@ -69,7 +70,7 @@ from .session import Session
 from .shown import ShownGate, run_redraws
 
 __all__ = ["ComparePage", "Jobs", "build_lock", "check_workload", "structured_1d", "table_patch",
-           "too_large", "STRUCTURED_MAX_CELLS", "STRUCTURED_MECHANISMS", "rmse_chart", "OPTIMIZERS",
+           "too_large", "STRUCTURED_MAX_CELLS", "structured_mechanisms", "rmse_chart",
            "OPTIMIZER_THREADS", "cached_entry"]
 
 log = logging.getLogger(__name__)
@@ -324,13 +325,20 @@ class Jobs:
 #: Largest 1D workload with interval structure (All Range, Prefix, Width-k, random or listed
 #: ranges, and their weighted unions with Identity and Total) that the pages compare.  Its
 #: analytic comparison uses no n × n matrix: at 2**16 cells the SVD bound and the error of each
-#: of :data:`STRUCTURED_MECHANISMS` took 0.01-0.4 s (2 cores, 1 BLAS thread), the SVD bound of
+#: of :func:`structured_mechanisms` took 0.01-0.4 s (2 cores, 1 BLAS thread), the SVD bound of
 #: a union with Identity/Total is left out (it would need the n × n Gram matrix).
 STRUCTURED_MAX_CELLS = 2**16
 
-#: Mechanisms built above ``max_cells`` for such a workload: their strategies (trees, Haar
-#: wavelet on a power-of-two domain, Identity) and their errors need no n × n matrix.
-STRUCTURED_MECHANISMS = ("identity", "h2", "hb", "wavelet", "greedy_h")
+
+
+def structured_mechanisms() -> tuple[str, ...]:
+    """Mechanisms built above ``max_cells`` for such a workload, in registration order.
+
+    The registry entries flagged ``structured_1d`` (trees, Haar wavelet on a
+    power-of-two domain, Identity): their strategies and errors need no
+    ``n × n`` matrix.
+    """
+    return tuple(n for n, m in dpx.registry.REGISTRY.items() if m.structured_1d is not False)
 
 
 def structured_1d(W) -> bool:
@@ -352,7 +360,7 @@ def check_workload(W, max_cells: int = 4096,
 
     A 1D workload with interval structure (:func:`structured_1d`) may have up
     to ``structured_max_cells`` cells: above ``max_cells`` only
-    :data:`STRUCTURED_MECHANISMS` are built (:func:`too_large`).  A
+    :func:`structured_mechanisms` are built (:func:`too_large`).  A
     Kronecker-structured workload (a product, or a weighted union of
     products) is checked factor by factor: every attribute at most
     ``max_cells`` cells.  Any other workload must have ``n ≤ max_cells``
@@ -392,24 +400,23 @@ def too_large(W, name: str, max_cells: int = 4096) -> str | None:
     """Why mechanism ``name`` is not built for ``W`` on the pages (plain words), or None.
 
     Only for a 1D structured workload above ``max_cells`` cells
-    (:func:`check_workload` lets it through): mechanisms outside
-    :data:`STRUCTURED_MECHANISMS` would need an ``n × n`` matrix (the
-    optimisers minutes to hours of work on it), and Privelet's wavelet has
-    its fast error formula on power-of-two domains only.
+    (:func:`check_workload` lets it through): mechanisms not flagged
+    ``structured_1d`` in the registry would need an ``n × n`` matrix (the
+    optimisers minutes to hours of work on it); one whose flag depends on
+    the domain size (Privelet's fast error formula: power-of-two domains
+    only) gives its own reason.
     """
     n = W.n
     if n <= max_cells or not structured_1d(W):
         return None
     smaller = "set a smaller domain size on the Workload page"
-    if name == "wavelet":
-        if n & (n - 1) == 0:
-            return None
-        return (f"needs an n × n matrix unless the domain size is a power of two (at most "
-                f"{max_cells:,} cells otherwise): set the domain size to {1 << (n.bit_length() - 1):,} "
-                f"or {1 << n.bit_length():,} cells on the Workload page")
-    if name in STRUCTURED_MECHANISMS:
+    mech = dpx.registry.get(name)
+    reason = mech.structured_reason(n)
+    if reason is None:
         return None
-    if name in OPTIMIZERS:
+    if callable(mech.structured_1d):  # structured on some domain sizes: its own reason
+        return f"{reason}; at most {max_cells:,} cells otherwise: set the domain size on the Workload page"
+    if mech.optimizer:
         return (f"not run: needs an n × n matrix (its optimiser would take minutes to hours at "
                 f"{n:,} cells); at most {max_cells:,} cells: {smaller}")
     return f"needs an n × n matrix; at most {max_cells:,} cells (this workload has {n:,}): {smaller}"
@@ -444,17 +451,33 @@ more private).
 """
 
 
-OBJECTIVE_NOTE = """\
-**Objective.** *Total error* ranks by RMSE (the root of the mean squared error over all
-queries); *worst query* ranks by the largest per-query standard deviation and adds it to the
-table.  OPT0, OPT⊗, OPT+, OPT_M, HDMM and Eigen-Design always **optimise the total error**,
-whichever is chosen; ResidualPlanner (Gaussian noise) optimises the chosen objective."""
+def _objective_note() -> str:
+    """The note under the objective selector: which registered builders take the objective.
+
+    An optimiser without an ``objective`` parameter optimises the total error; a mechanism
+    with one (ResidualPlanner) optimises the chosen objective.
+    """
+    def listed(labels: list[str]) -> str:  # "A, B and C optimise" / "A optimises"
+        if len(labels) == 1:
+            return f"{labels[0]} optimises"
+        return ", ".join(labels[:-1]) + f" and {labels[-1]} optimise"
+
+    mechs = [dpx.registry.get(n) for n in dpx.registry.names(data_dependent=False)]
+    total = [m.label for m in mechs if m.optimizer and "objective" not in m.params]
+    chosen = [m.label for m in mechs if "objective" in m.params]
+    text = ("**Objective.** *Total error* ranks by RMSE (the root of the mean squared error over all "
+            "queries); *worst query* ranks by the largest per-query standard deviation and adds it "
+            "to the table.")
+    if total:
+        text += f"  {listed(total)} the **total error**, whichever is chosen"
+        text += f"; {listed(chosen)} the chosen objective." if chosen else "."
+    elif chosen:
+        text += f"  {listed(chosen)} the chosen objective."
+    return text
 
 
-#: Registry names of the strategy optimisers (HDMM's OPT0, OPT⊗, OPT+, OPT_M, HDMM;
-#: Eigen-Design): they report progress and may take seconds to minutes, so the Compare
-#: page can leave them out of the automatic comparison (``ComparePage.auto_optimize``).
-OPTIMIZERS = workers.OPTIMIZERS
+OBJECTIVE_NOTE = _objective_note()
+
 
 NOT_RUN = ("optimiser not run yet: press 'Run optimisers' (or tick 'Run optimisers "
            "automatically'); it may take a while")
@@ -550,7 +573,7 @@ class ComparePage(pn.viewable.Viewer):
         an objective (ResidualPlanner) are built for it; OPT0, OPT⊗, OPT+, OPT_M, HDMM and
         Eigen-Design always optimise the total squared error.""")
     auto_optimize = param.Boolean(default=True, doc="""
-        Build the strategy optimisers (OPTIMIZERS) in every comparison; when False they
+        Build the strategy optimisers (registry entries flagged ``optimizer``) in every comparison; when False they
         are listed as 'not run yet' until run_optimizers() (the 'Run optimisers' button).""")
     pending = param.List(default=[], constant=True, precedence=-1, doc="""
         Optimisers of the shown comparison that have not been run (deferred or cancelled).""")
@@ -562,7 +585,7 @@ class ComparePage(pn.viewable.Viewer):
 
     #: Largest non-Kronecker domain (cells) compared; Kronecker: per attribute.  1D workloads of
     #: ranges, prefixes, identity and total: up to :data:`STRUCTURED_MAX_CELLS`, with only
-    #: :data:`STRUCTURED_MECHANISMS` built above ``max_cells`` (:func:`too_large`).
+    #: :func:`structured_mechanisms` built above ``max_cells`` (:func:`too_large`).
     max_cells = 4096
     #: Largest workload (queries) whose per-query errors are computed.
     max_per_query_rows = 10_000_000
@@ -731,7 +754,7 @@ class ComparePage(pn.viewable.Viewer):
         self._cancel = False
         indep = [n for n in key[2] if not dpx.registry.get(n).data_dependent
                  and self._not_built(W, n, noise) is None]
-        later = [n for n in indep if n in OPTIMIZERS
+        later = [n for n in indep if dpx.registry.get(n).optimizer
                  and cached_entry(self.cache, W, n, noise) is None]
         self._set(busy=True, progress=0, total=max(1, len(indep) - len(later)),
                   status=f"Building strategies for {W.name} ({W.m:,} queries × {W.n:,} cells)…")
@@ -836,7 +859,7 @@ class ComparePage(pn.viewable.Viewer):
     def _compare_job(self, post, token, key, W, noise, names, auto=True) -> None:
         """Worker: build every strategy (in session.cache), keep the unit-noise figures.
 
-        The optimisers (:data:`OPTIMIZERS`) not built yet come last: the
+        The optimisers (registry entries flagged ``optimizer``) not built yet come last: the
         comparison of the others is shown first, then -- when ``auto`` -- each
         optimiser's row is added as soon as it is built (:meth:`_optimize_job`),
         so a slow optimiser never holds the page.
@@ -859,7 +882,8 @@ class ComparePage(pn.viewable.Viewer):
                 if reason is not None:
                     rows[name] = _row(dpx.registry.get(name), math.nan, reason)
             indep = [n for n in indep if n not in rows]
-            later = [n for n in indep if n in OPTIMIZERS and cached_entry(cache, W, n, noise) is None]
+            later = [n for n in indep if dpx.registry.get(n).optimizer
+                     and cached_entry(cache, W, n, noise) is None]
             now = [n for n in indep if n not in later]
             t1 = time.perf_counter()
             with build_lock(cache, ("svdb", W)):

@@ -56,8 +56,9 @@ __all__ = ["TableRelease", "TableResult", "TABLE_MECHANISM", "MAX_BARS"]
 
 log = logging.getLogger(__name__)
 
-#: The mechanism of table releases: it measures marginal counts (``marginal_measure``).
-TABLE_MECHANISM = "residual_planner"
+#: The mechanism of table releases: the first registered that measures marginal counts
+#: (``Mechanism.tables``: ResidualPlanner).
+TABLE_MECHANISM = dpx.registry.names(tables=True)[0]
 #: Most cells drawn as bars for one marginal (a heatmap has no limit below the kernel's).
 MAX_BARS = 400
 

@@ -26,15 +26,21 @@ What goes to a worker is public: the workload, the noise model's parameters
 and the mechanism's name and parameters; what comes back is the strategy
 (with its ``optimization`` record).  No data ever crosses.
 
-Only mechanisms whose builder is defined in the ``dpexplorer`` package run
-in a worker (a worker process registers exactly those at import); a
-mechanism registered at run time by a user or a test is built in the
-calling thread as before.
+Which mechanisms run in a worker is a fact of the registry: those flagged
+:attr:`~dpexplorer.core.registry.Mechanism.optimizer`.  The registry entry
+itself is sent to the worker, its builder (and scope check) by module and
+qualified name, as pickle sends functions: the worker imports that module.
+So an optimiser registered at run time by a user's module also runs in a
+worker when its builder is a module-level function of an importable module
+(not ``__main__``, not a closure, a lambda or a callable object); otherwise
+it is built in the calling thread, as any other mechanism, and a warning
+says so once per name (:func:`in_worker`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
 import logging
 import math
@@ -48,7 +54,8 @@ import dpexplorer as dpx
 
 from .optimize_view import SHUTDOWN, Cancelled
 
-__all__ = ["build", "in_worker", "lower_threads", "shutdown", "warm_up", "MAX_WORKERS", "WORKER_NICE", "OPTIMIZERS"]
+__all__ = ["build", "in_worker", "lower_threads", "optimizers", "shutdown", "warm_up", "MAX_WORKERS",
+           "WORKER_NICE"]
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +64,6 @@ log = logging.getLogger(__name__)
 MAX_WORKERS = max(1, min(2, os.cpu_count() or 1))
 #: CPU priority (nice) of the worker processes: the server's own process keeps the processor.
 WORKER_NICE = 10
-#: Registry names of the mechanisms built in a worker (the strategy optimisers).
-OPTIMIZERS = ("opt0", "opt_kron", "opt_plus", "opt_m", "hdmm", "eigen_design")
 #: Seconds between two checks of the worker's progress reports and of the page's Cancel.
 POLL_SECONDS = 0.05
 #: Least seconds between two progress reports sent by a worker (the last one always goes).
@@ -67,15 +72,57 @@ REPORT_SECONDS = 0.1
 PARENT_CHECK_SECONDS = 1.0
 
 
+def optimizers() -> tuple[str, ...]:
+    """Registry names of the strategy optimisers (``Mechanism.optimizer``), in registration order."""
+    return tuple(dpx.registry.names(optimizer=True))
+
+
+_warned: set[str] = set()  # optimisers already warned about (built in the calling thread)
+_warned_lock = threading.Lock()
+
+
 def in_worker(mechanism) -> bool:
     """Whether :func:`build` runs ``mechanism`` (a registry entry, or None) in a worker process.
 
-    True for the strategy optimisers whose builder is defined in the
-    ``dpexplorer`` package (registered in every worker at import).
+    True for a strategy optimiser (:attr:`~dpexplorer.core.registry.Mechanism.optimizer`)
+    whose builder, and every other function of its entry (scope check, ...), a
+    worker can import by module and qualified name (:func:`importable`): the
+    entry is sent to the worker.  An optimiser whose builder cannot be
+    imported there is built in the calling thread; a warning says so, once per name.
     """
     fn = getattr(mechanism, "build", None)
-    return (fn is not None and mechanism.name in OPTIMIZERS
-            and getattr(fn, "__module__", "").startswith("dpexplorer."))
+    if fn is None or not getattr(mechanism, "optimizer", False):
+        return False
+    sent = [fn, mechanism.scope, mechanism.runner,
+            mechanism.structured_1d if callable(mechanism.structured_1d) else None]
+    if all(f is None or importable(f) for f in sent):  # the entry pickles by reference
+        return True
+    with _warned_lock:
+        first = mechanism.name not in _warned
+        _warned.add(mechanism.name)
+    if first:
+        log.warning("optimiser %r is built in the calling thread, not in a worker process: its "
+                    "builder %r is not a module-level function of an importable module (define it "
+                    "at the top level of a module other than __main__)", mechanism.name, fn)
+    return False
+
+
+def importable(fn) -> bool:
+    """Whether a worker process can import ``fn`` by its module and qualified name.
+
+    A module-level function (or class) of a module other than ``__main__`` that
+    is importable here; not a lambda, a closure, a bound method or a callable object.
+    """
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not module or not qualname or module == "__main__" or "<" in qualname:
+        return False
+    try:
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError):
+        return False
+    return obj is fn
 
 
 # ------------------------------------------------------------------ in the worker process
@@ -169,8 +216,12 @@ class _Stopped(Exception):
     """Raised inside a worker when the page stopped the optimisation."""
 
 
-def _remote_build(task: int, stop, name: str, W, noise, params: dict):
-    """In the worker: build ``name``'s strategy, sending throttled progress, stopping on request."""
+def _remote_build(task: int, stop, mechanism, W, noise, params: dict):
+    """In the worker: build ``mechanism``'s strategy, sending throttled progress, stopping on request.
+
+    ``mechanism`` is the registry entry, its builder unpickled by reference (imported here).
+    """
+    name = mechanism.name
     last = [-math.inf]
     held = []  # the latest report not sent (throttled): sent at the end
 
@@ -191,7 +242,7 @@ def _remote_build(task: int, stop, name: str, W, noise, params: dict):
 
     try:
         with dpx.optimization.progress(relay):
-            return dpx.registry.get(name).strategy(W, noise, **params)
+            return mechanism.strategy(W, noise, **params)
     finally:
         for msg in held:
             _reports.put(msg)
@@ -341,7 +392,7 @@ def build(mechanism, W, noise, params: dict):
     task, inbox, stop = pool.open()
     try:
         try:
-            future = pool.executor.submit(_remote_build, task, stop, mechanism.name, W, noise, dict(params))
+            future = pool.executor.submit(_remote_build, task, stop, mechanism, W, noise, dict(params))
         except RuntimeError:  # shut down meanwhile
             raise Cancelled(f"{mechanism.name}: the server is stopping") from None
         try:
