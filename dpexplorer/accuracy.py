@@ -74,6 +74,7 @@ the same in words.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -89,13 +90,17 @@ from .queries.matrix import Identity, Matrix, MatrixTooLargeError, as_matrix
 
 __all__ = ["METRICS", "CALIBRATIONS", "EpsilonForTarget", "ErrorProfile", "epsilon_for",
            "error_at", "error_profile", "epsilon_table", "noise_for_std", "describe_privacy", "accuracy_sentence",
-           "quantile_over_queries"]
+           "quantile_over_queries", "EPSILON_GRID", "rmse_curve"]
 
 #: The error metrics a target can be given in (see the module docstring).
 METRICS = ("rmse", "max", "ci95")
 
 #: Gaussian calibrations that can be inverted (those of :class:`~dpexplorer.privacy.noise.Gaussian`).
 CALIBRATIONS = ("zcdp", "analytic", "classical", "eigen_design")
+
+#: ε grid of a privacy–accuracy curve (:func:`rmse_curve`): 31 points, log-spaced over
+#: [0.01, 10] (ε per release).
+EPSILON_GRID = np.logspace(-2, 1, 31)
 
 #: Relative tolerance of the bisections that make a step function's ε exact.
 _EXACT_RTOL = 1e-12
@@ -1058,6 +1063,87 @@ def _floor_solved(floor: dict, fam: _Family, t: float) -> dict:
         return floor
     s = _solve_std(fam, t / floor["unit"])
     return {"epsilon": s.epsilon, "rho": s.rho, "note": floor["note"]}
+
+
+# ======================================================== privacy–accuracy curve
+def rmse_curve(table: pd.DataFrame, noise: NoiseModel, svdb: float, m: int,
+               grid=EPSILON_GRID, pending: Iterable[str] = ()) -> pd.DataFrame:
+    """The RMSE of every analytic mechanism (and the SVD bound) over ε: a privacy–accuracy curve.
+
+    The forward of :func:`epsilon_for` for the RMSE metric, from unit-noise
+    figures only (HDMM, McKenna et al. 2018, Prop. 4)::
+
+        rmse(ε) = sqrt(v(ε) · u / m)
+
+    with ``u`` the mechanism's unit-noise TSE (:meth:`dpexplorer.StrategyCache.entry`),
+    or ``SVDB(W)`` for the bound (HDMM Def. 11), and ``v(ε)`` the variance per
+    unit sensitivity of ``noise`` at ε, δ fixed (``noise.with_epsilon(ε).variance_per_unit``):
+    ``2/ε²`` for Laplace (``b = 1/ε``, variance ``2b²``), ``c(ε, δ)²`` for Gaussian noise in
+    its calibration (zCDP: ``c² = 1/(2ρ)`` with ρ the zCDP cost whose conversion
+    is (ε, δ)-DP; Bun & Steinke 2016, Prop. 1.6; Canonne, Kamath & Steinke 2020, Cor. 13).
+
+    Parameters
+    ----------
+    table : pandas.DataFrame, shape (mechanisms, columns)
+        ``mechanism``, ``label`` and ``unit_tse`` (counts² per unit noise
+        variance; NaN for a mechanism without an analytic error), as the
+        table :func:`dpexplorer.compare.scale_comparison` scales.
+    noise : NoiseModel
+        The current noise; its ε is added to ``grid``, its family, δ and
+        calibration are kept along the curve.
+    svdb : float
+        ``SVDB(W)`` (unit-noise TSE bound); NaN leaves the bound out.
+    m : int
+        Number of queries of the workload.
+    grid : array_like of float
+        ε per release (> 0), default :data:`EPSILON_GRID`.
+    pending : iterable of str
+        Mechanisms without a unit TSE yet (being built) that keep their rows,
+        with NaN RMSE, so that a chart can reserve their curves.
+
+    Returns
+    -------
+    pandas.DataFrame, shape (curves · ε, 4)
+        Long format: ``mechanism`` (``"svd_bound"`` for the bound), ``label``,
+        ``epsilon`` (sorted, ``grid ∪ {noise.epsilon}``), ``rmse`` (counts per
+        query); rows without a finite RMSE are dropped unless pending.
+        ``attrs``: ``noise`` (label), ``epsilon`` (the current ε).
+
+    Raises
+    ------
+    TypeError
+        If ``noise`` is not a noise model.
+    ValueError
+        If ``m`` is not a whole number >= 1, an ε of the grid is not positive
+        and finite (or not valid for the noise, e.g. ε >= 1 for the classical
+        Gaussian calibration), or a needed column is missing.
+    """
+    if not isinstance(noise, NoiseModel):
+        raise TypeError(f"noise must be dpx.Laplace(ε) or dpx.Gaussian(ε, δ), got {noise!r}")
+    if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
+        raise ValueError(f"m must be a whole number >= 1, got {m!r}")
+    missing = [c for c in ("mechanism", "label", "unit_tse") if c not in table.columns]
+    if missing:
+        raise ValueError(f"the comparison table lacks column(s) {missing}")
+    eps = np.unique(np.append(np.asarray(grid, dtype=float).ravel(), noise.epsilon))
+    if not np.all(np.isfinite(eps) & (eps > 0)):
+        raise ValueError(f"the ε grid must hold positive finite numbers, got {grid!r}")
+    v = np.array([noise.variance_per_unit if e == noise.epsilon
+                  else noise.with_epsilon(float(e)).variance_per_unit for e in eps])
+    pending = set(pending)
+    units = table["unit_tse"].to_numpy(dtype=float)
+    waiting = table["mechanism"].isin(pending).to_numpy()
+    f = table[np.isfinite(units) | waiting]
+    names = list(f["mechanism"]) + ["svd_bound"]
+    labels = list(f["label"]) + ["SVD bound"]
+    u = np.append(f["unit_tse"].to_numpy(dtype=float), float(svdb))
+    rmse = np.sqrt(np.outer(u, v) / m)
+    k = eps.size
+    df = pd.DataFrame({"mechanism": np.repeat(names, k), "label": np.repeat(labels, k),
+                       "epsilon": np.tile(eps, len(names)), "rmse": rmse.ravel()})
+    df = df[np.isfinite(df["rmse"]) | df["mechanism"].isin(pending)].reset_index(drop=True)
+    df.attrs.update(noise=noise.label, epsilon=noise.epsilon)
+    return df
 
 
 # ================================================================ plain words

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -404,3 +405,45 @@ def test_error_profile_is_reused_for_many_targets_and_epsilons():
         dpx.accuracy.error_profile(W, "hb", dpx.Laplace(1.0)).epsilon_for(5.0, delta=1e-6)
     with pytest.raises(ValueError, match="adapts to the data"):
         dpx.accuracy.error_profile(W, "dawa", dpx.Laplace(1.0))
+
+
+# ------------------------------------------------------------------- rmse_curve
+def _units():
+    return pd.DataFrame({"mechanism": ["identity", "hb", "mwem", "opt0"],
+                         "label": ["Identity", "HB", "MWEM", "OPT0"],
+                         "unit_tse": [120.0, 80.0, math.nan, math.nan]})
+
+
+def test_rmse_curve_laplace_is_sqrt2_b_over_the_grid():
+    m, svdb = 10, 50.0
+    df = accuracy.rmse_curve(_units(), dpx.Laplace(0.7), svdb, m, grid=[0.1, 1.0, 5.0])
+    assert sorted(set(df["epsilon"])) == [0.1, 0.7, 1.0, 5.0]  # the current ε is added
+    assert set(df["mechanism"]) == {"identity", "hb", "svd_bound"}  # no analytic error: no curve
+    for name, u in (("identity", 120.0), ("hb", 80.0), ("svd_bound", svdb)):
+        c = df[df["mechanism"] == name]
+        b = 1.0 / c["epsilon"].to_numpy()  # Laplace scale per unit L1 sensitivity
+        np.testing.assert_allclose(c["rmse"], math.sqrt(2) * b * math.sqrt(u / m), rtol=1e-12)
+    assert df.attrs["epsilon"] == 0.7 and df[df["mechanism"] == "svd_bound"]["label"].iloc[0] == "SVD bound"
+
+
+def test_rmse_curve_gaussian_follows_the_zcdp_rho():
+    delta, m = 1e-6, 4
+    df = accuracy.rmse_curve(_units(), dpx.Gaussian(1.0, delta, "zcdp"), math.nan, m,
+                             grid=[0.2, 2.0], pending=["opt0"])
+    hb = df[df["mechanism"] == "hb"]
+    rho = np.array([dpx.privacy.accounting.rho_from_epsilon(e, delta) for e in hb["epsilon"]])
+    np.testing.assert_allclose(hb["rmse"], np.sqrt(80.0 / (2 * rho * m)), rtol=1e-9)
+    assert "svd_bound" not in set(df["mechanism"])  # NaN bound: left out
+    opt0 = df[df["mechanism"] == "opt0"]  # still being built: rows kept, NaN
+    assert len(opt0) == 3 and opt0["rmse"].isna().all()
+
+
+def test_rmse_curve_refuses_bad_input():
+    with pytest.raises(ValueError, match="grid"):
+        accuracy.rmse_curve(_units(), dpx.Laplace(1.0), 1.0, 4, grid=[0.0, 1.0])
+    with pytest.raises(ValueError, match="m must be"):
+        accuracy.rmse_curve(_units(), dpx.Laplace(1.0), 1.0, 0)
+    with pytest.raises(ValueError, match="unit_tse"):
+        accuracy.rmse_curve(_units().drop(columns="unit_tse"), dpx.Laplace(1.0), 1.0, 4)
+    with pytest.raises(TypeError):
+        accuracy.rmse_curve(_units(), "laplace", 1.0, 4)
