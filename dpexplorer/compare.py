@@ -245,7 +245,7 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
         else:
             params = {"objective": objective} if "objective" in mech.params else {}
             A, value, seconds, note = cache.entry(W, name, noise, params)
-            r = math.sqrt(noise.variance_per_unit * value / W.m) if A is not None else math.nan
+            r = error.rmse_from_unit(value, W.m, noise) if A is not None else math.nan
             row.update(rmse=r, kind="analytic", seconds=seconds, note=note)
             if A is not None:
                 row.update(rows=A.m, sensitivity=A.sensitivity(noise.norm))
@@ -332,12 +332,12 @@ def scale_comparison(table: pd.DataFrame, noise: NoiseModel, svdb: float, m: int
     if missing:
         raise ValueError(f"the comparison table lacks column(s) {missing}")
     v = noise.variance_per_unit
-    bound = math.sqrt(v * float(svdb) / m)
+    bound = error.rmse_from_unit(float(svdb), m, noise)
     df = table.copy()
     units = df["unit_tse"].to_numpy(dtype=float)
     analytic = np.isfinite(units)
     if analytic.any():
-        df.loc[analytic, "rmse"] = np.sqrt(v * units[analytic] / m)
+        df.loc[analytic, "rmse"] = error.rmse_from_unit(units[analytic], m, noise)
     rmse = df["rmse"].to_numpy(dtype=float)
     df["ratio"] = rmse / bound if bound and not math.isnan(bound) else math.nan
     if objective == "max":  # the worst query's standard deviation

@@ -389,8 +389,7 @@ class DataView(Page, param.Parameterized):
                                          res.epsilon2, np.random.default_rng(seed),
                                          self.candidates, res.order)
         try:
-            err = W.matvec(res.x_hat) - W.matvec(x.ravel())
-            wrmse = float(np.sqrt(np.mean(err**2)))
+            wrmse = dpx.error.empirical_rmse(W.matvec(res.x_hat), W.matvec(x.ravel()))
         except Exception:  # noqa: BLE001 - a display extra only
             log.debug("workload RMSE unavailable", exc_info=True)
             wrmse = math.nan

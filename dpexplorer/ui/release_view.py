@@ -132,8 +132,7 @@ class ReleaseRecord:
     @property
     def rmse(self) -> float:
         """Empirical RMSE of this one release over all its queries (counts)."""
-        err = np.asarray(self.release.answers) - self.true_answers
-        return float(np.sqrt(np.mean(err**2)))
+        return dpx.error.empirical_rmse(self.release.answers, self.true_answers)
 
 
 @dataclass
