@@ -74,6 +74,7 @@ the same in words.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -89,13 +90,18 @@ from .queries.matrix import Identity, Matrix, MatrixTooLargeError, as_matrix
 
 __all__ = ["METRICS", "CALIBRATIONS", "EpsilonForTarget", "ErrorProfile", "epsilon_for",
            "error_at", "error_profile", "epsilon_table", "noise_for_std", "describe_privacy", "accuracy_sentence",
-           "quantile_over_queries"]
+           "quantile_over_queries", "EPSILON_GRID", "rmse_curve", "unit_error_profile",
+           "svd_floor", "epsilon_grid", "error_curves"]
 
 #: The error metrics a target can be given in (see the module docstring).
 METRICS = ("rmse", "max", "ci95")
 
 #: Gaussian calibrations that can be inverted (those of :class:`~dpexplorer.privacy.noise.Gaussian`).
 CALIBRATIONS = ("zcdp", "analytic", "classical", "eigen_design")
+
+#: ε grid of a privacy–accuracy curve (:func:`rmse_curve`): 31 points, log-spaced over
+#: [0.01, 10] (ε per release).
+EPSILON_GRID = np.logspace(-2, 1, 31)
 
 #: Relative tolerance of the bisections that make a step function's ε exact.
 _EXACT_RTOL = 1e-12
@@ -1012,7 +1018,7 @@ def epsilon_table(W, target, metric: str = "rmse", noise=None, delta: float | No
                    "error": math.nan, "kind": "simulation" if mech.data_dependent else "analytic",
                    "method": "", "exact": not mech.data_dependent, "note": str(exc)}
         rows.append(row)
-    floor = _floor_solved(_floor(W, fam, metric, cache), fam, t)
+    floor = _floor(W, fam, metric, cache, t)
     cols = ["mechanism", "label", "epsilon", "delta", "rho", "error", "ratio", "kind", "method",
             "exact", "epsilon_low", "epsilon_high", "data_dependent", "description", "source",
             "note"]
@@ -1040,24 +1046,264 @@ def _template(fam: _Family):
         else Gaussian(0.5, fam.delta, "classical")
 
 
-def _floor(W: Matrix, fam: _Family, metric: str, cache) -> dict:
+def _floor(W: Matrix, fam: _Family, metric: str, cache, t: float) -> dict:
     """ε (and ρ) at which the SVD bound on the RMSE equals the target: the floor of the table."""
+    svdb = math.nan if metric == "ci95" else cache.svdb(W)  # no bound needed for ci95
+    return _svd_floor(svdb, W.m, fam, metric, t)
+
+
+_FLOOR_NOTE = "SVD bound (Li & Miklau 2012, Thm 2): no strategy needs less ε"
+
+
+def _svd_floor(svdb: float, m: int, fam: _Family, metric: str, t: float) -> dict:
     if metric == "ci95":
         return {"epsilon": math.nan, "rho": math.nan,
                 "note": "no floor for ci95: the SVD bound limits the mean squared error, not a "
                         "percentile of the interval widths"}
-    svdb = cache.svdb(W)
     if not math.isfinite(svdb):
         return {"epsilon": math.nan, "rho": math.nan,
                 "note": "the workload is too large for the SVD bound"}
-    return {"unit": math.sqrt(svdb / W.m), "note": "SVD bound (Li & Miklau 2012, Thm 2)"}
+    if svdb <= 0:
+        return {"epsilon": math.nan, "rho": math.nan,
+                "note": "the SVD bound is 0 (no noise reaches the answers): no floor"}
+    s = _solve_std(fam, t / math.sqrt(svdb / m))
+    return {"epsilon": s.epsilon, "rho": s.rho, "note": _FLOOR_NOTE}
 
 
-def _floor_solved(floor: dict, fam: _Family, t: float) -> dict:
-    if "unit" not in floor:
-        return floor
-    s = _solve_std(fam, t / floor["unit"])
-    return {"epsilon": s.epsilon, "rho": s.rho, "note": floor["note"]}
+def svd_floor(svdb: float, m: int, target: float, noise=None, metric: str = "rmse", *,
+              delta: float | None = None, calibration: str | None = None
+              ) -> tuple[float, float, str]:
+    """The smallest ε (and ρ) at which the SVD bound meets an error target: no strategy needs less.
+
+    The SVD bound ``sqrt(v · SVDB(W) / m)`` is a lower bound on the RMSE of
+    every strategy of the matrix mechanism (Li & Miklau 2012, Thm 2; HDMM
+    Def. 11), hence also on the worst query's standard deviation (the largest
+    variance is at least the mean); its ε for ``target`` is the floor of
+    :func:`epsilon_table`.  It bounds no percentile of interval widths: for
+    ``metric="ci95"`` there is no floor.
+
+    Parameters
+    ----------
+    svdb : float
+        ``SVDB(W)``: unit-noise TSE bound (:func:`dpexplorer.core.error.svdb`); NaN if unknown.
+    m : int
+        Number of queries of ``W``.
+    target : float
+        The error (counts, > 0).
+    noise, delta, calibration
+        The family, as for :func:`epsilon_for` (a noise model's ε is ignored).
+    metric : {"rmse", "max", "ci95"}
+
+    Returns
+    -------
+    (epsilon, rho, note)
+        ε per release and its zCDP ρ; NaN (with the reason in ``note``) for
+        ``ci95``, an unknown or zero bound, or a zCDP Gaussian without δ (then
+        ρ is the answer).
+
+    Raises
+    ------
+    ValueError
+        For a bad target, metric, ``m`` or family.
+    """
+    t, metric = _target(target), _metric(metric)
+    if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
+        raise ValueError(f"m must be a whole number >= 1, got {m!r}")
+    floor = _svd_floor(float(svdb), int(m), _family(noise, delta, calibration), metric, t)
+    return floor["epsilon"], floor["rho"], floor["note"]
+
+
+def unit_error_profile(unit: float, noise, *, mechanism: str = "", label: str = "",
+                       metric: str = "rmse") -> ErrorProfile:
+    """The :class:`ErrorProfile` ``error(ε) = unit · s(ε)`` of a known unit error: no strategy needed.
+
+    For the matrix mechanism every RMSE and worst-query error is the noise's
+    standard deviation per unit sensitivity ``s(ε)`` (``√2/ε`` for Laplace,
+    ``c(ε, δ)`` for Gaussian) times a number of ``W`` and ``A`` only (HDMM
+    Prop. 4): ``unit = sqrt(unit TSE / m)`` for the RMSE, ``sqrt(unit max
+    variance)`` for the worst query, ``sqrt(SVDB(W) / m)`` for the SVD bound,
+    with the unit-noise figures of :class:`dpexplorer.StrategyCache`.  The
+    page that already holds those figures solves targets and draws curves
+    from them without building a strategy again.
+
+    Parameters
+    ----------
+    unit : float
+        Counts per unit noise standard deviation (>= 0, finite).
+    noise : {"laplace", "gaussian"} or NoiseModel
+        The family.
+    mechanism, label : str
+        Names carried into the results.
+    metric : {"rmse", "max"}
+        What ``unit`` measures (``ci95`` needs the interval rules:
+        :func:`error_profile`).
+
+    Raises
+    ------
+    ValueError
+        For a negative or non-finite ``unit``, ``metric="ci95"`` or a bad family.
+    """
+    u = _checked(unit, "unit", lambda v: v >= 0, "a non-negative finite number of counts")
+    if _metric(metric) == "ci95":
+        raise ValueError("a ci95 profile needs the release's interval rules: use error_profile")
+    fam = _family(noise, None, None)
+    return ErrorProfile(mechanism, label, metric, 0.95, 0.95, fam.kind, _Linear(u))
+
+
+def epsilon_grid(found=(), floor: float = math.nan, points: int = 41) -> np.ndarray:
+    """ε (per release) to draw error curves over: log-spaced, and around the ε found for a target.
+
+    From ``min(0.01, found/3, floor/3)`` to ``max(10, 3·found)``, ``points``
+    log-spaced values, with the positive finite ``found`` added (so that every
+    curve passes exactly through its solution point).
+
+    Parameters
+    ----------
+    found : array_like of float
+        ε found for a target (non-positive and non-finite values are ignored).
+    floor : float
+        The SVD bound's ε (:func:`svd_floor`), NaN for none.
+    points : int
+        Log-spaced points (>= 2).
+
+    Returns
+    -------
+    numpy.ndarray, shape (k,)
+        Sorted distinct ε.
+    """
+    if isinstance(points, bool) or not isinstance(points, int | np.integer) or points < 2:
+        raise ValueError(f"points must be a whole number >= 2, got {points!r}")
+    f = np.asarray(found, dtype=float).ravel()
+    f = f[np.isfinite(f) & (f > 0)]
+    lows = [0.01, *(f / 3)] + ([floor / 3] if math.isfinite(floor) and floor > 0 else [])
+    lo, hi = min(lows), max([10.0, *(f * 3)])
+    return np.unique(np.concatenate([np.logspace(math.log10(lo), math.log10(hi), points), f]))
+
+
+def error_curves(profiles, noise: NoiseModel, grid) -> pd.DataFrame:
+    """The error of each profile over ε: the curves of an "ε for this error" chart.
+
+    Parameters
+    ----------
+    profiles : mapping of str to ErrorProfile
+        Curve name -> profile (of ``noise``'s family); the label is the
+        profile's, else the name.
+    noise : NoiseModel
+        The noise whose δ and calibration are kept along the curve.
+    grid : array_like of float
+        ε per release (e.g. :func:`epsilon_grid`); an ε the noise cannot be
+        calibrated at (the classical Gaussian calibration at ε >= 1, a
+        non-positive ε) is left out.
+
+    Returns
+    -------
+    pandas.DataFrame, shape (curves · ε, 4)
+        ``mechanism``, ``label``, ``epsilon``, ``error`` (the profile's metric,
+        counts); points with a non-finite error are dropped.
+
+    Raises
+    ------
+    TypeError
+        If ``noise`` is not a noise model.
+    ValueError
+        If a profile is of another noise family.
+    """
+    if not isinstance(noise, NoiseModel):
+        raise TypeError(f"noise must be dpx.Laplace(ε) or dpx.Gaussian(ε, δ), got {noise!r}")
+    eps, models = [], []
+    for e in np.asarray(grid, dtype=float).ravel():
+        try:
+            models.append(noise.with_epsilon(float(e)))
+        except ValueError:  # e.g. the classical Gaussian calibration at ε >= 1: no point there
+            continue
+        eps.append(float(e))
+    parts = [pd.DataFrame({"mechanism": name, "label": prof.label or name, "epsilon": eps,
+                           "error": [prof.error(n) for n in models]})
+             for name, prof in profiles.items()]
+    cv = (pd.concat(parts, ignore_index=True) if parts else
+          pd.DataFrame({"mechanism": [], "label": [], "epsilon": [], "error": []}))
+    return cv[np.isfinite(cv["error"].to_numpy(dtype=float))].reset_index(drop=True)
+
+
+# ======================================================== privacy–accuracy curve
+def rmse_curve(table: pd.DataFrame, noise: NoiseModel, svdb: float, m: int,
+               grid=EPSILON_GRID, pending: Iterable[str] = ()) -> pd.DataFrame:
+    """The RMSE of every analytic mechanism (and the SVD bound) over ε: a privacy–accuracy curve.
+
+    The forward of :func:`epsilon_for` for the RMSE metric, from unit-noise
+    figures only (HDMM, McKenna et al. 2018, Prop. 4)::
+
+        rmse(ε) = sqrt(v(ε) · u / m)
+
+    with ``u`` the mechanism's unit-noise TSE (:meth:`dpexplorer.StrategyCache.entry`),
+    or ``SVDB(W)`` for the bound (HDMM Def. 11), and ``v(ε)`` the variance per
+    unit sensitivity of ``noise`` at ε, δ fixed (``noise.with_epsilon(ε).variance_per_unit``):
+    ``2/ε²`` for Laplace (``b = 1/ε``, variance ``2b²``), ``c(ε, δ)²`` for Gaussian noise in
+    its calibration (zCDP: ``c² = 1/(2ρ)`` with ρ the zCDP cost whose conversion
+    is (ε, δ)-DP; Bun & Steinke 2016, Prop. 1.6; Canonne, Kamath & Steinke 2020, Cor. 13).
+
+    Parameters
+    ----------
+    table : pandas.DataFrame, shape (mechanisms, columns)
+        ``mechanism``, ``label`` and ``unit_tse`` (counts² per unit noise
+        variance; NaN for a mechanism without an analytic error), as the
+        table :func:`dpexplorer.compare.scale_comparison` scales.
+    noise : NoiseModel
+        The current noise; its ε is added to ``grid``, its family, δ and
+        calibration are kept along the curve.
+    svdb : float
+        ``SVDB(W)`` (unit-noise TSE bound); NaN leaves the bound out.
+    m : int
+        Number of queries of the workload.
+    grid : array_like of float
+        ε per release (> 0), default :data:`EPSILON_GRID`.
+    pending : iterable of str
+        Mechanisms without a unit TSE yet (being built) that keep their rows,
+        with NaN RMSE, so that a chart can reserve their curves.
+
+    Returns
+    -------
+    pandas.DataFrame, shape (curves · ε, 4)
+        Long format: ``mechanism`` (``"svd_bound"`` for the bound), ``label``,
+        ``epsilon`` (sorted, ``grid ∪ {noise.epsilon}``), ``rmse`` (counts per
+        query); rows without a finite RMSE are dropped unless pending.
+        ``attrs``: ``noise`` (label), ``epsilon`` (the current ε).
+
+    Raises
+    ------
+    TypeError
+        If ``noise`` is not a noise model.
+    ValueError
+        If ``m`` is not a whole number >= 1, an ε of the grid is not positive
+        and finite (or not valid for the noise, e.g. ε >= 1 for the classical
+        Gaussian calibration), or a needed column is missing.
+    """
+    if not isinstance(noise, NoiseModel):
+        raise TypeError(f"noise must be dpx.Laplace(ε) or dpx.Gaussian(ε, δ), got {noise!r}")
+    if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
+        raise ValueError(f"m must be a whole number >= 1, got {m!r}")
+    missing = [c for c in ("mechanism", "label", "unit_tse") if c not in table.columns]
+    if missing:
+        raise ValueError(f"the comparison table lacks column(s) {missing}")
+    eps = np.unique(np.append(np.asarray(grid, dtype=float).ravel(), noise.epsilon))
+    if not np.all(np.isfinite(eps) & (eps > 0)):
+        raise ValueError(f"the ε grid must hold positive finite numbers, got {grid!r}")
+    v = np.array([noise.variance_per_unit if e == noise.epsilon
+                  else noise.with_epsilon(float(e)).variance_per_unit for e in eps])
+    pending = set(pending)
+    units = table["unit_tse"].to_numpy(dtype=float)
+    waiting = table["mechanism"].isin(pending).to_numpy()
+    f = table[np.isfinite(units) | waiting]
+    names = list(f["mechanism"]) + ["svd_bound"]
+    labels = list(f["label"]) + ["SVD bound"]
+    u = np.append(f["unit_tse"].to_numpy(dtype=float), float(svdb))
+    rmse = np.sqrt(np.outer(u, v) / m)
+    k = eps.size
+    df = pd.DataFrame({"mechanism": np.repeat(names, k), "label": np.repeat(labels, k),
+                       "epsilon": np.tile(eps, len(names)), "rmse": rmse.ravel()})
+    df = df[np.isfinite(df["rmse"]) | df["mechanism"].isin(pending)].reset_index(drop=True)
+    df.attrs.update(noise=noise.label, epsilon=noise.epsilon)
+    return df
 
 
 # ================================================================ plain words

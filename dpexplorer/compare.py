@@ -23,10 +23,14 @@ from .privacy.noise import NoiseModel
 from .queries import limits
 from .queries.matrix import Matrix, MatrixTooLargeError, as_matrix
 
-__all__ = ["compare", "StrategyCache", "OBJECTIVES"]
+__all__ = ["compare", "scale_comparison", "StrategyCache", "OBJECTIVES", "UNIT_COLUMNS"]
 
 #: What :func:`compare` ranks by: total squared error (RMSE) or the worst query's std.
 OBJECTIVES = ("sum", "max")
+
+#: Unit-noise columns :func:`scale_comparison` reads: the TSE and the largest per-query
+#: variance per unit noise variance (counts² per unit of ``noise.variance_per_unit``).
+UNIT_COLUMNS = ("unit_tse", "unit_max")
 
 
 class StrategyCache:
@@ -241,7 +245,7 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
         else:
             params = {"objective": objective} if "objective" in mech.params else {}
             A, value, seconds, note = cache.entry(W, name, noise, params)
-            r = math.sqrt(noise.variance_per_unit * value / W.m) if A is not None else math.nan
+            r = error.rmse_from_unit(value, W.m, noise) if A is not None else math.nan
             row.update(rmse=r, kind="analytic", seconds=seconds, note=note)
             if A is not None:
                 row.update(rows=A.m, sensitivity=A.sensitivity(noise.norm))
@@ -260,6 +264,87 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
     key = "max_std" if objective == "max" else "rmse"
     df = df.sort_values(key, na_position="last", kind="stable").reset_index(drop=True)
     df.attrs.update(svd_bound=bound, noise=noise.label, m=W.m, n=W.n, workload=W.name,
+                    objective=objective)
+    return df
+
+
+def scale_comparison(table: pd.DataFrame, noise: NoiseModel, svdb: float, m: int, *,
+                     n: int | None = None, workload: str | None = None,
+                     objective: str = "sum") -> pd.DataFrame:
+    """The :func:`compare` table at ``noise``, from unit-noise figures: no strategy is rebuilt.
+
+    The matrix mechanism's error scales with the noise variance only (HDMM,
+    McKenna et al. 2018, Prop. 4): ``TSE = v · Δ_p(A)² · tr(W (AᵀA)⁺ Wᵀ)``
+    with ``v = noise.variance_per_unit`` (``2/ε²`` for Laplace, ``c(ε, δ)²``
+    for Gaussian noise).  So, from the unit-noise TSE ``u`` of each strategy
+    (:meth:`StrategyCache.entry`) and its largest unit per-query variance
+    ``u_max`` (:meth:`StrategyCache.max_variance`)::
+
+        rmse    = sqrt(v · u / m)           (counts per query)
+        max_std = sqrt(v · u_max)           (counts; objective "max" only)
+        bound   = sqrt(v · SVDB(W) / m)     (HDMM Def. 11; Li & Miklau 2012, Thm 2)
+        ratio   = rmse / bound
+
+    the same numbers as :func:`compare` at ``noise``, and the same order.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame, shape (mechanisms, columns)
+        Rows of a comparison in registry order, with at least ``mechanism``,
+        ``rmse`` and ``unit_tse`` (and ``unit_max`` for ``objective="max"``).
+        Rows with a NaN ``unit_tse`` (data-dependent, not applicable, not
+        built yet) keep their ``rmse`` as given (NaN, or a simulation's).
+    noise : NoiseModel
+        The noise to scale to (``Laplace(ε)`` or ``Gaussian(ε, δ)``) of the norm
+        the unit figures were computed for.
+    svdb : float
+        ``SVDB(W)``, the unit-noise TSE lower bound (:func:`dpexplorer.core.error.svdb`);
+        NaN when unknown (then ``ratio`` is NaN).
+    m : int
+        Number of queries of the workload.
+    n, workload : optional
+        Cells and name of the workload, stored in ``attrs``.
+    objective : {"sum", "max"}
+        Rank by ``rmse``, or add ``max_std`` and rank by it (as :func:`compare`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        A copy of ``table`` with ``rmse``, ``ratio`` (and ``max_std``) at
+        ``noise``, sorted by ``rmse`` (or ``max_std``; stable, NaN last).
+        ``attrs``: ``svd_bound``, ``noise`` (label), ``m``, ``n``,
+        ``workload``, ``objective``.
+
+    Raises
+    ------
+    TypeError
+        If ``noise`` is not a noise model.
+    ValueError
+        If ``m`` is not a whole number >= 1, the objective is unknown, or a
+        needed column is missing.
+    """
+    check_noise(noise)
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    m = limits.whole_number(m, "scale_comparison: m")
+    need = ["mechanism", "rmse", "unit_tse"] + (["unit_max"] if objective == "max" else [])
+    missing = [c for c in need if c not in table.columns]
+    if missing:
+        raise ValueError(f"the comparison table lacks column(s) {missing}")
+    v = noise.variance_per_unit
+    bound = error.rmse_from_unit(float(svdb), m, noise)
+    df = table.copy()
+    units = df["unit_tse"].to_numpy(dtype=float)
+    analytic = np.isfinite(units)
+    if analytic.any():
+        df.loc[analytic, "rmse"] = error.rmse_from_unit(units[analytic], m, noise)
+    rmse = df["rmse"].to_numpy(dtype=float)
+    df["ratio"] = rmse / bound if bound and not math.isnan(bound) else math.nan
+    if objective == "max":  # the worst query's standard deviation
+        df["max_std"] = np.sqrt(v * df["unit_max"].to_numpy(dtype=float))
+    df = df.sort_values("max_std" if objective == "max" else "rmse", na_position="last",
+                        kind="stable").reset_index(drop=True)
+    df.attrs.update(svd_bound=bound, noise=noise.label, m=m, n=n, workload=workload,
                     objective=objective)
     return df
 

@@ -27,6 +27,7 @@ import datetime as _dt
 import json
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,7 +55,8 @@ from .queries.domain import DATA_DOMAIN_REFUSAL, PublicTable, Table
 from .queries.matrix import Identity, Matrix, Ones, as_matrix, check_has_queries
 
 __all__ = ["Reconstructor", "reconstruct", "run", "Release", "release", "simulate",
-           "confidence_half_widths", "DENSE_RECONSTRUCT_LIMIT", "EXACT_CI_LIMIT"]
+           "confidence_half_widths", "DENSE_RECONSTRUCT_LIMIT", "EXACT_CI_LIMIT",
+           "AnswerBands", "answer_bands", "TRIAL_SEED_TAG"]
 
 #: Strategies and their factorisations kept for repeated runs (evaluate's trials).
 _PLANS: OrderedDict = OrderedDict()
@@ -832,3 +834,117 @@ def simulate(x, W, mechanism="identity", noise: NoiseModel | None = None, seed: 
     seed = limits.whole_number(seed, "simulate: seed", minimum=0)
     return _make(x, W, mechanism, noise, np.random.default_rng(seed), ledger, params, counts, seed,
                  out_of_domain)
+
+
+# =================================================================== answer bands
+#: Mixed into the seed of :func:`answer_bands` (``SeedSequence([seed, TRIAL_SEED_TAG]).spawn(trials)``).
+TRIAL_SEED_TAG = 0x7E1A15
+
+
+@dataclass(frozen=True)
+class AnswerBands:
+    """Seeded trials of a mechanism on the same data: the spread of each answer and the error.
+
+    Attributes
+    ----------
+    mechanism : str
+    trials : int
+    seed : int
+        Trial ``t`` ran with ``default_rng(SeedSequence([seed, TRIAL_SEED_TAG]).spawn(trials)[t])``.
+    shown : numpy.ndarray of int, shape (k,)
+        Queries whose bands are kept.
+    q05, q50, q95 : numpy.ndarray, shape (k,)
+        5 %, 50 % and 95 % quantiles (numpy's default, linear) of each shown
+        query's answer over the trials, in counts.
+    empirical_rmse : float
+        ``sqrt(mean((W x̂_t − W x)²))`` over all ``m`` queries and all trials (counts).
+    trial_rmse : numpy.ndarray, shape (trials,)
+        RMSE of every trial over all ``m`` queries (counts).
+    ledger : PrivacyLedger
+        The throwaway ledger the trials spent from (``trials`` charges).
+    """
+
+    mechanism: str
+    trials: int
+    seed: int
+    shown: np.ndarray
+    q05: np.ndarray
+    q50: np.ndarray
+    q95: np.ndarray
+    empirical_rmse: float
+    trial_rmse: np.ndarray
+    ledger: PrivacyLedger
+
+
+def answer_bands(x, W, mechanism: str, noise: NoiseModel, trials: int, seed: int,
+                 shown=None, progress: Callable[[int], None] | None = None) -> AnswerBands:
+    """Run ``mechanism`` ``trials`` times on ``x`` (a simulation) and summarise the answers.
+
+    What a release of the same mechanism would show, trial after trial: the
+    5–95 % band of each answer and the empirical RMSE, for data-dependent
+    mechanisms too (DAWA, MWEM, ...), whose error has no formula.  The trials
+    spend from a new :class:`~dpexplorer.privacy.PrivacyLedger` of their own:
+    this is a simulation on data treated as public (as in DPBench), never a
+    release.  Answers are ``W x̂`` of each run (or the mechanism's own answers,
+    e.g. OPT+'s local least squares).
+
+    Parameters
+    ----------
+    x : array_like, shape (n,) or the workload's domain shape
+        Counts.
+    W : Matrix, shape (m, n)
+    mechanism : str
+        Registry name.
+    noise : NoiseModel
+    trials : int
+        Runs (>= 1).
+    seed : int
+        Base seed (>= 0); see :attr:`AnswerBands.seed`.
+    shown : array_like of int, optional
+        Queries whose bands to keep (default all ``m``; keep it small for a
+        large workload: the bands hold ``len(shown) × trials`` answers).
+    progress : callable, optional
+        ``progress(t)`` after trial ``t`` (1-based).
+
+    Returns
+    -------
+    AnswerBands
+
+    Raises
+    ------
+    ValueError
+        If ``trials`` or ``seed`` is not a whole number (>= 1, >= 0), ``shown``
+        has an index outside ``[0, m)``, or ``x`` does not fit ``W``.
+    KeyError, NotApplicableError
+        As :func:`run`.
+    """
+    check_noise(noise)
+    W = as_matrix(W)
+    trials = limits.whole_number(trials, "answer_bands: trials")
+    seed = limits.whole_number(seed, "answer_bands: seed", minimum=0)
+    x = np.asarray(x, dtype=float)
+    if x.size != W.n:
+        raise ValueError(f"x has {x.size:,} cells but the workload is over {W.n:,}")
+    shown = np.arange(W.m) if shown is None else np.asarray(shown, dtype=np.int64).ravel()
+    if shown.size and (shown.min() < 0 or shown.max() >= W.m):
+        raise ValueError(f"shown queries must be in [0, {W.m}), got {shown.min()}..{shown.max()}")
+    true = W.matvec(x.ravel())
+    ledger = PrivacyLedger()
+    data = PrivateData(x, ledger)
+    children = np.random.SeedSequence([seed, TRIAL_SEED_TAG]).spawn(trials)
+    kept = np.empty((shown.size, trials))
+    trial_rmse = np.empty(trials)
+    sse = 0.0
+    for t, child in enumerate(children):
+        est = run(mechanism, data, W, noise, np.random.default_rng(child))
+        answers = (W.matvec(np.asarray(est.x_hat, dtype=float)) if est.answers is None
+                   else np.asarray(est.answers, dtype=float))  # OPT+: local least squares
+        err = answers - true
+        sse += float(err @ err)
+        trial_rmse[t] = error.empirical_rmse(answers, true)
+        kept[:, t] = answers[shown]
+        if progress is not None:
+            progress(t + 1)
+    q05, q50, q95 = np.quantile(kept, [0.05, 0.5, 0.95], axis=1)
+    return AnswerBands(mechanism, trials, seed, shown, q05, q50, q95,
+                       math.sqrt(sse / (W.m * trials)), trial_rmse, ledger)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -404,3 +405,115 @@ def test_error_profile_is_reused_for_many_targets_and_epsilons():
         dpx.accuracy.error_profile(W, "hb", dpx.Laplace(1.0)).epsilon_for(5.0, delta=1e-6)
     with pytest.raises(ValueError, match="adapts to the data"):
         dpx.accuracy.error_profile(W, "dawa", dpx.Laplace(1.0))
+
+
+# ------------------------------------------------------------------- rmse_curve
+def _units():
+    return pd.DataFrame({"mechanism": ["identity", "hb", "mwem", "opt0"],
+                         "label": ["Identity", "HB", "MWEM", "OPT0"],
+                         "unit_tse": [120.0, 80.0, math.nan, math.nan]})
+
+
+def test_rmse_curve_laplace_is_sqrt2_b_over_the_grid():
+    m, svdb = 10, 50.0
+    df = accuracy.rmse_curve(_units(), dpx.Laplace(0.7), svdb, m, grid=[0.1, 1.0, 5.0])
+    assert sorted(set(df["epsilon"])) == [0.1, 0.7, 1.0, 5.0]  # the current ε is added
+    assert set(df["mechanism"]) == {"identity", "hb", "svd_bound"}  # no analytic error: no curve
+    for name, u in (("identity", 120.0), ("hb", 80.0), ("svd_bound", svdb)):
+        c = df[df["mechanism"] == name]
+        b = 1.0 / c["epsilon"].to_numpy()  # Laplace scale per unit L1 sensitivity
+        np.testing.assert_allclose(c["rmse"], math.sqrt(2) * b * math.sqrt(u / m), rtol=1e-12)
+    assert df.attrs["epsilon"] == 0.7 and df[df["mechanism"] == "svd_bound"]["label"].iloc[0] == "SVD bound"
+
+
+def test_rmse_curve_gaussian_follows_the_zcdp_rho():
+    delta, m = 1e-6, 4
+    df = accuracy.rmse_curve(_units(), dpx.Gaussian(1.0, delta, "zcdp"), math.nan, m,
+                             grid=[0.2, 2.0], pending=["opt0"])
+    hb = df[df["mechanism"] == "hb"]
+    rho = np.array([dpx.privacy.accounting.rho_from_epsilon(e, delta) for e in hb["epsilon"]])
+    np.testing.assert_allclose(hb["rmse"], np.sqrt(80.0 / (2 * rho * m)), rtol=1e-9)
+    assert "svd_bound" not in set(df["mechanism"])  # NaN bound: left out
+    opt0 = df[df["mechanism"] == "opt0"]  # still being built: rows kept, NaN
+    assert len(opt0) == 3 and opt0["rmse"].isna().all()
+
+
+def test_rmse_curve_refuses_bad_input():
+    with pytest.raises(ValueError, match="grid"):
+        accuracy.rmse_curve(_units(), dpx.Laplace(1.0), 1.0, 4, grid=[0.0, 1.0])
+    with pytest.raises(ValueError, match="m must be"):
+        accuracy.rmse_curve(_units(), dpx.Laplace(1.0), 1.0, 0)
+    with pytest.raises(ValueError, match="unit_tse"):
+        accuracy.rmse_curve(_units().drop(columns="unit_tse"), dpx.Laplace(1.0), 1.0, 4)
+    with pytest.raises(TypeError):
+        accuracy.rmse_curve(_units(), "laplace", 1.0, 4)
+
+
+# ------------------------------------------- unit profiles, floor, curves (the page's numbers)
+def test_unit_error_profile_inverts_sqrt2_over_epsilon():
+    u, t = 3.0, 0.5  # RMSE per unit noise std, target in counts
+    prof = accuracy.unit_error_profile(u, "laplace", mechanism="hb", label="HB")
+    res = prof.epsilon_for(t, dpx.Laplace(1.0))
+    assert res.epsilon == pytest.approx(math.sqrt(2) * u / t, rel=1e-12)  # u·√2/ε = t
+    assert res.error <= t and res.error == pytest.approx(t, rel=1e-12)
+    assert prof.error(dpx.Laplace(2.0)) == pytest.approx(u * math.sqrt(2) / 2.0, rel=1e-15)
+    assert (res.mechanism, res.label, res.metric) == ("hb", "HB", "rmse")
+    zero = accuracy.unit_error_profile(0.0, "laplace").epsilon_for(t, "laplace")
+    assert zero.epsilon == 0.0  # no noise reaches the answers
+
+
+def test_unit_error_profile_gaussian_meets_the_target_tightly():
+    u, t, delta = 2.0, 0.25, 1e-6
+    prof = accuracy.unit_error_profile(u, dpx.Gaussian(1.0, delta, "zcdp"), metric="max")
+    res = prof.epsilon_for(t, dpx.Gaussian(1.0, delta, "zcdp"))
+    assert res.rho == pytest.approx(u * u / (2 * t * t), rel=1e-12)  # σ = u/√(2ρ) = t
+    sigma = dpx.Gaussian(res.epsilon, delta, "zcdp").sigma_per_unit
+    assert u * sigma <= t * (1 + 1e-12)
+    assert u * dpx.Gaussian(res.epsilon * (1 - 1e-6), delta, "zcdp").sigma_per_unit > t
+    with pytest.raises(ValueError, match="ci95"):
+        accuracy.unit_error_profile(u, "gaussian", metric="ci95")
+    with pytest.raises(ValueError, match="unit"):
+        accuracy.unit_error_profile(-1.0, "laplace")
+    with pytest.raises(ValueError, match="gaussian"):  # another family than the profile's
+        prof.epsilon_for(t, dpx.Laplace(1.0))
+
+
+def test_svd_floor_closed_form_and_the_table_floor():
+    svdb, m, t = 400.0, 25, 2.0
+    eps, rho, note = accuracy.svd_floor(svdb, m, t, "laplace")
+    assert eps == pytest.approx(math.sqrt(2) * math.sqrt(svdb / m) / t, rel=1e-12)
+    assert rho == pytest.approx(eps * eps / 2, rel=1e-12) and "SVD bound" in note
+    table = dpx.epsilon_table(W32, 3.0, mechanisms=["identity"])
+    got, _, _ = accuracy.svd_floor(dpx.error.svdb(W32), W32.m, 3.0, "laplace")
+    assert got == pytest.approx(table.attrs["floor_epsilon"], rel=1e-12)
+    for args, why in (((svdb, m, t, "laplace", "ci95"), "no floor"),
+                      ((math.nan, m, t, "laplace"), "too large"),
+                      ((0.0, m, t, "laplace"), "is 0")):
+        eps, _, note = accuracy.svd_floor(*args)
+        assert math.isnan(eps) and why in note
+    with pytest.raises(ValueError, match="m must be"):
+        accuracy.svd_floor(svdb, 0, t)
+
+
+def test_epsilon_grid_holds_the_solutions():
+    g = accuracy.epsilon_grid([0.5, math.nan, 0.0, 60.0], floor=0.003)
+    assert np.all(np.diff(g) > 0)
+    assert {0.5, 60.0} <= set(g)
+    assert g[0] == pytest.approx(0.001) and g[-1] == pytest.approx(180.0)
+    assert accuracy.epsilon_grid().size == 41 and accuracy.epsilon_grid()[0] == pytest.approx(0.01)
+
+
+def test_error_curves_are_unit_times_sqrt2_over_epsilon():
+    profs = {"a": accuracy.unit_error_profile(1.5, "laplace", label="A"),
+             "b": accuracy.unit_error_profile(4.0, "laplace")}
+    cv = accuracy.error_curves(profs, dpx.Laplace(1.0), [0.1, 1.0, 10.0])
+    for name, u in (("a", 1.5), ("b", 4.0)):
+        c = cv[cv["mechanism"] == name]
+        np.testing.assert_allclose(c["error"], u * math.sqrt(2) / c["epsilon"], rtol=1e-15)
+    assert set(cv["label"]) == {"A", "b"}
+    # the classical Gaussian calibration exists only for ε < 1: those points are left out
+    g = accuracy.unit_error_profile(1.0, "gaussian")
+    cv = accuracy.error_curves({"g": g}, dpx.Gaussian(0.5, 1e-6, "classical"), [0.1, 0.9, 2.0])
+    assert list(cv["epsilon"]) == [0.1, 0.9]
+    want = math.sqrt(2 * math.log(1.25 / 1e-6)) / 0.1  # Dwork & Roth 2014, Thm A.1
+    assert cv["error"].iloc[0] == pytest.approx(want, rel=1e-12)

@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import dpexplorer as dpx
@@ -187,3 +188,81 @@ def test_strategy_cache_dense_cells_keeps_only_structured_svd_bounds(monkeypatch
     for bad in (0, 1.5, "many"):
         with pytest.raises(ValueError, match="dense_cells"):
             dpx.StrategyCache(dense_cells=bad)
+
+
+# ----------------------------------------------------------- scale_comparison
+def _unit_frame():
+    """Unit-noise figures of the identity strategy on Prefix(16), from the matrix itself.
+
+    For A = I (Δ₁ = Δ₂ = 1) the unit TSE is ``tr(W Wᵀ)`` (the sum of squared entries) and
+    query i's unit variance is ``‖w_i‖²`` (HDMM Prop. 4 with (AᵀA)⁺ = I).
+    """
+    W = np.tril(np.ones((16, 16)))  # prefix queries, one per row
+    return W, pd.DataFrame({
+        "mechanism": ["identity", "dawa", "total_only"], "label": ["Identity", "DAWA", "T"],
+        "rmse": [math.nan, 7.0, math.nan], "note": ["", "simulation", "not applicable"],
+        "unit_tse": [float((W ** 2).sum()), math.nan, math.nan],
+        "unit_max": [float((W ** 2).sum(axis=1).max()), math.nan, math.nan]})
+
+
+def test_scale_comparison_laplace_matches_the_scale_b():
+    from dpexplorer.compare import scale_comparison
+
+    W, frame = _unit_frame()
+    eps, svdb, m = 0.5, 40.0, W.shape[0]
+    df = scale_comparison(frame, dpx.Laplace(eps), svdb, m, n=16, workload="prefix")
+    b = 1 / eps  # Laplace scale per unit L1 sensitivity; variance 2b²
+    ident = df.set_index("mechanism").loc["identity"]
+    assert ident["rmse"] == pytest.approx(math.sqrt(2) * b * math.sqrt((W ** 2).sum() / m), rel=1e-12)
+    bound = math.sqrt(2) * b * math.sqrt(svdb / m)
+    assert df.attrs["svd_bound"] == pytest.approx(bound, rel=1e-12)
+    assert ident["ratio"] == pytest.approx(ident["rmse"] / bound, rel=1e-12)
+    # a simulation's RMSE is kept, NaN rows last, sorted by RMSE
+    assert ident["rmse"] == pytest.approx(8.246, abs=1e-3)  # above the simulation's 7
+    assert list(df["mechanism"]) == ["dawa", "identity", "total_only"]
+    assert df.set_index("mechanism").loc["dawa", "rmse"] == 7.0
+    assert math.isnan(df.set_index("mechanism").loc["total_only", "rmse"])
+    assert df.attrs["m"] == m and df.attrs["n"] == 16 and df.attrs["workload"] == "prefix"
+    assert math.isnan(frame.loc[0, "rmse"])  # the input is not changed
+
+
+def test_scale_comparison_gaussian_and_worst_query_via_rho():
+    from dpexplorer.compare import scale_comparison
+
+    W, frame = _unit_frame()
+    rho, m = 0.3, W.shape[0]
+    noise = dpx.Gaussian.from_rho(rho, 1e-6)  # σ² = 1/(2ρ) per unit L2 sensitivity
+    df = scale_comparison(frame, noise, math.nan, m, objective="max").set_index("mechanism")
+    assert df.loc["identity", "rmse"] == pytest.approx(math.sqrt((W ** 2).sum() / (2 * rho * m)), rel=1e-9)
+    assert df.loc["identity", "max_std"] == pytest.approx(math.sqrt(16 / (2 * rho)), rel=1e-9)
+    assert math.isnan(df.loc["identity", "ratio"])  # no bound
+    assert df.attrs["objective"] == "max"
+
+
+def test_scale_comparison_equals_compare():
+    from dpexplorer.compare import scale_comparison
+
+    W, cache = workloads.all_range(32), dpx.StrategyCache()
+    names = ["identity", "h2", "hb", "wavelet"]
+    noise = dpx.Laplace(1.0)
+    units = [cache.entry(W, n, noise)[1] for n in names]
+    frame = pd.DataFrame({"mechanism": names, "rmse": math.nan, "unit_tse": units})
+    for other in (dpx.Laplace(0.3), dpx.Laplace(4.0)):
+        got = scale_comparison(frame, other, cache.svdb(W), W.m).set_index("mechanism")
+        want = dpx.compare(W, other, names, cache=cache).set_index("mechanism")
+        np.testing.assert_allclose(got.loc[names, "rmse"], want.loc[names, "rmse"], rtol=1e-12)
+        np.testing.assert_allclose(got.loc[names, "ratio"], want.loc[names, "ratio"], rtol=1e-12)
+
+
+def test_scale_comparison_refuses_bad_input():
+    from dpexplorer.compare import scale_comparison
+
+    _, frame = _unit_frame()
+    with pytest.raises(ValueError, match="unit_max"):
+        scale_comparison(frame.drop(columns="unit_max"), dpx.Laplace(1.0), 1.0, 16, objective="max")
+    with pytest.raises(ValueError, match="m must be"):
+        scale_comparison(frame, dpx.Laplace(1.0), 1.0, 0)
+    with pytest.raises(ValueError, match="objective"):
+        scale_comparison(frame, dpx.Laplace(1.0), 1.0, 16, objective="mean")
+    with pytest.raises(TypeError):
+        scale_comparison(frame, 1.0, 1.0, 16)

@@ -312,3 +312,19 @@ def test_as_published_options_and_registration():
     est = dpx.mechanism.run("dawa", PrivateData(np.arange(16)), workloads.prefix(16), dpx.Laplace(1.0),
                             np.random.default_rng(0), scaling="greedy")
     assert est.x_hat.shape == (16,)
+
+
+def test_partition_bucket_grid_follows_the_cell_order():
+    p = pt.Partition(np.array([0, 1, 3, 6]))  # buckets {0}, {1, 2}, {3, 4, 5}
+    np.testing.assert_array_equal(p.bucket_grid(), [0, 1, 1, 2, 2, 2])
+    order = np.array([5, 0, 4, 1, 3, 2])  # the partition's cell i is the data's cell order[i]
+    grid = p.bucket_grid(order, (2, 3))
+    want = np.empty(6, dtype=int)
+    for i, cell in enumerate(order):
+        want[cell] = p.bucket_of[i]
+    np.testing.assert_array_equal(grid, want.reshape(2, 3))
+    assert grid.ravel()[5] == 0 and set(grid.ravel()[[0, 4]]) == {1}
+    with pytest.raises(ValueError, match="permutation"):
+        p.bucket_grid([0, 0, 1, 2, 3, 4])
+    with pytest.raises(ValueError, match="shape"):
+        p.bucket_grid(None, (4, 2))

@@ -1,5 +1,7 @@
 """Analytic error and SVD bound against HDMM Tables 4-5 (ε = 1; Gaussian δ = 1e-6)."""
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -207,3 +209,32 @@ def test_dense_svd_bound_goes_through_numpy(monkeypatch, shape):
     D = np.random.default_rng(1).standard_normal(shape)
     s = np.linalg.svd(D, compute_uv=False)
     assert error.svdb(Dense(D)) == pytest.approx(s.sum() ** 2 / shape[1], rel=1e-10)
+
+
+def test_rmse_from_unit_is_sqrt2_b_for_laplace_and_rho_for_gaussian():
+    W = np.tril(np.ones((8, 8)))  # prefix(8); with A = I the unit TSE is the sum of squares
+    u, m = float((W ** 2).sum()), 8
+    eps = 0.25
+    b = 1 / eps  # Laplace scale per unit L1 sensitivity: variance 2b²
+    assert error.rmse_from_unit(u, m, dpx.Laplace(eps)) == pytest.approx(
+        math.sqrt(2) * b * math.sqrt(u / m), rel=1e-14)
+    assert error.rmse_from_unit(u, m, dpx.Laplace(eps)) == pytest.approx(
+        error.rmse(W, np.eye(8), dpx.Laplace(eps)), rel=1e-12)
+    rho = 0.4  # zCDP Gaussian: σ² = 1/(2ρ) per unit L2 sensitivity (Bun & Steinke 2016, Prop. 1.6)
+    g = dpx.Gaussian.from_rho(rho, 1e-6)
+    got = error.rmse_from_unit(np.array([u, 4 * u, np.nan]), m, g)
+    np.testing.assert_allclose(got[:2], [math.sqrt(u / (2 * rho * m)), 2 * math.sqrt(u / (2 * rho * m))],
+                               rtol=1e-9)
+    assert np.isnan(got[2]) and math.isnan(error.rmse_from_unit(math.nan, m, g))
+    with pytest.raises(ValueError, match="m must be"):
+        error.rmse_from_unit(u, 0, g)
+
+
+def test_empirical_rmse():
+    assert error.empirical_rmse([1.0, 5.0], [0.0, 2.0]) == pytest.approx(math.sqrt((1 + 9) / 2))
+    trials = np.array([[1.0, 2.0], [3.0, 2.0]])  # two trials of two answers
+    assert error.empirical_rmse(trials, [1.0, 2.0]) == pytest.approx(math.sqrt(4 / 4))
+    with pytest.raises(ValueError, match="shape"):
+        error.empirical_rmse([1.0, 2.0, 3.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="no answers"):
+        error.empirical_rmse([], [])

@@ -311,3 +311,76 @@ def test_deep_flow_text_hits_the_limit_before_the_parser(text):
     for fmt in ("yaml", None):
         with pytest.raises(LimitExceededError, match="spec_depth"):
             loads(text, fmt)
+
+
+# ------------------------------------------------------- text forms of a spec's parts
+from dpexplorer.queries import spec as dspec  # noqa: E402
+
+
+def test_attributes_text_round_trip():
+    assert dspec.parse_attributes("age:50, income=100; 2") == ((50, 100, 2), ("age", "income", "a3"))
+    assert dspec.parse_attributes(" ") == ((), ())
+    text = dspec.format_attributes((50, 100), ("age", "income"))
+    assert text == "age:50, income:100" and dspec.parse_attributes(text) == ((50, 100), ("age", "income"))
+    assert dspec.format_attributes((64,), ()) == ""
+    with pytest.raises(ValueError, match="distinct"):
+        dspec.parse_attributes("a:2, a:3")
+    with pytest.raises(ValueError, match="cannot read attribute 'age'"):
+        dspec.parse_attributes("age, b:2")
+    with pytest.raises(ValueError, match="1 attribute name"):
+        dspec.format_attributes((2, 3), ("a",))
+
+
+def test_orders_text_and_in_a_spec():
+    assert dspec.parse_orders("0-3") == [0, 1, 2, 3] == dspec.parse_orders("0..3")
+    assert dspec.parse_orders("3, 1 1") == [1, 3] and dspec.parse_orders([2, 0, 2]) == [0, 2]
+    assert dspec.parse_orders(2.0) == [2] and dspec.parse_orders(np.array([1, 2])) == [1, 2]
+    assert [dspec.format_orders(v) for v in ("0-3", [1, 3], 2, "x")] == ["0–3", "1, 3", "2", "x"]
+    for text in ("0-3", "1, 3", "2"):
+        assert dspec.parse_orders(dspec.format_orders(text)) == dspec.parse_orders(text)
+    for bad, why in (("2-1", "reversed"), ("x", "cannot read"), ("", "no marginal order"),
+                     ([], "no marginal order"), (True, "whole number"), ([-1], ">= 0")):
+        with pytest.raises(ValueError, match=why):
+            dspec.parse_orders(bad)
+    with pytest.raises(ValueError, match=r"must be in \[0, 3\]"):
+        dspec.parse_orders("0-4", 3)
+    # a spec takes the same text: all 1- and 2-way marginals of 3 attributes
+    W = from_spec({"domain": [3, 4, 2], "marginals": "1-2"})
+    np.testing.assert_array_equal(W.dense(), wl.marginals((3, 4, 2), [1, 2]).dense())
+    with pytest.raises(ValueError, match=r"^marginals: the marginal orders \[3\] must be in"):
+        from_spec({"domain": [3, 2], "marginals": "1-3"})
+
+
+def test_ranges_text_round_trip():
+    assert dspec.parse_ranges("0-9 20..29;4, 5:6 7–8") == [(0, 9), (20, 29), (4, 4), (5, 6), (7, 8)]
+    assert dspec.parse_ranges([[1, 2], [3, 4]]) == [(1, 2), (3, 4)] == dspec.parse_ranges("[1-2, 3-4]")
+    assert dspec.parse_ranges(np.array([3, 5])) == [(3, 5)]
+    iv = [(0, 9), (20, 29), (4, 4)]
+    assert dspec.format_ranges(iv) == "0-9, 20-29, 4"
+    assert dspec.format_ranges(iv, 2) == "0-9, 20-29, …"
+    assert dspec.parse_ranges(dspec.format_ranges(iv)) == iv
+    for bad, why in (("9-2", "reversed"), ("a-b", "cannot read"), ("", "no ranges"),
+                     ([[1, 2, 3]], "pairs")):
+        with pytest.raises(ValueError, match=why):
+            dspec.parse_ranges(bad)
+    # what a ranges block of a spec is built from
+    W = dspec.factor({"type": "ranges", "ranges": dspec.parse_ranges("0-3, 2-9")}, 10)
+    np.testing.assert_array_equal(W.dense(), wl.ranges(10, [[0, 3], [2, 9]]).dense())
+
+
+def test_factor_and_its_text():
+    assert [dspec.factor_text(f) for f in ("prefix", {"type": "width_range", "w": 8},
+                                           {"type": "random_ranges", "m": 50},
+                                           {"type": "ranges", "ranges": [[0, 1], [2, 3]]},
+                                           {"type": "identity_total"}, {"type": "other"})] == \
+        ["Prefix", "Width8", "Random50", "Ranges(2)", "Identity+Total", "other"]
+    np.testing.assert_array_equal(dspec.factor("prefix", 4).dense(), wl.prefix(4).dense())
+    with pytest.raises(ValueError, match=r"^block 'width_range' needs parameter\(s\) \['w'\]$"):
+        dspec.factor({"type": "width_range"}, 8)  # no location: the message alone
+    with pytest.raises(ValueError, match=r"^attribute 'age' \(8 cells\): width w=9"):
+        dspec.factor({"type": "width_range", "w": 9}, 8, "attribute 'age' (8 cells)")
+    with pytest.raises(ValueError, match=r"^base: unknown block type 'nope'"):
+        dspec.factor({"type": "permuted", "base": {"type": "nope"}}, 8)
+    assert dspec.parse_whole(" 12 ", "n") == 12 and dspec.parse_whole(3.0, "n") == 3
+    with pytest.raises(ValueError, match="n must be a whole number"):
+        dspec.parse_whole(2.5, "n")

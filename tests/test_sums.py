@@ -543,6 +543,24 @@ def test_evaluate_is_tidy_reproducible_and_shares_the_threshold(small):
     assert set(own.mechanism) == {"identity", "tamm"}
 
 
+def test_trial_taus_and_their_band(small):
+    _, x, v, S = small
+    df = sums.evaluate(x, S, 1.0, trials=5, seed=2, gamma=1.0)
+    taus = sums.trial_taus(df)
+    assert taus.shape == (5,)
+    for t in range(5):  # every non-SQM mechanism's query of trial t carries that trial's τ
+        rows = df[(df.trial == t) & (df.mechanism != "sqm")]
+        assert set(rows["tau"]) == {taus[t]}
+    lo, med, hi = sums.tau_band(taus)
+    srt = np.sort(taus)  # linear quantiles of 5 values: positions 0.2, 2, 3.8
+    assert med == srt[2]
+    assert lo == pytest.approx(srt[0] + 0.2 * (srt[1] - srt[0]))
+    assert hi == pytest.approx(srt[3] + 0.8 * (srt[4] - srt[3]))
+    only_sqm = sums.evaluate(x, S, 1.0, mechanisms=["sqm"], trials=2, seed=2, gamma=1.0)
+    assert sums.trial_taus(only_sqm).size == 0
+    assert all(math.isnan(q) for q in sums.tau_band([]))
+
+
 def test_tau_curve_tradeoff(small):
     _, x, v, S = small
     curve = sums.tau_curve(S, x, 1.0, taus=[1.0, 3.0, 6.0, 12.0], mechanisms=["identity", "workload", "tamm"])

@@ -435,8 +435,6 @@ def test_terms_compare_by_value():
 def test_parsers():
     assert bmod.parse_domain("age:50, income=100; 2", 1) == ((50, 100, 2), ("age", "income", "a3"))
     assert bmod.parse_domain("", 64) == ((64,), ())
-    assert bmod.parse_ranges("0-9 20..29;4") == [(0, 9), (20, 29), (4, 4)]
-    assert bmod.parse_ranges([[1, 2], [3, 4]]) == [(1, 2), (3, 4)]
     np.testing.assert_array_equal(bmod.parse_matrix("[[1, 0], [0, 1]]"), np.eye(2))
     buf = __import__("io").BytesIO()
     np.save(buf, np.eye(3))
@@ -521,7 +519,6 @@ def test_marginal_orders(small):
     small.orders = ""
     assert small.add_term("marginals", k=3)  # k when no orders are given
     assert small.terms[-1].params == {"k": 3}
-    assert bmod.parse_orders("0..2") == [0, 1, 2] and bmod.parse_orders([2, 0, 2]) == [0, 2]
 
 
 @pytest.mark.parametrize("orders, message", [

@@ -111,7 +111,7 @@ def test_2d_run_uses_random_rectangles_and_hilbert_order(session, view):
     assert x.ndim == 2 and run.result.order is not None
     assert run.workload.m == data_view.RANDOM_WORKLOAD["m"] and "rectangles" in run.workload_note
     # bucket image: every cell carries the id of the bucket bucket_edges_cells puts it in
-    ids = data_view.bucket_grid(run.result.partition, run.result.order, x.shape)
+    ids = run.result.partition.bucket_grid(run.result.order, x.shape)
     for b, cells in enumerate(run.result.bucket_edges_cells()[:50]):
         assert np.all(ids.ravel()[cells] == b)
     img = [e for e in view.private_partition_plot() if isinstance(e, hv.Image)][0]

@@ -22,6 +22,7 @@ of the values: for a window with mean ``a``, ``dev = 2 (Σ_{x_j ≥ a} x_j − a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numba
@@ -317,6 +318,42 @@ class Partition:
     def bucket_of(self) -> np.ndarray:
         """Bucket index of every cell, shape ``(n,)``."""
         return np.repeat(np.arange(self.k), self.sizes)
+
+    def bucket_grid(self, order=None, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        """Bucket index of every cell of the data, in the data's own cell order and shape.
+
+        The partition refers to cells in ``order`` (DAWA orders the cells of a
+        2D domain along a Hilbert curve, Li et al. PVLDB 2014, Sec. 3.3): cell
+        ``order[i]`` (C order of the data) is the partition's cell ``i``.
+
+        Parameters
+        ----------
+        order : array_like of int, shape (n,), optional
+            A permutation of ``0..n-1``; ``None`` for the identity.
+        shape : tuple of int, optional
+            The data's shape (product ``n``); default ``(n,)``.
+
+        Returns
+        -------
+        numpy.ndarray of int, shape ``shape``
+
+        Raises
+        ------
+        ValueError
+            If ``order`` is not a permutation of ``0..n-1`` or ``shape`` has another size.
+        """
+        ids = self.bucket_of
+        if order is not None:
+            order = np.asarray(order, dtype=np.int64).ravel()
+            if order.size != self.n or not np.array_equal(np.sort(order), np.arange(self.n)):
+                raise ValueError(f"order must be a permutation of 0..{self.n - 1}")
+            cells = np.empty_like(ids)
+            cells[order] = ids
+            ids = cells
+        shape = (self.n,) if shape is None else tuple(int(s) for s in shape)
+        if math.prod(shape) != self.n:
+            raise ValueError(f"shape {shape} has {math.prod(shape):,} cells, the partition {self.n:,}")
+        return ids.reshape(shape)
 
     def grouping(self) -> Grouping:
         """The ``(k, n)`` matrix ``P`` summing the cells of every bucket (``s = P x``)."""

@@ -56,6 +56,8 @@ __all__ = [
     "unit_tse",
     "expected_tse",
     "rmse",
+    "rmse_from_unit",
+    "empirical_rmse",
     "per_query_variance",
     "per_query_rmse",
     "svdb",
@@ -296,6 +298,68 @@ def rmse(W, A, noise: NoiseModel) -> float:
     """
     W = as_matrix(W)
     return math.sqrt(expected_tse(W, A, noise) / W.m)
+
+
+def rmse_from_unit(unit_tse, m: int, noise: NoiseModel):
+    """RMSE per query from the unit-noise TSE: ``sqrt(v · unit_tse / m)`` (HDMM Prop. 4).
+
+    ``unit_tse = Δ_p(A)² · tr(WᵀW (AᵀA)⁺)`` (:func:`unit_tse`) does not depend
+    on ε or δ, so the RMSE at any noise of the same norm is this product:
+    ``v = 2/ε²`` for Laplace, ``c(ε, δ)²`` for Gaussian noise.
+
+    Parameters
+    ----------
+    unit_tse : float or array_like
+        Squared counts per unit noise variance (NaN passes through).
+    m : int
+        Number of queries of the workload (>= 1).
+    noise : NoiseModel
+
+    Returns
+    -------
+    float or numpy.ndarray
+        Counts per query, the shape of ``unit_tse``.
+
+    Raises
+    ------
+    TypeError
+        If ``noise`` is not a noise model.
+    ValueError
+        If ``m`` is not a whole number >= 1.
+    """
+    v = check_noise(noise).variance_per_unit
+    m = limits.whole_number(m, "rmse_from_unit: m")
+    if np.ndim(unit_tse) == 0:
+        return math.sqrt(v * float(unit_tse) / m)
+    return np.sqrt(v * np.asarray(unit_tse, dtype=float) / m)
+
+
+def empirical_rmse(answers, truth) -> float:
+    """``sqrt(mean((answers − truth)²))``: the error of released answers against the true ones.
+
+    Parameters
+    ----------
+    answers, truth : array_like, shape (m,) or (trials, m)
+        Noisy and exact answers (counts); with several trials, the mean is
+        over every query of every trial.
+
+    Returns
+    -------
+    float
+        Counts per query.
+
+    Raises
+    ------
+    ValueError
+        If the shapes differ or there are no answers.
+    """
+    a, t = np.asarray(answers, dtype=float), np.asarray(truth, dtype=float)
+    if a.shape != t.shape and a.shape[-1:] != t.shape:
+        raise ValueError(f"answers of shape {a.shape} against true answers of shape {t.shape}")
+    if a.size == 0:
+        raise ValueError("no answers to measure the error of")
+    err = a - t
+    return float(np.sqrt(np.mean(err * err)))
 
 
 def per_query_variance(W, A, noise: NoiseModel) -> np.ndarray:

@@ -17,6 +17,15 @@ parameter-free block, its type name.  Instead of ``products`` a spec may
 give ``"marginals": [orders]`` or ``"range_marginals": {"orders": [...],
 "kind": "all_range" | "prefix"}``; :func:`to_spec` always writes ``products``.
 
+The parts of a spec also have short text forms, the ones people type in the
+explorer and that a spec accepts where it says so: the domain as
+``"age:50, income:100, sex:2"`` (:func:`parse_attributes`,
+:func:`format_attributes`), marginal orders as ``2``, ``"1, 3"`` or ``"0-3"``
+(:func:`parse_orders`, :func:`format_orders`; ``"marginals": "0-3"`` in a
+spec), the intervals of a ``ranges`` block as ``"0-9, 20-29"``
+(:func:`parse_ranges`, :func:`format_ranges`), and a block spec printed as
+``Prefix`` or ``Width8`` (:func:`factor_text`).
+
 Specs come from users (files, uploads), so loading checks sizes before
 building anything (:mod:`dpexplorer.queries.limits`): the bytes of the text
 (``spec_bytes``), its nesting depth (``spec_depth``; ``permuted`` blocks nest)
@@ -42,7 +51,9 @@ import yaml
 from . import limits, workloads
 from .matrix import Kronecker, Matrix, RangeQueries, VStack, Weighted
 
-__all__ = ["VERSION", "from_spec", "to_spec", "dumps", "loads", "save", "load"]
+__all__ = ["VERSION", "from_spec", "to_spec", "dumps", "loads", "save", "load", "factor",
+           "parse_attributes", "format_attributes", "parse_orders", "format_orders",
+           "parse_ranges", "format_ranges", "factor_text", "parse_whole"]
 
 #: Version of the spec format written by :func:`to_spec`.
 VERSION = 1
@@ -58,6 +69,11 @@ def _is_int(v) -> bool:
 
 
 def _orders(value, where: str, d: int) -> list[int]:
+    if isinstance(value, str):  # the text form, e.g. "0-3"
+        try:
+            return parse_orders(value, d)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
     orders = [value] if _is_int(value) else value
     if not isinstance(orders, list | tuple) or not orders or not all(_is_int(o) for o in orders):
         raise ValueError(f"{where}: orders must be a whole number or a non-empty list of them, got {value!r}")
@@ -67,35 +83,271 @@ def _orders(value, where: str, d: int) -> list[int]:
     return [int(o) for o in orders]
 
 
+def factor(f: Mapping | str, n: int, where: str = "") -> Matrix:
+    """Build one 1D block of ``n`` cells from a factor of a spec (a block spec or a type name).
+
+    Parameters
+    ----------
+    f : dict or str
+        ``{"type": ..., **params}`` of a block of
+        :data:`dpexplorer.queries.workloads.BLOCKS`, or the type name of a
+        parameter-free block.
+    n : int
+        Cells of the attribute.
+    where : str
+        Prefix of the error messages (``"products[0].factors[1]"``, or an
+        attribute's name); none when empty.
+
+    Returns
+    -------
+    Matrix, shape (m, n)
+
+    Raises
+    ------
+    ValueError
+        For an unknown type, unknown or missing parameters, or parameters the
+        block refuses.
+    LimitExceededError
+        If the block is above its limits.
+    """
+    return _factor(f, n, where)
+
+
+def _at(where: str, message: str) -> str:
+    """``message`` prefixed by the location ``where`` (none when empty)."""
+    return f"{where}: {message}" if where else message
+
+
 def _factor(f, n: int, where: str) -> Matrix:
     """Build one 1D block of ``n`` cells, raising ValueError prefixed by ``where``."""
     if isinstance(f, str):
         f = {"type": f}
     if not isinstance(f, Mapping) or not isinstance(f.get("type"), str):
-        raise ValueError(f"{where}: a factor is a block type name or a dict with a string 'type' "
-                         f"key, got {f!r}; known types: {sorted(workloads.BLOCKS)}")
+        raise ValueError(_at(where, f"a factor is a block type name or a dict with a string 'type' "
+                                    f"key, got {f!r}; known types: {sorted(workloads.BLOCKS)}"))
     kind = f["type"]
     if kind in workloads.BLOCKS:
         sig = inspect.signature(workloads.BLOCKS[kind]).parameters
         allowed = [p for p in sig if p != "n"]
         unknown = sorted(set(f) - {"type"} - set(allowed))
         if unknown:
-            raise ValueError(f"{where}: unknown parameter(s) {unknown} for block {kind!r}; allowed: {allowed}")
+            raise ValueError(_at(where, f"unknown parameter(s) {unknown} for block {kind!r}; "
+                                        f"allowed: {allowed}"))
         missing = [p for p in allowed if sig[p].default is inspect.Parameter.empty and p not in f]
         if missing:
-            raise ValueError(f"{where}: block {kind!r} needs parameter(s) {missing}")
-    if kind == "permuted":
-        _factor(f["base"], n, f"{where}.base")  # validate the base with its own path
+            raise ValueError(_at(where, f"block {kind!r} needs parameter(s) {missing}"))
+    if kind == "permuted":  # validate the base with its own path
+        _factor(f["base"], n, f"{where}.base" if where else "base")
     try:
         W = workloads.block(dict(f), n)
     except limits.LimitExceededError as exc:
-        exc.args = (f"{where}: {exc}",)  # keep the type (and its limit) with the location
+        exc.args = (_at(where, str(exc)),)  # keep the type (and its limit) with the location
         raise
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"{where}: {exc}") from None
+        raise ValueError(_at(where, str(exc))) from None
     if W.n != n:  # pragma: no cover - blocks check their own sizes
-        raise ValueError(f"{where}: block {kind!r} has {W.n} cells but the attribute has {n}")
+        raise ValueError(_at(where, f"block {kind!r} has {W.n} cells but the attribute has {n}"))
     return W
+
+
+# ------------------------------------------------------------- text forms
+def parse_whole(value, what: str) -> int:
+    """``value`` as an int: an integral number or its text (``"12"``), or ValueError naming ``what``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a whole number, got {value!r}")
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating) and math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        return int(value)
+    raise ValueError(f"{what} must be a whole number, got {value!r}")
+
+
+def parse_attributes(text: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The ``domain`` and ``attributes`` of a spec from text such as ``"age:50, income:100, sex:2"``.
+
+    Items are ``name:size`` or ``name=size``, separated by commas, semicolons
+    or new lines; a bare size gets the name ``a<i>`` (1-based position).
+    Sizes are read, not checked (callers apply their own limits, e.g.
+    :func:`from_spec`'s or a page's).
+
+    Returns
+    -------
+    (tuple of int, tuple of str)
+        Attribute sizes (may be < 1: check them) and distinct names; both
+        empty for empty text.
+
+    Raises
+    ------
+    ValueError
+        For an item that is not ``name:size`` or duplicate names.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"the attributes must be text such as 'age:50, income:100', got {text!r}")
+    items = [t.strip() for t in re.split(r"[,;\n]+", text.strip()) if t.strip()]
+    sizes, names = [], []
+    for i, item in enumerate(items):
+        match = re.fullmatch(r"(?:([^:=]+?)\s*[:=]\s*)?([+-]?\d+)", item)
+        if match is None:
+            raise ValueError(f"cannot read attribute {item!r}: write name:size items separated by "
+                             f"commas, e.g. age:50, income:100, sex:2")
+        names.append((match.group(1) or f"a{i + 1}").strip())
+        sizes.append(int(match.group(2)))
+    if len(set(names)) != len(names):
+        raise ValueError(f"attribute names must be distinct, got {names}")
+    return tuple(sizes), tuple(names)
+
+
+def format_attributes(domain, names=()) -> str:
+    """``"age:50, income:100"``: the text :func:`parse_attributes` reads back; ``""`` without names."""
+    if not names:
+        return ""
+    if len(names) != len(domain):
+        raise ValueError(f"{len(names)} attribute name(s) for {len(domain)} attribute(s)")
+    return ", ".join(f"{a}:{int(n)}" for a, n in zip(names, domain, strict=True))
+
+
+def parse_orders(value, d: int | None = None) -> list[int]:
+    """Marginal orders from ``2``, ``"0-3"``, ``"1, 3"`` or ``[0, 1, 2]``, sorted and distinct.
+
+    ``"0-3"`` (also ``0..3``, ``0–3``) means every order from 0 to 3: "all
+    0–3-way marginals" (HDMM, McKenna et al. 2018, Sec. 11.2, uses the 0- to
+    3-way marginals of Adult).
+
+    Parameters
+    ----------
+    value : int, str or sequence of int
+        The orders.
+    d : int, optional
+        Number of attributes; when given, every order must be in ``[0, d]``.
+
+    Raises
+    ------
+    ValueError
+        If the text cannot be read, no order is given, or an order is
+        negative or above ``d``.
+    """
+    if isinstance(value, str):
+        orders = []
+        items = [t for t in re.split(r"[,;\s]+", value.strip()) if t]
+        if not items:
+            raise ValueError("no marginal order given: write k, a list such as 1, 2 or a span such as 0-3")
+        for tok in items:
+            match = re.fullmatch(r"(\d+)(?:(?:-|\.\.|–)(\d+))?", tok)
+            if match is None:
+                raise ValueError(f"cannot read {tok!r} as a marginal order: write k, a list such as "
+                                 f"1, 2 or a span such as 0-3")
+            lo = int(match.group(1))
+            hi = int(match.group(2)) if match.group(2) is not None else lo
+            if lo > hi:
+                raise ValueError(f"the span of orders {tok!r} is reversed: write lo-hi with lo <= hi")
+            orders.extend(range(lo, hi + 1))
+    elif isinstance(value, int | np.integer | float | np.floating) and not isinstance(value, bool):
+        orders = [parse_whole(value, "the marginal order k")]
+    elif isinstance(value, list | tuple | np.ndarray):
+        orders = [parse_whole(v, "a marginal order") for v in value]
+        if not orders:
+            raise ValueError("no marginal order given: give at least one order k")
+    else:
+        raise ValueError(f"marginal orders are a whole number, a list or a text such as 0-3, got {value!r}")
+    orders = sorted(set(orders))
+    if d is not None:
+        bad = [o for o in orders if not 0 <= o <= d]
+        if bad:
+            what = f"the marginal order k = {bad[0]}" if len(orders) == 1 else f"the marginal orders {bad}"
+            raise ValueError(f"{what} must be in [0, {d}] for a {d}-attribute domain")
+    elif orders[0] < 0:
+        raise ValueError(f"marginal orders must be >= 0, got {orders[0]}")
+    return orders
+
+
+def format_orders(value) -> str:
+    """``"2"``, ``"0–3"`` or ``"1, 3"``: marginal orders as :func:`parse_orders` reads them.
+
+    A value that is not orders is shown as it is (``str(value)``).
+    """
+    try:
+        orders = parse_orders(value)
+    except ValueError:
+        return str(value)
+    if len(orders) > 2 and orders == list(range(orders[0], orders[-1] + 1)):
+        return f"{orders[0]}–{orders[-1]}"
+    return ", ".join(map(str, orders))
+
+
+def parse_ranges(text) -> list[tuple[int, int]]:
+    """The ``ranges`` parameter of a ``ranges`` block from text such as ``"0-9, 20-29; 40..47 60"``.
+
+    Items are inclusive 0-based cell intervals ``lo-hi``, ``lo..hi``,
+    ``lo:hi`` or a single cell ``i``, separated by commas, semicolons,
+    spaces or new lines; a list of ``(lo, hi)`` pairs is accepted as well.
+    Whether they fit a domain is the block's check.
+
+    Raises
+    ------
+    ValueError
+        If an item cannot be read, ``lo > hi``, or no interval is given.
+    """
+    if isinstance(text, str):
+        tokens = [t for t in re.split(r"[,;\s]+", text.strip().strip("[]()")) if t]
+        out = []
+        for tok in tokens:
+            match = re.fullmatch(r"(\d+)(?:(?:-|\.\.|:|–)(\d+))?", tok.strip("[]()"))
+            if match is None:
+                raise ValueError(f"cannot read {tok!r} as a range: write inclusive, 0-based cell "
+                                 f"intervals lo-hi, e.g. 0-9, 20-29")
+            lo = int(match.group(1))
+            hi = int(match.group(2)) if match.group(2) is not None else lo
+            out.append((lo, hi))
+    else:
+        arr = np.asarray(text)
+        if arr.ndim == 1 and arr.size == 2:
+            arr = arr[None, :]
+        if arr.ndim != 2 or arr.shape[1] != 2:
+            raise ValueError(f"ranges must be (lo, hi) pairs, got an array of shape {arr.shape}")
+        out = [(parse_whole(lo, "a range bound"), parse_whole(hi, "a range bound")) for lo, hi in arr.tolist()]
+    if not out:
+        raise ValueError("no ranges given: write inclusive cell intervals lo-hi, e.g. 0-9, 20-29")
+    for lo, hi in out:
+        if lo > hi:
+            raise ValueError(f"range [{lo}, {hi}] is reversed: write lo-hi with lo <= hi")
+    return out
+
+
+def format_ranges(ranges, limit: int | None = None) -> str:
+    """``"0-9, 20-29, 40"``: inclusive intervals as :func:`parse_ranges` reads them.
+
+    Only the first ``limit`` intervals when given, then ``…``.
+    """
+    ranges = list(ranges)
+    shown = ranges if limit is None else ranges[:limit]
+    text = ", ".join(f"{int(lo)}" if lo == hi else f"{int(lo)}-{int(hi)}" for lo, hi in shown)
+    return text + (", …" if len(shown) < len(ranges) else "")
+
+
+#: Short names of the blocks for :func:`factor_text`.
+_SHORT = {"identity": "Identity", "total": "Total", "identity_total": "Identity+Total",
+          "prefix": "Prefix", "all_range": "AllRange", "width_range": "Width",
+          "random_ranges": "Random", "ranges": "Ranges", "predicates": "Predicates",
+          "permuted": "Permuted"}
+
+
+def factor_text(f: Mapping | str) -> str:
+    """A factor of a spec in a few characters: ``Prefix``, ``Width8``, ``Random2000``, ``Ranges(3)``.
+
+    For products written as ``Prefix ⊗ Width8 ⊗ Total``.
+    """
+    if isinstance(f, str):
+        f = {"type": f}
+    kind = f.get("type", "?")
+    if kind == "width_range":
+        return f"Width{f.get('w')}"
+    if kind == "random_ranges":
+        return f"Random{f.get('m', 2000)}"
+    if kind == "ranges":
+        return f"Ranges({len(f.get('ranges', []))})"
+    return _SHORT.get(kind, kind)
 
 
 # ---------------------------------------------------------------- from_spec

@@ -146,7 +146,8 @@ __all__ = [
     "MECHANISMS", "LABELS", "SOURCES", "THRESHOLD_MODES", "SumWorkload", "prefix_sums", "prefix_cuts",
     "SumRelease", "run", "select_strategy", "analytic_variance", "truncation_bias",
     "isotonic_fit", "relative_error", "evaluate", "summarize", "compare_sizes", "tau_curve", "tau_grid",
-    "EVALUATION_COLUMNS", "answer_epsilon", "public_threshold", "Threshold",
+    "EVALUATION_COLUMNS", "answer_epsilon", "public_threshold", "Threshold", "trial_taus",
+    "tau_band",
 ]
 
 #: The five mechanisms of the paper's Table 1, in its order.
@@ -1255,6 +1256,36 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     extra = sq.groupby(["mechanism", "isotonic", "query"], sort=False).agg(
         empirical_mse=("se", "mean"), analytic_mse=("amse", "mean")).reset_index()
     return out.merge(extra, on=["mechanism", "isotonic", "query"])
+
+
+def trial_taus(df: pd.DataFrame) -> np.ndarray:
+    """The truncation threshold τ each trial of :func:`evaluate` used (attribute units), in trial order.
+
+    The mechanisms other than SQM share one τ per trial (chosen by SVT, given,
+    or none: ``inf``), read off query 0; SQM picks one τ per query (Wu et
+    al. 2019, App. A.1) and is left out.
+
+    Returns
+    -------
+    numpy.ndarray, shape (trials,)
+        Empty when only SQM ran.
+
+    Raises
+    ------
+    KeyError
+        If ``df`` lacks the columns mechanism, query, trial, tau.
+    """
+    common = df[(df["mechanism"] != "sqm") & (df["query"] == 0)].groupby("trial")["tau"].first()
+    return common.to_numpy(dtype=float) if len(common) else np.zeros(0)
+
+
+def tau_band(taus) -> tuple[float, float, float]:
+    """``(q05, median, q95)`` of the trials' thresholds (numpy's linear quantiles; NaN when none)."""
+    t = np.asarray(taus, dtype=float).ravel()
+    if not t.size:
+        return (math.nan, math.nan, math.nan)
+    lo, med, hi = np.quantile(t, [0.05, 0.5, 0.95])
+    return float(lo), float(med), float(hi)
 
 
 def compare_sizes(df: pd.DataFrame, fraction: float = 0.2) -> pd.DataFrame:

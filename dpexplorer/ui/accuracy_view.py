@@ -268,40 +268,13 @@ class AccuracyFirst(param.Parameterized):
             rows.append(row)
         return rows
 
-    @staticmethod
-    def _floor(base, noise, t: float) -> tuple[float, str]:
-        """The SVD bound's ε for an RMSE (or worst-query std) of ``t``, and its note."""
-        if math.isfinite(base.svdb) and base.svdb > 0:
-            floor, _ = dpx.accuracy.noise_for_std(t / math.sqrt(base.svdb / base.W.m), noise)
-            return floor, "SVD bound (Li & Miklau 2012, Thm 2): no strategy needs less ε"
-        if not math.isfinite(base.svdb):
-            return math.nan, "the workload is too large for the SVD bound"
-        return math.nan, NO_FLOOR
-
     def _rmse(self, base, noise, t: float):
-        """ε for an RMSE target: closed-form inversion of ``sqrt(unit/m) · s(ε) = t``."""
+        """ε for an RMSE target: each mechanism's profile from its unit TSE (closed form)."""
         m = base.W.m
-
-        def solve(r):
-            u = math.sqrt(float(r.unit_tse) / m)
-            if u == 0.0:
-                return {"epsilon": 0.0, "rho": 0.0, "error": 0.0,
-                        "note": "no noise reaches the answers: any ε meets the target"}
-            eps, rho = dpx.accuracy.noise_for_std(t / u, noise)
-            err = u * noise.with_epsilon(eps).std_per_unit if eps > 0 and math.isfinite(eps) \
-                else math.nan
-            return {"epsilon": eps, "rho": rho, "error": err, "note": _eps_note(eps, t)}
-
-        rows = self._rows(base, solve)
-        floor, note = self._floor(base, noise, t)
-        units = {r.mechanism: math.sqrt(float(r.unit_tse) / m) for r in base.frame.itertuples()
-                 if math.isfinite(float(r.unit_tse))}
-        if math.isfinite(floor):
-            units["svd_bound"] = math.sqrt(base.svdb / m)
-
-        def curve(name, eps):
-            return units[name] * np.array([noise.with_epsilon(float(e)).std_per_unit for e in eps])
-        return rows, floor, note, curve, list(units)
+        profs = {r.mechanism: dpx.accuracy.unit_error_profile(
+                     math.sqrt(float(r.unit_tse) / m), noise, mechanism=r.mechanism, label=r.label)
+                 for r in base.frame.itertuples() if math.isfinite(float(r.unit_tse))}
+        return self._solved(base, noise, t, "rmse", profs, {})
 
     def _profiled(self, base, noise, t: float, metric: str):
         """ε for '±t on 95 % of queries' or the worst query's std from each mechanism's profile.
@@ -309,30 +282,37 @@ class AccuracyFirst(param.Parameterized):
         The worst query's std has the SVD bound's floor too: ``max_i Var_i``
         is at least the mean variance ``TSE/m``, which the bound limits.
         """
+        profs, failed = {}, {}
+        for name in self._built(base):
+            prof = self._profiles.get(self._profile_key(base, name, noise, metric))
+            if isinstance(prof, str):
+                failed[name] = prof
+            elif prof is not None:
+                profs[name] = prof
+        return self._solved(base, noise, t, metric, profs, failed)
+
+    def _solved(self, base, noise, t: float, metric: str, profs: dict, failed: dict):
+        """Rows, floor and curves of the profiles (``dpx.accuracy``'s solvers, SVD-bound floor)."""
         def solve(r):
-            prof = self._profiles.get(self._profile_key(base, r.mechanism, noise, metric))
-            if isinstance(prof, str) or prof is None:
-                return {"note": prof or "no error profile"}
+            prof = profs.get(r.mechanism)
+            if prof is None:
+                return {"note": failed.get(r.mechanism) or "no error profile"}
             res = prof.epsilon_for(t, noise)
             return {"epsilon": res.epsilon, "rho": res.rho, "error": res.error,
                     "note": res.note or _eps_note(res.epsilon, t)}
 
         rows = self._rows(base, solve)
-        profs = {n: p for n in self._built(base)
-                 if not isinstance(p := self._profiles.get(self._profile_key(base, n, noise,
-                                                                             metric)), str)
-                 and p is not None}
-        floor, note = (math.nan, NO_FLOOR) if metric == "ci95" else self._floor(base, noise, t)
-        unit = math.sqrt(base.svdb / base.W.m) if math.isfinite(floor) else math.nan
+        W = base.W
+        floor, _, note = dpx.accuracy.svd_floor(base.svdb, W.m, t, noise, metric)
+        if metric == "ci95":
+            note = NO_FLOOR
+        curves = dict(profs)
+        if math.isfinite(floor):
+            curves["svd_bound"] = dpx.accuracy.unit_error_profile(
+                math.sqrt(base.svdb / W.m), noise, mechanism="svd_bound", label="SVD bound")
+        return rows, floor, note, curves
 
-        def curve(name, eps):
-            if name == "svd_bound":
-                return unit * np.array([noise.with_epsilon(float(e)).std_per_unit for e in eps])
-            return np.array([profs[name].error(noise.with_epsilon(float(e))) for e in eps])
-        return rows, floor, note, curve, list(profs) + (["svd_bound"] if math.isfinite(floor)
-                                                          else [])
-
-    def _show(self, key, rows, floor, floor_note, curve_of, names) -> None:
+    def _show(self, key, rows, floor, floor_note, curves) -> None:
         t, metric, noise = self.target, self.metric, self._noise
         df = pd.DataFrame(rows, columns=[c for c in TARGET_COLUMNS if c != "ratio"])
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -341,26 +321,14 @@ class AccuracyFirst(param.Parameterized):
         df.attrs.update(floor_epsilon=floor, floor_note=floor_note, target=t, metric=metric,
                         noise=_family_label(noise), m=self._base.W.m,
                         workload=self._base.W.name)
-        found = df["epsilon"].to_numpy(dtype=float)
-        found = found[np.isfinite(found) & (found > 0)]
-        lo = min([0.01, *(found / 3)] + ([floor / 3] if math.isfinite(floor) and floor > 0 else []))
-        hi = max([10.0, *(found * 3)])
-        grid = np.unique(np.concatenate([np.logspace(math.log10(lo), math.log10(hi), 41), found]))
-        parts = []
-        labels = dict(zip(df["mechanism"], df["label"], strict=True)) | {"svd_bound": "SVD bound"}
-        for name in names:
-            try:
-                err = curve_of(name, grid)
-            except Exception:  # noqa: BLE001 - a curve that cannot be drawn is left out
-                log.exception("target curve of %s failed", name)
-                continue
-            parts.append(pd.DataFrame({"mechanism": name, "label": labels.get(name, name),
-                                       "epsilon": grid, "error": err}))
-        cv = (pd.concat(parts, ignore_index=True) if parts else
-              pd.DataFrame({"mechanism": [], "label": [], "epsilon": [], "error": []}))
-        cv = cv[np.isfinite(cv["error"].to_numpy(dtype=float))].reset_index(drop=True)
+        grid = dpx.accuracy.epsilon_grid(df["epsilon"].to_numpy(dtype=float), floor)
+        try:
+            cv = dpx.accuracy.error_curves(curves, noise, grid)
+        except Exception:  # noqa: BLE001 - curves that cannot be drawn are left out
+            log.exception("target curves failed")
+            cv = dpx.accuracy.error_curves({}, noise, grid)
         ok = df[np.isfinite(df["epsilon"].to_numpy(dtype=float)) & (df["epsilon"] > 0)
-                & df["mechanism"].isin(names)]
+                & df["mechanism"].isin(list(curves))]
         cv.attrs.update(target=t, metric=metric,
                         points=pd.DataFrame({"epsilon": ok["epsilon"], "error": ok["error"],
                                              "label": ok["label"]}).reset_index(drop=True))

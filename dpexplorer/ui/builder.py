@@ -70,6 +70,7 @@ import param
 import dpexplorer as dpx
 from dpexplorer.queries import spec as dspec
 from dpexplorer.queries.matrix import Matrix, MatrixTooLargeError
+from dpexplorer.queries.spec import parse_orders, parse_ranges, parse_whole
 
 from .exports import FigureExport
 from .session import Session, error_alert, notify, side_by_side
@@ -83,9 +84,7 @@ __all__ = [
     "FAMILIES",
     "BLOCK_TYPES",
     "parse_domain",
-    "parse_ranges",
     "parse_matrix",
-    "parse_orders",
     "workload_sensitivity",
     "Preset",
     "PRESETS",
@@ -147,11 +146,6 @@ FAMILIES = {
 BLOCK_TYPES = ["identity", "total", "identity_total", "prefix", "all_range", "width_range",
                "random_ranges", "ranges"]
 
-_SHORT = {"identity": "Identity", "total": "Total", "identity_total": "Identity+Total",
-          "prefix": "Prefix", "all_range": "AllRange", "width_range": "Width",
-          "random_ranges": "Random", "ranges": "Ranges", "predicates": "Predicates",
-          "permuted": "Permuted"}
-
 _RANDOM_KINDS = ["uniform", "clustered", "large_clustered"]
 _OPTIONS = ("k", "orders", "m", "kind", "seed", "range_kind", "ranges", "matrix", "blocks")
 
@@ -174,21 +168,8 @@ ranges.  Every page of the explorer uses the workload built here.
 
 
 # ====================================================================== parsing
-def _whole(value, what: str) -> int:
-    """``value`` as an int, or ValueError naming ``what``."""
-    if isinstance(value, bool):
-        raise ValueError(f"{what} must be a whole number, got {value!r}")
-    if isinstance(value, int | np.integer):
-        return int(value)
-    if isinstance(value, float | np.floating) and math.isfinite(value) and float(value).is_integer():
-        return int(value)
-    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
-        return int(value)
-    raise ValueError(f"{what} must be a whole number, got {value!r}")
-
-
 def _check_n(n, what: str = "the domain size n", limit: int = MAX_N) -> int:
-    n = _whole(n, what)
+    n = parse_whole(n, what)
     if n < 1:
         raise ValueError(f"{what} must be at least 1 cell, got {n}; allowed: 1 to {limit:,}")
     if n > limit:
@@ -227,18 +208,8 @@ def parse_domain(attributes: str = "", n=256) -> tuple[tuple[int, ...], tuple[st
     text = (attributes or "").strip()
     if not text:
         return (_check_n(n, limit=MAX_N_1D),), ()
-    items = [s.strip() for s in re.split(r"[,;\n]+", text) if s.strip()]
-    sizes, names = [], []
-    for i, item in enumerate(items):
-        match = re.fullmatch(r"(?:([^:=]+?)\s*[:=]\s*)?([+-]?\d+)", item)
-        if match is None:
-            raise ValueError(f"cannot read attribute {item!r}: write name:size items separated by "
-                             f"commas, e.g. age:50, income:100, sex:2")
-        name = (match.group(1) or f"a{i + 1}").strip()
-        sizes.append(_check_n(int(match.group(2)), f"the size of attribute {name!r}"))
-        names.append(name)
-    if len(set(names)) != len(names):
-        raise ValueError(f"attribute names must be distinct, got {names}")
+    sizes, names = dspec.parse_attributes(text)  # the spec's text form of a domain
+    sizes = [_check_n(size, f"the size of attribute {name!r}") for size, name in zip(sizes, names, strict=True)]
     if len(sizes) > MAX_ATTRIBUTES:
         raise ValueError(f"{len(sizes)} attributes given; at most {MAX_ATTRIBUTES} are allowed")
     cells = math.prod(sizes)
@@ -248,52 +219,10 @@ def parse_domain(attributes: str = "", n=256) -> tuple[tuple[int, ...], tuple[st
     return tuple(sizes), tuple(names)
 
 
-def _domain_text(domain: Sequence[int], names: Sequence[str]) -> str:
-    return ", ".join(f"{a}:{n}" for a, n in zip(names, domain, strict=True)) if names else ""
-
-
 def _describe_domain(domain: Sequence[int], names: Sequence[str]) -> str:
     if names and len(names) == len(domain):
         return " × ".join(f"{a} ({n})" for a, n in zip(names, domain, strict=True))
     return " × ".join(str(n) for n in domain)
-
-
-def parse_ranges(text) -> list[tuple[int, int]]:
-    """Inclusive cell intervals from text such as ``"0-9, 20-29; 40..47 60"``.
-
-    Items are ``lo-hi``, ``lo..hi``, ``lo:hi`` or a single cell ``i``,
-    separated by commas, semicolons, spaces or new lines; a list of pairs is
-    accepted as well.
-
-    Raises
-    ------
-    ValueError
-        If an item cannot be read, ``lo > hi``, or no interval is given.
-    """
-    if isinstance(text, str):
-        tokens = [t for t in re.split(r"[,;\s]+", text.strip().strip("[]()")) if t]
-        out = []
-        for tok in tokens:
-            match = re.fullmatch(r"(\d+)(?:(?:-|\.\.|:|–)(\d+))?", tok.strip("[]()"))
-            if match is None:
-                raise ValueError(f"cannot read {tok!r} as a range: write inclusive, 0-based cell "
-                                 f"intervals lo-hi, e.g. 0-9, 20-29")
-            lo = int(match.group(1))
-            hi = int(match.group(2)) if match.group(2) is not None else lo
-            out.append((lo, hi))
-    else:
-        arr = np.asarray(text)
-        if arr.ndim == 1 and arr.size == 2:
-            arr = arr[None, :]
-        if arr.ndim != 2 or arr.shape[1] != 2:
-            raise ValueError(f"ranges must be (lo, hi) pairs, got an array of shape {arr.shape}")
-        out = [(_whole(lo, "a range bound"), _whole(hi, "a range bound")) for lo, hi in arr.tolist()]
-    if not out:
-        raise ValueError("no ranges given: write inclusive cell intervals lo-hi, e.g. 0-9, 20-29")
-    for lo, hi in out:
-        if lo > hi:
-            raise ValueError(f"range [{lo}, {hi}] is reversed: write lo-hi with lo <= hi")
-    return out
 
 
 def parse_matrix(data, filename: str | None = None) -> np.ndarray:
@@ -352,70 +281,6 @@ def _is_float(s: str) -> bool:
         return True
     except ValueError:
         return False
-
-
-def parse_orders(value, d: int | None = None) -> list[int]:
-    """Marginal orders from ``2``, ``"0-3"``, ``"1, 3"`` or ``[0, 1, 2]``, sorted and distinct.
-
-    ``"0-3"`` (also ``0..3``, ``0–3``) means every order from 0 to 3: "all
-    0–3-way marginals" (HDMM Sec. 11.2 uses the 0- to 3-way marginals of Adult).
-
-    Parameters
-    ----------
-    value : int, str or sequence of int
-        The orders.
-    d : int, optional
-        Number of attributes; when given, every order must be in ``[0, d]``.
-
-    Raises
-    ------
-    ValueError
-        If the text cannot be read, no order is given, or an order is
-        negative or above ``d``.
-    """
-    if isinstance(value, str):
-        orders = []
-        items = [t for t in re.split(r"[,;\s]+", value.strip()) if t]
-        if not items:
-            raise ValueError("no marginal order given: write k, a list such as 1, 2 or a span such as 0-3")
-        for tok in items:
-            match = re.fullmatch(r"(\d+)(?:(?:-|\.\.|–)(\d+))?", tok)
-            if match is None:
-                raise ValueError(f"cannot read {tok!r} as a marginal order: write k, a list such as "
-                                 f"1, 2 or a span such as 0-3")
-            lo = int(match.group(1))
-            hi = int(match.group(2)) if match.group(2) is not None else lo
-            if lo > hi:
-                raise ValueError(f"the span of orders {tok!r} is reversed: write lo-hi with lo <= hi")
-            orders.extend(range(lo, hi + 1))
-    elif isinstance(value, int | np.integer | float | np.floating) and not isinstance(value, bool):
-        orders = [_whole(value, "the marginal order k")]
-    elif isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
-        orders = [_whole(v, "a marginal order") for v in value]
-        if not orders:
-            raise ValueError("no marginal order given: give at least one order k")
-    else:
-        raise ValueError(f"marginal orders are a whole number, a list or a text such as 0-3, got {value!r}")
-    orders = sorted(set(orders))
-    if d is not None:
-        bad = [o for o in orders if not 0 <= o <= d]
-        if bad:
-            what = f"the marginal order k = {bad[0]}" if len(orders) == 1 else f"the marginal orders {bad}"
-            raise ValueError(f"{what} must be in [0, {d}] for a {d}-attribute domain")
-    elif orders[0] < 0:
-        raise ValueError(f"marginal orders must be >= 0, got {orders[0]}")
-    return orders
-
-
-def _orders_label(value) -> str:
-    """``"2"``, ``"0–3"`` or ``"1, 3"`` for the orders of a marginals term."""
-    try:
-        orders = parse_orders(value)
-    except ValueError:
-        return str(value)
-    if len(orders) > 2 and orders == list(range(orders[0], orders[-1] + 1)):
-        return f"{orders[0]}–{orders[-1]}"
-    return ", ".join(map(str, orders))
 
 
 def workload_sensitivity(W: Matrix, p: int = 1) -> tuple[float, bool]:
@@ -641,16 +506,15 @@ class Term:
             return f"Random ranges ({p.get('kind', 'uniform')}, m={p.get('m', 2000)}, seed {p.get('seed', 0)})"
         if f == "ranges":
             iv = p.get("ranges", [])
-            shown = ", ".join(f"[{lo}, {hi}]" for lo, hi in iv[:4]) + (", …" if len(iv) > 4 else "")
-            return f"Custom ranges ({len(iv)}): {shown}"
+            return f"Custom ranges ({len(iv)}): {dspec.format_ranges(iv, 4)}"
         if f == "predicates":
             return f"Predicates ({np.shape(p.get('matrix'))[0]} queries)"
         if f == "product":
-            return "Product: " + " ⊗ ".join(_factor_label(s) for s in p.get("factors", []))
+            return "Product: " + " ⊗ ".join(dspec.factor_text(s) for s in p.get("factors", []))
         if f == "marginals":
-            return f"{_orders_label(p.get('k'))}-way marginals"
+            return f"{dspec.format_orders(p.get('k'))}-way marginals"
         if f == "range_marginals":
-            return f"{_orders_label(p.get('k'))}-way range marginals ({p.get('kind', 'all_range')})"
+            return f"{dspec.format_orders(p.get('k'))}-way range marginals ({p.get('kind', 'all_range')})"
         if f == "marginal_sets":
             return f"Marginals on {len(p.get('sets', []))} attribute set(s)"
         if f == "spec":
@@ -726,28 +590,9 @@ def _same_params(a, b) -> bool:
     return bool(a == b)
 
 
-def _factor_label(spec) -> str:
-    if isinstance(spec, str):
-        spec = {"type": spec}
-    kind = spec.get("type", "?")
-    short = _SHORT.get(kind, kind)
-    if kind == "width_range":
-        return f"Width{spec.get('w')}"
-    if kind == "random_ranges":
-        return f"Random{spec.get('m', 2000)}"
-    if kind == "ranges":
-        return f"Ranges({len(spec.get('ranges', []))})"
-    return short
-
-
 def _block(spec: dict, n: int, name: str, d: int) -> Matrix:
-    """One named 1D block of ``n`` cells; errors name the attribute when there are several."""
-    try:
-        return dpx.workloads.block(dict(spec), n)
-    except ValueError as exc:
-        if d > 1:
-            raise ValueError(f"attribute {name!r} ({n} cells): {exc}") from None
-        raise
+    """One named 1D block of ``n`` cells (a spec factor); errors name the attribute when there are several."""
+    return dspec.factor(spec, n, f"attribute {name!r} ({n} cells)" if d > 1 else "")
 
 
 def _terms_from_matrix(W: Matrix) -> list[Term]:
@@ -1046,7 +891,7 @@ class WorkloadBuilder(param.Parameterized):
     def _sync_params(self) -> None:
         """Show the committed domain in ``n``/``attributes`` and size ``blocks`` to it."""
         d = len(self._domain)
-        values = {"attributes": _domain_text(self._domain, self._names)}
+        values = {"attributes": dspec.format_attributes(self._domain, self._names)}
         if d == 1:
             values["n"] = self._domain[0]
         blocks = list(self.blocks)[:d]
@@ -1171,18 +1016,18 @@ class WorkloadBuilder(param.Parameterized):
         if family in ("identity", "total", "identity_total", "prefix", "all_range"):
             return {}
         if family == "width_range":
-            k = _whole(get("k"), "the width k")
+            k = parse_whole(get("k"), "the width k")
             if k < 1:
                 raise ValueError(f"the width k must be at least 1, got {k}; allowed: 1 to the domain size")
             return {"w": k}
         if family == "random_ranges":
-            m = _whole(get("m"), "the number of random ranges m")
+            m = parse_whole(get("m"), "the number of random ranges m")
             if not 1 <= m <= MAX_RANDOM:
                 raise ValueError(f"the number of random ranges m must be 1 to {MAX_RANDOM:,}, got {m}")
             kind = get("kind")
             if kind not in _RANDOM_KINDS:
                 raise ValueError(f"the random range kind must be one of {_RANDOM_KINDS}, got {kind!r}")
-            seed = _whole(get("seed"), "the seed")
+            seed = parse_whole(get("seed"), "the seed")
             if seed < 0:
                 raise ValueError(f"the seed must be >= 0, got {seed}")
             return {"m": m, "kind": kind, "seed": seed}
@@ -1196,7 +1041,7 @@ class WorkloadBuilder(param.Parameterized):
                 orders = parse_orders(text)
                 params = {"k": orders[0] if len(orders) == 1 else orders}
             else:
-                params = {"k": _whole(get("k"), "the marginal order k")}
+                params = {"k": parse_whole(get("k"), "the marginal order k")}
             if family == "range_marginals":
                 kind = options.get("range_kind", options.get("kind", self.range_kind))
                 if kind not in ("all_range", "prefix"):
@@ -1336,7 +1181,7 @@ class WorkloadBuilder(param.Parameterized):
         return self._commit(terms, self._domain, self._names, "Weight not changed")
 
     def _check_index(self, index) -> int:
-        i = _whole(index, "the term index")
+        i = parse_whole(index, "the term index")
         if not 0 <= i < len(self.terms):
             raise ValueError(f"there is no term {i}; terms are numbered 0 to {len(self.terms) - 1}")
         return i
@@ -1574,7 +1419,7 @@ class WorkloadBuilder(param.Parameterized):
         names = self._names or tuple(f"a{i + 1}" for i in range(len(W.domain)))
         rows = []
         for w, factors in terms[:limit]:
-            parts = [f"{a}: {_SHORT.get(f.name, f.name)}" for a, f in zip(names, factors, strict=False)
+            parts = [f"{a}: {dspec.factor_text(f.spec or {'type': f.name})}" for a, f in zip(names, factors, strict=False)
                      if not (f.m == 1 and np.allclose(f.column_norms(1), 1.0))]
             rows.append({"weight": w, "product": " ⊗ ".join(parts) or "Total (all cells)",
                          "queries": math.prod(f.m for f in factors)})

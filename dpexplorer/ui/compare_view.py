@@ -58,7 +58,8 @@ from bokeh.models.widgets.tables import NumberFormatter
 from panel.io.state import set_curdoc
 
 import dpexplorer as dpx
-from dpexplorer.compare import OBJECTIVES
+from dpexplorer.accuracy import EPSILON_GRID, rmse_curve
+from dpexplorer.compare import OBJECTIVES, scale_comparison
 
 from . import workers
 from .accuracy_view import AccuracyFirst, epsilon_bars, target_curve_plot
@@ -434,7 +435,7 @@ def _message(exc: BaseException) -> str:
 #: Columns of the comparison table on the Compare page.
 PAGE_COLUMNS = TABLE_COLUMNS  # the table widget's columns
 #: ε grid of the privacy–accuracy curve (the session's ε is added to it).
-EPS_GRID = np.logspace(-2, 1, 31)
+EPS_GRID = EPSILON_GRID
 
 PAGE_HEADER = """\
 ## Compare mechanisms
@@ -986,8 +987,11 @@ class ComparePage(pn.viewable.Viewer):
         """Outputs for ``base`` at ``noise``: pure arithmetic on stored unit figures."""
         if base.failed:  # every mechanism raised: keep the last good results
             return
-        table = scale_table(base, noise)
-        curve = accuracy_curve(base, noise)
+        W = base.W
+        table = scale_comparison(base.frame, noise, base.svdb, W.m, n=W.n,
+                                 workload=W.name, objective=base.objective)
+        running = base.frame["mechanism"][base.frame["note"] == OPTIMIZING]
+        curve = rmse_curve(base.frame, noise, base.svdb, W.m, EPS_GRID, running)
         self._shown = key
         running = self._opt_pending == key
         values = dict(table=table, curve=curve, pending=[] if running else list(base.pending))
@@ -1696,56 +1700,6 @@ class ComparePage(pn.viewable.Viewer):
 
     def __panel__(self):
         return self.panel()
-
-
-def scale_table(base: _Base, noise) -> pd.DataFrame:
-    """The :func:`dpexplorer.compare` table of ``base`` at ``noise`` (same formulas, same order).
-
-    ``rmse = sqrt(v · unit TSE / m)``, SVD bound ``sqrt(v · SVDB / m)``; for the
-    ``"max"`` objective also ``max_std = sqrt(v · unit max variance)`` (the worst query's
-    standard deviation, ranked by).
-    """
-    W, v = base.W, noise.variance_per_unit
-    bound = math.sqrt(v * base.svdb / W.m)
-    df = base.frame.copy()
-    units = df["unit_tse"].to_numpy(dtype=float)
-    analytic = np.isfinite(units)
-    df.loc[analytic, "rmse"] = [math.sqrt(v * u / W.m) for u in units[analytic]]
-    rm = df["rmse"].to_numpy(dtype=float)
-    df["ratio"] = rm / bound if bound and not math.isnan(bound) else math.nan
-    objective = base.objective
-    if objective == "max":  # the worst query's std: sqrt(v · unit max variance)
-        df["max_std"] = np.sqrt(v * df["unit_max"].to_numpy(dtype=float))
-    df = df.sort_values("max_std" if objective == "max" else "rmse", na_position="last",
-                        kind="stable").reset_index(drop=True)
-    df.attrs.update(svd_bound=bound, noise=noise.label, m=W.m, n=W.n, workload=W.name,
-                    objective=objective)
-    return df
-
-
-def accuracy_curve(base: _Base, noise, grid=EPS_GRID) -> pd.DataFrame:
-    """RMSE of every analytic mechanism (and the SVD bound) over ``grid`` ∪ {noise.epsilon}.
-
-    Uses only the stored unit TSE (``StrategyCache.entry(...)[1]``):
-    ``rmse(ε) = sqrt(v(ε) · unit / m)`` with ``v`` of ``noise.with_epsilon(ε)``.
-    Optimisers still running are listed with NaN (a curve to fill in).
-    """
-    eps = np.unique(np.append(np.asarray(grid, dtype=float), noise.epsilon))
-    v = np.array([noise.variance_per_unit if e == noise.epsilon
-                  else noise.with_epsilon(float(e)).variance_per_unit for e in eps])
-    running = (base.frame["note"] == OPTIMIZING).to_numpy()
-    f = base.frame[np.isfinite(base.frame["unit_tse"].to_numpy(dtype=float)) | running]
-    names = list(f["mechanism"]) + ["svd_bound"]
-    labels = list(f["label"]) + ["SVD bound"]
-    units = np.append(f["unit_tse"].to_numpy(dtype=float), base.svdb)
-    rmse = np.sqrt(np.outer(units, v) / base.W.m)
-    k = eps.size
-    df = pd.DataFrame({"mechanism": np.repeat(names, k), "label": np.repeat(labels, k),
-                       "epsilon": np.tile(eps, len(names)), "rmse": rmse.ravel()})
-    slots = df["mechanism"].isin(list(base.frame.loc[running, "mechanism"]))
-    df = df[np.isfinite(df["rmse"]) | slots].reset_index(drop=True)
-    df.attrs.update(noise=noise.label, epsilon=noise.epsilon)
-    return df
 
 
 def _params(mech, objective: str) -> dict:

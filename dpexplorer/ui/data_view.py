@@ -67,7 +67,7 @@ from .uploads import Upload
 
 __all__ = ["DataView", "DAWARun", "ALL_CANDIDATES_MAX_N", "RANDOM_WORKLOAD", "histogram_element",
            "partition_explanation",
-           "partition_rectangles", "bucket_grid", "bucket_image", "bucket_boundaries",
+           "partition_rectangles", "bucket_image", "bucket_boundaries",
            "steps_curve"]
 
 log = logging.getLogger(__name__)
@@ -188,16 +188,6 @@ def steps_curve(edges: np.ndarray, values: np.ndarray, label: str, kdim: str = "
                     label=label).opts(interpolation="steps-post")
 
 
-def bucket_grid(partition: Partition, order: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
-    """Bucket id of every cell, in the data's shape (cells in C order)."""
-    bucket_of = partition.bucket_of
-    if order is not None:
-        cells = np.empty_like(bucket_of)
-        cells[np.asarray(order)] = bucket_of
-        bucket_of = cells
-    return bucket_of.reshape(shape)
-
-
 def bucket_boundaries(ds: Dataset, ids: np.ndarray) -> hv.Segments:
     """Segments along every cell side shared by two cells of different buckets (2D)."""
     xe, ye = _cell_edges(ds, 0), _cell_edges(ds, 1)
@@ -212,7 +202,7 @@ def bucket_boundaries(ds: Dataset, ids: np.ndarray) -> hv.Segments:
 
 def bucket_image(ds: Dataset, partition: Partition, order, title: str):
     """2D: every cell coloured by its bucket (categorical, cyclic palette) with boundaries."""
-    ids = bucket_grid(partition, order, ds.x.shape)
+    ids = partition.bucket_grid(order, ds.x.shape)
     xe, ye = _cell_edges(ds, 0), _cell_edges(ds, 1)
     colour = ids % len(_PALETTE)
     img = hv.Image((_centers(xe), _centers(ye), colour.T, ids.T),
@@ -389,8 +379,7 @@ class DataView(Page, param.Parameterized):
                                          res.epsilon2, np.random.default_rng(seed),
                                          self.candidates, res.order)
         try:
-            err = W.matvec(res.x_hat) - W.matvec(x.ravel())
-            wrmse = float(np.sqrt(np.mean(err**2)))
+            wrmse = dpx.error.empirical_rmse(W.matvec(res.x_hat), W.matvec(x.ravel()))
         except Exception:  # noqa: BLE001 - a display extra only
             log.debug("workload RMSE unavailable", exc_info=True)
             wrmse = math.nan
@@ -561,7 +550,7 @@ class DataView(Page, param.Parameterized):
                         color="#c44e52", line_width=2)).opts(
                 title=f"x̂ against x (workload RMSE {run.workload_rmse:.4g})",
                 legend_position="top_right")
-        ids = bucket_grid(res.partition, res.order, ds.x.shape)
+        ids = res.partition.bucket_grid(res.order, ds.x.shape)
         lines = bucket_boundaries(ds, ids)
         left = (_grid_image(ds, ds.x, "count", "x (data)") * lines)
         right = (_grid_image(ds, res.x_hat, "estimate", "x̂ (DAWA) with the private buckets") * lines)

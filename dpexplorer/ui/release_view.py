@@ -45,7 +45,7 @@ import dpexplorer as dpx
 from dpexplorer import figures
 from dpexplorer import mechanism as _mechanism
 from dpexplorer.core import registry
-from dpexplorer.privacy import PrivacyLedger, PrivateData
+from dpexplorer.privacy import PrivacyLedger
 from dpexplorer.queries.matrix import Matrix
 
 from .compare_view import too_large
@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 MAX_SHOWN = 2000
 
 #: Mixed into the simulation seed for the trials (``SeedSequence([seed, TRIAL_SEED_TAG]).spawn(trials)``).
-TRIAL_SEED_TAG = 0x7E1A15
+TRIAL_SEED_TAG = _mechanism.TRIAL_SEED_TAG
 
 _LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
 # Button colours: ``color`` since Panel 1.9 (``button_type`` is deprecated there).
@@ -132,8 +132,7 @@ class ReleaseRecord:
     @property
     def rmse(self) -> float:
         """Empirical RMSE of this one release over all its queries (counts)."""
-        err = np.asarray(self.release.answers) - self.true_answers
-        return float(np.sqrt(np.mean(err**2)))
+        return dpx.error.empirical_rmse(self.release.answers, self.true_answers)
 
 
 @dataclass
@@ -326,31 +325,15 @@ class ReleaseView(Page, param.Parameterized):
         return np.sort(np.random.default_rng(0).choice(m, size=limit, replace=False))
 
     def _simulate(self, trials: int, seed: int, shown=None) -> Simulation:
-        """Trials on ``PrivateData(x)`` with a throwaway ledger; the session ledger is untouched."""
+        """Trials on ``PrivateData(x)`` with a throwaway ledger (:func:`dpx.mechanism.answer_bands`)."""
         if not isinstance(trials, (int, np.integer)) or trials < 1:
             raise ValueError(f"the number of trials must be a positive integer, got {trials!r}")
         ds, x, W, noise = self._inputs()
-        name = self.mechanism
-        true = W.matvec(x.ravel())
         shown = self.shown_queries(W.m) if shown is None or len(shown) > W.m else np.asarray(shown)
-        scratch = PrivacyLedger()
-        data = PrivateData(x, scratch)
-        children = np.random.SeedSequence([int(seed), TRIAL_SEED_TAG]).spawn(int(trials))
-        kept = np.empty((len(shown), int(trials)))
-        rmse = np.empty(int(trials))
-        sse = 0.0
-        for t, child in enumerate(children):
-            est = _mechanism.run(name, data, W, noise, np.random.default_rng(child))
-            answers = (W.matvec(np.asarray(est.x_hat, dtype=float)) if est.answers is None
-                       else np.asarray(est.answers, dtype=float))  # OPT+: local least squares
-            err = answers - true
-            sse += float(err @ err)
-            rmse[t] = math.sqrt(float(err @ err) / W.m)
-            kept[:, t] = answers[shown]
-            self._set(progress=t + 1)
-        q05, q50, q95 = np.quantile(kept, [0.05, 0.5, 0.95], axis=1)
-        return Simulation(name, int(trials), int(seed), shown, q05, q50, q95,
-                          math.sqrt(sse / (W.m * trials)), rmse, scratch, ds.name, W)
+        b = _mechanism.answer_bands(x, W, self.mechanism, noise, int(trials), int(seed), shown,
+                                    progress=lambda t: self._set(progress=t))
+        return Simulation(b.mechanism, b.trials, b.seed, b.shown, b.q05, b.q50, b.q95,
+                          b.empirical_rmse, b.trial_rmse, b.ledger, ds.name, W)
 
     # ============================================================ downloads
     def _release_or_raise(self):

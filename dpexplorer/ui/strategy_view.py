@@ -175,7 +175,7 @@ class StrategyInfo:
         """Analytic RMSE per query under ``noise`` (same norm): ``sqrt(v·unit TSE / m)``."""
         if self.A is None or noise.norm != self.norm:
             return math.nan
-        return math.sqrt(noise.variance_per_unit * self.unit_tse / self.W.m)
+        return dpx.error.rmse_from_unit(self.unit_tse, self.W.m, noise)
 
 
 # ---------------------------------------------------------------- drawing

@@ -462,8 +462,7 @@ class SumsView(pn.viewable.Viewer):
 
         curve = sums.tau_curve(workload, attr.x, eps_ans, taus=self.curve_taus(workload),
                                strategy=snap["strategy"], progress=on_tau)
-        common = df[(df.mechanism != "sqm") & (df["query"] == 0)].groupby("trial")["tau"].first()
-        taus = common.to_numpy() if len(common) else np.zeros(0)
+        taus = sums.trial_taus(df)
         notes = list(snap["notes"])
         if attr.private_edges:
             notes.append("The bucket edges were computed from the data (quantiles or min..max): "
@@ -733,10 +732,10 @@ class SumsView(pn.viewable.Viewer):
                                  label=f"best τ = {best['tau']:.4g} (not private)").opts(
             color="black", size=9, marker="diamond"))
         if res.tau_mode in ("svt", "user") and res.taus.size:
-            lo, hi = np.quantile(res.taus, [0.05, 0.95])
+            lo, med, hi = sums.tau_band(res.taus)
             if hi > lo:  # after the curves, which give the axes their labels
                 layers.append(hv.VSpan(lo, hi).opts(color="#d62728", alpha=0.12))
-            layers.append(hv.VLine(float(np.median(res.taus))).opts(color="#d62728", line_dash="dashed",
+            layers.append(hv.VLine(med).opts(color="#d62728", line_dash="dashed",
                                                                     line_width=2))
         title = (f"{sums.LABELS[mech]}: mean squared error per query vs τ "
                  f"(answers with ε = {res.epsilon_answers:.3g}); red: τ of the trials")
@@ -773,7 +772,7 @@ class SumsView(pn.viewable.Viewer):
         a, S = res.attribute, res.workload
         if res.tau_mode == "svt":
             p = res.svt
-            lo, med, hi = np.quantile(res.taus, [0.05, 0.5, 0.95])
+            lo, med, hi = sums.tau_band(res.taus)
             tau = (f"**τ chosen by SVT** (α = {p.alpha:g}, ρ = {p.rho:g}, r = {p.r:g}, θ₀ = "
                    f"{'smallest value' if p.theta0 is None else f'{p.theta0:g}'}): trial 0 τ = "
                    f"{res.taus[0]:.4g}; over the trials median {med:.4g}, 5–95 % {lo:.4g} .. {hi:.4g} "

@@ -339,7 +339,7 @@ class TableMarginals(param.Parameterized):
                              f"{b.MAX_CELLS:,} are allowed")
         d = len(chosen)
         if self.mode == "orders":
-            orders = b.parse_orders(self.orders, d)
+            orders = dpx.spec.parse_orders(self.orders, d)
             n_sets = sum(math.comb(d, k) for k in orders)
             if n_sets > MAX_MARGINALS:
                 raise ValueError(f"the {', '.join(map(str, orders))}-way marginals of {d} attributes "
