@@ -65,7 +65,7 @@ from .exports import FigureExport
 from .live_plot import LivePlot
 from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRelay
 from .redraws import REDRAWS, models_batch, no_connection, on_loop, served_document
-from .session import Session
+from .session import Session, exception_message
 from .shown import ShownGate, run_redraws
 
 __all__ = ["ComparePage", "Jobs", "build_lock", "check_workload", "structured_1d", "table_patch",
@@ -416,8 +416,9 @@ def too_large(W, name: str, max_cells: int = 4096) -> str | None:
 
 
 def _message(exc: BaseException) -> str:
+    """An exception for the page, in the app's words (:func:`exception_message`)."""
     if isinstance(exc, ValueError):
-        return str(exc).replace("Session.", "")
+        return exception_message(exc)
     return f"{type(exc).__name__}: {exc}"
 
 
