@@ -437,3 +437,25 @@ def test_discovering_the_domain_charges_the_tables_ledger(session, builder, own)
     view = _release_view(session, builder)
     assert view.run_release() is True, session.error
     assert len(led) == 3 and view.tables.last.release.table.domain == d
+
+
+def _mechanism_box(view):
+    return [w for w in view.panel().select(pn.widgets.Select) if w.name == "Mechanism"
+            or getattr(w, "label", None) == "Mechanism"][0]
+
+
+def test_release_mechanism_box_shows_the_mechanism_that_runs(session, builder, table_view):
+    """Over a record table the release runs ResidualPlanner: the box said HB (the vector
+    release's choice) and let the user pick mechanisms that would not run."""
+    box = _mechanism_box(table_view)
+    assert box.value == "residual_planner" and box.disabled
+    assert table_view.running_mechanism() == "residual_planner"
+    assert list(box.options.values()) == ["residual_planner"]
+    assert "ResidualPlanner" in [lbl for lbl in box.options][0]
+    # back to a vector workload: the user's own choice again, and it can be changed
+    session.workload = dpx.workloads.all_range(256)
+    assert box.value == table_view.mechanism == "hb" and not box.disabled
+    box.value = "identity"
+    assert table_view.mechanism == "identity" == table_view.running_mechanism()
+    assert _build(builder)
+    assert box.value == "residual_planner" and box.disabled and table_view.mechanism == "identity"

@@ -54,7 +54,7 @@ from .redraws import on_session_loop
 from .session import Page, Session, download_bytes, release_stamp, side_by_side
 from .session import exception_message as _message
 from .shown import ShownGate
-from .table_release import LEDGER_COLUMNS, TableRelease, ledger_table
+from .table_release import LEDGER_COLUMNS, TABLE_MECHANISM, TableRelease, ledger_table
 
 __all__ = ["ReleaseView", "ReleaseRecord", "Simulation", "DataDependentRelease", "MAX_SHOWN",
            "TRIAL_SEED_TAG"]
@@ -554,10 +554,25 @@ class ReleaseView(Page, param.Parameterized):
     def controls(self) -> pn.Column:
         options = _mechanism_options()
         mech = pn.widgets.Select(**{_LABEL: "Mechanism"}, options=options, value=self.mechanism)
-        mech.param.watch(lambda e: setattr(self, "mechanism", e.new), "value")
-        self.param.watch(lambda e: setattr(mech, "value", e.new), "mechanism")
         about = pn.pane.Markdown(self._about(), sizing_mode="stretch_width")
-        self.param.watch(lambda e: setattr(about, "object", self._about()), "mechanism")
+
+        def show_mechanism(*_):
+            """The box shows the mechanism that runs: over a record table only ResidualPlanner."""
+            table = self.tables.active
+            with pn.io.hold():
+                mech.options = ({registry.get(TABLE_MECHANISM).label: TABLE_MECHANISM} if table
+                                else options)
+                mech.value = self.running_mechanism()
+                mech.disabled = table
+                about.object = self._about()
+
+        def picked(e):
+            if not self.tables.active and e.new in options.values():
+                self.mechanism = e.new
+        show_mechanism()
+        mech.param.watch(picked, "value")
+        self.param.watch(show_mechanism, "mechanism")
+        self.gate.mirror(self.tables, ["active"]).param.watch(show_mechanism, "active")
         trials = pn.widgets.IntInput.from_param(self.param.trials, start=0, end=2000,
                                                 **{_LABEL: "Simulation trials"},
                                                 description="Repeated runs outside the ledger "
@@ -583,11 +598,18 @@ class ReleaseView(Page, param.Parameterized):
         return pn.Column(pn.pane.Markdown("### Release"), mech, about, self.tables.controls(),
                          trials, run, sim, progress, width=300)
 
+    def running_mechanism(self) -> str:
+        """Name of the mechanism a release runs now: ResidualPlanner over a record table, else :attr:`mechanism`."""
+        return TABLE_MECHANISM if self.tables.active else self.mechanism
+
     def _about(self) -> str:
         try:
-            m = registry.get(self.mechanism)
+            m = registry.get(self.running_mechanism())
         except KeyError:
             return ""
+        if self.tables.active:
+            return (f"*{m.description}* ({m.source}). The workload is over a record table: its "
+                    "marginals are released from the records with this mechanism only.")
         kind = "data-dependent, ε-DP (Laplace only)" if m.data_dependent else "matrix mechanism"
         return f"*{m.description}* ({kind}; {m.source})"
 
