@@ -65,7 +65,7 @@ from .exports import FigureExport
 from .live_plot import LivePlot
 from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRelay
 from .redraws import REDRAWS, models_batch, no_connection, on_loop, served_document
-from .session import Session, exception_message
+from .session import Session, exception_message, readable_headers
 from .shown import ShownGate, run_redraws
 
 __all__ = ["ComparePage", "Jobs", "build_lock", "check_workload", "structured_1d", "table_patch",
@@ -90,11 +90,13 @@ def comparison_table(frame: pd.DataFrame) -> pn.widgets.Tabulator:
     """
     widths = {"label": "11%", "mechanism": "11%", "rmse": "8%", "ratio": "8%", "seconds": "7%",
               "description": "30%", "source": "14%", "note": "22%"}
+    titles = {"label": "mechanism", "rmse": "RMSE", "ratio": "RMSE / SVD bound",
+              "seconds": "build (s)", "max_std": "worst query std"}
+    # every header readable: wrapped between words, columns no narrower than its longest word
+    columns = list(dict.fromkeys([*frame.columns, "max_std"]))  # the objective may add max_std
     return pn.widgets.Tabulator(
         frame, show_index=False, disabled=True, sizing_mode="stretch_width",
-        layout="fit_columns",
-        titles={"label": "mechanism", "rmse": "RMSE", "ratio": "RMSE / SVD bound",
-                "seconds": "build (s)", "max_std": "worst query std"},
+        layout="fit_columns", titles=titles, configuration=readable_headers(columns, titles),
         formatters={"rmse": NumberFormatter(format="0,0.000"),
                     "max_std": NumberFormatter(format="0,0.000"),
                     "ratio": NumberFormatter(format="0.000"),
@@ -1783,7 +1785,9 @@ def _hidden_unless(shown: bool) -> dict:
 
 def _dimmed_if(busy: bool) -> dict:
     """CSS of results being recomputed: dimmed while ``busy``."""
-    return {"opacity": "0.5"} if busy else {}
+    # "1", not {}: the browser keeps a style that is no longer given, so the finished results
+    # stayed at half opacity, grey as if disabled
+    return {"opacity": "0.5" if busy else "1"}
 
 
 def _limits(values, log: bool = False, pad: float = 1.5):

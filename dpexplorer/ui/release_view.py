@@ -51,7 +51,7 @@ from dpexplorer.queries.matrix import Matrix
 from .compare_view import too_large
 from .exports import FigureExport
 from .redraws import on_session_loop
-from .session import Page, Session, download_bytes, release_stamp, side_by_side
+from .session import Page, Session, download_bytes, readable_headers, release_stamp, side_by_side
 from .session import exception_message as _message
 from .shown import ShownGate
 from .table_release import LEDGER_COLUMNS, TABLE_MECHANISM, TableRelease, ledger_table
@@ -616,9 +616,12 @@ class ReleaseView(Page, param.Parameterized):
     def results(self) -> pn.Column:
         summary = pn.pane.Markdown(self._summary(), sizing_mode="stretch_width")
         plot = pn.pane.HoloViews(self.answers_plot(), sizing_mode="stretch_width", height=400)
-        rmse = pn.widgets.Tabulator(self.rmse_table(), show_index=False, disabled=True,
+        rmse_frame = self.rmse_table()
+        rmse = pn.widgets.Tabulator(rmse_frame, show_index=False, disabled=True,
                                     sizing_mode="stretch_width", layout="fit_data_stretch",
                                     titles={"rmse": "RMSE (counts)"},
+                                    configuration=readable_headers(rmse_frame.columns,
+                                                                   {"rmse": "RMSE (counts)"}),
                                     formatters={"rmse": NumberFormatter(format="0,0.000")})
         csv = pn.widgets.FileDownload(callback=lambda: self._download(self.csv_text),
                                       filename=self._filename("csv"), **{_LABEL: "Download CSV"},
@@ -627,11 +630,13 @@ class ReleaseView(Page, param.Parameterized):
                                      filename=self._filename("json"), **{_LABEL: "Download JSON"},
                                      **{_BUTTON: "default"}, disabled=self.last is None)
         number = NumberFormatter(format="0,0.000")
+        shown = self._answers_shown()
+        answer_titles = {"answer": "released answer", "std": "std error", "ci_low": "95 % low",
+                         "ci_high": "95 % high", "ci_method": "interval"}
         answers = pn.widgets.Tabulator(
-            self._answers_shown(), show_index=False, disabled=True, sizing_mode="stretch_width",
+            shown, show_index=False, disabled=True, sizing_mode="stretch_width",
             layout="fit_columns", pagination="local", page_size=10,  # every column on screen
-            titles={"answer": "released answer", "std": "std error", "ci_low": "95 % low",
-                    "ci_high": "95 % high", "ci_method": "interval"},
+            titles=answer_titles, configuration=readable_headers(shown.columns, answer_titles),
             formatters={**{c: number for c in ("answer", "std", "ci_low", "ci_high")},
                         "label": {"type": "textarea"}, "ci_method": {"type": "textarea"}})
 

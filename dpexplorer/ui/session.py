@@ -44,7 +44,7 @@ from . import workers
 from .accuracy_view import PrivacySentence
 from .shown import LazyCard
 
-__all__ = ["Session", "Page", "ledger_store_path", "EnteredFloatInput", "notify", "error_alert", "exception_message", "app_text", "side_by_side", "download_bytes", "release_stamp"]
+__all__ = ["Session", "Page", "ledger_store_path", "EnteredFloatInput", "notify", "error_alert", "exception_message", "app_text", "side_by_side", "readable_headers", "download_bytes", "release_stamp"]
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,35 @@ def side_by_side(*columns, basis: int = 480) -> pn.FlexBox:
             col.styles = {**(col.styles or {}), "flex": f"1 1 {basis}px", "min-width": "0"}
     return pn.FlexBox(*columns, flex_wrap="wrap", align_items="flex-start",
                       sizing_mode="stretch_width")
+
+
+#: Pixels per character of a Tabulator header (bold 14 px text, upper case included) and
+#: around it (padding and the sort arrow): :func:`readable_headers`.
+_HEADER_CHAR_PX, _HEADER_PAD_PX = 9.5, 38
+
+
+def readable_headers(columns, titles: dict | None = None) -> dict:
+    """Tabulator ``configuration`` under which no column header is cut off ("mech…", "R…").
+
+    Headers wrap between words (Tabulator's ``headerWordWrap``) and each column is at least
+    as wide as the longest word of its title (``minWidth``), so widths given in percent
+    (``fit_columns``) shrink a column only down to what its header needs.
+
+    Parameters
+    ----------
+    columns : iterable of str
+        The table's fields.
+    titles : dict, optional
+        Shown titles by field (Tabulator's ``titles``); a field is its own title otherwise.
+    """
+    titles = titles or {}
+    config = []
+    for field in columns:
+        words = str(titles.get(field, field)).split() or [""]
+        longest = max(len(w) for w in words)
+        config.append({"field": str(field), "headerWordWrap": True,
+                       "minWidth": int(longest * _HEADER_CHAR_PX + _HEADER_PAD_PX)})
+    return {"columns": config}
 
 
 #: Engine advice written for Python callers, and what a user of the app does instead
