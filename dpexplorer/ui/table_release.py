@@ -484,19 +484,20 @@ class TableRelease(param.Parameterized):
 LEDGER_COLUMNS = ["id", "time", "label", "kind", "part_of", "mode", "epsilon", "delta", "rho",
                   "state", "noise", "queries", "sensitivity"]
 
-#: Their shares of the width (they share it and long text wraps: nothing, e.g. the time, is cut off).
-_LEDGER_WIDTHS = {"id": "4%", "time": "11%", "label": "17%", "kind": "8%", "part_of": "5%",
-                  "mode": "7%", "epsilon": "6%", "delta": "6%", "rho": "6%", "state": "6%",
-                  "noise": "13%", "queries": "5%", "sensitivity": "6%"}
+#: Their shares of the width left over once each has its header's width (they fill the
+#: width and long text wraps: nothing, e.g. the time, is cut off).
+_LEDGER_GROW = {"time": 2, "label": 4, "noise": 3}
 
 
 def ledger_table(frame: pd.DataFrame, page_size: int = 10) -> pn.widgets.Tabulator:
     """A read-only table of a ledger's :data:`LEDGER_COLUMNS` (``frame``: one row per entry)."""
-    titles = {"part_of": "part of", "epsilon": "ε", "delta": "δ", "rho": "ρ"}
+    titles = {"part_of": "part of", "epsilon": "ε", "delta": "δ", "rho": "ρ",
+              "sensitivity": "sensi\u00adtivity"}
     return pn.widgets.Tabulator(frame, show_index=False, disabled=True,
                                 sizing_mode="stretch_width", layout="fit_columns",
-                                widths=_LEDGER_WIDTHS, pagination="local", page_size=page_size,
+                                pagination="local", page_size=page_size,
                                 titles=titles,
-                                configuration=readable_headers(LEDGER_COLUMNS, titles),
+                                configuration=readable_headers(LEDGER_COLUMNS, titles,
+                                                               sortable=False, grow=_LEDGER_GROW),
                                 formatters={c: {"type": "textarea"}
                                             for c in ("label", "noise", "time")})
