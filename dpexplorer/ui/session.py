@@ -132,9 +132,9 @@ def side_by_side(*columns, basis: int = 480) -> pn.FlexBox:
 
 
 #: Pixels per character of a Tabulator header word (measured in headless Chromium, 1500 px
-#: window: "mechanism" 102 px, "RMSE" 51 px), around it (cell padding and borders) and of
-#: the sort arrow's room: :func:`readable_headers`.
-_HEADER_CHAR_PX, _HEADER_PAD_PX, _HEADER_SORTER_PX = 12, 22, 26
+#: window: "mechanism" 102 px, "RMSE" 51 px, upper case the widest), around it (cell padding
+#: and borders) and of the sort arrow's room: :func:`readable_headers`.
+_HEADER_CHAR_PX, _HEADER_PAD_PX, _HEADER_SORTER_PX = 13, 24, 26
 
 
 def readable_headers(columns, titles: dict | None = None, sortable: bool = True,
