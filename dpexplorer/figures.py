@@ -8,6 +8,9 @@ Every plot the app shows is a HoloViews object rendered by Bokeh (or a Panel
   render the figure in a headless browser through a Selenium webdriver
   (Chromium with chromedriver, e.g. Debian's ``chromium`` and
   ``chromium-driver``; or Firefox with geckodriver);
+* :func:`figure_html` / :func:`export_html`: the interactive figure as one
+  standalone HTML file that loads nothing (no URL: Bokeh's code and styles
+  inline), so it opens offline and from ``file://``;
 * :func:`figure_frame` / :func:`export_csv`: the numbers drawn, as a tidy
   table: one row per drawn point, with the element type, its group and
   label (``element``, ``element_group``, ``element_label``), and the element's own columns (HoloViews ``Element.dframe()``).
@@ -32,10 +35,13 @@ from pathlib import Path
 import pandas as pd
 
 __all__ = ["FORMATS", "FORMULA_PREFIXES", "safe_csv", "to_bokeh", "figure_frame", "export_csv", "export_png", "export_svg",
-           "export_figure", "figure_bytes", "webdriver", "image_export_missing"]
+           "figure_html", "export_html", "inline_resources", "export_figure", "figure_bytes",
+           "webdriver", "image_export_missing"]
 
-#: File formats :func:`export_figure` writes, by suffix.
+#: File formats of the app's download buttons (:class:`dpexplorer.ui.exports.FigureExport`).
 FORMATS = ("png", "svg", "csv")
+#: File formats :func:`export_figure` writes, by suffix.
+EXPORT_FORMATS = (*FORMATS, "html")
 
 _DRIVER = None
 
@@ -206,6 +212,57 @@ def figure_frame(fig) -> pd.DataFrame:
     return pd.concat(blocks, ignore_index=True, sort=False) if blocks else pd.DataFrame()
 
 
+def inline_resources():
+    """Bokeh's own code and styles, inline, and nothing else: what an exported figure loads.
+
+    Bokeh's ``INLINE`` resources also list, as URLs, the files that every model
+    class imported in the process declares (``__javascript__``/``__css__``): with
+    Panel imported, Panel's bundles as server paths (``static/extensions/panel/...``,
+    which a ``file://`` page cannot load) and, after ``pn.extension(...)``, its
+    extensions' files and MathJax from a CDN (nothing offline).  A figure drawn
+    by HoloViews is made of Bokeh's own models, which need none of them.
+    """
+    from bokeh.resources import Resources
+
+    class _FigureResources(Resources):
+        def _collect_external_resources(self, resource_attr):  # other libraries' model files
+            return []
+
+        def clone(self, *, components=None):  # Bokeh's bundle clones the resources it is given
+            return type(self)(mode="inline", components=components or list(self.components))
+
+    return _FigureResources(mode="inline")
+
+
+def figure_html(fig, width: int | None = None, height: int | None = None,
+                title: str = "dpexplorer figure") -> str:
+    """The figure as one standalone HTML page that loads nothing from anywhere.
+
+    Parameters
+    ----------
+    fig : HoloViews object, Panel HoloViews pane or Bokeh model
+    width, height : int, optional
+        Pixels of every plot (see :func:`to_bokeh`).
+    title : str
+        The page's title.
+
+    Returns
+    -------
+    str
+        HTML with Bokeh's code and styles inline (:func:`inline_resources`).
+    """
+    from bokeh.embed import file_html
+
+    return file_html(to_bokeh(fig, width, height), resources=inline_resources(), title=title)
+
+
+def export_html(fig, path, *, width: int | None = None, height: int | None = None) -> Path:
+    """Write :func:`figure_html` of ``fig`` to ``path`` (UTF-8); the file opens offline."""
+    path = Path(path)
+    path.write_text(figure_html(fig, width, height), encoding="utf-8")
+    return path
+
+
 def export_csv(fig, path) -> Path:
     """Write :func:`figure_frame` of ``fig`` to a CSV file (:func:`safe_csv`, no index).
 
@@ -321,11 +378,16 @@ def export_png(fig, path, *, width: int | None = None, height: int | None = None
     RuntimeError
         If no browser/webdriver is available.
     """
-    from bokeh.io import export_png as _export_png
+    from bokeh.io.export import get_screenshot_as_png
 
     path = Path(path)
     model = to_bokeh(fig, width, height)
-    _export_png(model, filename=str(path), webdriver=driver or webdriver(), scale_factor=scale)
+    # bokeh.io.export_png's page would list other libraries' files (see inline_resources)
+    image = get_screenshot_as_png(model, driver=driver or webdriver(), scale_factor=scale,
+                                  resources=inline_resources())
+    if image.width == 0 or image.height == 0:
+        raise RuntimeError("the browser drew an empty image")
+    image.save(str(path))
     return path
 
 
@@ -347,33 +409,38 @@ def export_svg(fig, path, *, width: int | None = None, height: int | None = None
     TypeError, RuntimeError
         As :func:`export_png`.
     """
-    from bokeh.io import export_svg as _export_svg
+    from bokeh.io.export import get_svg
     from bokeh.models import Plot
 
     path = Path(path)
     model = to_bokeh(fig, width, height)
     for plot in model.select({"type": Plot}):
         plot.output_backend = "svg"
-    _export_svg(model, filename=str(path), webdriver=driver or webdriver())
+    svgs = get_svg(model, driver=driver or webdriver(), resources=inline_resources())
+    if not svgs:
+        raise RuntimeError("the browser drew no SVG")
+    path.write_text(svgs[0], encoding="utf-8")
     return path
 
 
 def export_figure(fig, path, **options) -> Path:
-    """Export ``fig`` in the format of ``path``'s suffix: ``.png``, ``.svg`` or ``.csv``.
+    """Export ``fig`` in the format of ``path``'s suffix: ``.png``, ``.svg``, ``.csv`` or ``.html``.
 
     Raises
     ------
     ValueError
-        For another suffix (the allowed ones are :data:`FORMATS`).
+        For another suffix (the allowed ones are :data:`EXPORT_FORMATS`).
     """
     suffix = Path(path).suffix.lower().lstrip(".")
-    if suffix not in FORMATS:
+    if suffix not in EXPORT_FORMATS:
         raise ValueError(f"cannot export to {Path(path).name!r}: the file name must end in one of "
-                         f"{['.' + f for f in FORMATS]}")
+                         f"{['.' + f for f in EXPORT_FORMATS]}")
     if suffix == "csv":
         if options:
             raise ValueError(f"CSV export takes no options, got {sorted(options)}")
         return export_csv(fig, path)
+    if suffix == "html":
+        return export_html(fig, path, **options)
     return (export_png if suffix == "png" else export_svg)(fig, path, **options)
 
 
@@ -392,7 +459,7 @@ def figure_bytes(fig, format: str, **options) -> bytes:
     import tempfile
 
     fmt = str(format).lower().lstrip(".")
-    if fmt not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"format must be one of {EXPORT_FORMATS}, got {format!r}")
     with tempfile.TemporaryDirectory() as tmp:
         return export_figure(fig, Path(tmp) / f"figure.{fmt}", **options).read_bytes()

@@ -415,4 +415,6 @@ def test_csv_uploads_take_the_types_browsers_give_csv_files():
     up = Upload(accepted_filetypes=[".csv", "text/csv"])
     assert {"text/csv", "application/vnd.ms-excel", "text/plain"} <= set(up.accepted_filetypes)
     assert up.accepted_filetypes[:2] == [".csv", "text/csv"]          # the given ones first
-    assert Upload(accepted_filetypes=[".npy"]).accepted_filetypes == [".npy"]
+    # Chromium gives a .npy (or .parquet) file no type at all: FilePond must accept "" too
+    assert Upload(accepted_filetypes=[".npy"]).accepted_filetypes == [".npy", "application/octet-stream", ""]
+    assert "" in Upload(accepted_filetypes=[".parquet"]).accepted_filetypes

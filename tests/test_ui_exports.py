@@ -5,6 +5,7 @@ without true answers, and what the control says without a headless browser."""
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 import pandas as pd
@@ -38,8 +39,26 @@ def _csv(exp: FigureExport) -> pd.DataFrame:
     return pd.read_csv(io.BytesIO(data))
 
 
+#: Where an HTML page names a file to load: script src, link href, CSS @import and url(...).
+_RESOURCE_URL = re.compile(
+    r"""<script[^>]*\bsrc\s*=\s*["']?(?P<src>[^"'\s>]+)|<link[^>]*\bhref\s*=\s*["']?(?P<href>[^"'\s>]+)"""
+    r"""|@import\s+(?:url\()?\s*["']?(?P<imp>[^"')\s;]+)|url\(\s*["']?(?P<url>[^"')\s]+)""", re.I)
+
+
+def resource_urls(html: str) -> list[str]:
+    """The files an HTML page asks the browser to load (``data:`` URIs are inline, not loaded)."""
+    found = [next(v for v in m.groupdict().values() if v) for m in _RESOURCE_URL.finditer(html)]
+    return [u for u in found if not u.lower().startswith("data:")]
+
+
+def _styles_and_tags(html: str) -> str:
+    """The HTML less its inline scripts' bodies (code may name URLs it never loads)."""
+    return re.sub(r"(<script[^>]*>).*?(</script>)", r"\1\2", html, flags=re.S | re.I)
+
+
 def _check(exports: dict, names: set, shown_figures: dict | None = None) -> None:
-    """Every named figure has a control in the page's layout whose CSV holds the figure's numbers."""
+    """Every named figure has a control in the page's layout whose CSV holds the figure's numbers,
+    and its standalone HTML loads nothing (no URL of any kind)."""
     assert names <= set(exports), sorted(names - set(exports))
     for name in names:
         exp = exports[name]
@@ -47,6 +66,8 @@ def _check(exports: dict, names: set, shown_figures: dict | None = None) -> None
         assert exp.buttons()["csv"].filename == f"dpexplorer-{exp.page}-{name}.csv"
         fig = exp.figure_now()
         assert fig is not None, name
+        html = figures.figure_html(fig)
+        assert not resource_urls(_styles_and_tags(html)), (name, resource_urls(_styles_and_tags(html)))
         back = _csv(exp)
         want = figures.figure_frame(fig)
         pd.testing.assert_frame_equal(back, pd.read_csv(io.StringIO(want.to_csv(index=False))),
@@ -261,3 +282,18 @@ def test_csv_download_neutralises_formula_labels():
     back = pd.read_csv(io.StringIO(text))
     assert back["mechanism"].tolist() == ["'=cmd|calc!A1", "'+1", "'@x", "'-x", "HB"]
     assert back["rmse"].tolist() == [1.5, -2.0, 3.0, 4.0, 5.0] and ",-2.0" in text
+
+
+def test_bokehs_own_export_page_lists_panels_files_and_the_figure_page_does_not():
+    """Why the exports use :func:`figures.inline_resources`: with Panel imported (and an
+    extension loaded, as in a notebook), Bokeh's INLINE page for the same figure lists Panel's
+    bundles by server path (not loadable from a file) and a CDN's MathJax (not offline)."""
+    from bokeh.io.export import get_layout_html
+
+    pn.extension("tabulator", "mathjax")
+    fig = hv.Curve([1, 3, 2]).opts(title="offline")
+    model = figures.to_bokeh(fig, 300, 200)
+    assert any("static/extensions/panel" in u or u.startswith("http")
+               for u in resource_urls(_styles_and_tags(get_layout_html(model))))
+    assert resource_urls(_styles_and_tags(get_layout_html(model, resources=figures.inline_resources()))) == []
+    assert resource_urls(_styles_and_tags(figures.figure_html(fig))) == []

@@ -340,3 +340,25 @@ def test_release_needs_public_buckets(session, view):
     assert view.release() is False
     assert "public buckets" in session.error and view.last_release is None
     assert len(view.ledger()) == 0
+
+
+def _plots(element):
+    from bokeh.models import Plot
+
+    return list(hv.render(element, backend="bokeh").select({"type": Plot}))
+
+
+def test_answer_panels_keep_their_legend_outside_and_their_x_ticks_apart(session, view):
+    """The SQM panel's legend sat inside its narrow plot, over the curves, and the thresholds'
+    tick labels (e.g. 15000 20000) ran together in panels a third of the page wide."""
+    _run(view)
+    plots = _plots(view.answers_plot()) + _plots(view.relative_error_plot(False))
+    legends = [(pl.title.text, lg) for pl in plots for lg in pl.legend if lg.items]
+    assert [t for t, _ in legends] == ["SQM", "Without isotonic regression"]
+    for title, lg in legends:
+        placed = [pl for pl in plots if pl.title.text == title][0]
+        assert lg not in placed.center, f"{title}: legend drawn over the plot"
+    for pl in plots:
+        axis = pl.xaxis[0]
+        assert axis.major_label_orientation not in ("horizontal", 0), pl.title.text
+        assert axis.ticker.desired_num_ticks <= 5, pl.title.text

@@ -437,3 +437,58 @@ def test_discovering_the_domain_charges_the_tables_ledger(session, builder, own)
     view = _release_view(session, builder)
     assert view.run_release() is True, session.error
     assert len(led) == 3 and view.tables.last.release.table.domain == d
+
+
+def _mechanism_box(view):
+    return [w for w in view.panel().select(pn.widgets.Select) if w.name == "Mechanism"
+            or getattr(w, "label", None) == "Mechanism"][0]
+
+
+def test_release_mechanism_box_shows_the_mechanism_that_runs(session, builder, table_view):
+    """Over a record table the release runs ResidualPlanner: the box said HB (the vector
+    release's choice) and let the user pick mechanisms that would not run."""
+    box = _mechanism_box(table_view)
+    assert box.value == "residual_planner" and box.disabled
+    assert table_view.running_mechanism() == "residual_planner"
+    assert list(box.options.values()) == ["residual_planner"]
+    assert "ResidualPlanner" in [lbl for lbl in box.options][0]
+    # back to a vector workload: the user's own choice again, and it can be changed
+    session.workload = dpx.workloads.all_range(256)
+    assert box.value == table_view.mechanism == "hb" and not box.disabled
+    box.value = "identity"
+    assert table_view.mechanism == "identity" == table_view.running_mechanism()
+    assert _build(builder)
+    assert box.value == "residual_planner" and box.disabled and table_view.mechanism == "identity"
+
+
+def _header_config(table) -> dict:
+    """The Tabulator column options a table sends (its ``configuration``, as the browser gets it)."""
+    config = table._get_configuration(table._get_columns())
+    return {c["field"]: c for c in config.get("columns", [])}
+
+
+def test_every_table_header_wraps_and_its_column_fits_its_longest_word(session, table_view):
+    """Headers were cut to "mech…", "R…", "b…": fixed shares of the width, no wrapping."""
+    from dpexplorer.ui.compare_view import _dimmed_if, comparison_table
+    from dpexplorer.ui.session import readable_headers
+    from dpexplorer.ui.table_release import LEDGER_COLUMNS, ledger_table
+
+    frame = pd.DataFrame(columns=["label", "rmse", "ratio", "seconds", "description", "source", "note"])
+    tables = {"compare": comparison_table(frame),
+              "ledger": ledger_table(pd.DataFrame(columns=LEDGER_COLUMNS))}
+    release = ReleaseView(Session())
+    tables.update({f"release-{i}": t for i, t in
+                   enumerate(release.panel().select(pn.widgets.Tabulator))})
+    for name, table in tables.items():
+        config = _header_config(table)
+        for field in table.value.columns:
+            title = table.titles.get(field, field)
+            col = config.get(field)
+            assert col is not None and col["headerWordWrap"], (name, field)
+            longest = max(len(w) for w in str(title).replace("\u00ad", " ").split())
+            arrow = 26 if col.get("headerSort", True) else 0
+            assert col["minWidth"] >= 12 * longest + 22 + arrow, (name, field, col)
+    assert readable_headers(["x"], {"x": "worst query std"})["columns"][0]["minWidth"] < 120
+    # results are dimmed while recomputed and explicitly undimmed after (a style left out
+    # is kept by the browser: the finished table stayed grey)
+    assert _dimmed_if(True) == {"opacity": "0.5"} and _dimmed_if(False) == {"opacity": "1"}

@@ -105,10 +105,16 @@ class LimitExceededError(ValueError):
         What was asked for (``None`` when a walk stopped as soon as it passed the limit).
     allowed : int
         The limit in force.
+    what : str
+        What was asked for, in the caller's terms (e.g. ``"column norms of 'W' (one per cell)"``).
+    bounds : str
+        What the limit counts, in words (e.g. ``"histogram bins"``): the message without
+        the caller's terms and without the Python advice can be built from these.
     """
 
     def __init__(self, limit: str, what: str, value: int | None, allowed: int):
         self.limit, self.value, self.allowed = limit, value, allowed
+        self.what, self.bounds = what, _BOUNDS[limit]
         asked = "is" if value is None else f"= {value:,} is"
         super().__init__(
             f"{what} {asked} above the `{limit}` limit of {allowed:,} ({_BOUNDS[limit]}); "

@@ -67,7 +67,7 @@ from .exports import FigureExport
 from .live_plot import LivePlot
 from .optimize_view import SHUTDOWN, Cancelled, OptimizationProgress, ProgressRelay
 from .redraws import REDRAWS, models_batch, no_connection, on_loop, served_document
-from .session import Session
+from .session import Session, exception_message, readable_headers
 from .shown import ShownGate, run_redraws
 
 __all__ = ["ComparePage", "Jobs", "build_lock", "check_workload", "structured_1d", "table_patch",
@@ -88,22 +88,27 @@ def comparison_table(frame: pd.DataFrame) -> pn.widgets.Tabulator:
     """Read-only Tabulator of a :func:`dpexplorer.compare` table (RMSE, ratio, build time, ...).
 
     The columns share the page's width (``fit_columns``) and the long text
-    columns wrap, so that ``source`` and ``note`` are never off-screen.
+    columns wrap, so that ``source`` and ``note`` are never off-screen; headers
+    wrap between words and no column is narrower than its header's longest
+    word (:func:`~dpexplorer.ui.session.readable_headers`).
     """
-    widths = {"label": "11%", "mechanism": "11%", "rmse": "8%", "ratio": "8%", "seconds": "7%",
-              "description": "30%", "source": "14%", "note": "22%"}
+    # the columns fill the width (the worst query's std of objective "max" too, so that
+    # adding it never pushes ``note`` off the right edge), the text columns taking more
+    grow = {"description": 4, "source": 2, "note": 3}
+    titles = {"label": "mechanism", "rmse": "RMSE", "ratio": "RMSE / SVD bound",
+              "seconds": "build (s)", "max_std": "worst query std"}
+    # every header readable: wrapped between words, columns no narrower than its longest word
+    columns = list(dict.fromkeys([*frame.columns, "max_std"]))  # the objective may add max_std
     return pn.widgets.Tabulator(
         frame, show_index=False, disabled=True, sizing_mode="stretch_width",
-        layout="fit_columns",
-        titles={"label": "mechanism", "rmse": "RMSE", "ratio": "RMSE / SVD bound",
-                "seconds": "build (s)", "max_std": "worst query std"},
+        layout="fit_columns", titles=titles,
+        configuration=readable_headers(columns, titles, grow=grow),
         formatters={"rmse": NumberFormatter(format="0,0.000"),
                     "max_std": NumberFormatter(format="0,0.000"),
                     "ratio": NumberFormatter(format="0.000"),
                     "seconds": NumberFormatter(format="0.0000"),
                     "description": {"type": "textarea"}, "source": {"type": "textarea"},
-                    "note": {"type": "textarea"}},
-        widths={c: w for c, w in widths.items() if c in frame.columns})
+                    "note": {"type": "textarea"}})
 
 
 def rmse_chart(df: pd.DataFrame, title: str = "", slots=()) -> hv.Overlay:
@@ -424,8 +429,9 @@ def too_large(W, name: str, max_cells: int = 4096) -> str | None:
 
 
 def _message(exc: BaseException) -> str:
+    """An exception for the page, in the app's words (:func:`exception_message`)."""
     if isinstance(exc, ValueError):
-        return str(exc).replace("Session.", "")
+        return exception_message(exc)
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -1760,7 +1766,9 @@ def _hidden_unless(shown: bool) -> dict:
 
 def _dimmed_if(busy: bool) -> dict:
     """CSS of results being recomputed: dimmed while ``busy``."""
-    return {"opacity": "0.5"} if busy else {}
+    # "1", not {}: the browser keeps a style that is no longer given, so the finished results
+    # stayed at half opacity, grey as if disabled
+    return {"opacity": "0.5" if busy else "1"}
 
 
 def _limits(values, log: bool = False, pad: float = 1.5):

@@ -51,10 +51,10 @@ from dpexplorer.queries.matrix import Matrix
 from .compare_view import too_large
 from .exports import FigureExport
 from .redraws import on_session_loop
-from .session import Page, Session, download_bytes, release_stamp, side_by_side
+from .session import Page, Session, download_bytes, readable_headers, release_stamp, side_by_side
 from .session import exception_message as _message
 from .shown import ShownGate
-from .table_release import LEDGER_COLUMNS, TableRelease, ledger_table
+from .table_release import LEDGER_COLUMNS, TABLE_MECHANISM, TableRelease, ledger_table
 
 __all__ = ["ReleaseView", "ReleaseRecord", "Simulation", "DataDependentRelease", "MAX_SHOWN",
            "TRIAL_SEED_TAG"]
@@ -537,10 +537,25 @@ class ReleaseView(Page, param.Parameterized):
     def controls(self) -> pn.Column:
         options = _mechanism_options()
         mech = pn.widgets.Select(**{_LABEL: "Mechanism"}, options=options, value=self.mechanism)
-        mech.param.watch(lambda e: setattr(self, "mechanism", e.new), "value")
-        self.param.watch(lambda e: setattr(mech, "value", e.new), "mechanism")
         about = pn.pane.Markdown(self._about(), sizing_mode="stretch_width")
-        self.param.watch(lambda e: setattr(about, "object", self._about()), "mechanism")
+
+        def show_mechanism(*_):
+            """The box shows the mechanism that runs: over a record table only ResidualPlanner."""
+            table = self.tables.active
+            with pn.io.hold():
+                mech.options = ({registry.get(TABLE_MECHANISM).label: TABLE_MECHANISM} if table
+                                else options)
+                mech.value = self.running_mechanism()
+                mech.disabled = table
+                about.object = self._about()
+
+        def picked(e):
+            if not self.tables.active and e.new in options.values():
+                self.mechanism = e.new
+        show_mechanism()
+        mech.param.watch(picked, "value")
+        self.param.watch(show_mechanism, "mechanism")
+        self.gate.mirror(self.tables, ["active"]).param.watch(show_mechanism, "active")
         trials = pn.widgets.IntInput.from_param(self.param.trials, start=0, end=2000,
                                                 **{_LABEL: "Simulation trials"},
                                                 description="Repeated runs outside the ledger "
@@ -566,20 +581,30 @@ class ReleaseView(Page, param.Parameterized):
         return pn.Column(pn.pane.Markdown("### Release"), mech, about, self.tables.controls(),
                          trials, run, sim, progress, width=300)
 
+    def running_mechanism(self) -> str:
+        """Name of the mechanism a release runs now: ResidualPlanner over a record table, else :attr:`mechanism`."""
+        return TABLE_MECHANISM if self.tables.active else self.mechanism
+
     def _about(self) -> str:
         try:
-            m = registry.get(self.mechanism)
+            m = registry.get(self.running_mechanism())
         except KeyError:
             return ""
+        if self.tables.active:
+            return (f"*{m.description}* ({m.source}). The workload is over a record table: its "
+                    "marginals are released from the records with this mechanism only.")
         kind = "data-dependent, ε-DP (Laplace only)" if m.data_dependent else "matrix mechanism"
         return f"*{m.description}* ({kind}; {m.source})"
 
     def results(self) -> pn.Column:
         summary = pn.pane.Markdown(self._summary(), sizing_mode="stretch_width")
         plot = pn.pane.HoloViews(self.answers_plot(), sizing_mode="stretch_width", height=400)
-        rmse = pn.widgets.Tabulator(self.rmse_table(), show_index=False, disabled=True,
+        rmse_frame = self.rmse_table()
+        rmse = pn.widgets.Tabulator(rmse_frame, show_index=False, disabled=True,
                                     sizing_mode="stretch_width", layout="fit_data_stretch",
                                     titles={"rmse": "RMSE (counts)"},
+                                    configuration=readable_headers(rmse_frame.columns,
+                                                                   {"rmse": "RMSE (counts)"}),
                                     formatters={"rmse": NumberFormatter(format="0,0.000")})
         csv = pn.widgets.FileDownload(callback=lambda: self._download(self.csv_text),
                                       filename=self._filename("csv"), **{_LABEL: "Download CSV"},
@@ -588,11 +613,13 @@ class ReleaseView(Page, param.Parameterized):
                                      filename=self._filename("json"), **{_LABEL: "Download JSON"},
                                      **{_BUTTON: "default"}, disabled=self.last is None)
         number = NumberFormatter(format="0,0.000")
+        shown = self._answers_shown()
+        answer_titles = {"answer": "released answer", "std": "std error", "ci_low": "95 % low",
+                         "ci_high": "95 % high", "ci_method": "interval"}
         answers = pn.widgets.Tabulator(
-            self._answers_shown(), show_index=False, disabled=True, sizing_mode="stretch_width",
+            shown, show_index=False, disabled=True, sizing_mode="stretch_width",
             layout="fit_columns", pagination="local", page_size=10,  # every column on screen
-            titles={"answer": "released answer", "std": "std error", "ci_low": "95 % low",
-                    "ci_high": "95 % high", "ci_method": "interval"},
+            titles=answer_titles, configuration=readable_headers(shown.columns, answer_titles),
             formatters={**{c: number for c in ("answer", "std", "ci_low", "ci_high")},
                         "label": {"type": "textarea"}, "ci_method": {"type": "textarea"}})
 

@@ -44,7 +44,7 @@ from . import workers
 from .accuracy_view import PrivacySentence
 from .shown import LazyCard
 
-__all__ = ["Session", "Page", "ledger_store_path", "EnteredFloatInput", "notify", "error_alert", "exception_message", "app_text", "side_by_side", "download_bytes", "release_stamp"]
+__all__ = ["Session", "Page", "ledger_store_path", "EnteredFloatInput", "notify", "error_alert", "exception_message", "app_text", "side_by_side", "readable_headers", "download_bytes", "release_stamp"]
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +131,52 @@ def side_by_side(*columns, basis: int = 480) -> pn.FlexBox:
                       sizing_mode="stretch_width")
 
 
+#: Pixels per character of a Tabulator header word (measured in headless Chromium, 1500 px
+#: window: "mechanism" 102 px, "RMSE" 51 px, upper case the widest), around it (cell padding
+#: and borders) and of the sort arrow's room: :func:`readable_headers`.
+_HEADER_CHAR_PX, _HEADER_PAD_PX, _HEADER_SORTER_PX = 13, 24, 26
+
+
+def readable_headers(columns, titles: dict | None = None, sortable: bool = True,
+                     grow: dict | None = None) -> dict:
+    """Tabulator ``configuration`` under which no column header is cut off ("mech…", "R…").
+
+    Headers wrap between words (Tabulator's ``headerWordWrap``) and each column is at least
+    as wide as the longest word of its title (``minWidth``), so widths given in percent
+    (``fit_columns``) shrink a column only down to what its header needs.
+
+    Parameters
+    ----------
+    columns : iterable of str
+        The table's fields.
+    titles : dict, optional
+        Shown titles by field (Tabulator's ``titles``); a field is its own title otherwise.
+        A soft hyphen (U+00AD) marks where a long word may break.
+    sortable : bool
+        Whether a click on a header sorts the table (its arrow takes room); off for tables
+        whose order is their meaning (a ledger).
+    grow : dict, optional
+        Share of the width left over, by field (Tabulator's ``widthGrow``, default 1): with
+        ``layout="fit_columns"`` the columns fill the table's width, each at least its
+        ``minWidth``, long text columns taking more.
+    """
+    grow = grow or {}
+    titles = titles or {}
+    pad = _HEADER_PAD_PX + (_HEADER_SORTER_PX if sortable else 0)
+    config = []
+    for field in columns:
+        words = str(titles.get(field, field)).replace("\u00ad", " ").split() or [""]
+        longest = max(len(w) for w in words)
+        column = {"field": str(field), "headerWordWrap": True,
+                  "minWidth": int(longest * _HEADER_CHAR_PX + pad)}
+        if not sortable:
+            column["headerSort"] = False
+        if field in grow:
+            column["widthGrow"] = grow[field]
+        config.append(column)
+    return {"columns": config}
+
+
 #: Engine advice written for Python callers, and what a user of the app does instead
 #: (the control to change); see :func:`app_text`.
 PYTHON_SPEAK = (
@@ -146,8 +192,37 @@ PYTHON_SPEAK = (
                 r"folder holding 1D/ and 2D/ \.npy files, or set DPEXPLORER_DPBENCH"),
      "type the folder holding the 1D/ and 2D/ .npy files under Settings → DPBench folder "
      "(the README says how to download them)"),
+    (re.compile(r"\s*\(scope='kronecker' accepts any union of Kronecker products\)"),
+     " (HDMM or OPT⊗ take any union of Kronecker products)"),
     (re.compile(r"\bSession\."), ""),
 )
+
+#: The engine's size-limit message (:class:`dpexplorer.queries.limits.LimitExceededError`)
+#: as it reads inside a longer text: what was asked for (often an internal name such as
+#: ``column norms of 'χ{}'``), the limit, and advice for Python callers (``dpx.limits``).
+_LIMIT_MESSAGE = re.compile(
+    r"(?:(?<=: )|^)[^:;]*? (?:= (?P<value>[\d,]+) )?is above the `(?P<limit>\w+)` limit of "
+    r"(?P<allowed>[\d,]+) \((?P<bounds>[^)]*)\); nothing was allocated\. On a machine with the "
+    r"memory for it, raise the limit: .*?DPEXPLORER_LIMITS='\w+=\.\.\.'")
+
+
+def limit_text(limit: str, value: int | None, allowed: int, bounds: str) -> str:
+    """A size limit passed, for a user of the app: what it bounds, the sizes, and what to do.
+
+    ``limit``: name of the limit (a field of :class:`dpexplorer.queries.limits.Limits`);
+    ``value``: what was asked for (None when unknown); ``allowed``: the limit in force;
+    ``bounds``: what the limit counts, in words.
+    """
+    asked = f"{value:,} {bounds}" if value is not None else f"more {bounds}"
+    return (f"This needs {asked}, above the explorer's limit of {allowed:,}; nothing was "
+            "computed. Make the domain, workload or strategy smaller (whoever runs this "
+            f"server can raise the {limit} limit in its {dpx.limits.ENV_VAR} setting).")
+
+
+def _limit_sub(found: re.Match) -> str:
+    value = found["value"]
+    return limit_text(found["limit"], int(value.replace(",", "")) if value else None,
+                      int(found["allowed"].replace(",", "")), found["bounds"])
 
 
 def app_text(message: str) -> str:
@@ -157,7 +232,7 @@ def app_text(message: str) -> str:
     caller what to pass (``dpx.Gaussian(epsilon, delta)``, ``x=``), the app
     says which control to change instead (:data:`PYTHON_SPEAK`).
     """
-    text = str(message)
+    text = _LIMIT_MESSAGE.sub(_limit_sub, str(message))
     for pattern, instead in PYTHON_SPEAK:
         text = pattern.sub(instead, text)
     return text
@@ -180,8 +255,11 @@ def release_stamp(release) -> str:
 def exception_message(exc: BaseException) -> str:
     """The user-facing text of an exception: its message (a KeyError's without quotes), or its type.
 
-    Python-caller advice is replaced by the app control to change (:func:`app_text`).
+    Python-caller advice is replaced by the app control to change (:func:`app_text`); a
+    size limit passed is said in the app's words (:func:`limit_text`).
     """
+    if isinstance(exc, dpx.limits.LimitExceededError):
+        return limit_text(exc.limit, exc.value, exc.allowed, exc.bounds)
     msg = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
     return app_text(msg) or type(exc).__name__
 
@@ -204,9 +282,10 @@ class EnteredFloatInput(pn.widgets.FloatInput):
 def error_alert(error, lead: str = "**Not done, the page keeps its last result.**") -> pn.pane.Alert:
     """A danger Alert showing ``lead`` and a page's error text, hidden while there is none.
 
-    ``error``: the page's error parameter (e.g. ``page.param.error``, a string, '' for none).
+    ``error``: the page's error parameter (e.g. ``page.param.error``, a string, '' for none);
+    shown in the app's words (:func:`app_text`).
     """
-    return pn.pane.Alert(pn.bind(lambda e: f"{lead} {e}", error), alert_type="danger",
+    return pn.pane.Alert(pn.bind(lambda e: f"{lead} {app_text(e)}", error), alert_type="danger",
                          sizing_mode="stretch_width", disable_math=True,
                          visible=pn.bind(bool, error))
 

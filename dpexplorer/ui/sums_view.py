@@ -96,6 +96,9 @@ COLORS = {"sqm": "#8c564b", "identity": "#1f77b4", "workload": "#ff7f0e", "timm"
 
 #: Smallest relative error drawn on the log axis.
 _LOG_FLOOR = 1e-6
+#: x ticks of the answer and error panels: about 5 labels, slanted, so that thresholds such as
+#: 15000 and 20000 do not run together in a third of the page's width.
+_X_TICKS = {"xticks": 5, "xrotation": 30}
 
 HEADER = """\
 ## Sum queries
@@ -674,10 +677,13 @@ class SumsView(pn.viewable.Viewer):
                 color=COLORS[mech], line_width=2, tools=["hover"])
             truth = hv.Curve(s, kdims=[kd], vdims=["truth", "query"], label="truth").opts(
                 color="black", line_width=1.5, line_dash="dashed")
+            first = mech == sums.MECHANISMS[0]
+            # the one legend goes under its panel, outside the plot (inside, it covered the
+            # curves of the narrow panel), so that panel is taller by the legend's row
             panels.append((band * mean * truth).opts(
-                title=f"{sums.LABELS[mech]}", responsive=True, height=250, logx=logx,
-                ylabel=f"sum ({res.attribute.unit})", show_legend=mech == sums.MECHANISMS[0],
-                legend_position="top_left"))
+                title=f"{sums.LABELS[mech]}", responsive=True, height=250 + 40 * first, logx=logx,
+                ylabel=f"sum ({res.attribute.unit})", show_legend=first,
+                legend_position="bottom", legend_cols=3, **_X_TICKS))
         return panels
 
     def relative_error_plot(self, isotonic: bool, res: SumsResult | None = None):
@@ -707,7 +713,7 @@ class SumsView(pn.viewable.Viewer):
         return hv.Overlay(layers).opts(
             title=title, responsive=True, height=340, logy=True,
             logx=res.spacing == "geometric" and xcol == "threshold",
-            ylabel="|ŷ − y| / max(y, γ)  (mean, 5–95 %)", legend_position="right")
+            ylabel="|ŷ − y| / max(y, γ)  (mean, 5–95 %)", legend_position="right", **_X_TICKS)
 
     def curve_plot(self, res: SumsResult | None = None):
         """Analytic bias², variance and total (MSE per query) of one mechanism vs τ, SVT τ marked."""

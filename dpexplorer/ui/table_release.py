@@ -48,7 +48,7 @@ from dpexplorer.privacy import PrivacyLedger
 
 from .exports import FigureExport
 from .redraws import on_session_loop
-from .session import Session, download_bytes, error_alert, release_stamp
+from .session import Session, download_bytes, error_alert, readable_headers, release_stamp
 from .session import exception_message as _message
 from .shown import ShownGate
 
@@ -411,11 +411,13 @@ class TableRelease(param.Parameterized):
         caption = pn.pane.Markdown(self.marginal_caption(), sizing_mode="stretch_width")
         drawn = {"key": (id(self.shown), id(self.last), self.objective)}
         number = NumberFormatter(format="0,0.000")
+        cell_titles = {"answer": "released answer", "std": "std error", "ci_low": "95 % low",
+                       "ci_high": "95 % high", "ci_method": "interval"}
+        first = self.frame()
         cells = pn.widgets.Tabulator(
-            self.frame(), show_index=False, disabled=True, sizing_mode="stretch_width",
-            layout="fit_data_stretch", pagination="local", page_size=10,
-            titles={"answer": "released answer", "std": "std error", "ci_low": "95 % low",
-                    "ci_high": "95 % high", "ci_method": "interval"},
+            first, show_index=False, disabled=True, sizing_mode="stretch_width",
+            layout="fit_data_stretch", pagination="local", page_size=10, titles=cell_titles,
+            configuration=readable_headers(first.columns, cell_titles),
             formatters={c: number for c in ("answer", "std", "ci_low", "ci_high")})
         csv = pn.widgets.FileDownload(callback=lambda: self._download(self.csv_text),
                                       filename=self.filename("csv"),
@@ -483,16 +485,20 @@ class TableRelease(param.Parameterized):
 LEDGER_COLUMNS = ["id", "time", "label", "kind", "part_of", "mode", "epsilon", "delta", "rho",
                   "state", "noise", "queries", "sensitivity"]
 
-#: Their shares of the width (they share it and long text wraps: nothing, e.g. the time, is cut off).
-_LEDGER_WIDTHS = {"id": "4%", "time": "11%", "label": "17%", "kind": "8%", "part_of": "5%",
-                  "mode": "7%", "epsilon": "6%", "delta": "6%", "rho": "6%", "state": "6%",
-                  "noise": "13%", "queries": "5%", "sensitivity": "6%"}
+#: Their shares of the width left over once each has its header's width (they fill the
+#: width and long text wraps: nothing, e.g. the time, is cut off).
+_LEDGER_GROW = {"time": 2, "label": 4, "noise": 3}
 
 
 def ledger_table(frame: pd.DataFrame, page_size: int = 10) -> pn.widgets.Tabulator:
     """A read-only table of a ledger's :data:`LEDGER_COLUMNS` (``frame``: one row per entry)."""
+    titles = {"part_of": "part of", "epsilon": "ε", "delta": "δ", "rho": "ρ",
+              "sensitivity": "sensi\u00adtivity"}
     return pn.widgets.Tabulator(frame, show_index=False, disabled=True,
                                 sizing_mode="stretch_width", layout="fit_columns",
-                                widths=_LEDGER_WIDTHS, pagination="local", page_size=page_size,
+                                pagination="local", page_size=page_size,
+                                titles=titles,
+                                configuration=readable_headers(LEDGER_COLUMNS, titles,
+                                                               sortable=False, grow=_LEDGER_GROW),
                                 formatters={c: {"type": "textarea"}
                                             for c in ("label", "noise", "time")})

@@ -36,9 +36,16 @@ CHUNK_BYTES = 4 * 2**20
 
 #: The MIME types browsers give files of these extensions (FilePond checks the type, not the
 #: name): a CSV saved by Excel on Windows is ``application/vnd.ms-excel``, not ``text/csv``.
+#: A type the browser does not know is the empty string: Chromium gives ``.npy`` and
+#: ``.parquet`` files no type (``File.type == ""``), and Panel's FileDropper turns ``.npy``
+#: into ``application/octet-stream`` only, so FilePond refused every ``.npy`` a user picked
+#: ("File is of invalid type -- Expects or application/octet-stream").  The server reads the
+#: bytes and refuses what is not the expected format.
 ALSO_ACCEPTED = {
     ".csv": ("text/csv", "application/vnd.ms-excel", "application/csv", "text/x-csv",
-             "text/comma-separated-values", "text/plain"),
+             "text/comma-separated-values", "text/plain", ""),
+    ".npy": ("application/octet-stream", ""),
+    ".parquet": ("application/octet-stream", "application/vnd.apache.parquet", ""),
     ".txt": ("text/plain",),
     ".yaml": ("text/yaml", "application/x-yaml", "application/yaml", "text/x-yaml"),
     ".yml": ("text/yaml", "application/x-yaml", "application/yaml", "text/x-yaml"),
