@@ -41,11 +41,9 @@ import param
 from dpexplorer.audit import AuditResult, cases
 from dpexplorer.core import registry
 
-from .compare_view import Jobs
 from .exports import FigureExport
 from .redraws import on_session_loop
 from .session import Page, Session
-from .shown import ShownGate
 
 __all__ = ["AuditView", "TEACHING", "PUBLISHED_NOTE", "Stopped"]
 
@@ -113,13 +111,9 @@ class AuditView(Page, param.Parameterized):
         Message of the last failed action of this page ('' after a success).""")
 
     def __init__(self, session: Session | None = None, background: bool = True, **params):
-        self.session = session if session is not None else Session()
-        self.background = background
-        self._lock = threading.RLock()
-        self._jobs = Jobs(self._lock)
+        self._setup_page(session, background)  # session, lock, tasks, tab gate
         self._stop = threading.Event()
         self._layout = None
-        self.gate = ShownGate(self._lock)  # redraws wait while the page's tab is hidden
         type(self).param.mechanism.objects = list(registry.REGISTRY)  # registered later too
         super().__init__(**params)
         self.param.watch(self._clamp_case, "mechanism")
@@ -155,7 +149,7 @@ class AuditView(Page, param.Parameterized):
             self._stop.clear()
             self._set(busy=True, done=0, total=todo["total"], error="")
         if self.background:
-            self._jobs.submit(self._work, todo)
+            self._submit(self._work, todo)
             return True
         return self._work(lambda callback: callback(), todo)
 
@@ -204,10 +198,6 @@ class AuditView(Page, param.Parameterized):
     def stop(self) -> None:
         """Stop the running audit at its next chunk of runs (the last result stays)."""
         self._stop.set()
-
-    def wait(self, timeout: float = 300.0) -> bool:
-        """Block until no audit is running (tests, scripts); ``False`` on timeout."""
-        return self._jobs.wait(timeout)
 
     def teaching_example(self) -> bool:
         """Audit the authors' DAWA partition (``dawa_as_published``) at ε = 4, claim ε₁ = 1."""

@@ -28,7 +28,9 @@ import logging
 import math
 import os
 import re
+import threading
 import types
+import weakref
 from pathlib import Path
 from typing import ClassVar
 
@@ -42,7 +44,9 @@ from dpexplorer.datasets import Dataset
 
 from . import workers
 from .accuracy_view import PrivacySentence
-from .shown import LazyCard
+from .redraws import served_document
+from .shown import LazyCard, ShownGate
+from .tasks import Jobs, Task
 
 __all__ = ["Session", "Page", "ledger_store_path", "EnteredFloatInput", "notify", "error_alert", "exception_message", "app_text", "side_by_side", "download_bytes", "release_stamp"]
 
@@ -86,12 +90,67 @@ def notify(message: str, level: str = "error") -> None:
 
 
 class Page:
-    """What the explorer's pages share: read-only outputs, failures reported, the error shown.
+    """What the explorer's pages share: set-up, tasks, read-only outputs, the error shown.
 
     Mixed into a page's ``param.Parameterized`` class, which has an ``error``
-    string parameter, a ``session`` (:class:`Session`) and a ``panel()``
-    method building its layout.
+    string parameter and a ``panel()`` method building its layout, and calls
+    :meth:`_setup_page` first thing in its ``__init__``.
     """
+
+    def _setup_page(self, session: Session | None = None, background: bool = True) -> None:
+        """The set-up every page shares (call before ``super().__init__``).
+
+        Sets ``session`` (a new :class:`Session` if None), ``background``
+        (False: tasks run in the caller's thread), ``_lock`` (the page's
+        reentrant lock, held while posted updates and deferred redraws run),
+        ``_jobs`` (the page's :class:`~dpexplorer.ui.tasks.TaskRunner`),
+        ``gate`` (a :class:`~dpexplorer.ui.shown.ShownGate`: redraws wait while
+        the page's tab is hidden, told by the app), ``_loaded`` (set once the
+        browser has drawn the page; at once outside a server) and ``_doc`` (a
+        weak reference to the served document, or None).  A served page's
+        :meth:`_session_destroyed` runs when its browser tab closes.
+        """
+        self.session = session if session is not None else Session()
+        self.background = background
+        self._lock = threading.RLock()
+        self._jobs = Jobs(self._lock)
+        self.gate = ShownGate(self._lock)
+        self._loaded = threading.Event()
+        doc = served_document()
+        self._doc = None if doc is None else weakref.ref(doc)
+        if doc is None:
+            self._loaded.set()
+            return
+        try:
+            pn.state.onload(self._loaded.set)
+        except Exception:  # noqa: BLE001 - no onload support: do not wait
+            self._loaded.set()
+        doc.on_session_destroyed(self._session_destroyed)
+
+    def _session_destroyed(self, _context) -> None:
+        """The page's browser tab has closed: its work stops (``stop()``, if it has one)."""
+        stop = getattr(self, "stop", None)
+        if callable(stop):
+            stop()
+
+    def start_task(self, fn, *args, **options) -> Task:
+        """Start ``fn(task, *args)`` as a :class:`~dpexplorer.ui.tasks.Task` of this page.
+
+        ``options``: :meth:`TaskRunner.start`'s (``name``, ``optimizer``); in
+        the caller's thread when the page was made with ``background=False``.
+        """
+        return self._jobs.start(fn, *args, background=self.background, **options)
+
+    def _submit(self, fn, *args, executor=None) -> None:
+        """Run the job ``fn(post, *args)`` in the background, or now (``background=False``)."""
+        if self.background:
+            self._jobs.submit(fn, *args, executor=executor)
+        else:
+            fn(lambda callback: callback(), *args)
+
+    def wait(self, timeout: float = 300.0) -> bool:
+        """Block until the page's tasks are done (tests, scripts); ``False`` on timeout."""
+        return self._jobs.wait(timeout)
 
     def _set(self, **values) -> None:
         """Set parameters, constant (read-only) outputs included."""

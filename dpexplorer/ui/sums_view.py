@@ -47,7 +47,6 @@ from __future__ import annotations
 import io
 import logging
 import math
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -67,9 +66,8 @@ from dpexplorer.privacy import PrivateData
 from dpexplorer.sums import mechanisms as sums
 from dpexplorer.sums.thresholds import SVTParams
 
-from .compare_view import Jobs
 from .exports import FigureExport
-from .session import Session, error_alert, side_by_side
+from .session import Page, Session, error_alert, side_by_side
 from .session import exception_message as _message
 from .shown import LazyCard
 from .uploads import Upload
@@ -186,7 +184,7 @@ class SumsResult:
     spacing: str = "linear"
 
 
-class SumsView(pn.viewable.Viewer):
+class SumsView(Page, pn.viewable.Viewer):
     """The "Sum queries" page around one :class:`~dpexplorer.ui.session.Session`.
 
     Parameters
@@ -247,10 +245,7 @@ class SumsView(pn.viewable.Viewer):
                          doc="Message of the last failed action ('' after a success).")
 
     def __init__(self, session: Session | None = None, background: bool = True, **params):
-        self.session = session if session is not None else Session()
-        self.background = background
-        self._lock = threading.RLock()
-        self._jobs = Jobs(self._lock)
+        self._setup_page(session, background)  # session, lock, tasks, tab gate
         self._uploads: dict[str, np.ndarray] = {}
         self._upload_files: dict[str, str] = {}  # attribute -> the uploaded file's name
         self._csv: tuple[str, pd.DataFrame] | None = None
@@ -282,10 +277,6 @@ class SumsView(pn.viewable.Viewer):
         self.param.attribute.objects = names
         if self.attribute not in names:
             self.attribute = names[0]
-
-    def wait(self, timeout: float = 300.0) -> bool:
-        """Block until the running simulation is shown (tests, scripts)."""
-        return self._jobs.wait(timeout)
 
     #: Allowed range of the integer controls (checked when a run starts, reported on the page).
     LIMITS = {"bins": ("number of buckets", 2, 4096), "queries": ("number of queries m", 1, 2000),
@@ -429,10 +420,7 @@ class SumsView(pn.viewable.Viewer):
                 return False
             total = snap["trials"] + len(self.curve_taus(workload))
             self._set(busy=True, progress=0, progress_total=max(total, 1))
-        if self.background:
-            self._jobs.submit(self._job, attr, workload, snap)
-        else:
-            self._job(lambda callback: callback(), attr, workload, snap)
+        self._submit(self._job, attr, workload, snap)
         return True
 
     def _job(self, post, attr, workload, snap) -> None:
@@ -517,10 +505,7 @@ class SumsView(pn.viewable.Viewer):
                 self._fail(_message(exc), exc)
                 return False
             self._set(busy=True, progress=0, progress_total=1)
-        if self.background:
-            self._jobs.submit(self._release_job, attr, workload, snap)
-        else:
-            self._release_job(lambda callback: callback(), attr, workload, snap)
+        self._submit(self._release_job, attr, workload, snap)
         return True
 
     def _release_job(self, post, attr, workload, snap) -> None:
