@@ -23,7 +23,7 @@ hv = pytest.importorskip("holoviews")
 
 from panel.io.state import set_curdoc  # noqa: E402
 
-from dpexplorer.ui import compare_view, optimize_view  # noqa: E402
+from dpexplorer.ui import compare_redraws, compare_view, optimize_view, tasks  # noqa: E402
 from dpexplorer.ui.compare_view import ComparePage  # noqa: E402
 from dpexplorer.ui.redraws import RedrawQueue  # noqa: E402
 from dpexplorer.ui.session import Session  # noqa: E402
@@ -92,7 +92,7 @@ def test_page_table_equals_engine_compare():
     assert dd["rmse"].isna().all() and dd["note"].str.contains("data-dependent").all()
     assert page.svd_bound == pytest.approx(
         dpx.svd_bound(session.workload, dpx.Laplace(0.5)), rel=1e-12)
-    assert set(compare_view.PAGE_COLUMNS) <= set(page.table.columns)
+    assert set(compare_view.TABLE_COLUMNS) <= set(page.table.columns)
 
 
 def test_page_gaussian_and_kronecker_workload():
@@ -268,9 +268,9 @@ def test_background_threads_yield_the_processor():
     if not hasattr(os, "getpriority"):
         pytest.skip("no per-thread priority on this platform")
     main = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    worker = compare_view.EXECUTOR.submit(
+    worker = tasks.EXECUTOR.submit(
         lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result(60)
-    assert worker >= min(main + compare_view.BACKGROUND_NICE, 19)
+    assert worker >= min(main + tasks.BACKGROUND_NICE, 19)
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main  # only the workers
 
 
@@ -282,7 +282,7 @@ def test_the_blas_helper_threads_yield_the_processor_too():
 import os, threading
 import numpy as np, scipy.linalg
 a = np.random.default_rng(0).random((400, 400)); a @ a; scipy.linalg.blas.dgemm(1.0, a, a)
-from dpexplorer.ui.compare_view import BACKGROUND_NICE, lower_native_helper_threads
+from dpexplorer.ui.tasks import BACKGROUND_NICE, lower_native_helper_threads
 lowered = lower_native_helper_threads()
 def nice(t):
     stat = open(f"/proc/self/task/{t}/stat").read()
@@ -494,7 +494,7 @@ def test_page_layout_renders_and_updates():
     tabs = layout.select(pn.widgets.Tabulator)  # the comparison, and the ε-for-error table
     assert len(tabs) == 2 and page._panes["target_table"] in tabs
     tabs = [page._panes["table"]]
-    assert list(tabs[0].value.columns) == compare_view.PAGE_COLUMNS
+    assert list(tabs[0].value.columns) == compare_view.TABLE_COLUMNS
     chart = page.bars()
     bars = [e for e in chart if isinstance(e, hv.Bars)]
     lines = [e for e in chart if isinstance(e, hv.HLine)]
@@ -819,7 +819,7 @@ def test_optimizer_updates_posted_like_a_server(monkeypatch):
         session = Session()
         session.workload = dpx.workloads.prefix(24)
         deferred = []
-        monkeypatch.setattr(compare_view.Jobs, "_poster", lambda self, doc: deferred.append)
+        monkeypatch.setattr(tasks.Jobs, "_poster", lambda self, doc: deferred.append)
         monkeypatch.setattr(optimize_view, "PROGRESS_INTERVAL", 0.0)
         page = ComparePage(session)
         page.panel()
@@ -981,7 +981,7 @@ def test_redraws_in_a_server_session_run_one_per_turn_on_the_event_loop(monkeypa
     scheduled, ran, frozen = [], [], []
     monkeypatch.setattr(pn.state, "execute", lambda fn, schedule="auto": scheduled.append(fn))
     # a queue of this test's own (the server-wide one would keep this fake loop's redraws)
-    monkeypatch.setattr(compare_view, "REDRAWS", RedrawQueue(check_seconds=None))
+    monkeypatch.setattr(compare_redraws, "REDRAWS", RedrawQueue(check_seconds=None))
     real_freeze = doc.models.freeze
 
     def run_loop():  # play the event loop: run what is scheduled, and what that schedules
@@ -1039,7 +1039,7 @@ def test_only_the_users_own_changes_are_urgent_redraws(monkeypatch):
         def submit(self, owner, doc, run, urgent=False):
             submitted.append(urgent)
 
-    monkeypatch.setattr(compare_view, "REDRAWS", Queue(check_seconds=None))
+    monkeypatch.setattr(compare_redraws, "REDRAWS", Queue(check_seconds=None))
     monkeypatch.setattr(doc, "add_timeout_callback", lambda fn, ms: None)  # first figures
     monkeypatch.setattr(ComparePage, "load_wait", 0.0)  # no browser here to say it loaded
     session = Session(epsilon=1.0)
@@ -1096,7 +1096,7 @@ def test_a_closed_sessions_compare_page_stops_and_leaves_the_redraw_queue(monkey
     monkeypatch.setattr(pn.state, "execute", lambda fn, schedule="auto": scheduled.append(fn))
     handed = []  # what the queue hands to the loop
     queue = RedrawQueue(schedule=lambda d, fn: handed.append(fn), check_seconds=None)
-    monkeypatch.setattr(compare_view, "REDRAWS", queue)
+    monkeypatch.setattr(compare_redraws, "REDRAWS", queue)
     session = Session()
     session.workload = dpx.workloads.all_range(32)
     with set_curdoc(doc):
@@ -1138,7 +1138,7 @@ def test_a_closed_tab_stops_its_page_before_bokeh_ends_the_session(monkeypatch):
     assert not no_connection(doc)  # no server session (yet): nothing to say
     context.session = types.SimpleNamespace(destroyed=False, connection_count=0)
     handed = []  # what the queue hands to the loop
-    monkeypatch.setattr(compare_view, "REDRAWS",
+    monkeypatch.setattr(compare_redraws, "REDRAWS",
                         RedrawQueue(schedule=lambda d, fn: handed.append(fn), check_seconds=None))
     monkeypatch.setattr(ComparePage, "load_wait", 0.0)
     session = Session()
@@ -1178,7 +1178,7 @@ def test_a_served_pages_first_figures_follow_its_table(monkeypatch):
     doc, context = served_document()
     scheduled, timeouts = [], []
     monkeypatch.setattr(pn.state, "execute", lambda fn, schedule="auto": scheduled.append(fn))
-    monkeypatch.setattr(compare_view, "REDRAWS", RedrawQueue(check_seconds=None))
+    monkeypatch.setattr(compare_redraws, "REDRAWS", RedrawQueue(check_seconds=None))
     monkeypatch.setattr(doc, "add_timeout_callback", lambda fn, ms: timeouts.append((fn, ms)))
     monkeypatch.setattr(ComparePage, "load_wait", 0.0)  # no browser here to say it loaded
 
@@ -1328,11 +1328,11 @@ def test_a_pages_posts_waiting_for_the_loop_run_together_in_order(monkeypatch, c
 
     from ui_fakes import served_document
 
-    from dpexplorer.ui.compare_view import Jobs
+    from dpexplorer.ui.tasks import Jobs
 
     doc, _context = served_document()
     scheduled, ran = [], []
-    monkeypatch.setattr(compare_view, "on_loop", lambda d, fn: scheduled.append((d, fn)))
+    monkeypatch.setattr(tasks, "on_loop", lambda d, fn: scheduled.append((d, fn)))
     lock = threading.RLock()  # the page's lock
     jobs = Jobs(lock)
 

@@ -158,6 +158,8 @@ class Task(param.Parameterized):
         self._post = post if post is not None else (lambda callback: callback())
         self._cancel = threading.Event()
         self._finished = threading.Event()
+        #: The exception that failed the task (None unless ``status == 'failed'``).
+        self.exception: BaseException | None = None
 
     @property
     def finished(self) -> bool:
@@ -215,7 +217,8 @@ class TaskRunner:
         self._posts: dict = {}  # document -> callbacks posted and not run yet, in order
 
     def start(self, fn: Callable, *args, name: str = "", optimizer: bool = False,
-              executor: ThreadPoolExecutor | None = None, background: bool = True) -> Task:
+              executor: ThreadPoolExecutor | None = None, background: bool = True,
+              on_end: Callable[[Task], None] | None = None) -> Task:
         """A :class:`Task` running ``fn(task, *args)``; its return value is the task's result.
 
         ``optimizer``: the function waits for a strategy optimiser (worker
@@ -224,7 +227,9 @@ class TaskRunner:
         the caller's thread (scripts).  The function raising
         :class:`TaskCancelled` or :class:`~dpexplorer.ui.optimize_view.Cancelled`
         ends the task ``cancelled``; any other exception ends it ``failed``,
-        with :func:`task_message` as its ``error`` (unexpected ones logged).
+        with :func:`task_message` as its ``error`` (unexpected ones logged) and the
+        exception as :attr:`Task.exception`.  ``on_end(task)`` runs once the task's final
+        state is set, where the task's updates run (the page's event loop).
         """
         doc = pn.state.curdoc
         post = self._poster(doc) if background else (lambda callback: callback())
@@ -237,6 +242,8 @@ class TaskRunner:
             def apply():
                 with _held(doc):
                     task._update(**values)
+                    if on_end is not None:
+                        on_end(task)
             post(apply)
 
         def run():
@@ -248,6 +255,7 @@ class TaskRunner:
                 except (TaskCancelled, Cancelled):
                     finish(status="cancelled")
                 except Exception as exc:  # noqa: BLE001 - the task's error, shown by the page
+                    task.exception = exc
                     if not isinstance(exc, ValueError):
                         log.error("task %s failed", task.name, exc_info=exc)
                     finish(status="failed", error=task_message(exc))
