@@ -13,12 +13,6 @@ from dpexplorer.core import registry  # noqa: E402
 from dpexplorer.ui import app as app_module  # noqa: E402
 from dpexplorer.ui import audit_view  # noqa: E402
 from dpexplorer.ui.audit_view import AuditView  # noqa: E402
-from dpexplorer.ui.session import Session  # noqa: E402
-
-
-@pytest.fixture
-def session():
-    return Session()
 
 
 @pytest.fixture

@@ -28,8 +28,13 @@ restarts, current objective) and a Cancel button stops it
 noise norm stops a running optimiser (its progress callback raises
 :class:`~dpexplorer.ui.optimize_view.Cancelled`); coming back to it starts it
 again.  Different strategies build side by side (one lock per cache entry,
-:func:`build_lock`), so a long optimisation on this page never holds the
-Strategy page.
+:func:`~dpexplorer.ui.tasks.build_lock`), so a long optimisation on this page
+never holds the Strategy page.
+
+This module is the page's layout and bindings; its work is in
+:mod:`~dpexplorer.ui.compare_tasks`, its charts in :mod:`~dpexplorer.ui.compare_charts`,
+the scheduling of its redraws in :mod:`~dpexplorer.ui.compare_redraws`, and the
+task runtime it shares with the other pages in :mod:`~dpexplorer.ui.tasks`.
 """
 
 from __future__ import annotations
