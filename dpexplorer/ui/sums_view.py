@@ -550,9 +550,9 @@ class SumsView(Page, pn.viewable.Viewer):
         """Mechanism, **Release** button, the mode and spend of the last release and its answers."""
         mech = pn.widgets.Select.from_param(self.param.release_mechanism, **{_LABEL: "Mechanism"},
                                             width=200)
-        button = pn.widgets.Button(**{_LABEL: "Release (spends ε)"}, **{_BUTTON: "danger"})
+        button = pn.widgets.Button(**{_LABEL: "Release (spends ε)"}, **{_BUTTON: "danger"},
+                                   disabled=self.param.busy)
         button.on_click(lambda _: self.release())
-        self.param.watch(lambda e: setattr(button, "disabled", e.new), "busy")
         text = pn.pane.Markdown(self.release_text(), sizing_mode="stretch_width")
         table = pn.widgets.Tabulator(pd.DataFrame(), show_index=False, disabled=True,
                                      sizing_mode="stretch_width", layout="fit_data_stretch",
@@ -809,16 +809,16 @@ class SumsView(Page, pn.viewable.Viewer):
         trials = w.IntInput.from_param(self.param.trials, **{_LABEL: "Trials"},
                                       start=self.LIMITS["trials"][1], end=self.LIMITS["trials"][2])
         gamma = w.FloatInput.from_param(self.param.gamma, **{_LABEL: "γ (relative error)"})
-        run = w.Button(**{_LABEL: "Run simulation"}, **{_BUTTON: "primary"})
+        run = w.Button(**{_LABEL: "Run simulation"}, **{_BUTTON: "primary"},
+                       disabled=self.param.busy)
         run.on_click(lambda _: self.run())
-        self.param.watch(lambda e: setattr(run, "disabled", e.new), "busy")
-        progress = pn.indicators.Progress(value=0, max=1, sizing_mode="stretch_width", visible=False)
-
-        def on_progress(*_):
-            progress.max = max(self.progress_total, 1)
-            progress.value = min(self.progress, progress.max)
-            progress.visible = self.busy
-        self.param.watch(on_progress, ["progress", "progress_total", "busy"])
+        # the running task's progress, through the tab gate (nothing changes while hidden)
+        shown = self.gate.mirror(self, ["busy", "progress", "progress_total"])
+        progress = pn.indicators.Progress(
+            value=pn.bind(lambda d, t: min(d, max(t, 1)), shown.param.progress,
+                          shown.param.progress_total),
+            max=pn.bind(lambda t: max(t, 1), shown.param.progress_total),
+            visible=shown.param.busy, sizing_mode="stretch_width")
         svt_box = pn.Column(alpha, rho, r, theta0, visible=self.tau_mode == "svt")
         self.param.watch(lambda e: (setattr(svt_box, "visible", e.new == "svt"),
                                     setattr(tau, "visible", e.new == "user")), "tau_mode")
