@@ -43,7 +43,7 @@ from dpexplorer.core import registry
 from .exports import FigureExport
 from .redraws import on_session_loop
 from .session import Page, Session
-from .tasks import Task, TaskCancelled
+from .tasks import Task, TaskCancelled, percent
 
 __all__ = ["AuditView", "TEACHING", "PUBLISHED_NOTE", "Stopped"]
 
@@ -323,9 +323,7 @@ class AuditView(Page, param.Parameterized):
         stop.on_click(lambda _: self.stop())
         teach.on_click(lambda _: self.teaching_example())
         progress = pn.indicators.Progress(
-            value=pn.bind(lambda d, t: min(int(d), max(int(t), 1)), shown.param.done,
-                          shown.param.total),
-            max=pn.bind(lambda t: max(int(t), 1), shown.param.total),
+            value=pn.bind(percent, shown.param.done, shown.param.total), max=100,
             visible=shown.param.busy, sizing_mode="stretch_width")
         status = pn.pane.Markdown(
             pn.bind(lambda b, d, t: f"{int(d):,} of {int(t):,} runs…" if b else "",

@@ -70,6 +70,7 @@ from .exports import FigureExport
 from .session import Page, Session, error_alert, side_by_side
 from .session import exception_message as _message
 from .shown import LazyCard
+from .tasks import percent
 from .uploads import Upload
 
 __all__ = ["SumsView", "SumsResult", "ATTRIBUTES", "COLORS", "RECORDS"]
@@ -815,9 +816,7 @@ class SumsView(Page, pn.viewable.Viewer):
         # the running task's progress, through the tab gate (nothing changes while hidden)
         shown = self.gate.mirror(self, ["busy", "progress", "progress_total"])
         progress = pn.indicators.Progress(
-            value=pn.bind(lambda d, t: min(d, max(t, 1)), shown.param.progress,
-                          shown.param.progress_total),
-            max=pn.bind(lambda t: max(t, 1), shown.param.progress_total),
+            value=pn.bind(percent, shown.param.progress, shown.param.progress_total), max=100,
             visible=shown.param.busy, sizing_mode="stretch_width")
         svt_box = pn.Column(alpha, rho, r, theta0, visible=self.tau_mode == "svt")
         self.param.watch(lambda e: (setattr(svt_box, "visible", e.new == "svt"),

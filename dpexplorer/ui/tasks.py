@@ -48,7 +48,8 @@ from .optimize_view import Cancelled
 from .redraws import on_loop
 
 __all__ = ["Task", "TaskRunner", "TaskCancelled", "Jobs", "EXECUTOR", "OPTIMIZER_THREADS",
-           "BACKGROUND_NICE", "build_lock", "lower_native_helper_threads", "task_message"]
+           "BACKGROUND_NICE", "build_lock", "lower_native_helper_threads", "task_message",
+           "percent"]
 
 log = logging.getLogger(__name__)
 
@@ -364,6 +365,17 @@ class Jobs(TaskRunner):
         """Run ``fn(post, *args)`` on ``executor`` (default :data:`EXECUTOR`)."""
         return self.start(lambda task, *a: fn(task.post, *a), *args,
                           name=getattr(fn, "__name__", "job"), executor=executor)
+
+
+def percent(done: float | None, total: float | None = 1.0) -> int:
+    """``done / total`` as a whole percentage in 0..100 for a progress bar (``max=100``).
+
+    ``percent(task.progress)`` for a task; ``percent(runs_done, runs)`` for counts.  None
+    (a task that cannot tell) and a total of 0 give 0.
+    """
+    if done is None or not total:
+        return 0
+    return int(min(max(100.0 * float(done) / float(total), 0.0), 100.0))
 
 
 @contextlib.contextmanager
