@@ -149,8 +149,12 @@ class Page:
             fn(lambda callback: callback(), *args)
 
     def wait(self, timeout: float = 300.0) -> bool:
-        """Block until the page's tasks are done (tests, scripts); ``False`` on timeout."""
-        return self._jobs.wait(timeout)
+        """Block until the page's tasks are done (tests, scripts); ``False`` on timeout.
+
+        ``True`` at once for a page that runs no tasks (no :meth:`_setup_page`).
+        """
+        jobs = getattr(self, "_jobs", None)
+        return True if jobs is None else jobs.wait(timeout)
 
     def _set(self, **values) -> None:
         """Set parameters, constant (read-only) outputs included."""
