@@ -30,6 +30,10 @@ class CompareRedraws:
     #: n = 1024 4.4-4.7 s, 3.1-3.2 s, 2.8-3.0 s.
     first_figures_delay = 1.0
 
+    def _forget_redraws(self) -> None:
+        """Drop the page's redraws waiting in the server's queue (its session has ended)."""
+        REDRAWS.forget(self)
+
     def _redraw(self, key: str, fn) -> None:
         """Run the redraw ``fn`` (it reads the page's current state) once the page is shown.
 

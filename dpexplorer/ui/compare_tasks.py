@@ -28,7 +28,7 @@ import pandas as pd
 import dpexplorer as dpx
 
 from .optimize_view import Cancelled, ProgressRelay
-from .redraws import REDRAWS, no_connection
+from .redraws import no_connection
 from .tasks import OPTIMIZER_THREADS, build_lock
 from .tasks import task_message as _message
 
@@ -391,7 +391,7 @@ class CompareWork:
         try:
             self.stop()
         finally:  # its redraws are dropped (the queue also notices a closed session itself)
-            REDRAWS.forget(self)
+            self._forget_redraws()
 
     def stop(self) -> None:
         """Stop all background work of the page (its session ended): nothing more is shown."""
