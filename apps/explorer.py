@@ -30,7 +30,6 @@ import holoviews as hv  # noqa: E402
 import panel as pn  # noqa: E402
 
 from dpexplorer.ui.app import ExplorerApp  # noqa: E402
-from dpexplorer.ui.compare_view import lower_native_helper_threads  # noqa: E402
 from dpexplorer.ui.event_order import install as install_event_order  # noqa: E402
 from dpexplorer.ui.server import (  # noqa: E402
     exit_promptly_on_sigterm,
@@ -38,6 +37,7 @@ from dpexplorer.ui.server import (  # noqa: E402
     log_from_env,
     one_blas_thread,
 )
+from dpexplorer.ui.tasks import lower_native_helper_threads  # noqa: E402
 from dpexplorer.ui.workers import warm_up  # noqa: E402
 
 log_from_env()  # DPEXPLORER_LOG_LEVEL=debug: the explorer's own log on stderr, timestamped

@@ -101,3 +101,56 @@ def execute_notebook(path: Path, kernel_name: str, cell_timeout: float):
             pytest.skip(f"the Jupyter kernel could not start: {exc}")
         raise
     return nb, time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------- the explorer's pages
+@pytest.fixture
+def session():
+    """A fresh explorer :class:`~dpexplorer.ui.session.Session` (the pages' shared state)."""
+    from dpexplorer.ui.session import Session
+
+    return Session()
+
+
+@pytest.fixture
+def reported(monkeypatch):
+    """Messages the pages sent to ``Session.report`` (and so to the notification area)."""
+    from dpexplorer.ui.session import Session
+
+    messages: list[str] = []
+    original = Session.report
+
+    def report(self, message):
+        messages.append(message)
+        original(self, message)
+    monkeypatch.setattr(Session, "report", report)
+    return messages
+
+
+def _settle(page, timeout: float = 120.0):
+    """``page`` once its background tasks are done (the test fails if they are not in time)."""
+    assert page.wait(timeout), (
+        f"{type(page).__name__}: background work still running after {timeout:g} s")
+    return page
+
+
+@pytest.fixture
+def settle():
+    """``settle(page, timeout=120)``: wait for a page's tasks (fail on timeout); returns the page."""
+    return _settle
+
+
+@pytest.fixture
+def compare_page():
+    """``compare_page(workload=None, page_options=None, **session_params)``: a new Session
+    (with ``workload`` and the session parameters) and its ComparePage, its first comparison
+    built."""
+    from dpexplorer.ui.compare_view import ComparePage
+    from dpexplorer.ui.session import Session
+
+    def make(workload=None, page_options=None, **session_params):
+        session = Session(**session_params)
+        if workload is not None:
+            session.workload = workload
+        return session, _settle(ComparePage(session, **(page_options or {})))
+    return make

@@ -23,7 +23,7 @@ hv = pytest.importorskip("holoviews")
 
 from panel.io.state import set_curdoc  # noqa: E402
 
-from dpexplorer.ui import compare_view, optimize_view  # noqa: E402
+from dpexplorer.ui import compare_redraws, compare_view, optimize_view, tasks  # noqa: E402
 from dpexplorer.ui.compare_view import ComparePage  # noqa: E402
 from dpexplorer.ui.redraws import RedrawQueue  # noqa: E402
 from dpexplorer.ui.session import Session  # noqa: E402
@@ -46,28 +46,6 @@ ENGINE_COLUMNS = ["mechanism", "label", "rmse", "kind", "ratio", "rows", "sensit
                   "data_dependent", "description", "source", "note"]
 
 
-@pytest.fixture
-def reported(monkeypatch):
-    """Messages the pages sent to session.report (and so to the notification area)."""
-    messages: list[str] = []
-    original = Session.report
-
-    def report(self, message):
-        messages.append(message)
-        original(self, message)
-    monkeypatch.setattr(Session, "report", report)
-    return messages
-
-
-def _page(workload=None, **session_params) -> tuple[Session, ComparePage]:
-    session = Session(**session_params)
-    if workload is not None:
-        session.workload = workload
-    page = ComparePage(session)
-    assert page.wait(120)
-    return session, page
-
-
 def _same_as_engine(table: pd.DataFrame, W, noise, cache=None) -> None:
     want = dpx.compare(W, noise, cache=cache)
     assert list(table["mechanism"]) == list(want["mechanism"])
@@ -82,8 +60,8 @@ def _same_as_engine(table: pd.DataFrame, W, noise, cache=None) -> None:
     assert table.attrs["noise"] == want.attrs["noise"]
 
 
-def test_page_table_equals_engine_compare():
-    session, page = _page(dpx.workloads.all_range(128), epsilon=0.5)
+def test_page_table_equals_engine_compare(compare_page):
+    session, page = compare_page(dpx.workloads.all_range(128), epsilon=0.5)
     assert page.error == "" and session.error == "" and not page.busy
     _same_as_engine(page.table, session.workload, dpx.Laplace(0.5))
     # data-dependent mechanisms are listed with their note
@@ -92,12 +70,12 @@ def test_page_table_equals_engine_compare():
     assert dd["rmse"].isna().all() and dd["note"].str.contains("data-dependent").all()
     assert page.svd_bound == pytest.approx(
         dpx.svd_bound(session.workload, dpx.Laplace(0.5)), rel=1e-12)
-    assert set(compare_view.PAGE_COLUMNS) <= set(page.table.columns)
+    assert set(compare_view.TABLE_COLUMNS) <= set(page.table.columns)
 
 
-def test_page_gaussian_and_kronecker_workload():
+def test_page_gaussian_and_kronecker_workload(compare_page):
     W = dpx.workloads.kron([dpx.workloads.all_range(16), dpx.workloads.prefix(8)])
-    session, page = _page(W, noise="Gaussian", epsilon=0.7, delta=1e-7)
+    session, page = compare_page(W, noise="Gaussian", epsilon=0.7, delta=1e-7)
     _same_as_engine(page.table, W, dpx.Gaussian(0.7, 1e-7, "zcdp"))
     # greedy_h is 1D only: not applicable, with the reason
     row = page.table.set_index("mechanism").loc["greedy_h"]
@@ -105,8 +83,8 @@ def test_page_gaussian_and_kronecker_workload():
     assert page.per_query is not None and "length" not in page.per_query  # not a range workload
 
 
-def test_epsilon_halved_doubles_everything_without_rebuilding():
-    session, page = _page()  # All Range, n = 256, Laplace ε = 1
+def test_epsilon_halved_doubles_everything_without_rebuilding(compare_page):
+    session, page = compare_page()  # All Range, n = 256, Laplace ε = 1
     page.panel().get_root()  # rendered: updates go through the live plots
     before, curve0, pq0 = page.table, page.curve, page.per_query
     bars = page._panes["bars"].pane.object
@@ -159,7 +137,7 @@ def test_epsilon_halved_doubles_everything_without_rebuilding():
     assert len(session.cache) == entries
 
 
-def test_the_drawn_axes_follow_the_numbers():
+def test_the_drawn_axes_follow_the_numbers(compare_page):
     """The live plots update in place, and each figure's ranges follow the new numbers.
 
     The charts give explicit limits and mark their layers ``framewise`` (not by options on
@@ -168,7 +146,7 @@ def test_the_drawn_axes_follow_the_numbers():
     """
     from bokeh.models import Plot
 
-    session, page = _page()  # All Range, n = 256, Laplace ε = 1
+    session, page = compare_page()  # All Range, n = 256, Laplace ε = 1
     root = page.panel().get_root()
     page.mechanism = "identity"
     assert page.wait(60)
@@ -225,8 +203,8 @@ def test_table_patch_changes_only_numbers_in_place():
     assert table_patch(None, new) is None
 
 
-def test_an_epsilon_change_patches_the_table_a_new_workload_replaces_it():
-    session, page = _page()  # All Range, n = 256, Laplace ε = 1
+def test_an_epsilon_change_patches_the_table_a_new_workload_replaces_it(compare_page):
+    session, page = compare_page()  # All Range, n = 256, Laplace ε = 1
     page.panel().get_root()
     table = page._panes["table"]
     patches, replaced = [], []
@@ -244,12 +222,12 @@ def test_an_epsilon_change_patches_the_table_a_new_workload_replaces_it():
     assert table.value.equals(page._table_value())
 
 
-def test_one_svd_bound_line_after_many_epsilon_changes():
+def test_one_svd_bound_line_after_many_epsilon_changes(compare_page):
     """Issue 17 item 3: ε 1 → 0.5 → 2 → 0.25 → 1 left three dashed lines on the chart."""
     import holoviews as hv
     from bokeh.models import Span
 
-    session, page = _page()
+    session, page = compare_page()
     page.panel().get_root()
     plot = hv.renderer("bokeh").get_plot(page._panes["bars"].pane.object)
     for eps in (0.5, 2.0, 0.25, 1.0):
@@ -268,9 +246,9 @@ def test_background_threads_yield_the_processor():
     if not hasattr(os, "getpriority"):
         pytest.skip("no per-thread priority on this platform")
     main = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    worker = compare_view.EXECUTOR.submit(
+    worker = tasks.EXECUTOR.submit(
         lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result(60)
-    assert worker >= min(main + compare_view.BACKGROUND_NICE, 19)
+    assert worker >= min(main + tasks.BACKGROUND_NICE, 19)
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main  # only the workers
 
 
@@ -282,7 +260,7 @@ def test_the_blas_helper_threads_yield_the_processor_too():
 import os, threading
 import numpy as np, scipy.linalg
 a = np.random.default_rng(0).random((400, 400)); a @ a; scipy.linalg.blas.dgemm(1.0, a, a)
-from dpexplorer.ui.compare_view import BACKGROUND_NICE, lower_native_helper_threads
+from dpexplorer.ui.tasks import BACKGROUND_NICE, lower_native_helper_threads
 lowered = lower_native_helper_threads()
 def nice(t):
     stat = open(f"/proc/self/task/{t}/stat").read()
@@ -302,9 +280,9 @@ print(len(lowered), min(nice(t) for t in others) if others else BACKGROUND_NICE,
     assert "lower_native_helper_threads()" in (ROOT / "apps" / "explorer.py").read_text()
 
 
-def test_compare_table_columns_share_the_width():
+def test_compare_table_columns_share_the_width(compare_page):
     """Issue 17 item 7: the table's source and note columns were off-screen."""
-    session, page = _page()
+    session, page = compare_page()
     table = compare_view.comparison_table(page._table_value())
     assert table.layout == "fit_columns"
     # no fixed shares: every column at least its header's width, the text ones taking more
@@ -316,8 +294,8 @@ def test_compare_table_columns_share_the_width():
     assert all(table.formatters[c] == {"type": "textarea"} for c in ("description", "source", "note"))
 
 
-def test_curve_is_the_analytic_rmse_over_epsilon():
-    session, page = _page(dpx.workloads.prefix(64))
+def test_curve_is_the_analytic_rmse_over_epsilon(compare_page):
+    session, page = compare_page(dpx.workloads.prefix(64))
     curve = page.curve
     W, cache = session.workload, session.cache
     eps = compare_view.EPS_GRID
@@ -339,8 +317,8 @@ def test_curve_is_the_analytic_rmse_over_epsilon():
 
 
 @pytest.mark.parametrize("name", ["h2", "identity", "workload", "greedy_h"])
-def test_per_query_rmse_equals_engine(name):
-    session, page = _page(dpx.workloads.all_range(64), epsilon=0.8)
+def test_per_query_rmse_equals_engine(compare_page, name):
+    session, page = compare_page(dpx.workloads.all_range(64), epsilon=0.8)
     page.mechanism = name
     assert page.wait(60)
     W, noise = session.workload, dpx.Laplace(0.8)
@@ -357,9 +335,9 @@ def test_per_query_rmse_equals_engine(name):
     np.testing.assert_allclose(page.per_query["rmse"].to_numpy(), 2 * want, rtol=1e-12)
 
 
-def test_per_query_choice_not_applicable_or_unknown():
+def test_per_query_choice_not_applicable_or_unknown(compare_page):
     W = dpx.workloads.kron([dpx.workloads.prefix(8), dpx.workloads.prefix(8)])
-    session, page = _page(W)
+    session, page = compare_page(W)
     page.mechanism = "greedy_h"  # 1D only
     page.wait(60)
     assert page.per_query is None and "does not apply" in page.per_query_note
@@ -374,8 +352,8 @@ def test_per_query_choice_not_applicable_or_unknown():
                                  {"workload": dpx.workloads.permuted(dpx.workloads.all_range(5000))},
                                  {"workload": dpx.workloads.kron([dpx.workloads.prefix(5000),
                                                                   dpx.workloads.prefix(2)])}])
-def test_failing_input_keeps_last_table(bad, reported):
-    session, page = _page(dpx.workloads.prefix(32))
+def test_failing_input_keeps_last_table(compare_page, bad, reported):
+    session, page = compare_page(dpx.workloads.prefix(32))
     good, curve, entries = page.table, page.curve, len(session.cache)
     session.param.update(**bad)
     page.wait(60)
@@ -389,13 +367,13 @@ def test_failing_input_keeps_last_table(bad, reported):
     _same_as_engine(page.table, session.workload, dpx.Laplace(2.0))
 
 
-def test_failing_mechanism_is_reported_others_shown(reported):
+def test_failing_mechanism_is_reported_others_shown(compare_page, reported):
     def boom(W, noise):
         raise RuntimeError("mechanism exploded")
     mech = dpx.registry.Mechanism("boom_test", "Boom", boom, "always fails", "test")
     dpx.registry.register(mech)
     try:
-        session, page = _page(dpx.workloads.prefix(32))
+        session, page = compare_page(dpx.workloads.prefix(32))
         row = page.table.set_index("mechanism").loc["boom_test"]
         assert np.isnan(row["rmse"]) and "mechanism exploded" in row["note"]
         assert "Boom" in session.error and "mechanism exploded" in session.error
@@ -408,8 +386,8 @@ def test_failing_mechanism_is_reported_others_shown(reported):
         del dpx.registry.REGISTRY["boom_test"]
 
 
-def test_every_mechanism_failing_keeps_last_table(monkeypatch, reported):
-    session, page = _page(dpx.workloads.prefix(32))
+def test_every_mechanism_failing_keeps_last_table(compare_page, monkeypatch, reported):
+    session, page = compare_page(dpx.workloads.prefix(32))
     good = page.table
 
     def broken(*args, **kwargs):
@@ -490,14 +468,14 @@ def test_comparison_runs_in_background_with_progress():
         del dpx.registry.REGISTRY["slow_test"]
 
 
-def test_page_layout_renders_and_updates():
-    session, page = _page(dpx.workloads.all_range(64))
+def test_page_layout_renders_and_updates(compare_page):
+    session, page = compare_page(dpx.workloads.all_range(64))
     layout = page.panel()
     assert layout.get_root() is not None
     tabs = layout.select(pn.widgets.Tabulator)  # the comparison, and the ε-for-error table
     assert len(tabs) == 2 and page._panes["target_table"] in tabs
     tabs = [page._panes["table"]]
-    assert list(tabs[0].value.columns) == compare_view.PAGE_COLUMNS
+    assert list(tabs[0].value.columns) == compare_view.TABLE_COLUMNS
     chart = page.bars()
     bars = [e for e in chart if isinstance(e, hv.Bars)]
     lines = [e for e in chart if isinstance(e, hv.HLine)]
@@ -521,8 +499,8 @@ def test_page_layout_renders_and_updates():
     assert page.table.attrs["workload"] == "prefix"
 
 
-def test_many_queries_are_sampled_for_drawing():
-    session, page = _page(dpx.workloads.all_range(256))
+def test_many_queries_are_sampled_for_drawing(compare_page):
+    session, page = compare_page(dpx.workloads.all_range(256))
     assert len(page.per_query) == 32896
     sample = page.per_query_sample()
     assert len(sample) <= page.max_points and sample.attrs["total"] == 32896
@@ -611,9 +589,9 @@ def test_served_app_is_offline(tmp_path):
         log.close()
 
 
-def test_failing_svd_bound_is_reported_and_page_not_busy(monkeypatch, reported):
+def test_failing_svd_bound_is_reported_and_page_not_busy(compare_page, monkeypatch, reported):
     # the worker's whole-comparison failure path (e.g. the SVD bound) reaches the user
-    session, page = _page(dpx.workloads.prefix(32))
+    session, page = compare_page(dpx.workloads.prefix(32))
     good = page.table
 
     def broken(self, W):
@@ -822,7 +800,7 @@ def test_optimizer_updates_posted_like_a_server(monkeypatch):
         session = Session()
         session.workload = dpx.workloads.prefix(24)
         deferred = []
-        monkeypatch.setattr(compare_view.Jobs, "_poster", lambda self, doc: deferred.append)
+        monkeypatch.setattr(tasks.Jobs, "_poster", lambda self, doc: deferred.append)
         monkeypatch.setattr(optimize_view, "PROGRESS_INTERVAL", 0.0)
         page = ComparePage(session)
         page.panel()
@@ -851,7 +829,7 @@ def test_no_svd_bound_is_said(monkeypatch):
     assert not [e for e in page.bars() if isinstance(e, hv.HLine)]
 
 
-def test_failing_optimizer_is_reported_others_shown(monkeypatch, reported):
+def test_failing_optimizer_is_reported_others_shown(compare_page, monkeypatch, reported):
     from ui_fakes import FakeOptimizer, registered
 
     class Diverging(FakeOptimizer):
@@ -861,7 +839,7 @@ def test_failing_optimizer_is_reported_others_shown(monkeypatch, reported):
 
     fake = Diverging()
     with registered(monkeypatch, fake):
-        session, page = _page(dpx.workloads.prefix(32))
+        session, page = compare_page(dpx.workloads.prefix(32))
         row = _row(page, "fake_opt")
         assert np.isnan(row["rmse"]) and "optimiser diverged" in row["note"]
         assert "Fake OPT" in session.error and "optimiser diverged" in session.error
@@ -938,9 +916,9 @@ def test_big_prefix_compares_structured_mechanisms_and_gives_reasons(reported):
     assert compare_view.cached_entry(session.cache, W, "opt0", noise) is None
 
 
-def test_big_workloads_refused_with_reasons(reported):
+def test_big_workloads_refused_with_reasons(compare_page, reported):
     n = 5000  # above 4,096: only 1D ranges, prefixes, identity and total are compared
-    session, page = _page(dpx.workloads.prefix(64))
+    session, page = compare_page(dpx.workloads.prefix(64))
     assert page.error == ""
     for W, words in [(dpx.matrix.Dense(np.ones((2, n))), "4,096 cells"),
                      (dpx.workloads.permuted(dpx.workloads.all_range(n), seed=1), "4,096 cells"),
@@ -963,7 +941,7 @@ def test_big_workloads_refused_with_reasons(reported):
     assert compare_view.too_large(dpx.workloads.prefix(4096), "opt0") is None
 
 
-def test_redraws_in_a_server_session_run_one_per_turn_on_the_event_loop(monkeypatch):
+def test_redraws_in_a_server_session_run_one_per_turn_on_the_event_loop(compare_page, monkeypatch):
     # in a served session, redraws requested meanwhile run one per event-loop callback, in
     # the order asked (a page drawing its first figures lets another page's redraw in
     # between); in each, the document's model index is frozen once, by the first call that
@@ -980,12 +958,12 @@ def test_redraws_in_a_server_session_run_one_per_turn_on_the_event_loop(monkeypa
             freeze_models()
         return redraw
 
-    _session, page = _page()
+    _session, page = compare_page()
     doc, context = served_document()
     scheduled, ran, frozen = [], [], []
     monkeypatch.setattr(pn.state, "execute", lambda fn, schedule="auto": scheduled.append(fn))
     # a queue of this test's own (the server-wide one would keep this fake loop's redraws)
-    monkeypatch.setattr(compare_view, "REDRAWS", RedrawQueue(check_seconds=None))
+    monkeypatch.setattr(compare_redraws, "REDRAWS", RedrawQueue(check_seconds=None))
     real_freeze = doc.models.freeze
 
     def run_loop():  # play the event loop: run what is scheduled, and what that schedules
@@ -1043,7 +1021,7 @@ def test_only_the_users_own_changes_are_urgent_redraws(monkeypatch):
         def submit(self, owner, doc, run, urgent=False):
             submitted.append(urgent)
 
-    monkeypatch.setattr(compare_view, "REDRAWS", Queue(check_seconds=None))
+    monkeypatch.setattr(compare_redraws, "REDRAWS", Queue(check_seconds=None))
     monkeypatch.setattr(doc, "add_timeout_callback", lambda fn, ms: None)  # first figures
     monkeypatch.setattr(ComparePage, "load_wait", 0.0)  # no browser here to say it loaded
     session = Session(epsilon=1.0)
@@ -1072,10 +1050,10 @@ def test_only_the_users_own_changes_are_urgent_redraws(monkeypatch):
         assert submitted and all(submitted)
 
 
-def test_statuses_waiting_for_the_event_loop_are_replaced_not_queued():
+def test_statuses_waiting_for_the_event_loop_are_replaced_not_queued(compare_page):
     """A quick series of strategies posts one status each: while the loop is busy (many
     sessions) only the latest waits, and it is what the page shows."""
-    _session, page = _page()
+    _session, page = compare_page()
     posted, key = [], ("a comparison being built",)
     page._pending = key
     for i in range(3):
@@ -1100,7 +1078,7 @@ def test_a_closed_sessions_compare_page_stops_and_leaves_the_redraw_queue(monkey
     monkeypatch.setattr(pn.state, "execute", lambda fn, schedule="auto": scheduled.append(fn))
     handed = []  # what the queue hands to the loop
     queue = RedrawQueue(schedule=lambda d, fn: handed.append(fn), check_seconds=None)
-    monkeypatch.setattr(compare_view, "REDRAWS", queue)
+    monkeypatch.setattr(compare_redraws, "REDRAWS", queue)
     session = Session()
     session.workload = dpx.workloads.all_range(32)
     with set_curdoc(doc):
@@ -1142,7 +1120,7 @@ def test_a_closed_tab_stops_its_page_before_bokeh_ends_the_session(monkeypatch):
     assert not no_connection(doc)  # no server session (yet): nothing to say
     context.session = types.SimpleNamespace(destroyed=False, connection_count=0)
     handed = []  # what the queue hands to the loop
-    monkeypatch.setattr(compare_view, "REDRAWS",
+    monkeypatch.setattr(compare_redraws, "REDRAWS",
                         RedrawQueue(schedule=lambda d, fn: handed.append(fn), check_seconds=None))
     monkeypatch.setattr(ComparePage, "load_wait", 0.0)
     session = Session()
@@ -1182,7 +1160,7 @@ def test_a_served_pages_first_figures_follow_its_table(monkeypatch):
     doc, context = served_document()
     scheduled, timeouts = [], []
     monkeypatch.setattr(pn.state, "execute", lambda fn, schedule="auto": scheduled.append(fn))
-    monkeypatch.setattr(compare_view, "REDRAWS", RedrawQueue(check_seconds=None))
+    monkeypatch.setattr(compare_redraws, "REDRAWS", RedrawQueue(check_seconds=None))
     monkeypatch.setattr(doc, "add_timeout_callback", lambda fn, ms: timeouts.append((fn, ms)))
     monkeypatch.setattr(ComparePage, "load_wait", 0.0)  # no browser here to say it loaded
 
@@ -1272,7 +1250,7 @@ def test_the_served_app_gives_blas_one_thread_once():
     assert "one_blas_thread()" in (ROOT / "apps" / "explorer.py").read_text()
 
 
-def test_the_explorers_log_level_comes_from_the_environment(caplog):
+def test_the_explorers_log_level_comes_from_the_environment(compare_page, caplog):
     # DPEXPLORER_LOG_LEVEL=debug shows where a comparison's time goes; a bad value is refused
     import logging
 
@@ -1290,7 +1268,7 @@ def test_the_explorers_log_level_comes_from_the_environment(caplog):
         assert len(ours) == 1  # set twice, one handler
         logger.propagate = True  # for caplog
         with caplog.at_level(logging.DEBUG, logger="dpexplorer"):
-            _session, page = _page(dpx.workloads.prefix(32))
+            _session, page = compare_page(dpx.workloads.prefix(32))
         built = [r.getMessage() for r in caplog.records if "comparison of" in r.getMessage()]
         assert any("SVD bound" in m and "total" in m and "Identity" not in m
                    and "identity" in m for m in built), built
@@ -1332,11 +1310,11 @@ def test_a_pages_posts_waiting_for_the_loop_run_together_in_order(monkeypatch, c
 
     from ui_fakes import served_document
 
-    from dpexplorer.ui.compare_view import Jobs
+    from dpexplorer.ui.tasks import Jobs
 
     doc, _context = served_document()
     scheduled, ran = [], []
-    monkeypatch.setattr(compare_view, "on_loop", lambda d, fn: scheduled.append((d, fn)))
+    monkeypatch.setattr(tasks, "on_loop", lambda d, fn: scheduled.append((d, fn)))
     lock = threading.RLock()  # the page's lock
     jobs = Jobs(lock)
 

@@ -25,10 +25,8 @@ W64 = dpx.workloads.all_range(64)
 
 
 @pytest.fixture
-def page():
-    session = Session(workload=W64)
-    p = ComparePage(session, auto_optimize=False)
-    assert p.wait(120)
+def page(compare_page):
+    _, p = compare_page(W64, page_options={"auto_optimize": False})
     p.panel()
     return p
 

@@ -13,12 +13,6 @@ from dpexplorer.core import registry  # noqa: E402
 from dpexplorer.ui import app as app_module  # noqa: E402
 from dpexplorer.ui import audit_view  # noqa: E402
 from dpexplorer.ui.audit_view import AuditView  # noqa: E402
-from dpexplorer.ui.session import Session  # noqa: E402
-
-
-@pytest.fixture
-def session():
-    return Session()
 
 
 @pytest.fixture
@@ -108,6 +102,7 @@ def test_background_audit_does_not_block_and_can_be_stopped(session):
     view.stop()
     assert view.wait(60)
     assert not view.busy and view.result is None and "stopped" in view.error
+    assert view.task.status == "cancelled" and view.task.cancel_requested
 
 
 def test_background_audit_completes(session):
@@ -115,6 +110,28 @@ def test_background_audit_completes(session):
     assert view.run_audit() is True
     assert view.wait(120)
     assert view.result is not None and view.error == "" and view.done == view.total > 0
+    task = view.task  # the audit as a task: its result is the page's
+    assert task.status == "done" and task.result is view.result and task.progress == 1.0
+
+
+def test_the_controls_follow_the_audit_task_and_wait_while_hidden(view):
+    root = view.panel()
+    bar = root.select(pn.indicators.Progress)[0]
+    buttons = {b.label if "label" in b.param else b.name: b for b in root.select(pn.widgets.Button)}
+    run, stop = buttons["Run audit"], buttons["Stop"]
+    assert not bar.visible and not run.disabled and stop.disabled
+    view._set(busy=True, done=150, total=600)  # what the running audit's updates set
+    assert bar.visible and bar.value == 25 and run.disabled and not stop.disabled
+    assert any(m.object == "150 of 600 runs…" for m in root.select(pn.pane.Markdown))
+    view._set(busy=False)
+    view.gate.show(False)  # a hidden tab: its controls change when it is shown again
+    view._set(busy=True, done=300)
+    assert not bar.visible and not run.disabled
+    view.gate.show(True)
+    assert bar.visible and bar.value == 50 and run.disabled
+    view._set(busy=False)
+    assert view.run_audit() is True  # background=False: done when it returns
+    assert view.task.status == "done" and view.result is view.task.result and not bar.visible
 
 
 def test_published_note_says_it_was_not_private():

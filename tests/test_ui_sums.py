@@ -19,11 +19,6 @@ from dpexplorer.ui.sums_view import SumsView  # noqa: E402
 
 
 @pytest.fixture
-def session():
-    return Session()
-
-
-@pytest.fixture
 def view(session):
     """A small, fast configuration: 128 buckets, 20 prefix queries, 4 trials."""
     return SumsView(session, bins=128, queries=20, trials=4)

@@ -51,6 +51,8 @@ from bokeh.models.widgets.tables import NumberFormatter
 
 import dpexplorer as dpx
 
+from .tasks import Jobs, build_lock
+
 __all__ = ["AccuracyFirst", "PrivacySentence", "MODES", "TARGET_METRICS", "epsilon_bars", "target_curve_plot"]
 
 log = logging.getLogger(__name__)
@@ -218,7 +220,6 @@ class AccuracyFirst(param.Parameterized):
 
     def _profile_job(self, post, key, base, noise, names, metric) -> None:
         """Worker: the ``metric`` profile of every built mechanism (strategies from the cache)."""
-        from .compare_view import build_lock
 
         made = {}
         cache = self.session.cache
@@ -410,8 +411,6 @@ class AccuracyFirst(param.Parameterized):
                       sim_status=f"Simulating {len(todo)} mechanisms on {dataset} "
                                  f"(seed {self.session.seed}, {self.sim_trials} runs per ε)…")
             if self._sim_jobs is None:
-                from .compare_view import Jobs  # (compare_view imports this module)
-
                 self._sim_jobs = Jobs(self._lock)
             self._sim_jobs.submit(self._sim_job, key, base, noise, dataset, x, todo,
                                   self.target, self.metric, self.session.seed, cancel)
@@ -715,8 +714,6 @@ class PrivacySentence:
     max_cells = 4096
 
     def __init__(self, session, on_ready=None):
-        from .compare_view import Jobs  # (compare_view imports this module)
-
         self.session = session
         #: Called (on the session's event loop) when a profile computed in the background is ready.
         self.on_ready = on_ready

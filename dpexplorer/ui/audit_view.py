@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 
 import holoviews as hv
@@ -41,11 +40,10 @@ import param
 from dpexplorer.audit import AuditResult, cases
 from dpexplorer.core import registry
 
-from .compare_view import Jobs
 from .exports import FigureExport
 from .redraws import on_session_loop
 from .session import Page, Session
-from .shown import ShownGate
+from .tasks import Task, TaskCancelled, percent
 
 __all__ = ["AuditView", "TEACHING", "PUBLISHED_NOTE", "Stopped"]
 
@@ -82,7 +80,7 @@ seeded by the sidebar's seed; no dataset's budget is touched.
 """
 
 
-class Stopped(Exception):
+class Stopped(TaskCancelled):
     """Raised from the progress callback to stop a running audit (the Stop button)."""
 
 
@@ -111,15 +109,13 @@ class AuditView(Page, param.Parameterized):
     total = param.Integer(default=0, constant=True, precedence=-1, doc="Runs of the running audit.")
     error = param.String(default="", constant=True, precedence=-1, doc="""
         Message of the last failed action of this page ('' after a success).""")
+    task = param.ClassSelector(class_=Task, default=None, allow_None=True, constant=True,
+                               precedence=-1, doc="""The running (or last) audit, as a task:
+        status, progress (runs done / runs), message, result, error; cancelled by stop().""")
 
     def __init__(self, session: Session | None = None, background: bool = True, **params):
-        self.session = session if session is not None else Session()
-        self.background = background
-        self._lock = threading.RLock()
-        self._jobs = Jobs(self._lock)
-        self._stop = threading.Event()
+        self._setup_page(session, background)  # session, lock, tasks, tab gate
         self._layout = None
-        self.gate = ShownGate(self._lock)  # redraws wait while the page's tab is hidden
         type(self).param.mechanism.objects = list(registry.REGISTRY)  # registered later too
         super().__init__(**params)
         self.param.watch(self._clamp_case, "mechanism")
@@ -152,12 +148,10 @@ class AuditView(Page, param.Parameterized):
             except Exception as exc:  # noqa: BLE001 - reported on the page
                 self._fail(exc)
                 return False
-            self._stop.clear()
             self._set(busy=True, done=0, total=todo["total"], error="")
-        if self.background:
-            self._jobs.submit(self._work, todo)
-            return True
-        return self._work(lambda callback: callback(), todo)
+            task = self.start_task(self._work, todo, name="audit", on_end=self._ended)
+            self._set(task=task)
+        return task.status == "done" if not self.background else True
 
     def _inputs(self) -> dict:
         mech = registry.get(self.mechanism)
@@ -173,41 +167,37 @@ class AuditView(Page, param.Parameterized):
                 "confidence": float(self.confidence), "seed": int(self.session.seed),
                 "total": 2 * (runs + selection)}
 
-    def _work(self, post, todo) -> bool:
-        """The audit itself (a worker thread in the app); UI updates go through ``post``."""
+    def _work(self, task: Task, todo) -> AuditResult:
+        """The audit itself (a task: a worker thread in the app); its end is :meth:`_ended`."""
         last = [0.0]
 
         def progress(done, total):
-            if self._stop.is_set():
+            if task.cancel_requested:
                 raise Stopped("the audit was stopped")
             now = time.monotonic()
             if now - last[0] > 0.2 or done >= total:
                 last[0] = now
-                post(lambda: self._set(done=int(done), total=int(total)))
+                task.report(done / max(total, 1), f"{int(done):,} of {int(total):,} runs…")
+                task.post(lambda: self._set(done=int(done), total=int(total)))
 
-        try:
-            res = todo["case"].run(todo["name"], todo["epsilon"], runs=todo["runs"],
-                                   confidence=todo["confidence"], seed=todo["seed"], n_jobs=1, progress=False,
-                                   callback=progress)
-        except Stopped:
-            post(lambda: self._set(busy=False, error="stopped: the page keeps the last audit"))
-            return False
-        except Exception as exc:  # noqa: BLE001 - reported on the page
-            def fail(exc=exc):
-                self._set(busy=False)
-                self._fail(exc)
-            post(fail)
-            return False
-        post(lambda: self._set(result=res, busy=False, error=""))
-        return True
+        return todo["case"].run(todo["name"], todo["epsilon"], runs=todo["runs"],
+                                confidence=todo["confidence"], seed=todo["seed"], n_jobs=1,
+                                progress=False, callback=progress)
+
+    def _ended(self, task: Task) -> None:
+        """The audit task ended (on the page's event loop): show its result or why it did not."""
+        if task.status == "done":
+            self._set(result=task.result, busy=False, error="")
+        elif task.status == "cancelled":
+            self._set(busy=False, error="stopped: the page keeps the last audit")
+        else:
+            self._set(busy=False)
+            self._fail(task.exception or RuntimeError(task.error))
 
     def stop(self) -> None:
         """Stop the running audit at its next chunk of runs (the last result stays)."""
-        self._stop.set()
-
-    def wait(self, timeout: float = 300.0) -> bool:
-        """Block until no audit is running (tests, scripts); ``False`` on timeout."""
-        return self._jobs.wait(timeout)
+        if self.task is not None:
+            self.task.cancel()
 
     def teaching_example(self) -> bool:
         """Audit the authors' DAWA partition (``dawa_as_published``) at ε = 4, claim ε₁ = 1."""
@@ -321,27 +311,24 @@ class AuditView(Page, param.Parameterized):
                                               step=1000)
         conf = pn.widgets.FloatInput.from_param(self.param.confidence, **{_LABEL: "Confidence"},
                                                 step=0.01)
-        run = pn.widgets.Button(**{_LABEL: "Run audit"}, **{_BUTTON: "primary"})
-        stop = pn.widgets.Button(**{_LABEL: "Stop"}, disabled=True)
+        # bound to the audit task's state, through the tab gate (nothing changes while hidden)
+        shown = self.gate.mirror(self, ["busy", "done", "total"])
+        run = pn.widgets.Button(**{_LABEL: "Run audit"}, **{_BUTTON: "primary"},
+                                disabled=shown.param.busy)
+        stop = pn.widgets.Button(**{_LABEL: "Stop"},
+                                 disabled=pn.bind(lambda b: not b, shown.param.busy))
         teach = pn.widgets.Button(**{_LABEL: "Teaching example: DAWA as published"},
-                                  **{_BUTTON: "warning"})
+                                  **{_BUTTON: "warning"}, disabled=shown.param.busy)
         run.on_click(lambda _: self.run_audit())
         stop.on_click(lambda _: self.stop())
         teach.on_click(lambda _: self.teaching_example())
-        shown = self.gate.mirror(self, ["busy", "done", "total"])
-        progress = pn.indicators.Progress(value=0, max=1, sizing_mode="stretch_width",
-                                          visible=False)
-        status = pn.pane.Markdown("", sizing_mode="stretch_width")
-
-        def on_progress(*_):
-            progress.max = max(int(shown.total), 1)
-            progress.value = min(int(shown.done), progress.max)
-            progress.visible = bool(shown.busy)
-            status.object = (f"{int(shown.done):,} of {int(shown.total):,} runs…" if shown.busy
-                             else "")
-            run.disabled = teach.disabled = bool(shown.busy)
-            stop.disabled = not shown.busy
-        shown.param.watch(on_progress, ["busy", "done", "total"])
+        progress = pn.indicators.Progress(
+            value=pn.bind(percent, shown.param.done, shown.param.total), max=100,
+            visible=shown.param.busy, sizing_mode="stretch_width")
+        status = pn.pane.Markdown(
+            pn.bind(lambda b, d, t: f"{int(d):,} of {int(t):,} runs…" if b else "",
+                    shown.param.busy, shown.param.done, shown.param.total),
+            sizing_mode="stretch_width")
         about = pn.pane.Markdown(self._about(), sizing_mode="stretch_width")
         self.param.watch(lambda *_: setattr(about, "object", self._about()), ["mechanism", "case"])
         return pn.Column(pn.pane.Markdown("### Audit"), mech, about, eps, case, runs, conf,

@@ -94,7 +94,7 @@ class ProgressRelay:
     ----------
     post : callable
         ``post(callback)`` runs ``callback()`` on the page's event loop (or at
-        once outside a server), see :class:`~dpexplorer.ui.compare_view.Jobs`.
+        once outside a server), see :class:`~dpexplorer.ui.tasks.Jobs`.
     sink : callable
         ``sink(stage, done, total, objective, seconds)`` updates the widgets;
         run through ``post``.

@@ -27,8 +27,9 @@ import io
 import logging
 import math
 import os
-import re
+import threading
 import types
+import weakref
 from pathlib import Path
 from typing import ClassVar
 
@@ -42,7 +43,10 @@ from dpexplorer.datasets import Dataset
 
 from . import workers
 from .accuracy_view import PrivacySentence
-from .shown import LazyCard
+from .messages import PYTHON_SPEAK, app_text, exception_message, limit_text  # noqa: F401
+from .redraws import served_document
+from .shown import LazyCard, ShownGate
+from .tasks import Jobs, Task
 
 __all__ = ["Session", "Page", "ledger_store_path", "EnteredFloatInput", "notify", "error_alert", "exception_message", "app_text", "side_by_side", "readable_headers", "download_bytes", "release_stamp"]
 
@@ -86,12 +90,71 @@ def notify(message: str, level: str = "error") -> None:
 
 
 class Page:
-    """What the explorer's pages share: read-only outputs, failures reported, the error shown.
+    """What the explorer's pages share: set-up, tasks, read-only outputs, the error shown.
 
     Mixed into a page's ``param.Parameterized`` class, which has an ``error``
-    string parameter, a ``session`` (:class:`Session`) and a ``panel()``
-    method building its layout.
+    string parameter and a ``panel()`` method building its layout, and calls
+    :meth:`_setup_page` first thing in its ``__init__``.
     """
+
+    def _setup_page(self, session: Session | None = None, background: bool = True) -> None:
+        """The set-up every page shares (call before ``super().__init__``).
+
+        Sets ``session`` (a new :class:`Session` if None), ``background``
+        (False: tasks run in the caller's thread), ``_lock`` (the page's
+        reentrant lock, held while posted updates and deferred redraws run),
+        ``_jobs`` (the page's :class:`~dpexplorer.ui.tasks.TaskRunner`),
+        ``gate`` (a :class:`~dpexplorer.ui.shown.ShownGate`: redraws wait while
+        the page's tab is hidden, told by the app), ``_loaded`` (set once the
+        browser has drawn the page; at once outside a server) and ``_doc`` (a
+        weak reference to the served document, or None).  A served page's
+        :meth:`_session_destroyed` runs when its browser tab closes.
+        """
+        self.session = session if session is not None else Session()
+        self.background = background
+        self._lock = threading.RLock()
+        self._jobs = Jobs(self._lock)
+        self.gate = ShownGate(self._lock)
+        self._loaded = threading.Event()
+        doc = served_document()
+        self._doc = None if doc is None else weakref.ref(doc)
+        if doc is None:
+            self._loaded.set()
+            return
+        try:
+            pn.state.onload(self._loaded.set)
+        except Exception:  # noqa: BLE001 - no onload support: do not wait
+            self._loaded.set()
+        doc.on_session_destroyed(self._session_destroyed)
+
+    def _session_destroyed(self, _context) -> None:
+        """The page's browser tab has closed: its work stops (``stop()``, if it has one)."""
+        stop = getattr(self, "stop", None)
+        if callable(stop):
+            stop()
+
+    def start_task(self, fn, *args, **options) -> Task:
+        """Start ``fn(task, *args)`` as a :class:`~dpexplorer.ui.tasks.Task` of this page.
+
+        ``options``: :meth:`TaskRunner.start`'s (``name``, ``optimizer``); in
+        the caller's thread when the page was made with ``background=False``.
+        """
+        return self._jobs.start(fn, *args, background=self.background, **options)
+
+    def _submit(self, fn, *args, executor=None) -> None:
+        """Run the job ``fn(post, *args)`` in the background, or now (``background=False``)."""
+        if self.background:
+            self._jobs.submit(fn, *args, executor=executor)
+        else:
+            fn(lambda callback: callback(), *args)
+
+    def wait(self, timeout: float = 300.0) -> bool:
+        """Block until the page's tasks are done (tests, scripts); ``False`` on timeout.
+
+        ``True`` at once for a page that runs no tasks (no :meth:`_setup_page`).
+        """
+        jobs = getattr(self, "_jobs", None)
+        return True if jobs is None else jobs.wait(timeout)
 
     def _set(self, **values) -> None:
         """Set parameters, constant (read-only) outputs included."""
@@ -177,67 +240,6 @@ def readable_headers(columns, titles: dict | None = None, sortable: bool = True,
     return {"columns": config}
 
 
-#: Engine advice written for Python callers, and what a user of the app does instead
-#: (the control to change); see :func:`app_text`.
-PYTHON_SPEAK = (
-    (re.compile(r"use dpx\.Gaussian\([^()]*calibration='zcdp'\)"),
-     "choose 'zCDP (releases)' under Settings → Gaussian calibration in the sidebar"),
-    (re.compile(r"use calibration='analytic'"),
-     "choose 'analytic (study)' under Settings → Gaussian calibration in the sidebar"),
-    (re.compile(r"\b[Uu]se dpx\.Gaussian\([^()]*\)"), "choose Gaussian noise in the sidebar"),
-    (re.compile(r"pass x= \(or use dpx\.evaluate\)|pass x=[^;.)]*"),
-     "run it on a dataset (Data & DAWA page)"),
-    (re.compile(r"use opt_kron, opt_plus or hdmm"), "choose OPT⊗, OPT+ or HDMM"),
-    (re.compile(r"download the histograms with dpx\.datasets\.fetch_dpbench\(\), pass the "
-                r"folder holding 1D/ and 2D/ \.npy files, or set DPEXPLORER_DPBENCH"),
-     "type the folder holding the 1D/ and 2D/ .npy files under Settings → DPBench folder "
-     "(the README says how to download them)"),
-    (re.compile(r"\s*\(scope='kronecker' accepts any union of Kronecker products\)"),
-     " (HDMM or OPT⊗ take any union of Kronecker products)"),
-    (re.compile(r"\bSession\."), ""),
-)
-
-#: The engine's size-limit message (:class:`dpexplorer.queries.limits.LimitExceededError`)
-#: as it reads inside a longer text: what was asked for (often an internal name such as
-#: ``column norms of 'χ{}'``), the limit, and advice for Python callers (``dpx.limits``).
-_LIMIT_MESSAGE = re.compile(
-    r"(?:(?<=: )|^)[^:;]*? (?:= (?P<value>[\d,]+) )?is above the `(?P<limit>\w+)` limit of "
-    r"(?P<allowed>[\d,]+) \((?P<bounds>[^)]*)\); nothing was allocated\. On a machine with the "
-    r"memory for it, raise the limit: .*?DPEXPLORER_LIMITS='\w+=\.\.\.'")
-
-
-def limit_text(limit: str, value: int | None, allowed: int, bounds: str) -> str:
-    """A size limit passed, for a user of the app: what it bounds, the sizes, and what to do.
-
-    ``limit``: name of the limit (a field of :class:`dpexplorer.queries.limits.Limits`);
-    ``value``: what was asked for (None when unknown); ``allowed``: the limit in force;
-    ``bounds``: what the limit counts, in words.
-    """
-    asked = f"{value:,} {bounds}" if value is not None else f"more {bounds}"
-    return (f"This needs {asked}, above the explorer's limit of {allowed:,}; nothing was "
-            "computed. Make the domain, workload or strategy smaller (whoever runs this "
-            f"server can raise the {limit} limit in its {dpx.limits.ENV_VAR} setting).")
-
-
-def _limit_sub(found: re.Match) -> str:
-    value = found["value"]
-    return limit_text(found["limit"], int(value.replace(",", "")) if value else None,
-                      int(found["allowed"].replace(",", "")), found["bounds"])
-
-
-def app_text(message: str) -> str:
-    """``message`` with advice for Python callers replaced by the app control to change.
-
-    Engine messages serve both the API and the app; where they tell a Python
-    caller what to pass (``dpx.Gaussian(epsilon, delta)``, ``x=``), the app
-    says which control to change instead (:data:`PYTHON_SPEAK`).
-    """
-    text = _LIMIT_MESSAGE.sub(_limit_sub, str(message))
-    for pattern, instead in PYTHON_SPEAK:
-        text = pattern.sub(instead, text)
-    return text
-
-
 def download_bytes(text_fn, fail) -> io.BytesIO:
     """``text_fn()`` as UTF-8 bytes for a FileDownload; on error ``fail(exc)`` and empty bytes."""
     try:
@@ -250,18 +252,6 @@ def download_bytes(text_fn, fail) -> io.BytesIO:
 def release_stamp(release) -> str:
     """The release's creation time as ``YYYYMMDDhhmmss`` (for download file names)."""
     return "".join(ch for ch in release.created if ch.isdigit())[:14]
-
-
-def exception_message(exc: BaseException) -> str:
-    """The user-facing text of an exception: its message (a KeyError's without quotes), or its type.
-
-    Python-caller advice is replaced by the app control to change (:func:`app_text`); a
-    size limit passed is said in the app's words (:func:`limit_text`).
-    """
-    if isinstance(exc, dpx.limits.LimitExceededError):
-        return limit_text(exc.limit, exc.value, exc.allowed, exc.bounds)
-    msg = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-    return app_text(msg) or type(exc).__name__
 
 
 class EnteredFloatInput(pn.widgets.FloatInput):

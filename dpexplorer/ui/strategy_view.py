@@ -57,15 +57,7 @@ from dpexplorer.queries.matrix import (
 )
 
 from . import workers
-from .compare_view import (
-    _LABEL,
-    OPTIMIZER_THREADS,
-    Jobs,
-    _message,
-    build_lock,
-    check_workload,
-    structured_1d,
-)
+from .compare_view import _LABEL, _message, check_workload, structured_1d
 from .exports import FigureExport
 from .optimize_view import (
     Cancelled,
@@ -81,6 +73,7 @@ from .optimize_view import (
 from .redraws import served_document
 from .session import Session
 from .shown import ShownGate
+from .tasks import OPTIMIZER_THREADS, Jobs, build_lock
 
 __all__ = ["StrategyView", "StrategyInfo", "Heatmap", "drawable", "block_mean",
            "DRAW_DENSE_LIMIT", "MAX_BLOCKS_DRAWN"]

@@ -47,7 +47,6 @@ from __future__ import annotations
 import io
 import logging
 import math
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -67,11 +66,11 @@ from dpexplorer.privacy import PrivateData
 from dpexplorer.sums import mechanisms as sums
 from dpexplorer.sums.thresholds import SVTParams
 
-from .compare_view import Jobs
 from .exports import FigureExport
-from .session import Session, error_alert, side_by_side
+from .session import Page, Session, error_alert, side_by_side
 from .session import exception_message as _message
 from .shown import LazyCard
+from .tasks import percent
 from .uploads import Upload
 
 __all__ = ["SumsView", "SumsResult", "ATTRIBUTES", "COLORS", "RECORDS"]
@@ -189,7 +188,7 @@ class SumsResult:
     spacing: str = "linear"
 
 
-class SumsView(pn.viewable.Viewer):
+class SumsView(Page, pn.viewable.Viewer):
     """The "Sum queries" page around one :class:`~dpexplorer.ui.session.Session`.
 
     Parameters
@@ -250,10 +249,7 @@ class SumsView(pn.viewable.Viewer):
                          doc="Message of the last failed action ('' after a success).")
 
     def __init__(self, session: Session | None = None, background: bool = True, **params):
-        self.session = session if session is not None else Session()
-        self.background = background
-        self._lock = threading.RLock()
-        self._jobs = Jobs(self._lock)
+        self._setup_page(session, background)  # session, lock, tasks, tab gate
         self._uploads: dict[str, np.ndarray] = {}
         self._upload_files: dict[str, str] = {}  # attribute -> the uploaded file's name
         self._csv: tuple[str, pd.DataFrame] | None = None
@@ -285,10 +281,6 @@ class SumsView(pn.viewable.Viewer):
         self.param.attribute.objects = names
         if self.attribute not in names:
             self.attribute = names[0]
-
-    def wait(self, timeout: float = 300.0) -> bool:
-        """Block until the running simulation is shown (tests, scripts)."""
-        return self._jobs.wait(timeout)
 
     #: Allowed range of the integer controls (checked when a run starts, reported on the page).
     LIMITS = {"bins": ("number of buckets", 2, 4096), "queries": ("number of queries m", 1, 2000),
@@ -432,10 +424,7 @@ class SumsView(pn.viewable.Viewer):
                 return False
             total = snap["trials"] + len(self.curve_taus(workload))
             self._set(busy=True, progress=0, progress_total=max(total, 1))
-        if self.background:
-            self._jobs.submit(self._job, attr, workload, snap)
-        else:
-            self._job(lambda callback: callback(), attr, workload, snap)
+        self._submit(self._job, attr, workload, snap)
         return True
 
     def _job(self, post, attr, workload, snap) -> None:
@@ -519,10 +508,7 @@ class SumsView(pn.viewable.Viewer):
                 self._fail(_message(exc), exc)
                 return False
             self._set(busy=True, progress=0, progress_total=1)
-        if self.background:
-            self._jobs.submit(self._release_job, attr, workload, snap)
-        else:
-            self._release_job(lambda callback: callback(), attr, workload, snap)
+        self._submit(self._release_job, attr, workload, snap)
         return True
 
     def _release_job(self, post, attr, workload, snap) -> None:
@@ -567,9 +553,9 @@ class SumsView(pn.viewable.Viewer):
         """Mechanism, **Release** button, the mode and spend of the last release and its answers."""
         mech = pn.widgets.Select.from_param(self.param.release_mechanism, **{_LABEL: "Mechanism"},
                                             width=200)
-        button = pn.widgets.Button(**{_LABEL: "Release (spends ε)"}, **{_BUTTON: "danger"})
+        button = pn.widgets.Button(**{_LABEL: "Release (spends ε)"}, **{_BUTTON: "danger"},
+                                   disabled=self.param.busy)
         button.on_click(lambda _: self.release())
-        self.param.watch(lambda e: setattr(button, "disabled", e.new), "busy")
         text = pn.pane.Markdown(self.release_text(), sizing_mode="stretch_width")
         table = pn.widgets.Tabulator(pd.DataFrame(), show_index=False, disabled=True,
                                      sizing_mode="stretch_width", layout="fit_data_stretch",
@@ -829,16 +815,14 @@ class SumsView(pn.viewable.Viewer):
         trials = w.IntInput.from_param(self.param.trials, **{_LABEL: "Trials"},
                                       start=self.LIMITS["trials"][1], end=self.LIMITS["trials"][2])
         gamma = w.FloatInput.from_param(self.param.gamma, **{_LABEL: "γ (relative error)"})
-        run = w.Button(**{_LABEL: "Run simulation"}, **{_BUTTON: "primary"})
+        run = w.Button(**{_LABEL: "Run simulation"}, **{_BUTTON: "primary"},
+                       disabled=self.param.busy)
         run.on_click(lambda _: self.run())
-        self.param.watch(lambda e: setattr(run, "disabled", e.new), "busy")
-        progress = pn.indicators.Progress(value=0, max=1, sizing_mode="stretch_width", visible=False)
-
-        def on_progress(*_):
-            progress.max = max(self.progress_total, 1)
-            progress.value = min(self.progress, progress.max)
-            progress.visible = self.busy
-        self.param.watch(on_progress, ["progress", "progress_total", "busy"])
+        # the running task's progress, through the tab gate (nothing changes while hidden)
+        shown = self.gate.mirror(self, ["busy", "progress", "progress_total"])
+        progress = pn.indicators.Progress(
+            value=pn.bind(percent, shown.param.progress, shown.param.progress_total), max=100,
+            visible=shown.param.busy, sizing_mode="stretch_width")
         svt_box = pn.Column(alpha, rho, r, theta0, visible=self.tau_mode == "svt")
         self.param.watch(lambda e: (setattr(svt_box, "visible", e.new == "svt"),
                                     setattr(tau, "visible", e.new == "user")), "tau_mode")

@@ -1,7 +1,7 @@
 """Strategy optimisers in worker processes: an ε change never waits behind an optimiser.
 
 The explorer's pages build strategies in background threads
-(:class:`~dpexplorer.ui.compare_view.Jobs`).  A quick strategy (identity,
+(:class:`~dpexplorer.ui.tasks.Jobs`).  A quick strategy (identity,
 H2, ...) takes milliseconds there, but an optimiser (OPT0, OPT⊗, OPT+, OPT_M,
 HDMM, Eigen-Design) computes for seconds to minutes, and much of that time
 is Python code holding the interpreter lock the server's event loop needs:

@@ -1,0 +1,151 @@
+"""When the Compare page's figures are redrawn: once shown, one per turn of the server's loop.
+
+:class:`CompareRedraws` is mixed into :class:`~dpexplorer.ui.compare_view.ComparePage`
+(which sets ``gate``, ``_closed``, ``_urgent``, ``_queued``, ``_queued_guard``,
+``_figures_after`` and ``_figures_timer``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from panel.io.state import set_curdoc
+
+from .redraws import REDRAWS, models_batch, served_document
+from .shown import run_redraws
+
+__all__ = ["CompareRedraws"]
+
+log = logging.getLogger("dpexplorer.ui.compare_view")  # the page's log (DPEXPLORER_LOG_LEVEL)
+
+class CompareRedraws:
+    """The Compare page's redraw scheduling (a mixin of :class:`ComparePage`)."""
+
+    #: Seconds between the table's first rows and the page's first figures (served pages
+    #: only): the browser builds the table before the four figures, instead of after them.
+    #: Measured in headless chromium (an A/B of the Compare table's time, 2 cores, 4
+    #: pages each, medians): n = 256 4.6-4.9 s at once, 3.4 s with the per-query and
+    #: privacy–accuracy figures 1.5 s later, 2.9-3.0 s with the bars too (0.8-1.5 s later);
+    #: n = 1024 4.4-4.7 s, 3.1-3.2 s, 2.8-3.0 s.
+    first_figures_delay = 1.0
+
+    def _forget_redraws(self) -> None:
+        """Drop the page's redraws waiting in the server's queue (its session has ended)."""
+        REDRAWS.forget(self)
+
+    def _redraw(self, key: str, fn) -> None:
+        """Run the redraw ``fn`` (it reads the page's current state) once the page is shown.
+
+        In a server session the redraws run on the session's event loop, one per
+        turn, in the order they were asked, each in a
+        :func:`~dpexplorer.ui.redraws.models_batch`: a HoloViews redraw
+        freezes the document's model index, and Bokeh walks the document's
+        models once at the end instead of once per plot; a redraw that only
+        copies numbers into the drawn figures
+        (:class:`~dpexplorer.ui.live_plot.LivePlot`) and patches the table
+        walks nothing.  A redraw of a ``key`` already waiting replaces it: both
+        read the latest state.  The server's loop takes the pages' redraws one
+        at a time, those of a user's own change first
+        (:data:`dpexplorer.ui.redraws.REDRAWS`), so a page drawing its first
+        figures holds the loop for one redraw, not for all of them.
+        """
+        self.gate.run(key, lambda: self._on_loop(key, fn))
+
+    def _draw_each(self, name: str, charts) -> None:
+        """Update the live plots ``charts``, one HoloViews redraw per turn of the server's loop.
+
+        ``charts``: ``[(plot, data, key), ...]``, a :class:`LivePlot` with two
+        callables reading the page's current state: ``data()`` what the plot
+        draws, ``key()`` its structure (see :meth:`LivePlot.update`).
+
+        Updates that only copy numbers (an ε change) are done at once; of those that
+        need HoloViews (a first draw, a new structure), the first is done now and
+        each other one is its own redraw (``name:i``), reading the page's state when
+        it runs.  A HoloViews figure takes 0.1-0.3 s on a quiet machine and several
+        times that with eight sessions drawing (issue 14), and another user's ε
+        change waits for whatever the loop is running.  Outside a server every
+        redraw runs at once, as before.
+        """
+        drawn = False
+        for i, (plot, data, key) in enumerate(charts):
+            if plot.copy(data(), key()):
+                continue
+            if not drawn:
+                drawn = True
+                plot.update(data(), key(), copy=False)
+            else:
+                self._redraw(f"{name}:{i}", lambda plot=plot, data=data, key=key:
+                             plot.update(data(), key()))
+
+    def _figures_wait(self) -> None:
+        """The table has just joined a served page: its first figures wait (:meth:`_later`)."""
+        if served_document() is not None and self.first_figures_delay > 0:
+            self._figures_after = time.monotonic() + self.first_figures_delay
+
+    def _later(self, key: str, fn) -> bool:
+        """Put off the redraw ``fn`` until :attr:`first_figures_delay` after the table's first rows.
+
+        Only the page's first figures wait (the window opened by :meth:`_figures_wait` when
+        the table joins a served page): ``True`` when ``fn`` was put off, and it is then
+        requested again (:meth:`_redraw`, reading the page's state then) when the time comes.
+        """
+        after = self._figures_after
+        if after is None:
+            return False
+        wait = after - time.monotonic()
+        if wait <= 0:
+            self._figures_after = None
+            return False
+        doc = served_document()
+        if doc is None:
+            return False
+        if key not in self._figures_timer:
+            self._figures_timer.add(key)
+
+            def due():
+                self._figures_timer.discard(key)
+                with set_curdoc(doc):
+                    self._redraw(key, fn)
+            doc.add_timeout_callback(due, int(wait * 1000) + 1)
+        return True
+
+    def _on_loop(self, key: str, fn) -> None:
+        doc = served_document()
+        if doc is None:
+            fn()  # a notebook, a script, a test: at once
+            return
+        urgent = self._urgent
+        with self._queued_guard:
+            self._queued.pop(key, None)
+            self._queued[key] = fn
+        posted = time.perf_counter()
+
+        def run():
+            # the page's redraws one per turn on the loop (the oldest first): a page drawing
+            # its first four figures holds the loop for one redraw at a time, and another
+            # user's ε change goes in between (issue 14: no session's work may hold another's
+            # ε change for more than 1 s; the first figures took 0.6-4 s in one turn)
+            with self._queued_guard:
+                if not self._queued:  # an earlier run took them
+                    return
+                if self._closed():  # nobody to see them
+                    self._queued.clear()
+                    return
+                key = next(iter(self._queued))
+                todo = {key: self._queued.pop(key)}
+                more = bool(self._queued)
+            # not under the page's lock: a worker holding it would hold every session's loop
+            t0 = time.perf_counter()
+            with models_batch(doc):
+                run_redraws(todo)
+            log.debug("redraws %s%s done on the event loop in %.2f s, %.2f s after they were "
+                      "posted (%d other pages waiting)", key,
+                      " (urgent)" if urgent else "", time.perf_counter() - t0, t0 - posted,
+                      REDRAWS.pending())
+            if more:  # the next waits its turn (a user's own change: before other pages')
+                REDRAWS.submit(self, doc, run, urgent=urgent)
+        # one page's redraw at a time on the server's loop, the user's own changes first (a
+        # redraw of this page already waiting is replaced in its place, or moved to the front
+        # if urgent; submitted every time, so that no lost run can hold this page's redraws)
+        REDRAWS.submit(self, doc, run, urgent=urgent)

@@ -1,0 +1,390 @@
+"""The explorer's long computations as tasks: status, progress, result, error and cancel.
+
+A :class:`Task` is what a page binds its status line, progress bar and
+results to (``pn.bind(..., task.param.status)``, ``param.depends``).  A
+:class:`TaskRunner` (one per page, see :class:`~dpexplorer.ui.session.Page`)
+starts them:
+
+- strategy optimisers (``optimizer=True``) on :data:`OPTIMIZER_THREADS`,
+  threads that only wait: the optimisers compute in worker processes
+  (:mod:`dpexplorer.ui.workers`, progress relayed by
+  :class:`~dpexplorer.ui.optimize_view.ProgressRelay`);
+- everything else on :data:`EXECUTOR`, a small pool of low-priority threads.
+
+A task's state changes, and every UI update its function posts, reach the
+page on the session's event loop through Panel's own machinery
+(``pn.state.execute(..., schedule=True)``: document lock taken,
+``pn.state.curdoc`` set), batched per document (:meth:`TaskRunner._poster`).
+Outside a server (tests, scripts, notebooks) they run at once under the
+page's lock.
+
+Neither pool is Panel's own (``pn.config.nthreads``): that pool also runs
+every widget callback of every session, and an optimisation of minutes
+would hold it.
+
+:class:`Jobs` is the older interface over the same runner: ``submit(fn,
+*args)`` calls ``fn(post, *args)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import panel as pn
+import param
+from panel.io.state import set_curdoc
+
+import dpexplorer as dpx
+
+from . import workers
+from .messages import exception_message
+from .optimize_view import Cancelled
+from .redraws import on_loop
+
+__all__ = ["Task", "TaskRunner", "TaskCancelled", "Jobs", "EXECUTOR", "OPTIMIZER_THREADS",
+           "BACKGROUND_NICE", "build_lock", "lower_native_helper_threads", "task_message",
+           "percent"]
+
+log = logging.getLogger(__name__)
+
+#: CPU priority (nice) of the background threads: builds and optimisations yield the
+#: processor to the threads that answer the browser (ε changes, redraws).
+BACKGROUND_NICE = 10
+
+
+def _background_thread() -> None:
+    """Lower the CPU priority of the calling worker thread (Linux: nice is per thread).
+
+    On a machine with few cores a running optimiser otherwise takes the
+    processor from the server's event loop and Panel's callback threads, and an
+    ε change (milliseconds of work) waits seconds behind it.
+    """
+    with contextlib.suppress(AttributeError, OSError):  # no per-thread nice here: keep going
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+
+
+def lower_native_helper_threads(nice: int = BACKGROUND_NICE) -> list[int]:
+    """Lower the priority of this process's threads that Python did not start (Linux).
+
+    The BLAS libraries start their helper threads when numpy and scipy are
+    imported, at the server's own priority; a background comparison (nice
+    :data:`BACKGROUND_NICE`) runs half of its matrix products on them, in
+    competition with the event loop.  Call once the imports are done (the
+    served app does).  Python's own threads keep their priority.
+
+    Returns
+    -------
+    list of int
+        The thread ids lowered (empty without /proc).
+    """
+    return workers.lower_threads(nice, native_only=True)
+
+
+#: Worker threads shared by all pages and sessions (strategy builds, per-query errors).
+EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dpexplorer-ui",
+                              initializer=_background_thread)
+#: Threads that wait for the strategy optimisers, which compute in worker processes
+#: (:mod:`dpexplorer.ui.workers`): they hold no processor, so there are enough of them for
+#: every session's optimisers to wait their turn without taking :data:`EXECUTOR`'s threads
+#: from the other sessions' comparisons.
+OPTIMIZER_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dpexplorer-opt",
+                                       initializer=_background_thread)
+
+_BUILD_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_BUILD_LOCKS_GUARD = threading.Lock()
+
+
+def build_lock(cache: dpx.StrategyCache, key=None) -> threading.RLock:
+    """The lock serialising the builds of one entry of ``cache`` (per session).
+
+    ``key`` names the entry: ``(W, name, norm)`` for a strategy, ``("svdb", W)``
+    for an SVD bound; the pages take it around :meth:`StrategyCache.entry` /
+    ``svdb`` so that two pages never build the same strategy twice, while
+    different strategies (a long optimisation on one page, a quick strategy
+    on another) build side by side.  ``key=None`` gives one lock for the whole
+    cache.  Reading figures already stored by a page never takes a lock.
+    """
+    with _BUILD_LOCKS_GUARD:
+        locks = _BUILD_LOCKS.get(cache)
+        if locks is None:
+            locks = _BUILD_LOCKS[cache] = {}
+        lock = locks.get(key)
+        if lock is None:
+            lock = locks[key] = threading.RLock()
+        return lock
+
+
+def task_message(exc: BaseException) -> str:
+    """The user-facing text of a task's failure: a ValueError's message in the app's words
+    (:func:`~dpexplorer.ui.messages.exception_message`), else its type and message."""
+    if isinstance(exc, ValueError):
+        return exception_message(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class TaskCancelled(Exception):
+    """Raised inside a task's function (:meth:`Task.check`) once the task was cancelled."""
+
+
+#: The states of a task, in the order they are reached (the last three are final).
+STATUSES = ("idle", "queued", "running", "done", "failed", "cancelled")
+
+
+class Task(param.Parameterized):
+    """One long computation of a page: bind widgets to its parameters.
+
+    The parameters change on the session's event loop (through the page's
+    :class:`TaskRunner`), so a widget bound to them never sees a change from
+    a worker thread.  The task's function gets the task: it reports progress
+    with :meth:`report`, posts other UI updates with :meth:`post`, and checks
+    :meth:`check` (or :attr:`cancel_requested`) to stop when cancelled.
+    """
+
+    status = param.Selector(default="idle", objects=list(STATUSES), constant=True, doc="""
+        idle (not started), queued, running, then done, failed or cancelled.""")
+    progress = param.Number(default=None, allow_None=True, bounds=(0, 1), constant=True, doc="""
+        Fraction done (0..1), or None when the task cannot tell.""")
+    message = param.String(default="", constant=True, doc="What the task is doing, in words.")
+    result = param.Parameter(default=None, constant=True, doc="What the function returned (done).")
+    error = param.String(default="", constant=True, doc="""
+        The failure in plain words (failed), '' otherwise.""")
+
+    def __init__(self, post: Callable[[Callable[[], None]], None] | None = None, **params):
+        super().__init__(**params)
+        self._post = post if post is not None else (lambda callback: callback())
+        self._cancel = threading.Event()
+        self._finished = threading.Event()
+        #: The exception that failed the task (None unless ``status == 'failed'``).
+        self.exception: BaseException | None = None
+
+    @property
+    def finished(self) -> bool:
+        """Whether the task's function has returned (its final state may still be on its way)."""
+        return self._finished.is_set()
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether :meth:`cancel` was called."""
+        return self._cancel.is_set()
+
+    def cancel(self) -> None:
+        """Ask the task to stop: :meth:`check` raises in its function from now on."""
+        self._cancel.set()
+
+    def check(self) -> None:
+        """Raise :class:`TaskCancelled` if the task was cancelled (call it from the function)."""
+        if self._cancel.is_set():
+            raise TaskCancelled(self.name)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the function has returned; ``False`` on timeout."""
+        return self._finished.wait(timeout)
+
+    def post(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the page's event loop (at once outside a server)."""
+        self._post(callback)
+
+    def report(self, progress: float | None = None, message: str | None = None) -> None:
+        """Post the task's progress (0..1) and message (None keeps the current one)."""
+        values = {} if message is None else {"message": message}
+        if progress is not None:
+            values["progress"] = min(max(float(progress), 0.0), 1.0)
+        if values:
+            self.post(lambda: self._update(**values))
+
+    def _update(self, **values) -> None:
+        with param.edit_constant(self):
+            self.param.update(**values)
+
+
+class TaskRunner:
+    """Start a page's tasks and post their updates to its session (see the module docstring).
+
+    Parameters
+    ----------
+    lock : threading.RLock
+        The page's lock, held while posted updates run.
+    """
+
+    def __init__(self, lock: threading.RLock):
+        self.lock = lock
+        self._futures: set = set()
+        self._guard = threading.Lock()
+        self._posts: dict = {}  # document -> callbacks posted and not run yet, in order
+
+    def start(self, fn: Callable, *args, name: str = "", optimizer: bool = False,
+              executor: ThreadPoolExecutor | None = None, background: bool = True,
+              on_end: Callable[[Task], None] | None = None) -> Task:
+        """A :class:`Task` running ``fn(task, *args)``; its return value is the task's result.
+
+        ``optimizer``: the function waits for a strategy optimiser (worker
+        processes), so it runs on :data:`OPTIMIZER_THREADS`; otherwise on
+        :data:`EXECUTOR` (or ``executor``).  ``background=False`` runs it in
+        the caller's thread (scripts).  The function raising
+        :class:`TaskCancelled` or :class:`~dpexplorer.ui.optimize_view.Cancelled`
+        ends the task ``cancelled``; any other exception ends it ``failed``,
+        with :func:`task_message` as its ``error`` (unexpected ones logged) and the
+        exception as :attr:`Task.exception`.  ``on_end(task)`` runs once the task's final
+        state is set, where the task's updates run (the page's event loop).
+        """
+        doc = pn.state.curdoc
+        post = self._poster(doc) if background else (lambda callback: callback())
+        task = Task(post=post, name=name or getattr(fn, "__name__", "task"))
+        task._update(status="queued")
+
+        def finish(**values) -> None:
+            # one update of the task (param batches its watchers); held on the event loop, the
+            # widgets bound to it change in one message to the browser
+            def apply():
+                with _held(doc):
+                    task._update(**values)
+                    if on_end is not None:
+                        on_end(task)
+            post(apply)
+
+        def run():
+            ctx = set_curdoc(doc) if doc is not None and background else contextlib.nullcontext()
+            with ctx:
+                post(lambda: task._update(status="running"))
+                try:
+                    result = fn(task, *args)
+                except (TaskCancelled, Cancelled):
+                    finish(status="cancelled")
+                except Exception as exc:  # noqa: BLE001 - the task's error, shown by the page
+                    task.exception = exc
+                    if not isinstance(exc, ValueError):
+                        log.error("task %s failed", task.name, exc_info=exc)
+                    finish(status="failed", error=task_message(exc))
+                else:
+                    finish(status="done", result=result, progress=1.0)
+                finally:
+                    task._finished.set()
+
+        if not background:
+            run()
+            return task
+        pool = executor or (OPTIMIZER_THREADS if optimizer else EXECUTOR)
+        try:
+            future = pool.submit(run)
+        except RuntimeError:  # the interpreter is shutting down: nothing more runs
+            log.debug("task not started: the executor is shut down", exc_info=True)
+            task._update(status="cancelled")
+            task._finished.set()
+            return task
+        with self._guard:
+            self._futures.add(future)
+        future.add_done_callback(self._done)
+        return task
+
+    def _done(self, future) -> None:
+        with self._guard:
+            self._futures.discard(future)
+        exc = future.exception()
+        if exc is not None:  # tasks catch their own errors; this is a bug
+            log.error("background task failed", exc_info=exc)
+
+    def _poster(self, doc):
+        """``post(callback)`` for the tasks of ``doc``'s session.
+
+        The callbacks a page posts while an earlier one waits for the event loop join it
+        and run with it, in order, in one turn of the loop under one document lock: a
+        page's optimisers and comparisons post progress and status several times a second,
+        and each callback scheduled on its own took the session's document lock for a turn
+        of the loop shared by every session, so that with eight sessions an ε typed in the
+        page waited behind its own page's queue of posts (19 s in one run of the served
+        app with eight headless Chromium sessions, 2 cores).
+        """
+        lock = self.lock
+        if doc is not None and doc.session_context is not None:
+            def run_posted():
+                with self._guard:
+                    batch = self._posts.pop(doc, [])
+                with set_curdoc(doc), lock:
+                    for callback in batch:
+                        try:
+                            callback()
+                        except Exception:  # noqa: BLE001 - one failed update must not stop the rest
+                            log.exception("a background task's update of the page failed")
+
+            def post(callback):
+                with self._guard:
+                    waiting = doc in self._posts
+                    self._posts.setdefault(doc, []).append(callback)
+                if waiting:
+                    return  # the run already scheduled takes this one too
+                try:  # Panel schedules it on the session's event loop, with the document lock
+                    on_loop(doc, run_posted)
+                except Exception:  # noqa: BLE001 - the session was closed meanwhile
+                    with self._guard:
+                        self._posts.pop(doc, None)
+                    log.debug("could not post to a closed session", exc_info=True)
+            return post
+
+        def post_now(callback):
+            with lock:
+                callback()
+        return post_now
+
+    @property
+    def pending(self) -> int:
+        """Tasks running or queued."""
+        with self._guard:
+            return len(self._futures)
+
+    def wait(self, timeout: float = 300.0) -> bool:
+        """Block until no task is running or queued (tasks may start tasks); ``False`` on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._guard:
+                futures = list(self._futures)
+            if not futures:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            for f in futures:
+                try:
+                    f.result(timeout=max(remaining, 0.01))
+                except Exception:  # noqa: BLE001 - logged in _done
+                    pass
+
+
+class Jobs(TaskRunner):
+    """A :class:`TaskRunner` whose functions get the poster instead of the task.
+
+    ``submit(fn, *args)`` calls ``fn(post, *args)`` on a worker thread; the
+    job hands UI updates to ``post(callback)`` and catches its own errors.
+    """
+
+    def submit(self, fn: Callable, *args, executor: ThreadPoolExecutor | None = None) -> Task:
+        """Run ``fn(post, *args)`` on ``executor`` (default :data:`EXECUTOR`)."""
+        return self.start(lambda task, *a: fn(task.post, *a), *args,
+                          name=getattr(fn, "__name__", "job"), executor=executor)
+
+
+def percent(done: float | None, total: float | None = 1.0) -> int:
+    """``done / total`` as a whole percentage in 0..100 for a progress bar (``max=100``).
+
+    ``percent(task.progress)`` for a task; ``percent(runs_done, runs)`` for counts.  None
+    (a task that cannot tell) and a total of 0 give 0.
+    """
+    if done is None or not total:
+        return 0
+    return int(min(max(100.0 * float(done) / float(total), 0.0), 100.0))
+
+
+@contextlib.contextmanager
+def _held(doc):
+    """``pn.io.hold(doc)`` on a served document's event loop (one message to the browser)."""
+    if doc is None or doc.session_context is None:
+        yield
+        return
+    with pn.io.hold(doc):
+        yield
