@@ -1620,9 +1620,11 @@ class WorkloadBuilder(param.Parameterized):
         browser as the second plot plus a style change of the first, which the browser
         never received ("reference pNNNN isn't known"), and the Terms table's own new
         data came back to it as if the browser had edited the table (pandas
-        ``ValueError`` in Tabulator's ``_update_column``).  Measured in a served page:
-        Add term, Add term, Clear all, 15 times, gave 2-7 such browser errors and 2-4
-        tracebacks; see ``tests/test_browser_new_user.py``.
+        ``ValueError`` in Tabulator's ``_update_column``).  Measured on 2 cores (load
+        10-20), served page driven by Playwright: Add term, Add term, Clear all, 15
+        times, gave 2-7 such browser errors and 2-4 server tracebacks with a bound
+        method here, none without (``python -m pytest tests/test_browser_new_user.py
+        -k forty``).
         """
         note = pn.pane.Markdown("", styles={"font-size": "0.9em"}, margin=(0, 10),
                                 sizing_mode="stretch_width")
