@@ -171,4 +171,5 @@ def test_epsilon_that_is_not_a_number_is_refused_in_words(page, server_log):  # 
     _fill(page, "Budget ρ", "1,5")
     assert "the budget ρ is a number above 0" in _toast(page, "'1,5' is not a number")
     assert not unexpected_problems(page), page.problems
-    assert not server_log.tracebacks()
+    tracebacks = server_log.tracebacks()
+    assert not tracebacks, f"{len(tracebacks)} server tracebacks, the first:\n{tracebacks[0][:5000]}"
