@@ -1,7 +1,11 @@
 import json
 import os
+import re
+import socket
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -154,3 +158,110 @@ def compare_page():
             session.workload = workload
         return session, _settle(ComparePage(session, **(page_options or {})))
     return make
+
+
+# ------------------------------------------------------------------ served explorer (browser tests)
+def _free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a server started next)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(log_path, wait_path: str | None = None, app: str = "apps/explorer.py",
+                 env: dict | None = None):
+    """``panel serve app`` on a free 127.0.0.1 port: ``(process, app URL, log file)``.
+
+    Waits (90 s at most) until ``wait_path`` answers (default: the app's own
+    path, which builds one session).  ``env``: more environment variables.
+    The server's output (stdout and stderr) goes to ``log_path``.
+    """
+    import urllib.error
+    import urllib.request
+
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BOKEH_RESOURCES": "server", **(env or {})}
+    # the server's log goes to a file: an unread pipe fills up and blocks the server
+    log = open(log_path, "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "panel", "serve", app, "--port", str(port),
+         "--address", "127.0.0.1", f"--allow-websocket-origin=127.0.0.1:{port}"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/{Path(app).stem}"
+    wait_path = f"/{Path(app).stem}" if wait_path is None else wait_path
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            # a long timeout: every retried request builds one more session (and comparison)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{wait_path}", timeout=120) as r:
+                if r.status == 200:
+                    break
+        except urllib.error.HTTPError:
+            break  # the server answers
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        log.close()
+        pytest.fail(f"panel serve did not answer within 90 s:\n{open(log.name).read()[-3000:]}")
+    return proc, url, log
+
+
+def stop_server(proc, log) -> None:
+    """Stop a served explorer started by :func:`start_server` (terminate, then kill after
+    10 s) and close its log."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+#: A traceback of Panel 1.9 / Bokeh 3's own teardown race, not the explorer's: a busy indicator
+#: updated from a worker thread after the browser closed its session.
+PANEL_TEARDOWN_RACE = "'DocumentCallbackManager' object has no attribute '_change_callbacks'"
+
+
+def server_tracebacks(text: str) -> list[str]:
+    """The tracebacks in a served explorer's log ``text`` (each from its "Traceback" line),
+    less Panel's known teardown race (:data:`PANEL_TEARDOWN_RACE`).  Every other one counts,
+    Panel's and pandas' included: a traceback the user's clicks caused is a defect."""
+    found = ["Traceback" + t for t in text.split("Traceback")[1:]]
+    return [t for t in found if PANEL_TEARDOWN_RACE not in t]
+
+
+class ServerLog:
+    """The log file of a served explorer, read from a mark on (the part one test caused)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self._mark = 0
+
+    def mark(self) -> None:
+        """Read from the log's current end on."""
+        self._mark = self.path.stat().st_size
+
+    def text(self) -> str:
+        """The log written since the last :meth:`mark`."""
+        with open(self.path, errors="replace") as f:
+            f.seek(self._mark)
+            return f.read()
+
+    def tracebacks(self, settle: float = 3.0) -> list[str]:
+        """:func:`server_tracebacks` since the mark, after ``settle`` seconds of quiet (the
+        server handles the last clicks after the browser has sent them)."""
+        size, deadline = -1, time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(settle)
+            now = self.path.stat().st_size
+            if now == size:
+                break
+            size = now
+        return server_tracebacks(self.text())
+
+
+def reference_errors(problems) -> list[str]:
+    """Bokeh's "reference pNNNN isn't known" among a page's recorded problems: the server sent
+    a change of a model the browser never received."""
+    return [p for p in problems if re.search(r"reference p\d+ isn't known", p)]

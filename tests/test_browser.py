@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import collections
 import importlib.util
-import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import start_server  # noqa: F401  (also imported from here by other tests)
+from conftest import stop_server as _stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -38,55 +37,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]  # drives headless chromium
 # CI machine is slower but stays green (issue 17 item 14).
 
 
-def start_server(log_path, wait_path: str | None = None, app: str = "apps/explorer.py",
-                 env: dict | None = None):
-    """``panel serve app`` on a free 127.0.0.1 port: ``(process, app URL, log file)``.
-
-    Waits (90 s at most) until ``wait_path`` answers (default: the app's own
-    path, which builds one session).  ``env``: more environment variables.
-    """
-    port = bench.free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "BOKEH_RESOURCES": "server", **(env or {})}
-    # the server's log goes to a file: an unread pipe fills up and blocks the server
-    log = open(log_path, "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "panel", "serve", app, "--port", str(port),
-         "--address", "127.0.0.1", f"--allow-websocket-origin=127.0.0.1:{port}"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/{Path(app).stem}"
-    wait_path = f"/{Path(app).stem}" if wait_path is None else wait_path
-    deadline = time.monotonic() + 90
-    import urllib.error
-    import urllib.request
-    while time.monotonic() < deadline:
-        try:
-            # a long timeout: every retried request builds one more session (and comparison)
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{wait_path}", timeout=120) as r:
-                if r.status == 200:
-                    break
-        except urllib.error.HTTPError:
-            break  # the server answers
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        log.close()
-        pytest.fail(f"panel serve did not answer within 90 s:\n{open(log.name).read()[-3000:]}")
-    return proc, url, log
-
-
 #: The module server's log file (for a failure's message)
 SERVER_LOG: list[str] = []
-
-
-def _stop_server(proc, log) -> None:
-    """Stop a served explorer started by ``start_server`` (terminate, then kill after 10 s) and close its log."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
 
 
 @pytest.fixture(scope="module")

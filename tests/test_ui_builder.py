@@ -643,3 +643,29 @@ def test_terms_that_cannot_travel_leave_the_link_empty():
     b.session.workload = dpx.workloads.prefix(256)  # set by another page: an external term...
     b.add_term("predicates", matrix=np.ones((200, 256)))  # ...or a long matrix
     assert b.url_terms == []
+
+
+def test_terms_table_is_one_table_updated_in_place_with_stable_columns(small):
+    """The Terms table lives for the page: every change of the terms (Clear all included)
+    sets its value with the same columns and dtypes; the page's parts are updated in place,
+    never re-made by a function Panel re-runs on its callback threads (such a re-run holds
+    the whole document from a thread: the browser then got changes of plots it never
+    received, "reference pNNNN isn't known")."""
+    page = small.panel()
+    tables = [t for t in page.select(pn.widgets.Tabulator) if "weight" in t.value.columns]
+    assert len(tables) == 1
+    table = tables[0]
+    dtypes = {"term": np.dtype(object), "queries": np.dtype("int64"), "weight": np.dtype("float64")}
+    hist, heat = small._hist_pane.object, page.select(pn.pane.HoloViews)[0]
+    for change in (lambda: small.add_term("identity"), lambda: small.add_term("prefix"),
+                   small.clear_terms, lambda: small.add_term("total")):
+        change()
+        assert [t for t in page.select(pn.widgets.Tabulator) if "weight" in t.value.columns] == [table]
+        assert dict(table.value.dtypes) == dtypes, table.value.dtypes
+        assert list(table.value["term"]) == [t.label for t in small.terms]
+    assert page.select(pn.pane.HoloViews)[0] is heat and heat.object is not None
+    # the data histogram shows no range term: it was not redrawn for these changes
+    assert small._hist_pane.object is hist
+    assert small.add_ranges([(0, 3)])
+    assert small._hist_pane.object is not hist  # its ranges are shaded
+    assert not page.select(pn.param.ParamMethod) and not page.select(pn.param.ParamFunction)

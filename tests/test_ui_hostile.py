@@ -248,3 +248,29 @@ def test_ordinary_values_need_no_note(session):
     assert session.set_input("epsilon", 0.5) and session.privacy_note() == ""
     assert session.set_input("noise", "Gaussian") and session.privacy_note() == ""
 
+
+
+@pytest.mark.parametrize("label, text, words", [
+    ("ε (> 0)", "abc", "ε = 'abc' is not a number: ε must be a number above 0"),
+    ("δ (0 < δ < 1)", "2x", "δ = '2x' is not a number: δ is a probability"),
+    ("Budget ρ", "1,5", "Budget ρ = '1,5' is not a number: the budget ρ is a number above 0"),
+])
+def test_sidebar_number_box_refuses_a_text_in_words(session, caplog, label, text, words):
+    """The browser sends the sidebar's number boxes what was typed (a browser's number box
+    dropped "abc" as it was typed, and nothing was said): a text that is not a number is
+    refused with what is allowed, the value in use stays and the box shows it again."""
+    from dpexplorer.ui.session import EnteredFloatInput
+
+    controls = session.controls()
+    box = [w for w in controls.select(EnteredFloatInput) if getattr(w, bmod._LABEL) == label][0]
+    before = _state(session)
+    kept = box.value
+    box._process_events({"value": text})  # what the browser sends on Enter
+    assert words in session.error and "it stays" in session.error, session.error
+    assert _state(session) == before and box.value == kept
+    session.error = ""
+    box._process_events({"value": text})  # the same text again: said again
+    assert words in session.error
+    box._process_events({"value": " 0.25 "})  # a number is read and used
+    assert box.value == 0.25
+    _no_tracebacks(caplog)

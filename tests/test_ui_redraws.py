@@ -272,6 +272,7 @@ def test_an_entered_epsilon_is_handled_at_once_not_after_panels_debounce(monkeyp
     for widget in (EnteredFloatInput(value=1.0), pn.widgets.FloatInput(value=1.0)):
         widget._server_change(doc, "ref", None, "value", 1.0, 0.5)  # the browser's change
     assert len(executed) == 1 and timed == [50]
-    # the sidebar's ε and δ are such boxes
-    boxes = Session().controls().select(EnteredFloatInput)
-    assert sorted(b.value for b in boxes) == sorted([Session().epsilon, Session().delta])
+    # the sidebar's ε and δ (and budget caps) are such boxes
+    from dpexplorer.ui.session import _LABEL
+    boxes = {getattr(b, _LABEL): b.value for b in Session().controls().select(EnteredFloatInput)}
+    assert boxes["ε (> 0)"] == Session().epsilon and boxes["δ (0 < δ < 1)"] == Session().delta

@@ -402,3 +402,43 @@ def test_waits_for_a_build_running_on_another_page(monkeypatch):
         assert wait_for(lambda: view.left_info is not None, 30)  # other strategies still build
     assert view.wait(60)
     assert view.right_status == "" and view.right_info.A is not None
+
+
+def test_a_build_finishing_while_the_page_is_drawn_is_shown(monkeypatch):
+    """A side built while the page's widgets are being made shows its strategy, not
+    "Building…" for good.
+
+    The page is drawn when its tab first opens, while the builds of its first update run;
+    an instant one (H2) used to finish between the side's widgets reading the page's state
+    and their watching it (seen in a served page after Compare → ε = 2 → Gaussian →
+    Strategy).  Here the left build is held until the left side's figures have been read,
+    then given time to finish before the widgets watch the state.
+    """
+    session = Session()
+    session.workload = dpx.workloads.prefix(32)
+    reading = __import__("threading").Event()
+    original_heatmaps = strategy_view.heatmaps
+
+    def held_heatmaps(A, max_pixels=512):
+        reading.wait(30)  # the build finishes only once the page is being drawn
+        return original_heatmaps(A, max_pixels)
+    monkeypatch.setattr(strategy_view, "heatmaps", held_heatmaps)
+    view = StrategyView(session)  # builds in worker threads (no server: posted at once)
+    assert view.left_busy
+    original_stats = StrategyView.stats
+
+    def stats(self, side):
+        text = original_stats(self, side)
+        if side == "left" and not reading.is_set():
+            reading.set()
+            deadline = time.monotonic() + 3  # the build finishes now, unless the page waits
+            while self._jobs.pending and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return text
+    monkeypatch.setattr(StrategyView, "stats", stats)
+    view.panel()
+    assert view.wait(120)
+    assert reading.is_set()
+    assert view.left_info is not None and not view.left_busy
+    shown = view._panes["left_stats"].object
+    assert "Building" not in shown and "rows (queries measured)" in shown, shown

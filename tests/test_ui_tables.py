@@ -492,3 +492,32 @@ def test_every_table_header_wraps_and_its_column_fits_its_longest_word(session, 
     # results are dimmed while recomputed and explicitly undimmed after (a style left out
     # is kept by the browser: the finished table stayed grey)
     assert _dimmed_if(True) == {"opacity": "0.5"} and _dimmed_if(False) == {"opacity": "1"}
+
+
+def _ui_imports(module) -> set[str]:
+    """The ``dpexplorer.ui`` modules ``module`` imports, at its top or inside functions."""
+    import ast
+    import inspect
+
+    found = set()
+    for node in ast.walk(ast.parse(inspect.getsource(module))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level == 1:  # from .x import y / from . import x
+                found |= {base} if base else {a.name for a in node.names}
+            elif base.startswith("dpexplorer.ui."):
+                found.add(base.split(".")[2])
+            elif base == "dpexplorer.ui":
+                found |= {a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[2] for a in node.names if a.name.startswith("dpexplorer.ui.")}
+    return found
+
+
+def test_the_record_table_card_does_not_import_the_workload_page():
+    """The Workload page (builder) imports its Record table card (table_workload), never the
+    reverse, not even inside a function: the card gets what it needs from the page object."""
+    from dpexplorer.ui import builder as builder_module
+
+    assert "table_workload" in _ui_imports(builder_module)
+    assert "builder" not in _ui_imports(table_workload)

@@ -75,6 +75,7 @@ from dpexplorer.queries.spec import parse_orders, parse_ranges, parse_whole
 from .exports import FigureExport
 from .session import Session, error_alert, notify, side_by_side
 from .shown import LazyCard
+from .table_workload import TableMarginals
 from .uploads import Upload, size_text, upload_limit
 
 __all__ = [
@@ -662,6 +663,12 @@ class WorkloadBuilder(param.Parameterized):
 
     URL_PARAMS = URL_PARAMS
 
+    #: The domain limits, for the Record table card (:class:`~dpexplorer.ui.table_workload.TableMarginals`).
+    max_attributes = MAX_ATTRIBUTES
+    max_attribute_cells = MAX_N
+    max_cells = MAX_CELLS
+    parse_orders = staticmethod(parse_orders)
+
     # -------------------------------------------------------------- domain
     n = param.Integer(default=256, doc="""
         Size of the 1D domain (cells, 1..8192); used when `attributes` is empty.""")
@@ -736,14 +743,13 @@ class WorkloadBuilder(param.Parameterized):
             if not self._commit([Term("all_range")], domain, names, "Start"):
                 self._commit([Term("identity")], (256,), (), "Start")
         self.session.param.watch(self._on_session_workload, "workload")
-        from .table_workload import TableMarginals
         self.tables = TableMarginals(self)  # the "Record table: marginals" card
         # A plain element, redrawn with a fresh stream on every change: a BoundsX stream on a
         # DynamicMap never received the browser's box-select geometry (Panel 1.9/HoloViews 1.23)
         self._hist_pane = pn.pane.HoloViews(sizing_mode="stretch_width", height=240)
         self._redraw_histogram()
         self.session.param.watch(self._redraw_histogram, "dataset")
-        self.param.watch(self._redraw_histogram, "version")
+        self.param.watch(self._histogram_changed, "version")
 
     # ============================================================== state
     @property
@@ -829,6 +835,13 @@ class WorkloadBuilder(param.Parameterized):
                       version=self.version + 1)
             self._sync_url_terms()
             return True
+
+    def commit_term(self, family: str, params: dict, shape: Sequence[int], names: Sequence[str],
+                    what: str) -> bool:
+        """Make one term of ``family`` (with ``params``) over the domain ``shape`` (attribute
+        sizes) named ``names`` the whole workload; ``True`` on success, else the reason is
+        reported (starting with ``what``) and nothing changes."""
+        return self._commit([Term(family, dict(params))], tuple(shape), tuple(names), what)
 
     # ================================================================ link
     def _sync_url_terms(self) -> None:
@@ -1207,8 +1220,9 @@ class WorkloadBuilder(param.Parameterized):
 
     def clear_terms(self) -> bool:
         """Remove all terms; ``session.workload`` keeps the last built workload."""
-        self._set(terms=[], error="", version=self.version + 1)
-        self._sync_url_terms()
+        with self._lock:  # as every change of the terms: the views redraw one change at a time
+            self._set(terms=[], error="", version=self.version + 1)
+            self._sync_url_terms()
         return True
 
     # ============================================================== brush
@@ -1372,12 +1386,13 @@ class WorkloadBuilder(param.Parameterized):
                           f"{GRAM_MAX_N:,} cells). The workload is still valid: its size and "
                           f"sensitivities are shown above.")
 
-    def heatmap(self):
+    def heatmap(self, data: tuple | None = None):
         """The heatmap of W or WᵀW (:class:`holoviews.Image`), or an Alert when too large.
 
-        Sets :attr:`drawn` to ``"W"``, ``"WᵀW"`` or ``""``.
+        Sets :attr:`drawn` to ``"W"``, ``"WᵀW"`` or ``""``.  ``data``: what
+        :meth:`heatmap_data` returned, when already computed.
         """
-        which, A, note = self.heatmap_data()
+        which, A, note = self.heatmap_data() if data is None else data
         self._set(drawn=which)
         if A is None:
             alert = pn.pane.Alert(note, alert_type="warning", sizing_mode="stretch_width")
@@ -1430,17 +1445,73 @@ class WorkloadBuilder(param.Parameterized):
     @param.depends("version")
     def heatmap_view(self):
         """:meth:`heatmap` under its note (what is drawn and why), redrawn when the workload changes."""
-        out = self.heatmap()
+        data = self.heatmap_data()
+        out = self.heatmap(data)
         if isinstance(out, hv.Element):
-            note = self.heatmap_data()[2]
-            return pn.Column(pn.pane.Markdown(note, styles={"font-size": "0.9em"}, margin=(0, 10),
+            return pn.Column(pn.pane.Markdown(data[2], styles={"font-size": "0.9em"}, margin=(0, 10),
                                               sizing_mode="stretch_width"),
                              pn.pane.HoloViews(out, sizing_mode="stretch_width"),
                              sizing_mode="stretch_width")
         return out
 
+    def _heatmap_panes(self) -> pn.Column:
+        """The page's heatmap: a note, the plot and a box for an Alert (too large to draw),
+        made once and updated in place on every change of the terms.
+
+        Not ``pn.panel(self.heatmap_view)``: Panel re-runs a bound method on the thread
+        handling the user's click and holds the whole document until the server's event
+        loop next runs (``pn.io.hold`` from a thread, Panel 1.9).  Every update the loop
+        made meanwhile was held with it and merged: a plot replaced twice reached the
+        browser as the second plot plus a style change of the first, which the browser
+        never received ("reference pNNNN isn't known"), and the Terms table's own new
+        data came back to it as if the browser had edited the table (pandas
+        ``ValueError`` in Tabulator's ``_update_column``).  Measured on 2 cores (load
+        10-20), served page driven by Playwright: Add term, Add term, Clear all, 15
+        times, gave 2-7 such browser errors and 2-4 server tracebacks with a bound
+        method here, none without (``python -m pytest tests/test_browser_new_user.py
+        -k forty``).
+        """
+        note = pn.pane.Markdown("", styles={"font-size": "0.9em"}, margin=(0, 10),
+                                sizing_mode="stretch_width")
+        plot = pn.pane.HoloViews(None, sizing_mode="stretch_width")
+        # visibility toggles on wrapping Columns: toggling a rendered HoloViews pane's own
+        # `visible` raises in Panel 1.9 (its Bokeh stylesheets are re-validated as strings)
+        drawn = pn.Column(note, plot, sizing_mode="stretch_width")
+        other = pn.Column(sizing_mode="stretch_width", visible=False)
+
+        def redraw(*_):
+            data = self.heatmap_data()
+            out = self.heatmap(data)
+            if isinstance(out, hv.Element):
+                note.object, plot.object = data[2], out
+                drawn.visible, other.visible = True, False
+                other.objects = []
+            else:
+                other.objects = [out]
+                drawn.visible, other.visible = False, True
+        redraw()
+        self.param.watch(redraw, "version")
+        return pn.Column(drawn, other, sizing_mode="stretch_width")
+
+    def _histogram_key(self) -> tuple:
+        """What the data histogram shows besides the data: the domain and the custom ranges."""
+        return self._domain, tuple(self.custom_ranges())
+
+    def _histogram_changed(self, *_) -> None:
+        """Redraw the data histogram after a change of the terms only if it shows something else.
+
+        Each redraw replaces the plot (a new Bokeh figure) and its box-select
+        stream: redrawn on every change of the terms, a quick run of them (Add
+        term, Add term, Clear all) replaced it many times a second for nothing.
+        """
+        if self._histogram_key() != self._hist_key:
+            self._redraw_histogram()
+
+    _hist_key: tuple | None = None
+
     def _redraw_histogram(self, *_) -> None:
         """Draw the data histogram and attach a new box-select stream to it."""
+        self._hist_key = self._histogram_key()
         element = self._histogram()
         old = getattr(self, "brush", None)
         if old is not None:
@@ -1479,11 +1550,14 @@ class WorkloadBuilder(param.Parameterized):
 
     # ================================================================= UI
     def terms_frame(self) -> pd.DataFrame:
-        """The terms as a table: ``term``, ``queries`` (rows over the domain), ``weight``."""
-        return pd.DataFrame({"term": [t.label for t in self.terms],
-                             "queries": [t.matrix.m if t.matrix is not None else 0 for t in self.terms],
-                             "weight": [t.weight for t in self.terms]},
-                            columns=["term", "queries", "weight"])
+        """The terms as a table: ``term`` (text), ``queries`` (rows over the domain, int64),
+        ``weight`` (float64); the same columns and dtypes with no term (the Terms table is
+        updated in place, its columns never change)."""
+        return pd.DataFrame({
+            "term": pd.Series([t.label for t in self.terms], dtype=object),
+            "queries": pd.Series([t.matrix.m if t.matrix is not None else 0 for t in self.terms],
+                                 dtype="int64"),
+            "weight": pd.Series([float(t.weight) for t in self.terms], dtype="float64")})
 
     def summary(self) -> str:
         """Markdown: domain, m, n, L1 and L2 sensitivity of the workload (and any mismatch)."""
@@ -1564,8 +1638,19 @@ class WorkloadBuilder(param.Parameterized):
         pred_file = Upload(accepted_filetypes=[".npy", ".csv", ".txt"], visible=shown("predicates"),
                            on_file=lambda data, name: self.load_predicates(data, name),
                            on_error=self.session.report)
-        blocks = pn.Column(pn.bind(self._block_selectors, self.param.version),
-                           visible=shown("product"), sizing_mode="stretch_width")
+        # the block types of a product term: one Select per attribute, rebuilt when the domain
+        # changes (not by a bound function: Panel re-runs those on its callback threads and
+        # holds the whole document meanwhile, see _heatmap_panes)
+        blocks = pn.Column(visible=shown("product"), sizing_mode="stretch_width")
+        drawn_for: list = [None]
+
+        def refresh_blocks(*_):
+            key = (self._domain, self._names)
+            if key != drawn_for[0]:
+                drawn_for[0] = key
+                blocks.objects = self._block_selectors().objects
+        refresh_blocks()
+        self.param.watch(refresh_blocks, "version")
         weight = w.FloatInput.from_param(self.param.weight, **lab("Weight (> 0)"), step=0.5)
         add = w.Button(**lab("Add term"), **{_COLOR: "primary"})
         add.on_click(lambda e: self.add_term())
@@ -1629,9 +1714,13 @@ class WorkloadBuilder(param.Parameterized):
 
         def edited(event):
             if event.column == "weight" and not self.set_weight(event.row, event.value):
-                tab.value = self.terms_frame()
+                with self._lock:
+                    tab.value = self.terms_frame()  # the weight in use
         tab.on_edit(edited)
+        # one table for the page, its value set in place (same columns and dtypes) on every
+        # change of the terms, one change at a time (under the builder's lock)
         self.param.watch(lambda e: setattr(tab, "value", self.terms_frame()), "version")
+        self._terms_tab = tab
         remove = pn.widgets.Button(**{_LABEL: "Remove selected"}, **{_COLOR: "warning"})
         remove.on_click(lambda e: self.remove_terms(list(tab.selection)) if tab.selection else
                         self._fail("Term not removed: select the terms to remove first (checkboxes)"))
@@ -1650,7 +1739,7 @@ class WorkloadBuilder(param.Parameterized):
             return self._layout
         summary = pn.pane.Markdown(pn.bind(lambda v, d: self.summary(), self.param.version,
                                            self.session.param.dataset), sizing_mode="stretch_width")
-        heat = pn.panel(self.heatmap_view, loading_indicator=True, sizing_mode="stretch_width")
+        heat = self._heatmap_panes()
         hist = self._hist_pane
         self.exports: dict = {}
 

@@ -48,7 +48,9 @@ from .redraws import served_document
 from .shown import LazyCard, ShownGate
 from .tasks import Jobs, Task
 
-__all__ = ["Session", "Page", "ledger_store_path", "EnteredFloatInput", "notify", "error_alert", "exception_message", "app_text", "side_by_side", "readable_headers", "download_bytes", "release_stamp"]
+__all__ = ["Session", "Page", "ledger_store_path", "EnteredFloatInput", "number_text", "parse_number", "notify",
+           "error_alert", "exception_message", "app_text", "side_by_side", "readable_headers",
+           "download_bytes", "release_stamp"]
 
 log = logging.getLogger(__name__)
 
@@ -254,19 +256,88 @@ def release_stamp(release) -> str:
     return "".join(ch for ch in release.created if ch.isdigit())[:14]
 
 
-class EnteredFloatInput(pn.widgets.FloatInput):
-    """A ``FloatInput`` whose entered value reaches the server's callbacks at once.
+def number_text(value) -> str:
+    """How a number box shows ``value``: the shortest text that reads back as the same
+    float (``1``, ``0.5``, ``1e-06``), '' for None or NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
 
-    Panel holds every change a browser sends for 50 ms before handling it (so that a
-    burst of changes, a slider drag, is handled once), except the properties a
-    widget lists in ``_priority_changes`` (Panel 1.9, ``Syncable._server_change``).
-    A FloatInput's value changes only when the user presses Enter, leaves the box
-    or clicks its arrows, so nothing is gained by waiting: the sidebar's ε and δ use
-    this one, and an ε change starts redrawing 50 ms sooner (issue 14's ε → chart
-    target).  Should Panel drop the attribute, the widget simply waits as before.
+
+def parse_number(text) -> float | None:
+    """The number a box's ``text`` holds (None when blank): ``0.5``, ``1e-6``, `` 2 ``.
+
+    Raises
+    ------
+    ValueError
+        If the text is not a number ("abc", "1,5", "2x").
+    """
+    if text is None or not str(text).strip():
+        return None
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        raise ValueError(f"{str(text).strip()!r} is not a number") from None
+
+
+class EnteredFloatInput(pn.widgets.FloatInput):
+    """A number box (ε, δ, a budget) that reads what the user typed on the server.
+
+    The browser's number box (Bokeh's ``NumericInput``, behind Panel's
+    FloatInput) drops, as it is typed, every key that cannot be part of a
+    number: "abc" typed as ε was never sent and the box went back to the old
+    value without a word.  This box is a text box in the browser: the text
+    typed reaches the server when the user presses Enter or leaves the box,
+    and is read there (:func:`parse_number`).  A text that is not a number
+    leaves :attr:`value` as it was, is put in :attr:`refused` (an event even
+    when the same text is refused twice), and the box shows the value in use
+    again; the sidebar says why (:meth:`Session.controls`: "ε = 'abc' is not a
+    number: ε must be a number above 0 ...").  :attr:`value` stays a float
+    (None when the box is emptied), as for a FloatInput; the arrows and
+    ``step`` of a FloatInput do not apply.
+
+    A value entered is handled at once: Panel holds every change a browser sends
+    for 50 ms before handling it (so that a burst of changes, a slider drag, is
+    handled once), except the properties a widget lists in ``_priority_changes``
+    (Panel 1.9, ``Syncable._server_change``); nothing is gained by waiting for a
+    value entered with Enter, and an ε change starts redrawing 50 ms sooner
+    (issue 14's ε → chart target).
     """
 
+    refused = param.String(default="", precedence=-1, doc="""
+        The last text entered that is not a number ('' until one is).""")
+
     _priority_changes: ClassVar[list[str]] = ["value"]
+    _widget_type = pn.widgets.TextInput._widget_type
+    _rename: ClassVar[dict] = {
+        **pn.widgets.FloatInput._rename, "start": None, "end": None, "step": None,
+        "format": None, "mode": None, "page_step_multiplier": None, "wheel_wait": None,
+        "value_throttled": None, "refused": None}
+
+    @property
+    def _linked_properties(self) -> tuple[str, ...]:
+        # the text box has no value_throttled (a FloatInput's spinner has)
+        return tuple(p for p in super()._linked_properties if p != "value_throttled")
+
+    def _process_param_change(self, params: dict) -> dict:
+        params = super()._process_param_change(params)
+        if "value" in params:
+            params["value"] = number_text(params["value"])
+        return params
+
+    def _process_property_change(self, props: dict) -> dict:
+        if "value" in props:
+            text = props.pop("value")
+            try:
+                props["value"] = parse_number(text)
+            except ValueError:
+                with param.discard_events(self):
+                    self.refused = str(text)
+                self.param.trigger("refused")
+                # the box shows the value in use again (the browser still shows the text)
+                self.param.trigger("value")
+        return super()._process_property_change(props)
 
 
 def error_alert(error, lead: str = "**Not done, the page keeps its last result.**") -> pn.pane.Alert:
@@ -564,6 +635,13 @@ class Session(param.Parameterized):
         extreme (see :meth:`privacy_note`) is accepted with a warning.
         """
         label = _INPUT_LABELS.get(name, name)
+        if isinstance(value, str) and name in _NUMBER_INPUTS and value.strip():
+            try:
+                value = parse_number(value)
+            except ValueError as exc:  # e.g. "abc" typed as ε
+                self.report(f"{label} = {exc}{_INPUT_RULES[name]}; it stays "
+                            f"{_shown(getattr(self, name))}.")
+                return False
         if value is None or (isinstance(value, str) and not value.strip()
                              and name not in ("dpbench_dir",)):
             self.report(f"{label} needs a value{_INPUT_RULES.get(name, '')}; it stays "
@@ -632,20 +710,19 @@ class Session(param.Parameterized):
                                         options={"none": "none", "pure ε-DP": "pure",
                                                  "(ε, δ)": "approx", "ρ (zCDP)": "zcdp"},
                                         sizing_mode="stretch_width")
-        b_eps = pn.widgets.FloatInput(**_cap("Budget ε"), value=self.budget_epsilon, step=0.5,
-                                      visible=self.budget in ("pure", "approx"),
-                                      sizing_mode="stretch_width")
-        b_delta = pn.widgets.FloatInput(**_cap("Budget δ"), value=self.budget_delta, step=1e-6,
-                                        visible=self.budget == "approx", sizing_mode="stretch_width")
-        b_rho = pn.widgets.FloatInput(**_cap("Budget ρ"), value=self.budget_rho, step=0.1,
-                                      visible=self.budget == "zcdp", sizing_mode="stretch_width")
+        b_eps = EnteredFloatInput(**_cap("Budget ε"), value=self.budget_epsilon,
+                                  visible=self.budget in ("pure", "approx"),
+                                  sizing_mode="stretch_width")
+        b_delta = EnteredFloatInput(**_cap("Budget δ"), value=self.budget_delta,
+                                    visible=self.budget == "approx", sizing_mode="stretch_width")
+        b_rho = EnteredFloatInput(**_cap("Budget ρ"), value=self.budget_rho,
+                                  visible=self.budget == "zcdp", sizing_mode="stretch_width")
         calib = pn.widgets.RadioButtonGroup(**_cap("Gaussian calibration"),
                                             options={"zCDP (releases)": "zcdp",
                                                      "analytic (study)": "analytic"},
                                             value=self.calibration)
-        eps = EnteredFloatInput(**_cap("ε (> 0)"), value=self.epsilon, step=0.1, start=None,
-                                sizing_mode="stretch_width")
-        delta = EnteredFloatInput(**_cap("δ (0 < δ < 1)"), value=self.delta, step=1e-6,
+        eps = EnteredFloatInput(**_cap("ε (> 0)"), value=self.epsilon, sizing_mode="stretch_width")
+        delta = EnteredFloatInput(**_cap("δ (0 < δ < 1)"), value=self.delta,
                                   visible=self.noise == "Gaussian", sizing_mode="stretch_width")
         noise = pn.widgets.RadioButtonGroup(**_cap("Noise"), options=["Laplace", "Gaussian"],
                                             value=self.noise)
@@ -672,6 +749,8 @@ class Session(param.Parameterized):
                 if not self.set_input(name, event.new):
                     widget.value = getattr(self, name)  # show the value still in use
             widget.param.watch(apply, "value")
+            if isinstance(widget, EnteredFloatInput):  # a text that is not a number: say so
+                widget.param.watch(lambda event: self.set_input(name, event.new), "refused")
 
         for name, widget in [("epsilon", eps), ("delta", delta), ("noise", noise),
                              ("dataset", dataset), ("seed", seed), ("dpbench_dir", folder),
@@ -796,6 +875,8 @@ _INPUT_LABELS = {"epsilon": "ε", "delta": "δ", "seed": "The seed", "budget_eps
                  "budget_delta": "Budget δ", "budget_rho": "Budget ρ", "dataset": "The dataset",
                  "noise": "The noise", "calibration": "The Gaussian calibration",
                  "budget": "The budget kind", "dpbench_dir": "The DPBench folder"}
+#: Sidebar inputs that are numbers: a text given for one is read as a number first.
+_NUMBER_INPUTS = ("epsilon", "delta", "budget_epsilon", "budget_delta", "budget_rho")
 _INPUT_RULES = {
     "epsilon": ": ε must be a number above 0, from 1e-9 to 1e9 (usual values 0.1 to 2)",
     "delta": ": δ is a probability, a number strictly between 0 and 1, and should be far below "

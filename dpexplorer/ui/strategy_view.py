@@ -693,14 +693,24 @@ class StrategyView(pn.viewable.Viewer):
                          sizing_mode="stretch_width")
 
     def panel(self) -> pn.Column:
-        """The page's layout (built once)."""
-        if "root" not in self._panes:
-            self.exports: dict = {}
-            self._panes["root"] = pn.Column(
-                pn.pane.Markdown(HEADER, sizing_mode="stretch_width"),
-                pn.Row(self._column("left"), self._column("right"), sizing_mode="stretch_width"),
-                sizing_mode="stretch_width")
-        return self._panes["root"]
+        """The page's layout (built once).
+
+        Built under the page's lock, which every update of the page's state
+        takes (:meth:`update`, the builds' posted results, the gate's deferred
+        redraws): each side's widgets are drawn from its state and then watch
+        it, and a build finishing in between would change the state unseen.
+        The page is built when its tab is first opened, while the strategies
+        of its first :meth:`update` are being built: an instant strategy (H2)
+        finished between the two, and its side showed "Building…" for good.
+        """
+        with self._lock:
+            if "root" not in self._panes:
+                self.exports: dict = {}
+                self._panes["root"] = pn.Column(
+                    pn.pane.Markdown(HEADER, sizing_mode="stretch_width"),
+                    pn.Row(self._column("left"), self._column("right"), sizing_mode="stretch_width"),
+                    sizing_mode="stretch_width")
+            return self._panes["root"]
 
     def __panel__(self):
         return self.panel()

@@ -107,7 +107,12 @@ class TableMarginals(param.Parameterized):
     Parameters
     ----------
     builder : WorkloadBuilder
-        The Workload page (its :meth:`_commit` makes the workload current).
+        The Workload page holding the card.  The card uses its ``session``, its
+        domain limits (``max_attributes``, ``max_attribute_cells``,
+        ``max_cells``), its reading of marginal orders (``parse_orders``) and
+        ``commit_term(family, params, shape, names, what)``, which makes one term
+        over a domain the workload.  This module imports nothing of the page's
+        (the page imports this one): the dependency goes one way.
     """
 
     table_name = param.Selector(default=next(iter(dpx.datasets.TABLES)),
@@ -319,24 +324,23 @@ class TableMarginals(param.Parameterized):
             :data:`MAX_QUERIES` queries, or a marginal above the kernel's
             the ``cells`` limit (``dpx.limits``).
         """
-        from . import builder as b
-
+        b = self.builder
         full = self.table()
         chosen = [a for a in full.domain.names if a in set(self.attributes)]
         if not chosen:
             raise ValueError("choose at least one attribute of the table")
-        if len(chosen) > b.MAX_ATTRIBUTES:
-            raise ValueError(f"{len(chosen)} attributes chosen; at most {b.MAX_ATTRIBUTES} are allowed")
+        if len(chosen) > b.max_attributes:
+            raise ValueError(f"{len(chosen)} attributes chosen; at most {b.max_attributes} are allowed")
         attrs = full.domain.select(chosen).attributes
         for a in attrs:
-            if a.size > b.MAX_N:
-                raise ValueError(f"attribute {a.name!r} has {a.size:,} cells; at most {b.MAX_N:,} "
-                                 "per attribute are allowed")
+            if a.size > b.max_attribute_cells:
+                raise ValueError(f"attribute {a.name!r} has {a.size:,} cells; at most "
+                                 f"{b.max_attribute_cells:,} per attribute are allowed")
         shape = tuple(a.size for a in attrs)
         cells = math.prod(shape)
-        if cells > b.MAX_CELLS:
+        if cells > b.max_cells:
             raise ValueError(f"the domain of {len(shape)} attributes has {cells:,} cells; at most "
-                             f"{b.MAX_CELLS:,} are allowed")
+                             f"{b.max_cells:,} are allowed")
         d = len(chosen)
         if self.mode == "orders":
             orders = dpx.spec.parse_orders(self.orders, d)
@@ -381,21 +385,19 @@ class TableMarginals(param.Parameterized):
         Sets :attr:`Session.table` to the table over those attributes.  On a
         bad input nothing changes and the reason is reported.
         """
-        from .builder import Term
-
         try:
             p = self.plan()
         except ValueError as exc:
             return self._fail(f"Table marginals not built: {exc}")
         if self.mode == "orders" and len(p["shape"]) > 1:
             orders = sorted({len(s) for s in p["sets"]})
-            term = Term("marginals", {"k": orders[0] if len(orders) == 1 else orders})
+            family, params = "marginals", {"k": orders[0] if len(orders) == 1 else orders}
         else:  # listed sets (and the marginals of a single attribute: identity and/or total)
-            term = Term("marginal_sets", {"sets": [list(s) for s in p["sets"]]})
+            family, params = "marginal_sets", {"sets": [list(s) for s in p["sets"]]}
         old = self.session.table
         self.session.table = p["table"]  # first: the page's summary redraws on the commit
-        if not self.builder._commit([term], p["shape"], p["names"],
-                                    f"Table marginals over {self.table_name!r} not built"):
+        if not self.builder.commit_term(family, params, p["shape"], p["names"],
+                                        f"Table marginals over {self.table_name!r} not built"):
             self.session.table = old
             return False
         with param.edit_constant(self):
