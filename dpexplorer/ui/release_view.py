@@ -541,13 +541,15 @@ class ReleaseView(Page, param.Parameterized):
 
         def show_mechanism(*_):
             """The box shows the mechanism that runs: over a record table only ResidualPlanner."""
+            # no pn.io.hold: this runs in whichever thread changed the mechanism or the
+            # table (a release's), and a hold there sends the document's changes from that
+            # thread (tests/test_ui_redraws.py)
             table = self.tables.active
-            with pn.io.hold():
-                mech.options = ({registry.get(TABLE_MECHANISM).label: TABLE_MECHANISM} if table
-                                else options)
-                mech.value = self.running_mechanism()
-                mech.disabled = table
-                about.object = self._about()
+            mech.options = ({registry.get(TABLE_MECHANISM).label: TABLE_MECHANISM} if table
+                            else options)
+            mech.value = self.running_mechanism()
+            mech.disabled = table
+            about.object = self._about()
 
         def picked(e):
             if not self.tables.active and e.new in options.values():
