@@ -262,8 +262,9 @@ class EnteredFloatInput(pn.widgets.FloatInput):
     widget lists in ``_priority_changes`` (Panel 1.9, ``Syncable._server_change``).
     A FloatInput's value changes only when the user presses Enter, leaves the box
     or clicks its arrows, so nothing is gained by waiting: the sidebar's ε and δ use
-    this one, and an ε change starts redrawing 50 ms sooner (issue 14's ε → chart
-    target).  Should Panel drop the attribute, the widget simply waits as before.
+    this one, and an ε change starts redrawing 50 ms sooner (the ε → chart
+    time of ``python benchmarks/bench_browser.py``, 2 cores).  Should Panel drop the attribute, the
+    widget simply waits as before.
     """
 
     _priority_changes: ClassVar[list[str]] = ["value"]
