@@ -1,4 +1,4 @@
-"""Benchmarks for DAWA (the targets DAWA was built to, on a 2-core machine).
+"""Benchmarks for DAWA (targets on a 2-core machine).
 
 * private partition, n = 4096: under 0.2 s with power-of-two candidates, under 10 s with all intervals
 * DAWA end to end, n = 4096, 2000 random ranges: under 1 s

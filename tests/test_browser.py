@@ -117,7 +117,7 @@ def browser():
 def unexpected_problems(pg) -> list[str]:
     """The page's browser errors, less the favicon's and the known Bokeh reference race.
 
-    KNOWN OPEN DEFECT (not reproduced on demand, cause not found): now and then -- after the CPS preset,
+    KNOWN OPEN DEFECT (intermittent): now and then -- after the CPS preset,
     or on the Workload page while its data histogram is redrawn -- the server sends a patch
     naming a model by reference that the browser never received ("reference pNNNN isn't
     known"); the page keeps working and the test's checks pass.  Reported, not hidden: the

@@ -1288,8 +1288,8 @@ def datacube(W, noise: NoiseModel | None = None, selection_norm: int = 2) -> Mar
     reports.
 
     The exponent ``k = 2/p = 3 − p`` (``p = selection_norm``).  Ding et al.
-    2011 is not available to us in full, so ``k`` is derived here from
-    papers that are: ``s`` cuboids measured with
+    2011's selection rule is not restated from that paper; ``k`` is derived
+    here instead: ``s`` cuboids measured with
     weight 1 have ``Δ₁ = s`` and ``Δ₂ = √s`` (HDMM Prop. 7); the noise
     variance of one measured cell is ``2Δ₁²/ε²`` (Laplace) or ``Δ₂²c²``
     (Gaussian) (HDMM Def. 7-8; ``dpexplorer/docs/noise.md``), i.e. ``∝ Δ_p² = s^(2/p)``; answering ``c``

@@ -63,8 +63,8 @@ class CompareRedraws:
         need HoloViews (a first draw, a new structure), the first is done now and
         each other one is its own redraw (``name:i``), reading the page's state when
         it runs.  A HoloViews figure takes 0.1-0.3 s on a quiet machine and several
-        times that with eight sessions drawing (``python benchmarks/bench_browser.py --n 1024
-        --sessions 8``, 2 cores), and another user's ε
+        times that with eight sessions drawing (2 cores,
+        ``python benchmarks/bench_browser.py --n 1024 --sessions 8``), and another user's ε
         change waits for whatever the loop is running.  Outside a server every
         redraw runs at once, as before.
         """
