@@ -5,8 +5,8 @@ For every registered mechanism and each of its standard cases
 tightest, the whole output and, where a part has its own claim, that part)
 prints the claimed ε, the audited lower bound, the event, the runs and the
 seconds.  Then the authors' DAWA partition (``dawa_as_published``) on the
-issue's pair: the exact all-singletons probabilities against a large
-simulation at ε = 0.1, and the audit at ε = 4.
+teaching pair (a flat 4-cell histogram and the same with one more record): the exact
+all-singletons probabilities against a large simulation at ε = 0.1, and the audit at ε = 4.
 
 Run by hand (the machine's load and BLAS threads are printed with the figures)::
 

@@ -25,7 +25,7 @@ Measured, each from a new browser context (no cache) on one warm server:
   Workload page shows the product structure;
 * ``card_expand``: seconds from a click on the collapsed "Upload data" card
   (Data & DAWA page) until its contents show, and the browser's longest task
-  (ms) meanwhile (a card expand once froze a loaded browser for 4-7 s, issue 17);
+  (ms) meanwhile (a card expand once froze a loaded browser for 4-7 s, 2 cores);
 * ``concurrent``: ``sessions`` pages opened at once, each starting its own
   comparison (and optimisers); meanwhile the first page's ε change latency.
   The other pages are drawn by a second chromium at the lowest CPU priority
@@ -470,7 +470,7 @@ def background_browser(p):
     nice 19 every :data:`RENICE_SECONDS` (:func:`renice_tree`): chromium sets
     its renderers' priorities itself, and before this keeper the seven
     background pages' renderers ran at nice 0 or 5, and the browser process
-    itself and its GPU process at -8 (``top``, ``/proc``; issue 14).  Its
+    itself and its GPU process at -8 (``top``, ``/proc``; 2 cores, 8 sessions).  Its
     scheduler autogroup is put at nice 19 too (:func:`lower_autogroup`):
     Linux shares the processor between autogroups first.  ``p``: the running
     ``sync_playwright()`` instance; the browser is closed on exit.

@@ -1,10 +1,11 @@
-"""Benchmarks for DAWA (issue 3 targets on a 2-core machine).
+"""Benchmarks for DAWA (targets on a 2-core machine).
 
 * private partition, n = 4096: under 0.2 s with power-of-two candidates, under 10 s with all intervals
 * DAWA end to end, n = 4096, 2000 random ranges: under 1 s
 * 2D DAWA on a 1024 × 1024 grid (n = 2²⁰), 2000 random rectangles: under 60 s
 
-Run by hand (DPBench data from ../shared/data/dpbench)::
+Run by hand (DPBench data from the development checkout's folder ``DPBENCH`` below; the
+data-dependent benchmarks skip without it)::
 
     python benchmarks/bench_dawa.py
     pytest benchmarks/bench_dawa.py --benchmark-only

@@ -1,6 +1,6 @@
 """Benchmark: Eigen-Design strategy selection time and quality, and the paper's comparison.
 
-Targets (issue 5): Eigen-Design at n = 1024 with principal vectors (10 %) under 60 s on a
+Targets: Eigen-Design at n = 1024 with principal vectors (10 %) under 60 s on a
 2-core machine; figures for the full solve at n = 256 and 1024 and for the 2-way marginals
 of 8 × 16 × 16 (Li & Miklau 2012, US Census domain).  Then, beside the paper's Sec. 5
 findings, the RMSE (ε = 1, Gaussian δ = 1e-6, analytic calibration) of Eigen-Design,

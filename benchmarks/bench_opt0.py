@@ -1,6 +1,6 @@
 """Benchmark: one restart of OPT0 (Laplace, p-Identity) on a structured Gram, per domain size.
 
-Issue 14 target: per-iteration cost O(n·p²) on workloads whose Gram has fast
+Target: per-iteration cost O(n·p²) on workloads whose Gram has fast
 products; one restart at n = 4096 under 30 s, n = 16384 reported.  For every
 ``n`` this prints the wall and CPU seconds of one restart (``p = ⌈n/16⌉``),
 the L-BFGS-B iterations and objective evaluations, the wall and CPU seconds
@@ -159,7 +159,7 @@ def test_opt0_all_range_2048(benchmark):
 
 
 def test_opt0_all_range_4096(benchmark):
-    # the issue-14 target: under 30 s for one restart (multilevel start from 2048 paired cells)
+    # the target: under 30 s for one restart (multilevel start from 2048 paired cells)
     out = benchmark.pedantic(one_restart, args=("all_range", 4096, 0, 1, None), rounds=1,
                              iterations=1)
     assert out["coarse"].startswith("2048:")

@@ -1,4 +1,4 @@
-"""Benchmark: a simulated release with a p-Identity strategy on a big 1D domain (issue 14).
+"""Benchmark: a simulated release with a p-Identity strategy on a big 1D domain (2-core machine).
 
 Times ``dpx.simulate(x, Prefix(n), A, Laplace(1), seed=0)`` for a p-Identity
 strategy ``A = [I; Θ]·D`` (:class:`dpexplorer.strategies.templates.PIdentity`)

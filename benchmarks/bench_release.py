@@ -3,7 +3,7 @@
 Times ``PrivateData.measure`` of ``p`` strategy answers (identity strategy on
 ``p`` cells of counts), for the four samplers a release can use -- continuous
 and discrete (integer) Laplace and Gaussian -- next to the seeded numpy path a
-simulation uses for the same distribution.  Reported, not asserted (issue 10).
+simulation uses for the same distribution.  Reported, not asserted.
 Run by hand::
 
     python benchmarks/bench_release.py            # prints a table (p = 1e4, 1e5, 1e6)

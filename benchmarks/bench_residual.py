@@ -1,4 +1,4 @@
-"""Benchmarks for ResidualPlanner (issue 13 targets, 2-core machine).
+"""Benchmarks for ResidualPlanner (targets on a 2-core machine).
 
 * all 0–3-way marginals of the Adult schema (14 attributes, 470 marginals):
   plan under 5 s (sum and max objectives);

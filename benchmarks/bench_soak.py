@@ -63,7 +63,7 @@ _spec.loader.exec_module(bench)
 PAGES = ["Workload", "Compare", "Strategy", "Data & DAWA", "Release", "Audit", "Sum queries", "Learn"]
 ACTIONS = ["epsilon", "noise", "page", "page", "add_term", "clear", "preset", "release"]
 EPSILONS = ["0.25", "0.5", "1", "2"]
-#: A loading spell longer than this is counted (the issue's target: none).
+#: A loading spell longer than this is counted (the target: none).
 LONG_LOADING_S = 10.0
 #: Longest wait for one scripted step (ms): a step that cannot be done is skipped, not fatal.
 STEP_MS = 15000

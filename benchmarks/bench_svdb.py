@@ -1,6 +1,6 @@
 """Benchmark: the SVD bound from structured spectra, beside the dense floor.
 
-Targets (issue 14), on a 2-core machine with 1 BLAS thread:
+Targets, on a 2-core machine with 1 BLAS thread:
 
 * SVD bound of All Range, Prefix, Width-32 (and their permuted forms, unions
   with Identity and Kronecker products / unions over 1024 × 1024) at

@@ -1,7 +1,8 @@
 """Benchmark: the Compare page's strategy rows computed by many threads at once, per BLAS thread count.
 
 The served explorer computes every session's comparison on its own thread
-(issue 14: eight concurrent sessions).  For each BLAS thread count given,
+(the load test opens eight concurrent sessions: ``python benchmarks/bench_browser.py``).  For each
+BLAS thread count given,
 this runs ``--threads`` threads at once, each building the quick strategies'
 rows of :func:`dpexplorer.compare` (identity, workload, H2, HB, wavelet,
 GreedyH; a fresh strategy cache each, SVD bound included) for All Range at

@@ -1135,7 +1135,7 @@ _EFPA_WHY = ("9/10 of ε on the coefficients (selection_share 0.1: the measureme
              "loss of the choice of k found over 18,000 random pairs on 2-8 cells, exact "
              "permute-and-flip probabilities); the event is read from the transcript (k and the "
              "noisy coefficients)")
-_DAWA_WHY = ("the issue's pair: a flat histogram where one extra record changes the cost of every "
+_DAWA_WHY = ("the teaching pair: a flat histogram where one extra record changes the cost of every "
              "candidate bucket holding cell 1, so the partition is as sensitive as it gets")
 
 
@@ -1199,7 +1199,7 @@ def _dawa_cases(mech: registry.Mechanism, spec: registry.AuditSpec) -> tuple[Aud
     """DAWA and its Partition+X variants: the flat histogram, whole run and partition alone."""
     ranges4 = _workloads.all_range(4)
     share = float(mech.params["ratio"])
-    if not mech.private:  # the teaching case: the issue's pair and its all-singletons event
+    if not mech.private:  # the teaching case: the flat pair and its all-singletons event
         return (AuditCase(*_DAWA_PAIR, ranges4, why=_DAWA_WHY, features=None),
                 AuditCase(*_DAWA_PAIR, ranges4, statistic="buckets", claim_share=share,
                           label="the partition alone (claim ε₁ = ratio·ε, Thm 2)",

@@ -118,9 +118,10 @@ class StrategyCache:
     def max_variance(self, W: Matrix, name: str, noise: NoiseModel, params: dict | None = None):
         """``(unit max variance, note)``: the largest per-query variance of mechanism ``name`` on ``W``.
 
-        Per unit noise variance: ``Δ_p(A)² · max_i (W (AᵀA)⁺ Wᵀ)_ii`` (MATH.md
-        "Matrix mechanism"; multiply by ``noise.variance_per_unit`` for
-        counts²), from :func:`dpexplorer.core.error.per_query_variance`, whose hooks
+        Per unit noise variance: ``Δ_p(A)² · max_i (W (AᵀA)⁺ Wᵀ)_ii`` (HDMM,
+        McKenna et al., Prop. 4; ``dpexplorer/docs/matrix_mechanism.md``; multiply by
+        ``noise.variance_per_unit`` for counts²), from
+        :func:`dpexplorer.core.error.per_query_variance`, whose hooks
         keep Kronecker and marginal strategies implicit (no ``n × n`` matrix).
         NaN, with the reason, when the strategy does not apply or is too large.
         """

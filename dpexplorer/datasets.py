@@ -909,13 +909,14 @@ def load_bundled(name: str) -> Dataset:
 
 # ================================================================ numerical attributes
 # Sum queries (Wu, Pujol, Kotsogiannis, Machanavajjhala 2019, Sec. 2 "Data
-# Representation"; MATH.md "Sum queries") need, besides the counts x of the
+# Representation"; ``dpexplorer/docs/sums.md``) need, besides the counts x of the
 # vector form, the *value* v_j of every bucket: the answer of a sum query is
 # W·diag(v)·x.  A NumericalAttribute is that pair (x, edges) plus provenance.
 
-#: How a bucket's value is read off its edges ``[lo_j, hi_j)``: ``"upper"`` (default, MATH.md
-#: "Sum queries": every record is counted at its bucket's upper edge, so vector-form sums
-#: bound the raw sums from above and a prefix query "value ≤ t" at a bucket edge t contains
+#: How a bucket's value is read off its edges ``[lo_j, hi_j)``: ``"upper"`` (default, this
+#: package's choice, ``dpexplorer/docs/sums.md``: every record is counted at its bucket's
+#: upper edge, so vector-form sums bound the raw sums from above and a prefix query "value ≤ t"
+#: at a bucket edge t contains
 #: exactly the buckets whose value is ≤ t), ``"midpoint"`` or ``"lower"``.
 BUCKET_VALUE_KINDS = ("upper", "midpoint", "lower")
 
@@ -936,8 +937,9 @@ def bucket_values(edges, kind: str = "upper") -> np.ndarray:
     edges : array_like, shape (n + 1,)
         Strictly increasing finite bucket edges (attribute units).
     kind : {"upper", "midpoint", "lower"}
-        ``"upper"`` (default; MATH.md "Sum queries"): ``v_j = edges[j+1]``, so
-        a record's vector-form value is never below its raw value and sums in
+        ``"upper"`` (default; this package's choice, see
+        ``dpexplorer/docs/sums.md``): ``v_j = edges[j+1]``, so a record's vector-form value is
+        never below its raw value and sums in
         the vector form are upper bounds of the raw sums; ``"midpoint"``:
         ``(edges[j] + edges[j+1]) / 2``; ``"lower"``: ``edges[j]``.  All three
         are public (functions of the public edges); the bucket *mean* of the

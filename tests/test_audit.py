@@ -219,7 +219,7 @@ def test_sum_query_svt_passes_its_audit():
 X0, X1 = (5, 5, 5, 5), (5, 6, 5, 5)
 
 
-def test_published_all_singletons_probabilities_are_the_issues():
+def test_published_all_singletons_probabilities_on_the_flat_pair():
     p0 = dawa.published_all_singletons_probability(X0, 0.1, 0.25)
     p1 = dawa.published_all_singletons_probability(X1, 0.1, 0.25)
     assert p0 == pytest.approx(0.014418, abs=1e-6) and p1 == pytest.approx(0.015387, abs=1e-6)
@@ -485,7 +485,7 @@ PARTITION_RUNS = dict(runs=6000, selection_runs=3000, seed=2024, n_jobs=1, progr
 
 @pytest.mark.slow
 def test_dawa_partition_with_a_quarter_of_its_noise_is_caught(quarter_partition_noise):
-    # ε = 10, ratio 0.1: the partition claims ε₁ = 1 (the issue's figure: the number of buckets
+    # ε = 10, ratio 0.1: the partition claims ε₁ = 1 (measured: the number of buckets
     # alone gave 0.944-0.96 < 1 on this variant).  Partition+Laplace: the same partition stage as
     # DAWA (test below) with the fastest stage 2.  The event is chosen on the 7 boundary
     # indicators; plug-in loss ≈ 1.4, se ≈ 0.08 and slack ≈ 0.17 on 6,000 runs: bound ≈ 1.2,

@@ -4,7 +4,8 @@
 measure in a second chromium that must not take the processor from the server
 (their users' browsers would run on their own machines).  Chromium resets its
 processes' nice values, and Linux shares the processor between scheduler
-autogroups before it looks at nice values (issue 14): these tests check, on
+autogroups before it looks at nice values (seen with ``top`` during
+``python benchmarks/bench_browser.py``, 2 cores): these tests check, on
 plain child processes, that the helpers reach every thread of a process tree
 and the tree's autogroup.
 """

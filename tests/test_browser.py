@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]  # drives headless chromium
 
 # READY_MS: how long a step may wait for the page to show its result (ms).  Generous on
 # purpose: the tests wait on what the page shows, never on a fixed short time, so a loaded
-# CI machine is slower but stays green (issue 17 item 14).
+# CI machine is slower but stays green (a fixed 30 s wait once failed under load).
 
 
 #: The module server's log file (for a failure's message)
@@ -69,7 +69,7 @@ def browser():
 def unexpected_problems(pg) -> list[str]:
     """The page's browser errors, less the favicon's and the known Bokeh reference race.
 
-    KNOWN OPEN DEFECT (issue 17, see the issue notes): now and then -- after the CPS preset,
+    KNOWN OPEN DEFECT (intermittent): now and then -- after the CPS preset,
     or on the Workload page while its data histogram is redrawn -- the server sends a patch
     naming a model by reference that the browser never received ("reference pNNNN isn't
     known"); the page keeps working and the test's checks pass.  Reported, not hidden: the
@@ -98,7 +98,7 @@ def _record_frames(pg, keep: int = 600) -> collections.deque:
 def _explain_reference(error: str, frames) -> None:
     """For Bokeh's "reference pNNN isn't known", print the recorded frames naming the model.
 
-    The error is intermittent (issue 17): the frames that defined, used and dropped the model
+    The error is intermittent: the frames that defined, used and dropped the model
     show which update of the page sent a reference the browser no longer had.
     """
     found = re.search(r"reference (p\d+) isn't known", error)
@@ -341,7 +341,7 @@ def test_release_and_download(page):
     assert not unexpected_problems(page), page.problems
 
 
-# ------------------------------------------------------- optimisers (issue 5)
+# ------------------------------------------------------- optimisers (HDMM, Eigen-Design)
 def _wait_for_row(pg, label, timeout=READY_MS / 1000):
     """Seconds until the Compare table shows ``label`` with a number in its RMSE cell."""
     t0 = time.perf_counter()
@@ -354,7 +354,7 @@ def _wait_for_row(pg, label, timeout=READY_MS / 1000):
 
 
 def test_optimisers_in_compare_strategy_and_a_large_preset(page):
-    """One page load for issue 5: optimiser rows, a convergence plot, the CPS preset."""
+    """One page load for the optimisers: optimiser rows, a convergence plot, the CPS preset."""
     t0 = time.perf_counter()
     _tab(page, "Compare")
     page.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=READY_MS)
@@ -404,7 +404,7 @@ def test_optimisers_in_compare_strategy_and_a_large_preset(page):
 
 
 def test_narrow_window_wraps_instead_of_squashing(browser, server):
-    """Issue 17 item 7: at 800 px the Workload page's results were squashed beside its controls."""
+    """Regression: at 800 px the Workload page's results were squashed beside its controls."""
     ctx = browser.new_context(viewport={"width": 800, "height": 900})
     try:
         pg = ctx.new_page()

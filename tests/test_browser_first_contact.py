@@ -1,4 +1,4 @@
-"""Cold first contact in a real browser (issue 15): every page opened cold in a fresh session,
+"""Cold first contact in a real browser: every page opened cold in a fresh session,
 its controls changed once, odd files uploaded, odd links opened.  Where input is refused a
 clear message must appear, the page must stay usable (a valid change afterwards works), and
 the browser must log no console error or page error.

@@ -1,4 +1,4 @@
-"""Real-browser test of record tables (issue 13): Workload card, Compare objective, table release.
+"""Real-browser test of record tables: Workload card, Compare objective, table release.
 
 Reuses the server/browser/page fixtures of ``test_browser.py`` (skipped there
 when chromium or playwright is missing).

@@ -1,4 +1,5 @@
-"""The issue-14 timings in a real browser, reported (printed and kept in test-artifacts/), never asserted.
+"""The explorer's response times in a real browser, reported (printed and kept in
+test-artifacts/), never asserted.
 
 Performance lives in ``benchmarks/bench_browser.py`` (run by hand, with the
 machine's load); this test runs the same steps once so CI shows the figures and

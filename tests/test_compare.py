@@ -46,7 +46,7 @@ def test_compare_subset_and_errors():
     with pytest.raises(KeyError, match="no mechanism"):
         dpx.compare(W, dpx.Laplace(1.0), mechanisms=["nope"])
     assert list(dpx.compare(W, dpx.Laplace(1.0), mechanisms="h2")["mechanism"]) == ["h2"]  # one name
-    for bad in (1.0, None, "laplace"):  # issue 16: an AttributeError before
+    for bad in (1.0, None, "laplace"):  # an AttributeError before
         with pytest.raises(TypeError, match="noise must be a noise model"):
             dpx.compare(W, bad)
     with pytest.raises(TypeError, match="cache must be"):
@@ -81,7 +81,7 @@ def test_empirical_rows_for_data_dependent_mechanisms():
     assert "Laplace" in g["note"].iloc[0] and math.isnan(g["rmse"].iloc[0])
     with pytest.raises(ValueError, match="cells"):
         dpx.compare(W, dpx.Laplace(1.0), x=np.ones(5))
-    # the data is checked as a release checks it (issue 16: accepted silently before)
+    # the data is checked as a release checks it (accepted silently before)
     for bad, match in ((x - 1, "negative"), (x + 0.5, "whole numbers"), (x.reshape(8, 16), "shape"),
                        (np.where(x == 0, 1e300, x), r"2\*\*53")):
         with pytest.raises(ValueError, match=match):

@@ -42,7 +42,7 @@ def test_list_dpbench(dpbench_dir):
     table = ds.list_dpbench(dpbench_dir)
     assert list(table.columns) == ["name", "paper_name", "dims", "shape", "path", "description",
                                    "source", "error"]
-    assert table["error"].isna().all()  # every bundled file reads (issue 16: bad files get a reason)
+    assert table["error"].isna().all()  # every bundled file reads (bad files get a reason)
     assert table["source"].str.contains("DPBench").all()   # every file says where it comes from
     assert set(table["dims"]) == {1, 2}
     assert (table.loc[table["dims"] == 1, "shape"] == (4096,)).all()
@@ -82,7 +82,7 @@ def _npy_header(shape) -> bytes:
 
 
 def test_bad_npy_files_are_listed_with_a_reason_and_refused_on_load(tmp_path):
-    """Issue 16: one corrupt .npy made list_dpbench fail for every file."""
+    """Regression: one corrupt .npy made list_dpbench fail for every file."""
     (tmp_path / "1D").mkdir()
     (tmp_path / "2D").mkdir()
     np.save(tmp_path / "1D" / "GOOD.npy", np.arange(6.0))

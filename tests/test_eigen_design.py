@@ -1,6 +1,6 @@
 """Eigen-Design (Li & Miklau, PVLDB 2012): Program 1, completion, reductions, relative error, targets.
 
-Accuracy targets (issue 5; ε = 1, Gaussian δ = 1e-6, analytic calibration): within 1.3× of
+Accuracy targets (ε = 1, Gaussian δ = 1e-6, analytic calibration): within 1.3× of
 the SVD bound on All Range n = 256 (the paper never sees more than 1.3, Sec. 3.4, Sec. 5.1)
 and within 1% on the 2-way marginals of 8 × 16 × 16 (the paper's US Census domain, where
 Eigen-Design matches the bound, Sec. 5.1).

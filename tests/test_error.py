@@ -92,7 +92,7 @@ def test_error_scales_with_noise_variance():
     W, A = workloads.prefix(32), strategies.h2(32)
     r1 = dpx.rmse(W, A, dpx.Laplace(1.0))
     assert dpx.rmse(W, A, dpx.Laplace(0.1)) == pytest.approx(10 * r1, rel=1e-12)
-    # a rescaled strategy has the same error (MATH.md: normalise to Δ = 1)
+    # a rescaled strategy has the same error (the noise scales with Δ(A): HDMM Prop. 4)
     assert dpx.rmse(W, A * 3.7, dpx.Laplace(1.0)) == pytest.approx(r1, rel=1e-10)
 
 

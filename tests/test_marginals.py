@@ -172,7 +172,7 @@ def test_exact_workloads_gram_and_svdb_match_dense(domain, seed, terms):
 
 
 def test_marginal_approximation_formula():
-    # Prefix(n): t = n(n+1)/2, s = Σ_k k² (row k sums k+1 cells); MATH.md a_i, b_i
+    # Prefix(n): t = n(n+1)/2, s = Σ_k k² (row k sums k+1 cells); a_i, b_i as in marginal_weights
     n = 5
     W = Prefix(n)
     dom, u = marginals.marginal_weights(W)

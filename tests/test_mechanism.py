@@ -49,7 +49,7 @@ def test_reconstruct_errors():
         reconstruct(strategies.h2(4), np.ones(3))
     with pytest.raises(ValueError, match="method"):
         reconstruct(strategies.h2(4), np.ones(7), method="magic")
-    for bad in (np.nan, np.inf, -np.inf):  # issue 16: NaN/inf answers were passed through
+    for bad in (np.nan, np.inf, -np.inf):  # NaN/inf answers were once passed through
         y = np.ones(7)
         y[3] = bad
         with pytest.raises(ValueError, match="finite.*index 3"):
@@ -220,7 +220,7 @@ def test_release_input_errors():
     with pytest.raises(dpx.LimitExceededError, match="queries"):  # 5.5e11 answers
         dpx.simulate(big, workloads.all_range(2**20), "identity", dpx.Laplace(1.0), seed=0)
     x = np.ones(8)
-    x[0] = 1e300  # issue 16: all-NaN answers; refused above 2**53 (also for weights)
+    x[0] = 1e300  # once gave all-NaN answers; refused above 2**53 (also for weights)
     for counts in (True, False):
         with pytest.raises(ValueError, match=r"2\*\*53"):
             dpx.simulate(x, W, "identity", dpx.Laplace(1.0), seed=0, counts=counts)

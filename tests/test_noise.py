@@ -18,7 +18,7 @@ def _privacy_loss_excess(sigma, eps):
 
 
 def test_analytic_gaussian_matches_hdmm():
-    # HDMM Tables 5 and 7 use σ ≈ 4.2247 for ε = 1, δ = 1e-6 (MATH.md)
+    # HDMM Tables 5 and 7 use σ ≈ 4.2247 for ε = 1, δ = 1e-6 (Balle & Wang, ICML 2018, Thm 8)
     assert analytic_gaussian_sigma(1.0, 1e-6) == pytest.approx(4.2247, abs=5e-5)
 
 
@@ -66,7 +66,7 @@ def _analytic_sigma_60_digits(eps, delta):
 @pytest.mark.parametrize("eps", [1e-9, 1e-6, 1e-3, 0.1, 1.0, 10.0, 1e3, 1e9])
 @pytest.mark.parametrize("delta", [0.5, 1e-6, 1e-12, 1e-100])
 def test_analytic_gaussian_over_the_whole_range(eps, delta):
-    """Issue 16: Gaussian(1e-9, 1e-12) failed in brentq; σ now keeps 10 digits over the range of ε and δ.
+    """Regression: Gaussian(1e-9, 1e-12) failed in brentq; σ now keeps 10 digits over the range of ε and δ.
 
     For small ε, σ is huge and Φ(1/(2σ) − εσ) − Φ(−1/(2σ) − εσ) is a difference of nearly
     equal probabilities: the direct formula lost up to 6 digits there (σ off by 1.4e-6 at
@@ -92,7 +92,7 @@ def test_epsilon_and_delta_ranges():
 
 @pytest.mark.parametrize("bad", [True, "1.0", np.array([1.0])])
 def test_epsilon_must_be_a_real_number(bad):
-    """A string or a bool is not silently read as a number (issue 16)."""
+    """A string or a bool is not silently read as a number."""
     with pytest.raises(ValueError, match="epsilon"):
         dpx.Laplace(bad)
     with pytest.raises(ValueError, match="delta"):

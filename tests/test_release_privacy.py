@@ -1,4 +1,4 @@
-"""Releases a privacy engineer can publish (issue 10).
+"""Releases a privacy engineer can publish.
 
 * the release-mode samplers (opendp, OS CSPRNG) draw from their stated distributions,
   float and integer paths (KS and χ² goodness of fit, with a power check);
@@ -130,7 +130,7 @@ def test_discrete_variances_against_sums():
         assert samplers.discrete_laplace_variance(b) == pytest.approx(float((p * k * k).sum()), rel=1e-10)
     assert samplers.discrete_laplace_variance(10.0) == pytest.approx(2 * 100 - 1 / 6, rel=1e-4)
     assert samplers.discrete_gaussian_variance(5.0) == pytest.approx(25.0, rel=1e-9)
-    # σ ≥ 10: σ² to double precision, without a sum over 80σ points (σ = 4e11 for tiny ε, issue 16)
+    # σ ≥ 10: σ² to double precision, without a sum over 80σ points (σ = 4e11 for tiny ε)
     assert samplers.discrete_gaussian_variance(10.0) == 100.0
     assert samplers.discrete_gaussian_variance(9.999) == pytest.approx(9.999**2, rel=1e-15)
     assert samplers.discrete_gaussian_variance(4e11) == 4e11**2

@@ -222,7 +222,7 @@ def test_sum_objective_equals_the_svd_bound_where_attained(build):
 
 
 def test_cps_value_matches_hdmm_table_7_svd_bound():
-    """CPS All Marginals, Gaussian ε = 1, δ = 1e-6: SVD bound 7.85 (HDMM Table 7; MATH.md)."""
+    """CPS All Marginals, Gaussian ε = 1, δ = 1e-6: SVD bound 7.85 (HDMM Table 7)."""
     plan = residual.plan(cps_all_marginals())
     assert plan.rmse(GAUSSIAN) == pytest.approx(7.85, abs=0.005)
 

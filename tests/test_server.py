@@ -1,4 +1,4 @@
-"""The served app under stress (issue 16): SIGTERM while optimisers run, several concurrent sessions.
+"""The served app under stress: SIGTERM while optimisers run, several concurrent sessions.
 
 ``test_sigterm_ends_a_busy_server_within_5_seconds`` runs with the browser
 tests.  The load test opens :data:`SESSIONS` browser sessions at once against
@@ -35,7 +35,7 @@ from test_browser import (  # skips without chromium
 
 pytestmark = pytest.mark.slow
 
-#: Concurrent browser sessions of the load test (issue 16 asks for 8).
+#: Concurrent browser sessions of the load test (the served app's target is 8).
 SESSIONS = int(os.environ.get("DPEXPLORER_LOAD_SESSIONS", "8"))
 #: Upper bound of every wait of the load test (bounded loops: a hung session fails the test).
 LOAD_DEADLINE = 900.0

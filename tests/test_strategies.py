@@ -22,7 +22,7 @@ def test_h2_levels_and_sensitivity(n, levels):
 
 @pytest.mark.parametrize("n,b,h", [(64, 64, 1), (256, 16, 2), (1024, 32, 2), (4096, 16, 3)])
 def test_hb_branching(n, b, h):
-    # MATH.md: N = 64 → b = 64 (identity), 256 → 16, 1024 → 32, 4096 → 16
+    # Qardaji, Yang & Li's rule evaluated by hand; HDMM Table 4's HB errors need these b
     assert strategies.hb_branching(n) == (b, h)
     assert strategies.hb(n).sensitivity(1) == h
 
@@ -40,7 +40,7 @@ def _hb_branching_every_b(n):
 
 
 def test_hb_branching_tries_only_the_smallest_b_of_every_height():
-    """Issue 16: trying every b took minutes for n = 2**24; the candidates give the same choice."""
+    """Regression: trying every b took minutes for n = 2**24; the candidates give the same choice."""
     for n in [*range(1, 700), 1000, 4095, 4096, 4097, 65536, 99991, 2**17 + 1]:
         assert strategies.hb_branching(n) == _hb_branching_every_b(n), n
     b, h = strategies.hb_branching(2**24)  # instant now

@@ -1,4 +1,4 @@
-"""Tests of dpexplorer.sums and dpexplorer.sums.thresholds (Wu et al. 2019; MATH.md "Sum queries")."""
+"""Tests of dpexplorer.sums and dpexplorer.sums.thresholds (Wu et al. 2019, Sec. 3; docs/sums.md)."""
 
 from __future__ import annotations
 

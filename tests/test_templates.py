@@ -782,7 +782,7 @@ def test_opt_plus_closed_form_weights(noise):
 
     closed = stacked(A.weights)
     expected = (np.cbrt(errors).sum() ** 3 if noise == "laplace" else np.sqrt(errors).sum() ** 2)
-    assert closed == pytest.approx(expected, rel=1e-9)  # HDMM Def. 19, MATH.md "OPT+"
+    assert closed == pytest.approx(expected, rel=1e-9)  # HDMM Def. 19 (Lagrange multipliers)
     assert closed <= stacked(np.ones(3)) * (1 + 1e-12)
     num = scipy.optimize.minimize(lambda z: stacked(np.exp(z)), np.zeros(3), method="Nelder-Mead",
                                   options={"xatol": 1e-8, "fatol": 1e-10, "maxiter": 4000})

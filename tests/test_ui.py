@@ -223,7 +223,7 @@ def test_an_epsilon_change_patches_the_table_a_new_workload_replaces_it(compare_
 
 
 def test_one_svd_bound_line_after_many_epsilon_changes(compare_page):
-    """Issue 17 item 3: ε 1 → 0.5 → 2 → 0.25 → 1 left three dashed lines on the chart."""
+    """Regression: ε 1 → 0.5 → 2 → 0.25 → 1 left three dashed lines on the chart."""
     import holoviews as hv
     from bokeh.models import Span
 
@@ -240,7 +240,7 @@ def test_one_svd_bound_line_after_many_epsilon_changes(compare_page):
 
 
 def test_background_threads_yield_the_processor():
-    """Builds run at a lower CPU priority than the threads answering the browser (issue 17 item 11)."""
+    """Builds run at a lower CPU priority than the threads answering the browser."""
     import threading
 
     if not hasattr(os, "getpriority"):
@@ -281,7 +281,7 @@ print(len(lowered), min(nice(t) for t in others) if others else BACKGROUND_NICE,
 
 
 def test_compare_table_columns_share_the_width(compare_page):
-    """Issue 17 item 7: the table's source and note columns were off-screen."""
+    """Regression: the table's source and note columns were off-screen."""
     session, page = compare_page()
     table = compare_view.comparison_table(page._table_value())
     assert table.layout == "fit_columns"
@@ -609,7 +609,7 @@ def test_failing_svd_bound_is_reported_and_page_not_busy(compare_page, monkeypat
     assert not page.busy
 
 
-# ------------------------------------------------------- optimisers (issue 5)
+# ------------------------------------------------------- optimisers (HDMM, Eigen-Design)
 def _row(page, name):
     return page.table.set_index("mechanism").loc[name]
 
@@ -738,7 +738,7 @@ def test_an_optimizer_out_of_scope_is_said_at_once_and_the_charts_keep_their_str
 
     A slot that ended in "not applicable" took the mechanism off the charts when the
     optimisers finished: a new plot structure, both figures rebuilt, and the ε change
-    made meanwhile waited for it (issue 14's ε → chart time).
+    made meanwhile waited for it (the ε → chart time of ``python benchmarks/bench_browser.py``).
     """
     session = Session()
     session.workload = dpx.workloads.prefix(32)
@@ -1151,7 +1151,7 @@ def test_a_closed_tab_stops_its_page_before_bokeh_ends_the_session(monkeypatch):
 def test_a_served_pages_first_figures_follow_its_table(monkeypatch):
     """The table joins a served page first; its first figures are drawn a moment later.
 
-    In the browser the figures took the time (headless chromium, issue 14: the Compare
+    In the browser the figures took the time (headless chromium, 2 cores: the Compare
     table 4.4-4.9 s after the request with the four figures drawn with it, 2.8-3.0 s with
     them a second later).  Outside a server (tests, notebooks) everything is drawn at once.
     """
@@ -1281,7 +1281,7 @@ def test_the_explorers_log_level_comes_from_the_environment(compare_page, caplog
 
 def test_the_served_page_has_no_process_wide_busy_indicator():
     """Panel keeps one busy state per process and sets every session's indicator from it:
-    each event of one session sent a message to every other open page (issue 14)."""
+    each event of one session sent a message to every other open page."""
     from bokeh.document import Document
     from panel.io.state import state
 
@@ -1305,7 +1305,7 @@ def test_the_served_page_has_no_process_wide_busy_indicator():
 
 def test_a_pages_posts_waiting_for_the_loop_run_together_in_order(monkeypatch, caplog):
     """Each callback scheduled on its own took the session's document lock for a turn of
-    the shared loop: an ε typed in the page waited behind its own page's posts (issue 14)."""
+    the shared loop: an ε typed in the page waited behind its own page's posts."""
     import threading
 
     from ui_fakes import served_document

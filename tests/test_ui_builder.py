@@ -351,7 +351,7 @@ def test_heatmap_switches_to_gram_for_large_w(small):
     assert small.drawn == "WᵀW" and isinstance(img, hv.Image)
     assert "WᵀW" in small.heatmap_data()[2]
     assert img.dimension_values(2, flat=False).shape == (512, 512)  # block means
-    # a short title that fits the plot; the explanation above it (issue 17 item 7)
+    # a short title that fits the plot; the explanation above it (it was cut off)
     assert img.opts.get().kwargs["title"] == "WᵀW (1,024 × 1,024)"
     view = small.heatmap_view()
     assert "more than 200,000" in view.select(pn.pane.Markdown)[0].object
@@ -441,7 +441,7 @@ def test_parsers():
     np.testing.assert_array_equal(bmod.parse_matrix(buf.getvalue(), "m.npy"), np.eye(3))
 
 
-# ------------------------------------------------- multi-attribute (issue 5)
+# ------------------------------------------------- multi-attribute
 CPS_NAMES = ("income", "age", "marital", "race", "sex")
 
 
@@ -594,7 +594,7 @@ def test_workload_sensitivity_from_kronecker_factors(monkeypatch):
         bmod.workload_sensitivity(wl.prefix(8), 1)
 
 
-# ------------------------------------------------------------ the page's link (issue 17 item 5)
+# ------------------------------------------------------------ the page's link keeps the terms
 def test_link_carries_the_terms_and_rebuilds_them():
     b = WorkloadBuilder(Session())
     b.add_term("prefix")

@@ -298,7 +298,7 @@ def test_session_updates_wait_while_the_page_is_hidden(session, view):
     assert "cities" in info.object and not view.gate.pending
 
 
-# ----------------------------------------------- issue 17 item 12: what the user sees
+# ----------------------------------------------- DAWA on smooth data: what the user sees
 def _smooth_npy(session, view, n=1024):
     """A smooth histogram (a few long plateaus) that needs few buckets, added as a dataset."""
     x = np.repeat(np.array([400, 100, 900, 50]), n // 4)
@@ -357,7 +357,7 @@ def test_explanation_pane_in_the_layout(session, view):
     assert panes[0].object == view.explanation()
 
 
-# ------------------------------------------------------------------ dataset sources (issue 15)
+# ------------------------------------------------------------------ dataset sources
 def _texts(layout) -> str:
     return "\n".join(str(p.object) for p in layout.select(pn.pane.Markdown))
 

@@ -122,7 +122,8 @@ def test_document_of_finds_the_session_as_panel_submits_it():
 
 def test_a_handler_that_waited_or_ran_long_is_logged(monkeypatch, caplog):
     # the debug log says which of a session's event handlers waited for its turn, and how
-    # long each ran (issue 14: where an ε change spends its time with eight sessions)
+    # long each ran (where an ε change spends its time with eight sessions,
+    # ``python benchmarks/bench_browser.py``)
     import logging
 
     from dpexplorer.ui import event_order

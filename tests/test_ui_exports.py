@@ -1,4 +1,4 @@
-"""Every figure of the app has a download control (PNG, SVG, CSV of its numbers), issue 15:
+"""Every figure of the app has a download control (PNG, SVG, CSV of its numbers):
 each page's controls by figure, their CSV bytes against the figure drawn, the release's export
 without true answers, and what the control says without a headless browser."""
 

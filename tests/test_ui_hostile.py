@@ -1,4 +1,4 @@
-"""Careless and hostile input to the explorer's components (issues 16 and 17): refused in words, session kept.
+"""Careless and hostile input to the explorer's components: refused in words, session kept.
 
 Every case drives a component the way its widgets do and checks that the
 input is refused (the method returns ``False``/``None``), that the message
@@ -51,7 +51,7 @@ def _no_tracebacks(caplog):
     assert not bad, [r.getMessage() for r in bad]
 
 
-# ------------------------------------------------------------------ issue 17 item 1
+# ------------------------------------------------------------------ a domain of 10⁹ cells
 def test_domain_size_is_checked_before_building(builder, session):
     """Too many cells or too large an attribute: refused from the text, before any term is built."""
     W = session.workload
@@ -103,7 +103,7 @@ def test_a_billion_cell_domain_does_not_allocate_in_the_compare_rows():
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
 
 
-# ------------------------------------------------------------------ issue 17 item 10
+# ------------------------------------------------------------------ Attributes after Clear all
 def test_attributes_right_after_clear_all_draw_without_a_traceback(builder, session, caplog):
     layout = builder.panel()
     assert builder.clear_terms()
@@ -117,7 +117,7 @@ def test_attributes_right_after_clear_all_draw_without_a_traceback(builder, sess
     _no_tracebacks(caplog)
 
 
-# ------------------------------------------------------------------ issue 16: specs through the limits
+# ------------------------------------------------------------------ specs through the limits
 @pytest.mark.parametrize("text, words", ids=["marginals_bomb", "random_ranges_3e8", "depth_200",
                                               "yaml_aliases", "not_utf8", "empty", "broken_json"],
                          argvalues=[
@@ -167,7 +167,7 @@ def test_upload_limit_is_the_one_in_dpx_limits():
         assert upload_limit("spec_bytes") == 2**20 and upload_limit() == 2**30
 
 
-# ------------------------------------------------------------------ issue 17 item 9: data uploads
+# ------------------------------------------------------------------ feedback on data uploads
 @pytest.mark.parametrize("data, words", [
     (b"", "empty"), (b"abc", "no rows"), (b"\xff\xfe\x00garbage", "UTF-8"),
     (b'a,b\n1,"2\n', "CSV"),
@@ -200,7 +200,7 @@ def test_bad_npy_uploads_say_why_and_keep_the_session(session, caplog, data):
     _no_tracebacks(caplog)
 
 
-# ------------------------------------------------------------------ issue 17 item 9: sidebar inputs
+# ------------------------------------------------------------------ feedback on sidebar inputs
 @pytest.mark.parametrize("name, value, words", [
     ("epsilon", -1.0, "above 0"), ("epsilon", 0.0, "above 0"), ("epsilon", None, "needs a value"),
     ("epsilon", "abc", "above 0"), ("epsilon", 1e-12, "1e-9"), ("epsilon", float("nan"), "above 0"),

@@ -232,7 +232,7 @@ def test_data_lesson_is_a_simulation_matching_the_engine(view, session):
     bars = _elements(fig, hv.Bars)[0]
     np.testing.assert_array_equal(bars.dimension_values("mae"), table["mae"].to_numpy())
     assert bars.opts.get().kwargs["title"].startswith("Simulation")
-    # the pane holds both rows of plots: nothing drawn over the text below (issue 17 item 7)
+    # the pane holds both rows of plots: nothing drawn over the text below (it was)
     pane = lesson.panel().select(pn.pane.HoloViews)[0]
     assert pane.height >= 2 * lesson.plot_height
 

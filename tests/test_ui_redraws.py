@@ -206,7 +206,7 @@ def test_on_session_loop_runs_at_once_outside_a_server():
 
 
 def test_a_release_is_drawn_on_the_event_loop_not_by_the_thread_that_made_it(monkeypatch):
-    """Issue 17: the document held from a worker thread sends its changes Bokeh's way, which
+    """Regression: the document held from a worker thread sends its changes Bokeh's way, which
     can overtake Panel's queued messages ("reference … isn't known").  The Release page's
     redraw (it holds the document) must run as an event-loop callback instead."""
     import contextlib

@@ -145,7 +145,7 @@ def test_downloads_contain_metadata(session, view):
     layout = view.panel()
     downloads = [d for d in layout.select(pn.widgets.FileDownload)
                  if not d.filename.startswith(("table_release", "dpexplorer-"))]  # the table
-    # release's (issue 13) and the figures' (issue 15) are tested with their pages
+    # release's and the figures' are tested with their pages
     names = {d.filename for d in downloads}
     assert len(names) == 2 and all(n.startswith("release_hb_eps2_") for n in names)
     assert "seed" not in " ".join(names)

@@ -271,7 +271,7 @@ def test_pages_served_together(tmp_path):
         log.close()
 
 
-# ------------------------------------------------------- optimisers (issue 5)
+# ------------------------------------------------------- optimisers (HDMM, Eigen-Design)
 def test_convergence_plot_of_an_optimised_strategy(monkeypatch):
     from ui_fakes import FakeOptimizer, registered
 

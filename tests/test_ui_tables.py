@@ -1,4 +1,4 @@
-"""Record tables in the app (issue 13): Workload card, Compare objective, table releases."""
+"""Record tables in the app: Workload card, Compare objective, table releases."""
 
 from __future__ import annotations
 

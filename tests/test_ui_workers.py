@@ -2,7 +2,8 @@
 
 The explorer builds the optimisers (registry entries flagged ``optimizer``: OPT0,
 OPT⊗, OPT+, OPT_M, HDMM, Eigen-Design) in worker processes so that a page's ε change never waits behind one
-(issue 14, issue 17 item 11).  These tests check that a strategy built there
+(an ε change waited 3-15 s behind eight sessions' optimisers, 2 cores).  These tests check
+that a strategy built there
 is the one built in the calling thread, that progress reaches the calling
 thread's callback, that Cancel stops the worker (which then builds the next
 strategy), that errors keep their type and message, and that the optimiser's

@@ -188,7 +188,8 @@ def private_partition(data: PrivateData, epsilon1: float, epsilon2: float,
         negative, so at ε₂/ε₁ = 3 it has about n/2 buckets whatever the data.
         A data-independent offset leaves every bucket cost's sensitivity
         unchanged, so Thm 2 still gives ε₁-DP; ``penalty ≈ 3`` brings the
-        partition back towards the least-cost one (see the issue notes).
+        partition back towards the least-cost one (chosen by
+        ``python benchmarks/tune_dawa.py`` on DPBench histograms other than the paper's).
 
     Returns
     -------

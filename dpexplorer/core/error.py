@@ -7,7 +7,7 @@ with ``x̂ = A⁺(A x + noise)``.  Its expected total squared error is
 
     TSE(W, A) = v · Δ_p(A)² · tr(WᵀW (AᵀA)⁺)
 
-(HDMM Prop. 4; Li & Miklau 2012 Prop. 3-4; MATH.md "Matrix mechanism"),
+(HDMM Prop. 4; Li & Miklau 2012 Prop. 3-4; ``dpexplorer/docs/matrix_mechanism.md``),
 ``RMSE = sqrt(TSE / m)``, and the per-query variance is
 ``v · Δ_p(A)² · diag(W (AᵀA)⁺ Wᵀ)``.  The answer is unbiased only if ``A``
 supports ``W`` (``W A⁺ A = W``); otherwise :class:`UnsupportedWorkloadError`.
@@ -23,7 +23,7 @@ Implicit strategies plug in through two optional methods: ``A.workload_trace(W)`
 
 Kronecker structure is used wherever both sides have it:
 ``tr((⊗G_i)(⊗X_i)⁺) = Π tr(G_i X_i⁺)`` and a union of weighted products
-sums ``w_j²`` times those products (MATH.md "Kronecker identities").
+sums ``w_j²`` times those products (HDMM Prop. 6, Thm 4 and Thm 6).
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ class GramInverse:
     in background threads of its server, and there a held lock froze every
     session: with eight sessions opening the Compare page at n = 1024, one
     user's ε change waited 25-50 s while ``potrf``/``potri`` calls held the
-    lock about 40 of 90 s (py-spy ``--gil``, issue 14).  ``inv`` costs about
+    lock about 40 of 90 s (py-spy ``--gil`` on the served app during
+    ``python benchmarks/bench_browser.py --n 1024 --sessions 8``, 2 cores).  ``inv`` costs about
     2.5 times ``potrf`` + ``potri`` (96 vs 39 ms at n = 1024, one thread).
 
     Parameters
@@ -231,7 +232,7 @@ def _trace_and_support(W: Matrix, A: Matrix) -> float:
 
 
 def supports(W, A) -> bool:
-    """Whether strategy ``A`` supports workload ``W`` (``W A⁺ A = W``, MATH.md).
+    """Whether strategy ``A`` supports workload ``W`` (``W A⁺ A = W``, HDMM Prop. 4).
 
     Parameters
     ----------
@@ -428,7 +429,7 @@ def svdb(W) -> float:
 
     Singular values are the square roots of the eigenvalues of ``WᵀW``; for a
     Kronecker product the bound is the product of the factors' bounds, and a
-    weight ``c`` multiplies it by ``c²`` (MATH.md, "SVD bound").
+    weight ``c`` multiplies it by ``c²`` (HDMM Thm 5; ``dpexplorer/docs/svd_bound.md``).
 
     Raises
     ------

@@ -1,7 +1,7 @@
 """Structured spectra of 1D workload Grams and the SVD bound they give.
 
 The SVD bound ``SVDB(W) = (Σ_i σ_i(W))² / n`` (Li & Miklau 2012, Thm 2; HDMM
-Def. 11, Prop. 5; MATH.md "SVD bound") needs only the eigenvalues of the Gram
+Def. 11, Prop. 5; ``dpexplorer/docs/svd_bound.md``) needs only the eigenvalues of the Gram
 ``WᵀW``.  For the 1D range workloads they have closed forms or a structure that
 needs no ``n × n`` eigendecomposition:
 

@@ -394,7 +394,7 @@ class PrivateData(_Boundary):
         ``z`` is i.i.d. Laplace with scale ``b = Δ₁(A)/ε`` (ε-DP; HDMM Def. 10,
         Prop. 4) or Gaussian with ``σ = Δ₂(A)·c(ε, δ)`` (ρ = Δ₂²/(2σ²)-zCDP,
         Bun & Steinke 2016 Prop. 1.6), ``Δ`` the sensitivity of ``A`` under
-        add/remove-one-record (MATH.md "Noise and sensitivity").  Discrete
+        add/remove-one-record (HDMM Def. 7-8; ``dpexplorer/docs/noise.md``).  Discrete
         samplers on ℤ are used when every answer is a whole number
         (:func:`noise_sampler`); their privacy is the same (Ghosh et al. 2009;
         Canonne, Kamath & Steinke 2020, Thm 14).

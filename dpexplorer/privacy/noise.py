@@ -2,8 +2,8 @@
 
 A noise model turns a strategy's sensitivity into a per-answer noise scale.
 Everything the analytic error needs is the *variance per unit sensitivity*
-``v`` and the norm ``p`` in which sensitivity is measured (MATH.md, "Noise
-and sensitivity"):
+``v`` and the norm ``p`` in which sensitivity is measured (HDMM, McKenna et al., Def. 7-8
+and Prop. 3; ``dpexplorer/docs/noise.md``):
 
 * Laplace: scale ``b = Δ₁/ε``, variance ``2b²``, so ``v = 2/ε²`` and ``p = 1``
   (Dwork, McSherry, Nissim, Smith 2006).

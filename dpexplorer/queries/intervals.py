@@ -7,7 +7,7 @@ wavelet; :mod:`dpexplorer.queries.trees` derives them) have the form
 
 every level a partition of the cells into intervals ``q`` and ``u_q``
 supported on ``q``.  What the matrix mechanism's error needs from ``M``
-(HDMM Prop. 4; MATH.md "Matrix mechanism") then costs ``O(n)`` or ``O(m)``
+(HDMM Prop. 4; ``dpexplorer/docs/matrix_mechanism.md``) then costs ``O(n)`` or ``O(m)``
 per level, and no ``n × n`` matrix is formed:
 
 * ``tr(WᵀW M) = Σ_j d_j (WᵀW)_jj + Σ_q γ_q u_qᵀ (WᵀW) u_q``, with the interval

@@ -8,7 +8,8 @@ norms (sensitivities), pseudo-inverses -- without materialising rows that
 have a closed form: :class:`AllRange` has ``n(n+1)/2`` rows but an ``n × n``
 Gram matrix, and a :class:`Kronecker` product is never expanded.
 
-Conventions (``../shared/notes/MATH.md``, "Noise and sensitivity"):
+Conventions (HDMM, McKenna et al., Def. 7-8; Li & Miklau, PVLDB 2012, Prop. 1;
+``dpexplorer/docs/noise.md``):
 
 * the L1 sensitivity of ``M`` under add/remove-one-record neighbours is its
   largest column L1 norm, the L2 sensitivity its largest column L2 norm;
@@ -259,7 +260,7 @@ class Matrix:
     def sensitivity(self, p: int = 1) -> float:
         """L1 (``p=1``) or L2 (``p=2``) sensitivity: the largest column norm.
 
-        Source: MATH.md, "Noise and sensitivity" (add/remove-one-record).
+        Source: HDMM Def. 7-8, Li & Miklau 2012 Prop. 1 (add/remove-one-record).
         """
         return float(np.max(self.column_norms(p))) if self.n else 0.0
 
@@ -981,7 +982,7 @@ class Kronecker(Matrix):
 
     Acts on a data vector over the domain ``(n_1, ..., n_d)`` flattened in C
     order.  Products, Gram, pseudo-inverse and sensitivity are computed factor
-    by factor (HDMM Thm 14; MATH.md "Kronecker identities"):
+    by factor (HDMM Prop. 6, Thm 3 and Thm 14):
     ``(A⊗B)⁺ = A⁺⊗B⁺``, ``(A⊗B)ᵀ(A⊗B) = AᵀA ⊗ BᵀB``, column norms multiply.
     """
 

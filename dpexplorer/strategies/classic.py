@@ -3,10 +3,10 @@
 Each builder returns a strategy ``A`` (a :class:`~dpexplorer.queries.matrix.Matrix`
 over the workload's cells).  Strategies are not normalised: the analytic
 error scales the noise to ``A``'s own sensitivity, so scaling ``A`` changes
-nothing (MATH.md, "Matrix mechanism").
+nothing (HDMM, McKenna et al., Prop. 4; ``dpexplorer/docs/matrix_mechanism.md``).
 
-Conventions are those under which HDMM Table 4 is reproduced (MATH.md,
-"Classic strategies"):
+Conventions are those under which HDMM Table 4 is reproduced to two decimals
+(``dpexplorer/docs/strategies.md``; checked in ``tests/test_strategies.py``):
 
 * :func:`identity` -- ``A = I``.
 * :func:`hierarchical` -- all intervals of a complete b-ary tree, leaves to
@@ -90,7 +90,7 @@ def hierarchical(n: int, b: int = 2) -> Matrix:
     Levels have block sizes ``1, b, b², ..., b^h`` with ``h = ⌈log_b n⌉`` (leaves
     up to and including the root); the last block of a level may be short.
     ``L1`` sensitivity ``h + 1`` (number of levels).  Source: Hay, Rastogi,
-    Miklau, Suciu (PVLDB 2010); MATH.md "H2 / hierarchical(b)".
+    Miklau, Suciu (PVLDB 2010); ``dpexplorer/docs/strategies.md``.
 
     Shape ``(Σ_l ⌈n / b^l⌉, n)``.
 
@@ -121,7 +121,7 @@ def hb_branching(n: int) -> tuple[int, int]:
     """HB's branching factor and height for ``n`` cells.
 
     Chooses ``b ∈ [2, n]`` minimising ``(b − 1)·h³ − 2(b + 1)·h²/3`` with
-    ``h = ⌈log_b n⌉`` (Qardaji, Yang, Li, PVLDB 2013; MATH.md "HB"); ties go
+    ``h = ⌈log_b n⌉`` (Qardaji, Yang, Li, PVLDB 2013; ``dpexplorer/docs/strategies.md``); ties go
     to the smaller ``b``.  ``n = 64 → (64, 1)``, ``256 → (16, 2)``,
     ``1024 → (32, 2)``, ``4096 → (16, 3)``.
 
@@ -180,7 +180,7 @@ def wavelet(n: int) -> Matrix:
 
     The total row, then for every level and every block the query ``+1`` on
     its left half and ``−1`` on its right half (unweighted, as in HDMM Table
-    4; MATH.md "Wavelet").  Built on ``2^⌈log₂ n⌉`` cells and restricted to the
+    4; Xiao, Wang, Gehrke, ICDE 2010).  Built on ``2^⌈log₂ n⌉`` cells and restricted to the
     first ``n`` columns (rows left empty are dropped), which keeps full column
     rank.  ``L1`` sensitivity ``1 + log₂ n`` for ``n`` a power of two.
 

@@ -2,7 +2,7 @@
 
 The (ε, δ) matrix mechanism answers a workload ``W: (m, n)`` from a strategy
 ``A`` with expected total squared error ``v · Δ₂(A)² · tr(WᵀW (AᵀA)⁺)``
-(Li & Miklau Prop. 4; MATH.md "Matrix mechanism"), ``v = c(ε, δ)²`` the
+(Li & Miklau, PVLDB 2012, Prop. 4), ``v = c(ε, δ)²`` the
 Gaussian noise variance per unit L2 sensitivity.  Eigen-Design (Program 2,
 Sec. 3.3) restricts ``A`` to weighted *eigen-queries* of the workload:
 

@@ -10,9 +10,9 @@ competitor, dropping the coefficients the workload does not need).
 attribute ``i`` is bit ``1 << i`` of a bitmask) the marginal on attributes
 ``a`` only depends on the data through the eigenspaces ``E_b``, ``b ⊆ a``,
 of the marginal algebra (vectors mean-zero in the attributes of ``b``,
-constant in the others; ``dim_b = Π_{i∈b}(n_i − 1)``; HDMM Thm 9; MATH.md
-"Marginals").  The strategy measures an orthonormal basis of ``E_b`` for
-every ``b`` in the *downward closure* ``S`` of the workload's attribute
+constant in the others; ``dim_b = Π_{i∈b}(n_i − 1)``; HDMM Thm 9).  The
+strategy measures an orthonormal basis of ``E_b`` for every ``b`` in the
+*downward closure* ``S`` of the workload's attribute
 sets: for every ``b ∈ S`` the block
 
     ⊗_i ( F_{n_i}  if i ∈ b  else  1ᵀ_{n_i} / √n_i ),
@@ -36,7 +36,7 @@ the marginal algebra), ``tr(WᵀW (AᵀA)⁺) = Σ_{b∈S} dim_b · λ_b(u)`` wi
 ``λ_b(u) = Σ_{a⊇b} u_a Π_{i∉a} n_i``; ``W`` is supported iff
 ``λ_b(u) = 0`` for every ``b ∉ S`` (:meth:`FourierStrategy.workload_trace`).
 
-**Sensitivity** (add/remove one record, MATH.md "Noise and sensitivity"),
+**Sensitivity** (add/remove one record, HDMM Def. 7-8: the largest column norm),
 without any ``n × n`` matrix:
 
 * L2: every column has squared norm ``Σ_{b∈S} Π_{i∈b}(1 − 1/n_i) Π_{i∉b} 1/n_i
@@ -234,8 +234,7 @@ class FourierStrategy(VStack):
         """``tr(WᵀW (AᵀA)⁺) = Σ_{b∈S} dim_b · λ_b(u)``; see the module docstring.
 
         ``(AᵀA)⁺ = AᵀA = Σ_{b∈S} P_b = G(φ)``, ``λ_b(φ) = 1`` on ``S`` and 0
-        elsewhere, and ``tr(G(u) P_b) = dim_b λ_b(u)`` (HDMM Thm 9-10; MATH.md
-        "Marginals"): :func:`marginals._workload_trace`.
+        elsewhere, and ``tr(G(u) P_b) = dim_b λ_b(u)`` (HDMM Thm 9-10): :func:`marginals._workload_trace`.
 
         Returns
         -------

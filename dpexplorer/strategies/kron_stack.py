@@ -215,7 +215,7 @@ class KronStack(VStack):
     def sensitivity(self, p: int = 1) -> float:
         """L1 (``p=1``) or L2 (``p=2``) sensitivity of the stack (see the class notes).
 
-        Source: MATH.md "Noise and sensitivity" (the largest column norm of
+        Source: HDMM Def. 7-8, Li & Miklau 2012 Prop. 1 (the largest column norm of
         the stacked strategy, add/remove one record).
 
         Raises

@@ -14,7 +14,7 @@ the attributes of ``b``, constant in the others), of dimension
 
     λ_b(u) = Σ_{a ⊇ b} u_a · Π_{i∉a} n_i                      (HDMM Thm 9)
 
-(MATH.md, "Marginals (Sec. 7-8)").  Hence, for a strategy of marginals with
+(HDMM, McKenna et al., Sec. 7-8; ``dpexplorer/docs/hdmm.md``).  Hence, for a strategy of marginals with
 weights ``θ`` (Gram ``G(θ²)``, ``Δ₁ = Σ θ_a``, ``Δ₂ = sqrt(Σ θ_a²)``, HDMM
 Prop. 7-8):
 
@@ -194,7 +194,7 @@ def _kron_bits(pairs: Sequence[np.ndarray]) -> np.ndarray:
 def dimensions(domain) -> np.ndarray:
     """Dimension of every eigenspace of the marginal algebra.
 
-    ``dim_b = Π_{i∈b} (n_i − 1)`` (HDMM Thm 9; MATH.md "Marginals").  The
+    ``dim_b = Π_{i∈b} (n_i − 1)`` (HDMM Thm 9).  The
     dimensions sum to ``n = Π n_i``.
 
     Parameters
@@ -219,7 +219,7 @@ def dimensions(domain) -> np.ndarray:
 def eigenvalues(domain, u) -> np.ndarray:
     """Eigenvalues of the marginal Gram ``G(u) = Σ_a u_a ⊗_i (I if i ∈ a else J)``.
 
-    ``λ_b(u) = Σ_{a ⊇ b} u_a Π_{i∉a} n_i`` (HDMM Thm 9; MATH.md "Marginals"),
+    ``λ_b(u) = Σ_{a ⊇ b} u_a Π_{i∉a} n_i`` (HDMM Thm 9),
     computed by a superset-sum (zeta) transform in ``O(d·2^d)``.
 
     Parameters
@@ -376,7 +376,7 @@ def _compute_spectrum(W: Matrix) -> _Spectrum | None:
 
 
 def marginal_weights(W) -> tuple[tuple[int, ...], np.ndarray] | None:
-    """Marginal approximation ``G(u)`` of a workload (HDMM Thm 10; MATH.md "Marginals").
+    """Marginal approximation ``G(u)`` of a workload (HDMM Thm 10).
 
     Each factor Gram ``G_i`` of every product ``w_j·(W_j1 ⊗ ... ⊗ W_jd)`` is
     replaced by ``a_i I + b_i J`` with the same trace ``t = ‖W_i‖_F²`` and
@@ -773,7 +773,7 @@ class MarginalStrategy(Matrix):
         ``w² Σ_c φ_c ⊗_i v_{c,i}`` with ``v = diag(W_i W_iᵀ)`` (row squared
         norms) or ``(W_i 1)²`` (squared row sums): a multilinear contraction
         of the ``φ`` tensor, never an ``n × n`` matrix.  Multiply by
-        ``v·Δ²`` for the variance in squared counts (MATH.md "Matrix mechanism").
+        ``v·Δ²`` for the variance in squared counts (HDMM Prop. 4).
 
         Parameters
         ----------
@@ -948,7 +948,7 @@ def _factor_row_stats(f: Matrix, cache: dict) -> np.ndarray:
 def svdb_marginal(W) -> float | None:
     """SVD bound of a workload whose Gram lies in the marginal algebra.
 
-    ``SVDB(W) = (Σ_b dim_b √λ_b(u))² / n`` (HDMM Thm 12; MATH.md "Marginals"):
+    ``SVDB(W) = (Σ_b dim_b √λ_b(u))² / n`` (HDMM Thm 12):
     the singular values of ``W`` are ``√λ_b(u)`` with multiplicity ``dim_b``
     (Li & Miklau 2012, Thm 2).  Registered with
     :func:`dpexplorer.core.error.register_svdb_rule`, so :func:`dpexplorer.core.error.svdb`
@@ -1058,7 +1058,7 @@ def opt_m(W, noise: NoiseModel, restarts: int = 5, seed: int = 0, maxiter: int =
 
     Minimises the unit-noise TSE ``Δ_p(θ)² · Σ_b dim_b λ_b(u)/λ_b(θ²)`` over
     ``θ ≥ 0`` (``2**d`` weights), where ``G(u)`` is the marginal
-    approximation of ``W`` (HDMM Thm 10-11; MATH.md "Marginals"): Laplace
+    approximation of ``W`` (HDMM Thm 10-11): Laplace
     ``Δ₁ = Σ θ_a``, Gaussian ``Δ₂² = Σ θ_a²`` (HDMM Prop. 7).  scipy's
     L-BFGS-B with the analytic gradient (subset-sum transforms, ``O(d·2^d)``
     per evaluation; the domain of ``n`` cells is never touched); initial
@@ -1288,11 +1288,11 @@ def datacube(W, noise: NoiseModel | None = None, selection_norm: int = 2) -> Mar
     reports.
 
     The exponent ``k = 2/p = 3 − p`` (``p = selection_norm``).  Ding et al.
-    2011 is not among the project's papers (``../shared/papers/README.md``),
-    so ``k`` is derived from sources that are: ``s`` cuboids measured with
+    2011's selection rule is not restated from that paper; ``k`` is derived
+    here instead: ``s`` cuboids measured with
     weight 1 have ``Δ₁ = s`` and ``Δ₂ = √s`` (HDMM Prop. 7); the noise
     variance of one measured cell is ``2Δ₁²/ε²`` (Laplace) or ``Δ₂²c²``
-    (Gaussian) (MATH.md "Noise and sensitivity"), i.e. ``∝ Δ_p² = s^(2/p)``; answering ``c``
+    (Gaussian) (HDMM Def. 7-8; ``dpexplorer/docs/noise.md``), i.e. ``∝ Δ_p² = s^(2/p)``; answering ``c``
     from ``C ⊇ c`` sums ``|C|/|c|`` independent noisy cells, so the variance
     of a cuboid is ``∝ s^(2/p)·|C|/|c|``: ``s²·|C|/|c|`` for Laplace (BMAX's
     ε-DP setting, ``selection_norm=1``) and ``s·|C|/|c|`` for Gaussian (the

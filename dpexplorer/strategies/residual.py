@@ -3,7 +3,7 @@
 Xiao, He, Zhang, Kifer, "An optimal and scalable matrix mechanism for noisy
 marginals under convex loss functions" (NeurIPS 2023).  The paper is not
 among the project's papers, so every formula below is restated and derived
-from the matrix mechanism (MATH.md "Matrix mechanism", "Marginals") and
+from the matrix mechanism (HDMM, McKenna et al., Prop. 4 and Thm 9) and
 checked against a dense computation in ``tests/test_residual.py``.
 
 **Domain and attribute sets.**  A domain ``(n_0, ..., n_{d-1})`` is flattened
@@ -41,7 +41,7 @@ column of ``R_b`` has squared norm ``p_b = Π_{i∈b}(1 − 1/n_i)``, so
 (the paper's privacy cost ``pcost = Σ_b Π_{i∈b}((n_i−1)/n_i) / σ_b²``).  Plans
 are normalised to ``Σ_b p_b/σ_b² = 1`` (``Δ₂ = 1``); with a noise model,
 every ``ω_b`` entry then has variance ``v·σ_b²`` counts², ``v`` =
-``noise.variance_per_unit`` (MATH.md "Noise and sensitivity").
+``noise.variance_per_unit`` (``dpexplorer/docs/noise.md``).
 
 **Variances.**  The rows of the blocks are orthogonal, so least squares
 estimates each ``R_b x`` by ``ω_b`` and, by (1), the marginal ``A`` by
@@ -62,7 +62,7 @@ Every variance is linear in the ``σ_b²``; ``E_b`` is *needed* by the workload
 iff some query has a positive coefficient (for marginals: the downward
 closure).  The Gram ``AᵀA = Σ_b (Π_{i∉b} n_i / σ_b²) P_b`` lies in the marginal
 algebra (``P_b`` the projector on ``E_b``), so (4) is also
-``diag(W (AᵀA)⁺ Wᵀ)`` of the matrix mechanism (MATH.md).
+``diag(W (AᵀA)⁺ Wᵀ)`` of the matrix mechanism (HDMM Prop. 4).
 
 **Optimal noise scales** (``u_b`` = coefficient of ``σ_b²`` in the total
 variance, ``C_{g,b}`` in the variance of query group ``g``):
@@ -988,8 +988,8 @@ class ResidualPlan:
         of ``b`` with ``H`` applied along every axis, C order.  The map
         ``x ↦ A x`` has L2 sensitivity :meth:`sensitivity` ``= 1`` under
         add/remove one record (equation (2)), so a Gaussian mechanism adds
-        i.i.d. ``N(0, c(ε, δ)²)`` to every entry (MATH.md "Noise and
-        sensitivity").  Equal to :class:`ResidualStrategy` ``.matvec(x)``.
+        i.i.d. ``N(0, c(ε, δ)²)`` to every entry (Li & Miklau 2012,
+        Prop. 2; ``dpexplorer/docs/noise.md``).  Equal to :class:`ResidualStrategy` ``.matvec(x)``.
 
         Parameters
         ----------

@@ -4,7 +4,7 @@ All three minimise the matrix mechanism's unit-noise total squared error
 
     Δ_p(A)² · tr(WᵀW (AᵀA)⁺)
 
-(HDMM Prop. 4; MATH.md "Matrix mechanism") over a restricted family of
+(HDMM, McKenna et al., Prop. 4) over a restricted family of
 strategies ``A``, working on public things only (the workload), never on data:
 
 * :func:`opt0` -- an explicit strategy for a workload given by its dense
@@ -347,7 +347,8 @@ def _lbfgs(fun, x0, bounds, maxiter: int, monitor: _Monitor, maxcor: int = 10):
 #: There L-BFGS-B's own work on every variable took about 48 ms of each ~75 ms iteration at
 #: n = 4096 once Θ was sparse, and over seeds 0-4 at n = 2048 the working set gave a lower mean
 #: RMSE (All Range 12.557 vs 12.592) in 19 % less CPU; at n = 1024 it gave a mean RMSE 0.14 %
-#: higher over seeds 0-2 for no saving (``benchmarks/bench_opt0.py``; figures in issue 14).
+#: higher over seeds 0-2 for no saving (2 cores;
+#: ``python benchmarks/bench_opt0.py 1024 2048 4096 --seeds 0 1 2 3 4``).
 WORKING_SET_MIN_VARIABLES = 2**18
 
 #: Most zero variables violating the KKT conditions that enter a working set at once, when
@@ -612,8 +613,8 @@ class PIdentity(Dense):
         """``diag(W (AᵀA)⁻¹ Wᵀ)`` from thin products with ``W``: no ``n × n`` matrix, shape ``(m,)``.
 
         With ``S = diag(s)``, ``(AᵀA)⁻¹ = S (I − Θᵀ R Θ) S`` and
-        ``R = (I_p + ΘΘᵀ)⁻¹`` (Woodbury; HDMM Def. 13-14, MATH.md "OPT0,
-        Laplace").  Writing ``I_p + ΘΘᵀ = C Cᵀ`` (Cholesky) and
+        ``R = (I_p + ΘΘᵀ)⁻¹`` (Woodbury; HDMM Def. 13-14 and the proof of
+        Thm 17, App. B).  Writing ``I_p + ΘΘᵀ = C Cᵀ`` (Cholesky) and
         ``B = S Θᵀ C⁻ᵀ`` (``n × p'``, so ``S Θᵀ R Θ S = B Bᵀ``), row ``i`` of
         the workload has
 
@@ -672,7 +673,7 @@ class _PIdentityObjective:
     """``f(Θ) = tr(G (A(Θ)ᵀA(Θ))⁻¹)`` and its gradient (HDMM Def. 14).
 
     With ``s = 1 + Σ_i Θ_i``, ``S = diag(s)`` and ``C = S G S``:
-    ``(AᵀA)⁻¹ = S (I + ΘᵀΘ)⁻¹ S`` and, by Woodbury (MATH.md "OPT0, Laplace"),
+    ``(AᵀA)⁻¹ = S (I + ΘᵀΘ)⁻¹ S`` and, by Woodbury (HDMM App. B, proof of Thm 17),
     ``f = tr(C) − tr(C Θᵀ R Θ)`` with ``R = (I_p + ΘΘᵀ)⁻¹``.  Writing
     ``X = (I + ΘᵀΘ)⁻¹ = I − Θᵀ R Θ`` (never formed), the gradient is
     ``∂f/∂Θ = −2 R Θ C X + 1·(2 diag(C X) / s)ᵀ``, and everything follows from
@@ -755,7 +756,7 @@ class _RestrictedPIdentityObjective:
 
     ``z`` holds the entries ``work`` (flat indices into ``Θᵀ``, ``n × p``
     row-major, sorted) of ``Θᵀ``; every other entry is 0.  The same formulas
-    as :class:`_PIdentityObjective` (HDMM Def. 14, MATH.md "OPT0, Laplace"),
+    as :class:`_PIdentityObjective` (HDMM Def. 14 and App. B, Thm 17),
     with the non-zero entries of ``z`` held as a CSR matrix ``Θᵀ`` (so an
     evaluation never scans the ``p·n`` entries of ``Θ``; numba kernels): ``ΘΘᵀ`` costs
     ``Σ_j nnz(Θᵀ_j)²``, ``RΘ`` and ``Θ Hᵀ`` ``O(p·nnz(Θ))``, ``q`` and the
@@ -993,7 +994,7 @@ def _p_identity_value(theta, G) -> float:
 #: and 11.979-12.032 against 60.7-64.5 s and 12.036-12.061: a lower RMSE for every seed.
 #: Below 4096 cells the random start is kept: at n = 2048 the paired start gave All Range a
 #: mean RMSE about equal to it (12.564 over seeds 0-2 against 12.556 over 0-4), not lower,
-#: and the issue asks for the same or lower there.  ``benchmarks/bench_opt0.py --start``.
+#: and the target there is the same or lower.  ``benchmarks/bench_opt0.py --start``.
 MULTILEVEL_MIN_CELLS = 4096
 
 #: Stagnation tolerance of the coarser runs of a multilevel start (:func:`_laplace_start`), or
@@ -1407,7 +1408,7 @@ def opt_kron(W, noise: NoiseModel, restarts: int | None = None, seed: int = 0,
     ``G_ji = W_jiᵀW_ji``.  Every factor is normalised to ``Δ(A_i) = 1``.
     Block-coordinate descent (Sec. 6.2): start from ``A_i = I``; to update
     factor ``i`` run OPT0 on the surrogate Gram ``Σ_j c_j G_ji`` with
-    ``c_j = w_j² Π_{k≠i} tr(G_jk (A_kᵀA_k)⁺)`` (Eq. 5, MATH.md "OPT⊗"),
+    ``c_j = w_j² Π_{k≠i} tr(G_jk (A_kᵀA_k)⁺)`` (HDMM Sec. 6.2, Thm 6, Eq. 5 and Def. 18),
     keep the new factor only if it lowers the objective, and cycle until a
     cycle improves it by less than ``tol`` (relative).  A single product
     decomposes exactly (Def. 17), so one cycle suffices.  Attributes whose
@@ -1542,7 +1543,7 @@ def opt_kron(W, noise: NoiseModel, restarts: int | None = None, seed: int = 0,
 
 # ===================================================================== OPT+
 def plus_weights(errors, norm: int) -> tuple[np.ndarray, float]:
-    """Closed-form budget weights of OPT+ (HDMM Def. 19; MATH.md "OPT+").
+    """Closed-form budget weights of OPT+ (HDMM Def. 19).
 
     Block ``g`` (a strategy with unit sensitivity and unit-budget error
     ``e_g``) is scaled by ``c_g``; the stack's unit TSE is

@@ -17,7 +17,7 @@ wait in its :class:`~dpexplorer.ui.shown.ShownGate` and run when it is shown
 again.  Panel 1.9's *dynamic* tabs were tried instead and measured: they draw
 a page again (seconds for the Compare or Workload page) every time its tab is
 opened, and a Card drawn again no longer expanded on click (its header
-button had no effect in headless Chromium) -- see the issue notes.
+button had no effect in headless Chromium).
 """
 
 from __future__ import annotations
@@ -167,7 +167,8 @@ class ExplorerApp(pn.viewable.Viewer):
         any session (an ε typed, a page opened) changed the indicator of every other
         open page, and sent each of them a message built on the server's event loop
         (with eight sessions: 18 indicator updates for one ε change, 0.5 s of the
-        handler's 0.6 s; issue 14).  The pages show their own work (progress bars,
+        handler's 0.6 s; ``python benchmarks/bench_browser.py --n 1024 --sessions 8``, 2 cores).
+        The pages show their own work (progress bars,
         dimmed results, the optimisers' panel).
         """
         self.sync_url()

@@ -63,7 +63,8 @@ class CompareRedraws:
         need HoloViews (a first draw, a new structure), the first is done now and
         each other one is its own redraw (``name:i``), reading the page's state when
         it runs.  A HoloViews figure takes 0.1-0.3 s on a quiet machine and several
-        times that with eight sessions drawing (issue 14), and another user's ε
+        times that with eight sessions drawing (2 cores,
+        ``python benchmarks/bench_browser.py --n 1024 --sessions 8``), and another user's ε
         change waits for whatever the loop is running.  Outside a server every
         redraw runs at once, as before.
         """
@@ -124,8 +125,8 @@ class CompareRedraws:
         def run():
             # the page's redraws one per turn on the loop (the oldest first): a page drawing
             # its first four figures holds the loop for one redraw at a time, and another
-            # user's ε change goes in between (issue 14: no session's work may hold another's
-            # ε change for more than 1 s; the first figures took 0.6-4 s in one turn)
+            # user's ε change goes in between (the explorer's target: no session's work holds another's
+            # ε change for more than 1 s; the first figures took 0.6-4 s in one turn, 2 cores)
             with self._queued_guard:
                 if not self._queued:  # an earlier run took them
                     return

@@ -1,4 +1,4 @@
-"""Each session's widget events handled in the order the user made them (issue 17).
+"""Each session's widget events handled in the order the user made them.
 
 The served explorer runs Panel's widget callbacks on a thread pool
 (``pn.extension(nthreads=2)``), so that a callback that computes (a release,

@@ -58,7 +58,8 @@ PROGRESS_INTERVAL = 0.15
 #: Server-wide share of progress updates: while ``k > 1`` optimisers report (in any session),
 #: each posts at most one update every ``max(PROGRESS_INTERVAL, k · PROGRESS_SHARE)`` seconds, so
 #: that the server's event loop draws about ``1 / PROGRESS_SHARE`` progress updates a second
-#: in all.  With eight sessions optimising at once (issue 14's load test, 2 cores), the
+#: in all.  With eight sessions optimising at once (2 cores,
+#: ``python benchmarks/bench_browser.py --sessions 8``), the
 #: progress bars took 22 % of the event loop's time (py-spy), every update a few
 #: milliseconds of widget changes and messages, and the users' ε changes waited behind them.
 PROGRESS_SHARE = 0.1

@@ -5,7 +5,7 @@ HoloViews plot built or updated, a table replaced) holds that loop for 0.1-2 s,
 more on a loaded machine.  Posted straight to the loop, the redraws of all
 sessions queue there first come, first served, and a user's ε change waits
 behind every other session's plots: with eight sessions opening the Compare
-page at once (``benchmarks/bench_browser.py``, 2 cores, issue 14), a py-spy
+page at once (``python benchmarks/bench_browser.py --n 1024 --sessions 8``, 2 cores), a py-spy
 profile of the server showed its loop busy almost all the time, 38 % of it in
 the Compare pages' redraws.
 
@@ -69,7 +69,7 @@ def no_connection(doc) -> bool:
     A closed browser tab closes its websocket at once, but Bokeh destroys the
     session only once it has had no connection for ``unused_session_lifetime``
     (15 s by default, checked every 17 s): meanwhile a page would go on
-    computing and redrawing for nobody (issue 14: with eight sessions, the
+    computing and redrawing for nobody (``python benchmarks/bench_browser.py``: with eight sessions, the
     tabs closed one round before kept the loop and the optimisers' workers busy
     for half a minute).  Also True before the browser's websocket has
     connected: ask only once the page has loaded (``pn.state.onload``).
@@ -154,12 +154,12 @@ def held_on_loop() -> Iterator[None]:
     instead of one per widget or pane changed, and each message costs the loop
     a walk over every model of the page (Bokeh's serializer indexes the
     document's references: about 10 ms for the 540 models of a Compare page,
-    more under load; issue 14).  Elsewhere (a worker thread, a notebook, a test
+    more under load; 2 cores).  Elsewhere (a worker thread, a notebook, a test
     without a server) the block runs as it is: a hold released from a thread
     would send its changes through Bokeh's own messages, which can overtake
     Panel's (see :func:`on_session_loop`).  Not for a block that replaces a
     HoloViews plot: one held message replacing and updating a plot left the
-    browser a model reference it never received (issue 17).
+    browser a model reference it never received (seen as an intermittent browser-console error).
 
     A context manager with no value; raises what the block raises (the
     changes made before are still sent).
@@ -187,7 +187,7 @@ def on_session_loop(fn: Callable[[], None]) -> None:
     through Bokeh's own messages once the hold ends, while the changes made on
     the loop go through Panel's: the two can overtake each other, and a message
     naming a model the browser has not received yet leaves it with a dangling
-    reference ("reference … isn't known", issue 17).  Held on the loop, every
+    reference ("reference … isn't known" in the browser's console).  Held on the loop, every
     change goes Panel's way, in order.
     """
     doc = served_document()

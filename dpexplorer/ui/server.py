@@ -10,8 +10,8 @@ Bokeh's and Tornado's loggers only.
 ``panel serve`` stops its IOLoop on SIGTERM, but the interpreter then waits
 for every worker thread (Panel's thread pool, the pages' job threads) to
 finish what it is computing: a long computation started by a session can keep a
-stopped server alive for many seconds (10.5 s measured, 15 s and more in
-issue 16).  The computations are simulations on public data that the
+stopped server alive for many seconds (10.5 s measured, 15 s and more with
+several sessions optimising, 2 cores).  The computations are simulations on public data that the
 stopped server will never show, so nothing is lost by not waiting:
 :func:`exit_promptly_on_sigterm` chains a handler to the server's that, after
 :data:`GRACE_SECONDS` for the server's own shutdown, ends the process with
@@ -26,7 +26,8 @@ collection stops it (and every thread) while it scans every tracked object:
 Panel schedules one on the loop a few seconds after sessions close, and
 Python runs one whenever enough objects have survived.  With eight Compare
 sessions open, a py-spy profile of the server's loop put 23 % of its busy
-time in Panel's ``gc.collect()`` while a user's ε change waited (issue 14).
+time in Panel's ``gc.collect()`` while a user's ε change waited
+(``python benchmarks/bench_browser.py --n 1024 --sessions 8``, 2 cores).
 :func:`freeze_startup_objects` moves the objects alive once the app's
 modules are imported (about 260,000: numpy, scipy, pandas, Panel, Bokeh,
 HoloViews, dpexplorer) to the collector's permanent generation

@@ -7,7 +7,7 @@ HoloViews/Bokeh models on the event loop, which serialises every session's
 updates) and the browser as much again, while the user waits for the page in
 front of them: loading the 280,000-cell CPS preset on the Workload page took
 15–40 s to show its query count because the hidden Compare and Strategy pages
-redrew first (measured with a served app and Playwright; see issue 5 notes).
+redrew first (measured with a served app in headless chromium driven by Playwright, 2 cores).
 
 A :class:`ShownGate` keeps the redraws of a hidden page (only the latest one
 per key: redraws read the page's current state) and runs them when the page

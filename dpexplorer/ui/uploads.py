@@ -3,7 +3,7 @@
 Panel's ``FileInput`` sends a whole file in one websocket message; Bokeh's
 server closes the connection on a message above its
 ``websocket_max_message_size`` (20 MiB by default) and the page then shows
-"Server connection lost" and loses the session (issue 17, item 2).
+"Server connection lost" and loses the session (a 50 MB CSV did so before this module).
 :class:`Upload` is Panel's ``FileDropper`` instead: the browser sends the
 file in chunks of :data:`CHUNK_BYTES` (well below that message limit),
 FilePond refuses a file above the limit before sending anything ("File is

@@ -6,7 +6,7 @@ H2, ...) takes milliseconds there, but an optimiser (OPT0, OPT⊗, OPT+, OPT_M,
 HDMM, Eigen-Design) computes for seconds to minutes, and much of that time
 is Python code holding the interpreter lock the server's event loop needs:
 on this project's 2-core machine an ε change waited 0.2-2 s behind one
-optimiser and 3-15 s with eight sessions optimising (issue 14), where it
+optimiser and 3-15 s with eight sessions optimising (``python benchmarks/bench_browser.py``), where it
 costs milliseconds alone.  Lowering the threads' priority did not help (a
 low-priority thread holding the lock stalls the event loop all the same).
 
