@@ -2,8 +2,8 @@
 has a page for every Learn topic, gallery notebook and engine module, and loads nothing from the
 network (it is read offline from ``docs/_build/html``).
 
-The build takes 1-2 minutes on 2 cores, so the whole module is ``slow``; it is skipped (with the
-reason) when the ``docs`` tools are not installed (``pip install -e ".[test]"`` installs them).
+The build takes 1-2 minutes on 2 cores, so that test is ``slow``; it is skipped (with the reason)
+when the ``docs`` tools are not installed (``pip install -e ".[test]"`` installs them).
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ DOCS = ROOT / "docs"
 #: the engine modules the API reference documents (one page each, subpackages with their modules)
 API_MODULES = ("queries", "privacy", "core", "strategies", "adaptive", "sums", "compare", "accuracy",
                "mechanism", "evaluate", "audit", "figures", "datasets")
-
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 _MISSING = [name for name in ("sphinx", "pydata_sphinx_theme", "myst_nb", "numpydoc")
             if importlib.util.find_spec(name) is None]
@@ -111,13 +109,22 @@ def test_the_external_load_check_finds_loads_and_ignores_anchors(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ the build
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    """Build the site once into a temporary folder, warnings as errors (the README's command)."""
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_site_builds_offline_with_every_page(tmp_path):
+    """One build (1-2 min; one test, so parallel workers never build it twice) and its checks."""
     if _MISSING:
         pytest.skip(f"the documentation tools are not installed ({', '.join(_MISSING)}); "
                     'pip install -e ".[docs]"')
-    out = tmp_path_factory.mktemp("site")
+    site = build(tmp_path)
+    check_learn_pages(site)
+    check_gallery_pages(site)
+    check_api_reference(site)
+    check_offline(site)
+
+
+def build(out: Path) -> Path:
+    """Build the site into ``out/html``, warnings as errors (the README's command)."""
     html_dir, doctrees = out / "html", out / "doctrees"
     proc = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
@@ -128,7 +135,7 @@ def site(tmp_path_factory) -> Path:
     return html_dir
 
 
-def test_every_learn_topic_has_a_page(site):
+def check_learn_pages(site: Path) -> None:
     files = sorted(p.stem for p in (ROOT / "dpexplorer" / "docs").glob("*.md"))
     assert files and sorted(docs.TOPICS) == files
     for name in files:
@@ -142,14 +149,14 @@ def test_every_learn_topic_has_a_page(site):
         assert len(last_words) == 3 and all(w in text for w in last_words), (name, last_words)
 
 
-def test_every_gallery_notebook_has_a_page(site):
+def check_gallery_pages(site: Path) -> None:
     notebooks = sorted((ROOT / "apps" / "gallery").glob("*.ipynb"))
     assert notebooks
     for nb in notebooks:
         assert (site / "gallery" / f"{nb.stem}.html").is_file(), nb.name
 
 
-def test_the_api_reference_documents_the_engine(site):
+def check_api_reference(site: Path) -> None:
     compare = (site / "api" / "compare.html").read_text(encoding="utf-8")
     assert 'id="dpexplorer.compare.compare"' in compare
     assert 'id="dpexplorer.compare.StrategyCache"' in compare
@@ -160,7 +167,7 @@ def test_the_api_reference_documents_the_engine(site):
     assert "Parameters" in compare and 'class="field-list' in compare
 
 
-def test_the_site_loads_nothing_from_the_network(site):
+def check_offline(site: Path) -> None:
     files = [p for p in site.rglob("*") if p.suffix in (".html", ".css")]
     assert len(files) > 30
     offenders = {str(p.relative_to(site)): loads for p in files if (loads := external_loads(p))}
