@@ -89,4 +89,6 @@ html_theme_options = {
     "navbar_end": ["theme-switcher", "navbar-icon-links"],
 }
 html_static_path: list[str] = []
+# No page uses math markup: Sphinx would then add MathJax from a CDN (tests/test_docs_site.py fails
+# on it).  Math in the Learn topics is written in Unicode (ε, Σ, ⊗), as the app's Learn page shows it.
 html_show_sourcelink = False
