@@ -1252,7 +1252,7 @@ def numerical_from_csv(path_or_buffer, column: str, bins, method: str = "equal_w
                                description=f"column {column!r} ({values.size:,} rows)")
 
 
-#: Numerical attributes offered for sum queries: name -> loader(**options).
+#: Numerical attributes offered for sum queries: ``name -> loader(**options)``.
 NUMERICAL: dict[str, Callable[..., NumericalAttribute]] = {
     "superstore_sales": superstore_sales,
     "superstore_profit": superstore_profit,

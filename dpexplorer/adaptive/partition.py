@@ -2,7 +2,7 @@
 
 A partition ``B = {b_1, ..., b_k}`` splits the cells ``0..n-1`` into ``k``
 contiguous buckets.  DAWA (Li, Hay, Miklau, Wang, PVLDB 2014, Sec. 3) scores
-a bucket by its L1 deviation from uniformity plus the noise it will get,
+a bucket by its L1 deviation from uniformity plus the noise it will get::
 
     bcost(x, b) = dev(x, b) + 1/ε₂,   dev(x, b) = Σ_{j∈b} |x_j − b(x)/|b||   (Eq. 2)
 

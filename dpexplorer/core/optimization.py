@@ -114,7 +114,9 @@ def report(stage: str, done: int, total: int, objective: float = float("nan")) -
 
 @contextlib.contextmanager
 def tqdm_progress(**tqdm_kwargs) -> Iterator[None]:
-    """Show optimiser progress with a tqdm bar (notebooks, scripts)::
+    """Show optimiser progress with a tqdm bar (notebooks, scripts).
+
+    ::
 
         with dpx.optimization.tqdm_progress():
             A = dpx.registry.get("hdmm").strategy(W, dpx.Laplace(1.0))

@@ -48,7 +48,7 @@ def topic(name: str) -> str:
 
 
 def title(name: str) -> str:
-    """The title of a topic (its first ``# `` heading)."""
+    """The title of a topic (its first level-1 heading, ``# Title``)."""
     for line in topic(name).splitlines():
         if line.startswith("# "):
             return line[2:].strip()

@@ -1,17 +1,17 @@
 """The privacy layer: the only code that touches private data, and what it spends.
 
-=============  ===============================================================
-``kernel``     :class:`PrivateData`, the only holder of ``x``: MEASURE, noisy
-               statistics, report-noisy-max, sparse vector, noisy optimum
-``ledger``     :class:`Spend`, :class:`PrivacyLedger` (ε, δ, ρ; budget checked
-               before drawing), :class:`BudgetExceededError`
-``accounting`` zCDP ρ of Laplace and Gaussian steps, the ρ → (ε, δ) conversion,
-               :class:`Budget`
-``noise``      the noise models ``Laplace(ε)`` and ``Gaussian(ε, δ)``
-``samplers``   seeded numpy (simulation) or OS CSPRNG via opendp (release)
-``tables``     :class:`PrivateTable`: record tables, marginals counted by group-by
-``discovery``  :func:`discover_domain`: a table's public domain found privately
-=============  ===============================================================
+==============  ===============================================================
+``kernel``      :class:`PrivateData`, the only holder of ``x``: MEASURE, noisy
+                statistics, report-noisy-max, sparse vector, noisy optimum
+``ledger``      :class:`Spend`, :class:`PrivacyLedger` (ε, δ, ρ; budget checked
+                before drawing), :class:`BudgetExceededError`
+``accounting``  zCDP ρ of Laplace and Gaussian steps, the ρ → (ε, δ) conversion,
+                :class:`Budget`
+``noise``       the noise models ``Laplace(ε)`` and ``Gaussian(ε, δ)``
+``samplers``    seeded numpy (simulation) or OS CSPRNG via opendp (release)
+``tables``      :class:`PrivateTable`: record tables, marginals counted by group-by
+``discovery``   :func:`discover_domain`: a table's public domain found privately
+==============  ===============================================================
 
 Imports only :mod:`dpexplorer.queries` below it.
 """

@@ -425,7 +425,9 @@ class Domain:
 
     @classmethod
     def from_file(cls, path) -> Domain:
-        """A declared domain from a schema file (YAML or JSON), e.g.::
+        """A declared domain from a schema file (YAML or JSON).
+
+        For example::
 
             attributes:
               - name: dept

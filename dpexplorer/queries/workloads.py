@@ -351,7 +351,7 @@ def predicates(M, name: str = "predicates") -> Matrix:
 
 
 # ----------------------------------------------------------------- blocks
-#: Named 1D building blocks of the declarative spec: name -> builder(n, **params).
+#: Named 1D building blocks of the declarative spec: ``name -> builder(n, **params)``.
 BLOCKS = {
     "identity": lambda n: identity(n),
     "total": lambda n: total(n),
