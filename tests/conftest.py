@@ -12,7 +12,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-DPBENCH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "dpbench"
 
 
 def pytest_configure(config):
@@ -49,12 +48,21 @@ def _no_optimiser_reporting():
 @pytest.fixture(scope="session")
 def dpbench_dir():
     """The DPBench folder, read through ``fetch_dpbench``: every checksum is verified, and since
-    every file is present nothing is downloaded (the suite stays offline)."""
-    if not DPBENCH.is_dir():
-        pytest.skip(f"DPBench data not found at {DPBENCH}")
-    from dpexplorer.datasets import fetch_dpbench
+    every file is present nothing is downloaded (the suite stays offline).
 
-    return fetch_dpbench(DPBENCH)
+    The folder is ``dpexplorer.datasets.default_dpbench_dir()``: ``$DPEXPLORER_DPBENCH`` if set
+    (a folder holding ``1D/`` and ``2D/`` ``.npy`` files), else a development checkout's copy,
+    else the download cache of ``dpx.datasets.fetch_dpbench()``.  Without one the DPBench
+    tests skip and say how to give them a folder.
+    """
+    from dpexplorer.datasets import default_dpbench_dir, fetch_dpbench
+
+    folder = default_dpbench_dir()
+    if folder is None or not folder.is_dir():
+        pytest.skip("DPBench histograms not found: set DPEXPLORER_DPBENCH to a folder holding "
+                    "1D/ and 2D/ .npy files, or download them once with "
+                    "python -c 'import dpexplorer as dpx; dpx.datasets.fetch_dpbench()'")
+    return fetch_dpbench(folder)
 
 
 @pytest.fixture
