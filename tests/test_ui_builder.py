@@ -669,3 +669,29 @@ def test_terms_table_is_one_table_updated_in_place_with_stable_columns(small):
     assert small.add_ranges([(0, 3)])
     assert small._hist_pane.object is not hist  # its ranges are shaded
     assert not page.select(pn.param.ParamMethod) and not page.select(pn.param.ParamFunction)
+
+
+def test_a_browser_edit_of_rows_cleared_meanwhile_is_dropped():
+    """A browser's data message for terms the server has just cleared: Panel read the empty
+    text column as dates (TypeError: 'str' / 'int') and applied old rows to the new table."""
+    import pandas as pd
+
+    b = WorkloadBuilder(Session())
+    b.clear_terms()
+    empty = b.terms_frame()
+    assert len(empty) == 0
+    table = bmod.TermsTable(empty, show_index=True)
+    stale = {"term": ["All ranges", "Prefix"], "queries": [10, 4], "weight": [1.0, 1.0]}
+    table._process_data(stale)  # raised TypeError inside Panel before
+    assert len(table.value) == 0
+    # rows edited in the browser after the server added one (pandas' "Must have equal len
+    # keys and value" before)
+    table.value = b.terms_frame().iloc[:0]
+    one = pd.DataFrame({"term": ["All ranges"], "queries": [10], "weight": [1.0]})
+    table.value = one
+    table._process_data(stale)
+    assert table.value.equals(one)
+    # an edit of the rows the table has is applied as before
+    table.value = pd.DataFrame({"term": ["All ranges"], "queries": [10], "weight": [1.0]})
+    table._process_data({"term": ["All ranges"], "queries": [10], "weight": [2.5]})
+    assert table.value["weight"].tolist() == [2.5]

@@ -633,6 +633,32 @@ def _pool(A: np.ndarray, pixels: int) -> np.ndarray:
 
 
 # ====================================================================== builder
+class TermsTable(pn.widgets.Tabulator):
+    """The Workload page's Terms table: a browser's edit of rows the server has since changed is
+    dropped.
+
+    The browser sends the table's data back when the user edits a weight; a
+    message sent just before the server's own change of the terms (Add term,
+    Clear all) arrives for rows that no longer exist.  Panel applies it to the
+    new rows -- and, when the terms were cleared, reads the old text column as
+    dates (Panel 1.9's ``_convert_column`` takes an empty object column for a
+    date column), a server traceback seen with two sessions adding and clearing
+    terms quickly (``tests/test_browser_new_user.py``).  Such a message is
+    dropped: the server's newer table is already on its way to the browser.
+    """
+
+    def _process_data(self, data):
+        rows = len(self.value)
+        for values in data.values():
+            stale = (any(int(k) >= rows for k in values) if isinstance(values, dict)
+                     else len(values) != rows)
+            if stale:
+                log.debug("Terms table: a browser edit of %s rows dropped (the table has %d)",
+                          len(values), rows)
+                return None
+        return super()._process_data(data)
+
+
 class WorkloadBuilder(param.Parameterized):
     """The "Workload builder" page: edits ``session.workload`` as a weighted union of terms.
 
@@ -1705,7 +1731,7 @@ class WorkloadBuilder(param.Parameterized):
     def _terms_table(self) -> pn.Column:
         from bokeh.models.widgets.tables import NumberFormatter
 
-        tab = pn.widgets.Tabulator(self.terms_frame(), show_index=True, selectable="checkbox",
+        tab = TermsTable(self.terms_frame(), show_index=True, selectable="checkbox",
                                    sizing_mode="stretch_width", layout="fit_data_stretch",
                                    editors={"term": None, "queries": None,
                                             "weight": {"type": "number", "min": 0, "step": 0.5}},
