@@ -186,7 +186,14 @@ def test_budget_refused_before_anything_is_spent(small):
 # ------------------------------------------------------------------ analytic vs empirical
 @pytest.mark.parametrize("mechanism", MECHS)
 def test_analytic_variance_matches_empirical(small, mechanism):
-    """Unbiased for the truncated truth and E[Σ_i (ŷ_i − y_τi)²] = Σ_i var_i, within 5 standard errors."""
+    """Unbiased for the truncated truth and E[Σ_i (ŷ_i − y_τi)²] = Σ_i var_i, within 5 standard errors.
+
+    Tolerance: 5 standard errors (from the sample's own spread) for the total squared error, each
+    of the 5 queries' means and each of their mean squares; with T = 600 trials each is a two-sided
+    z of 5, a false-failure rate of at most 11 × 6e-7 ≈ 7e-6 per run for a fresh seed (the seeds
+    are fixed, so the run is deterministic).  The standard error of a mean square is about
+    sqrt(5/600) ≈ 9 % of it (Laplace), so a 2× noise scale (4× variance) fails.
+    """
     _, x, v, S = small
     tau, eps, T = 6.5, 1.0, 600
     target = S.answers(x, tau)
@@ -315,7 +322,14 @@ def _above_threshold_probabilities(q, sens, eps):
 
 
 def test_svt_index_distribution_matches_exact_probabilities():
-    """Known distribution: 200 records, values 1..10; frequencies of SVT's index vs exact quadrature."""
+    """Known distribution: 200 records, values 1..10; frequencies of SVT's index vs exact quadrature.
+
+    Tolerance: each of the 8 outcomes' frequency within 5 binomial sds plus 1e-3 (the quadrature's
+    slack); with T = 4000 runs the two cells that carry the mass (p = 0.984, 0.013) sit at z ≈ 5.5
+    and the rare ones need ≥ 8 (p = 1e-4) or ≥ 32 (p = 0.003) hits, so the false-failure rate is
+    about 1e-6 per run for a fresh seed (the seeds are fixed, so the run is deterministic).  At
+    half the ε (2× noise) the exact probabilities move by 10× this tolerance, so that fails.
+    """
     x = np.array([5, 10, 20, 40, 50, 40, 20, 10, 4, 1], dtype=float)
     v = np.arange(1.0, 11.0)
     params = SVTParams(rho=0.8, r=1.5, theta0=1.0)

@@ -394,6 +394,13 @@ def test_p_identity_integral_without_materialising():
 
 
 def test_simulate_prefix_p_identity_per_query_variances():
+    """Per-query standard deviations of a p-Identity release, analytic and over seeded trials.
+
+    Tolerance: each query's mean squared error within 5·sqrt(5/N) = 25 % of its variance (relative
+    sd of a mean of squares of Laplace sums ≤ sqrt(5/N)); with N = 2000 trials this is a two-sided
+    z of 5 per query, a false-failure rate of at most 48 × 6e-7 ≈ 3e-5 per run for a fresh seed
+    (the seeds are fixed, so the run is deterministic).  A 2× noise variance (ratio 2) fails.
+    """
     # a simulated release with a p-Identity strategy: its per-query standard deviations are the
     # analytic ones (dense reference), and over seeded trials the errors have those variances
     n, p, trials = 48, 4, 2000

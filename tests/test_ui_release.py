@@ -106,6 +106,13 @@ def test_trial_seeds_derived_from_simulation_seed(session, view):
 
 
 def test_empirical_rmse_close_to_analytic(session, view):
+    """The simulated RMSE over 200 trials is within 10 % of the analytic one (HDMM Prop. 4).
+
+    Tolerance: 10 %; the relative sd of this empirical RMSE (H2 on Prefix(256), 200 trials) is
+    0.020 (measured over 20 seeds), so this is a two-sided z of 5.1, a false-failure rate of about
+    3e-7 per run for a fresh seed (the seed is fixed, so the run is deterministic).  A 2× noise
+    scale (+100 %) or a 2× variance (+41 %) fails.
+    """
     from dpexplorer.queries.workloads import prefix
     session.workload = prefix(256)
     view.mechanism = "h2"
