@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -352,7 +352,7 @@ def predicates(M, name: str = "predicates") -> Matrix:
 
 # ----------------------------------------------------------------- blocks
 #: Named 1D building blocks of the declarative spec: ``name -> builder(n, **params)``.
-BLOCKS = {
+BLOCKS: dict[str, Callable[..., Matrix]] = {
     "identity": lambda n: identity(n),
     "total": lambda n: total(n),
     "identity_total": lambda n: identity_total(n),
