@@ -76,6 +76,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -194,7 +195,8 @@ class _Family:
     def noise(self, epsilon: float) -> NoiseModel:
         if self.kind == "laplace":
             return Laplace(epsilon)
-        return Gaussian(epsilon, self.delta, self.calibration)
+        # δ is None for a ρ-only (zCDP) family, which Gaussian refuses with its own ValueError
+        return Gaussian(epsilon, self.delta, self.calibration)  # type: ignore[arg-type]
 
     def reference(self) -> NoiseModel:
         """Some noise model of the family (the unit errors do not depend on which)."""
@@ -513,7 +515,7 @@ def _bisect(ok, lo: float, hi: float, rtol: float) -> float:
     return hi
 
 
-def _bracket(ok, start: float, factor: float = 4.0, limits=_EPS_RANGE):
+def _bracket(ok, start: float, factor: float = 4.0, limits=_EPS_RANGE) -> tuple[float, float] | None:
     """``(lo, hi)`` with ``ok(lo)`` false and ``ok(hi)`` true, by expanding from ``start``; None if none.
 
     ``(0, limits[0])`` when even the smallest ε searched meets the target.
@@ -872,7 +874,7 @@ def _simulated(W, name, label, t, metric, fam, level, share, counts, x, trials, 
                  **(dict(level=level, share=share) if metric == "ci95" else {}))
     method = (f"bisection on log ε of the simulated error ({trials} seeded runs per ε), "
               f"relative {rtol:g}; band: 95 % percentile bootstrap over the runs")
-    points = {}
+    points: dict[str, float] = {}
     try:
         for which, col in (("estimate", 0), ("low", 1), ("high", 2)):
             def ok(e: float, c: int = col) -> bool:
@@ -1042,7 +1044,8 @@ def _template(fam: _Family):
         return "laplace"
     if fam.delta is None:
         return "gaussian"
-    return Gaussian(1.0, fam.delta, fam.calibration) if fam.calibration != "classical" \
+    # a Gaussian family always has a calibration (_family)
+    return Gaussian(1.0, fam.delta, cast(str, fam.calibration)) if fam.calibration != "classical" \
         else Gaussian(0.5, fam.delta, "classical")
 
 
@@ -1439,6 +1442,7 @@ def accuracy_sentence(W, mechanism, noise: NoiseModel, *, level: float = 0.95,
     prof = _profile(W, A, fam, "ci95", level, share, counts)
     t = prof.error(fam, noise.epsilon)
     if isinstance(prof, _Linear):
+        assert prof.sampler is not None  # a "ci95" profile carries its sampler (_profile)
         h, _ = _mechanism.confidence_half_widths(W, A, noise, prof.sampler, level)
     else:
         h = prof.half_widths(noise.epsilon)

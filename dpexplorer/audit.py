@@ -95,6 +95,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -314,6 +315,7 @@ def select_event(v0, v1, confidence: float, delta: float = 0.0,
             key = (float(score[i]), float(smooth[i]))
             if best is None or key > best[0]:
                 best = (key, Event(op, float(pooled[i]), num))
+    assert best is not None  # the loops above run (two directions, two ratios) and set it
     return best[1], best[0][0]
 
 
@@ -372,6 +374,8 @@ class Score:
         if self.kind == "logistic":
             return F @ self.weights + self.intercept
         out = np.zeros(F.shape[0])
+        if self.atoms is None or self.atom_scores is None:  # zip would raise a TypeError too
+            raise TypeError("an 'atoms' score needs its atoms and atom_scores")
         lookup = {row.tobytes(): v for row, v in zip(self.atoms, self.atom_scores, strict=True)}
         for i, row in enumerate(np.ascontiguousarray(F)):
             out[i] = lookup.get(row.tobytes(), 0.0)
@@ -383,6 +387,8 @@ class Score:
             return f"{self.features}[{self.index}]"
         if self.kind == "logistic":
             return f"logistic score on {self.features}"
+        if self.atoms is None:  # len would raise a TypeError too
+            raise TypeError("an 'atoms' score needs its atoms")
         return f"likelihood-ratio score of {self.features} ({len(self.atoms)} atoms)"
 
 
@@ -493,6 +499,7 @@ def select_feature_event(rows0, rows1, confidence: float, delta: float = 0.0,
             k1 = np.bincount(inverse[len(F0):], minlength=len(atoms))
             lr = np.log((k1 + 0.5) / (len(F1) + 1.0)) - np.log((k0 + 0.5) / (len(F0) + 1.0))
             cands.append(("atoms", Score("atoms", features, atoms=atoms, atom_scores=lr)))
+    kinds: dict[str, float]
     best, kinds = None, {}
     for kind, score in cands:
         v0 = R0[:, 0] if score is None else score(F0)
@@ -698,7 +705,8 @@ class _Statistic:
             parts.append(self._named("info", out))
             v, what = np.concatenate(parts), "features 'all'"
         else:
-            v, what = self._named(f, out, measured), f"features {f!r}"
+            # a name here: row calls this only with features (a name, "all" or a function)
+            v, what = self._named(cast(str, f), out, measured), f"features {f!r}"
         if v.size == 0 or not np.all(np.isfinite(v)):
             raise ValueError(f"{what} must be a non-empty vector of finite numbers (got {v.size} "
                              "values, some not finite)" if v.size else f"{what} are empty for this output")
@@ -706,7 +714,7 @@ class _Statistic:
 
     def _named(self, f: str, out, measured: tuple = ()) -> np.ndarray:
         if f == "transcript":
-            parts = [[self.loss(measured)]]
+            parts: list[list[float] | np.ndarray] = [[self.loss(measured)]]
             x0 = np.asarray(self.x0, dtype=float).ravel()
             for m in measured:
                 if m[0] == "choice":
@@ -871,7 +879,8 @@ class _Runner:
         """One run's output, the ε its ledger recorded and its measurements ``(A, noise, y)``."""
         data = _Tapped(x, counts=self.counts)
         if self.fn is None:
-            out = _mechanism.run(self.name, data, self.W, self.noise, rng, **self.params)
+            # a runner without fn is built for a registered mechanism, always with its noise
+            out = _mechanism.run(self.name, data, self.W, cast(NoiseModel, self.noise), rng, **self.params)
         else:
             out = self.fn(data, rng)
         return out, data.ledger.epsilon, tuple(data.measured)
@@ -946,7 +955,7 @@ def _audit_chunk(chunk: _Chunk, runner: _Runner, x: np.ndarray) -> tuple[np.ndar
         _evaluate._ensure_registered(runner.name, ())
     rng = np.random.default_rng(np.random.SeedSequence(
         [int(chunk.seed), AUDIT_SEED_TAG, chunk.batch, chunk.side, chunk.index]))
-    rows = []
+    rows: list[np.ndarray] = []
     spent = math.nan
     for _ in range(chunk.size):
         row, spent = runner(x, rng)
@@ -1185,7 +1194,8 @@ def _cases(name: str) -> tuple[AuditCase, ...]:
         return hit[1]
     spec = mech.audit_spec()
     try:
-        kind = CASE_KINDS[spec.case]
+        # spec.case None (no case kind) raises the KeyError handled here
+        kind = CASE_KINDS[spec.case]  # type: ignore[index]
     except KeyError:
         raise ValueError(f"mechanism {name!r} names the audit case kind {spec.case!r}; the kinds "
                          f"are {sorted(CASE_KINDS)}") from None
@@ -1483,14 +1493,16 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
     total = 2 * (runs + (0 if given_event is not None else selection_runs))
     done = [0]
     common = (seed, chunk, client, n_jobs, progress, callback, done, total, name)
+    kinds: dict[str, float]
     score, kinds = math.nan, {}
     if given_event is None:
         s0, s1, _ = _batch(runner, x0, x1, selection_runs, 0, *common)
         if features is None:
             chosen, score = select_event(s0[:, 0], s1[:, 0], confidence, delta)
         else:
+            # features is not None here, so its name is a str
             chosen, score, kinds = select_feature_event(s0, s1, confidence, delta,
-                                                        stat.features_name)
+                                                        cast(str, stat.features_name))
     else:
         chosen, selection_runs = given_event, 0
     # the event is fixed: the second, independent batch gives the bound

@@ -37,9 +37,10 @@ import importlib
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -275,6 +276,7 @@ def _mechanism_specs(mechanisms, params) -> list[_MechSpec]:
         raise ValueError(f"params must be a dict {{mechanism name or label: {{param: value}}}}, got {params!r}")
     params = dict(params or {})
     specs, labels = [], set()
+    own: Any  # a Mapping, checked below
     for entry in mechanisms:
         if isinstance(entry, str):
             label, name, own = entry, entry, {}
@@ -354,7 +356,7 @@ def _directory_datasets(d: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def _workload_dict(w_in) -> dict[str, object]:
+def _workload_dict(w_in) -> dict[str, Matrix | Callable[..., Any]]:
     if isinstance(w_in, Mapping):
         items = [(str(k), v) for k, v in w_in.items()]
     else:
@@ -362,6 +364,7 @@ def _workload_dict(w_in) -> dict[str, object]:
             w_in = [w_in]
         items = []
         for i, w in enumerate(w_in):
+            name: str | None
             if isinstance(w, Matrix):
                 name = w.name
             else:
@@ -377,7 +380,7 @@ def _workload_dict(w_in) -> dict[str, object]:
     dup = sorted({k for k in names if names.count(k) > 1})
     if dup:
         raise ValueError(f"workload names {dup} appear more than once; pass a dict name -> workload")
-    out = {}
+    out: dict[str, Matrix | Callable[..., Any]] = {}
     for name, w in items:
         if isinstance(w, Matrix) or not callable(w):
             try:
@@ -726,7 +729,7 @@ def evaluate(mechanisms, datasets, workloads, epsilons, trials: int = 3, seed: i
                     instances[key] = [(None, w)]
                     fits_any = True
                 continue
-            built = []
+            built: list[tuple[Any, Matrix]] | str = []
             for s in wseeds:
                 try:
                     W = as_matrix(w(_data_arg(x.shape), s))
@@ -739,6 +742,7 @@ def evaluate(mechanisms, datasets, workloads, epsilons, trials: int = 3, seed: i
                 if W.n != x.size:
                     raise ValueError(f"workload factory {wname!r} returned a workload over {W.n} cells "
                                      f"for dataset {dname!r} with {x.size} cells")
+                assert isinstance(built, list)  # it becomes a refusal text only just before `break`
                 built.append((s, W))
             instances[key] = built
             fits_any = fits_any or not isinstance(built, str)

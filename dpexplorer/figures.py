@@ -31,6 +31,7 @@ import atexit
 import csv
 import os
 from pathlib import Path
+from typing import cast
 
 import pandas as pd
 
@@ -205,7 +206,8 @@ def figure_frame(fig) -> pd.DataFrame:
         raise TypeError(f"no numbers to export from a {type(fig).__name__}")
     blocks = []
     for i, src in enumerate(fig.select({"type": ColumnDataSource})):
-        data = {k: list(v) for k, v in src.data.items()}
+        # the selector returns only ColumnDataSource models
+        data = {k: list(v) for k, v in cast(ColumnDataSource, src).data.items()}
         df = pd.DataFrame(data)
         df.insert(0, "source", i)
         blocks.append(df)

@@ -530,24 +530,24 @@ def dawa(data: PrivateData, W, epsilon: float, rng: np.random.Generator, ratio: 
     eps1, eps2 = ratio * eps, (1.0 - ratio) * eps
 
     if partition == "as_published":
-        partition = published_partition(data, eps1, eps2, rng, candidates, order)
+        part = published_partition(data, eps1, eps2, rng, candidates, order)
     else:
-        partition = private_partition(data, eps1, eps2, rng, candidates, order, refined, penalty)
-    A = _stage2_strategy(W, partition, order, scaling, b)
-    bucket_of = partition.bucket_of
+        part = private_partition(data, eps1, eps2, rng, candidates, order, refined, penalty)
+    A = _stage2_strategy(W, part, order, scaling, b)
+    bucket_of = part.bucket_of
     if order is not None:
         cells = np.empty_like(bucket_of)
         cells[order] = bucket_of
         bucket_of = cells
-    measured = Product(A, Grouping(bucket_of, partition.k), name=f"dawa stage 2 ({scaling})")
+    measured = Product(A, Grouping(bucket_of, part.k), name=f"dawa stage 2 ({scaling})")
     y = data.measure(measured, Laplace(eps2), rng,
                      label=f"dawa stage 2: {A.m} weighted bucket queries ({scaling})")
     s = reconstruct(A, y)
-    x_ordered = partition.expand(s)
+    x_ordered = part.expand(s)
     x_hat = x_ordered if order is None else np.empty_like(x_ordered)
     if order is not None:
         x_hat[order] = x_ordered
-    return DAWAResult(x_hat, partition, order, s, A, eps1, eps2, scaling)
+    return DAWAResult(x_hat, part, order, s, A, eps1, eps2, scaling)
 
 
 # ------------------------------------------------------------ registration

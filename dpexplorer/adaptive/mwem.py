@@ -196,11 +196,11 @@ def _row_getter(W: Matrix):
     if isinstance(W, _Ranges):
         lo, hi = W.ranges()
 
-        def row(i):
+        def range_row(i):
             r = np.zeros(W.n)
             r[lo[i]:hi[i] + 1] = 1.0
             return r
-        return row
+        return range_row
 
     def row(i):
         e = np.zeros(W.m)
@@ -408,7 +408,10 @@ def mwem(data: PrivateData, W: Matrix, noise: NoiseModel, rng: np.random.Generat
                            label=f"mwem round {t + 1}/{T}: select query")
         q = row(i)
         sens_q = float(np.max(np.abs(q))) or delta_u  # an all-zero row: any positive scale is safe
-        m_i = float(data.measure_function(lambda x, q=q: np.array([q @ x]), sens_q, eps_meas, rng,
+        def answer(x: np.ndarray, q: np.ndarray = q) -> np.ndarray:
+            return np.array([q @ x])
+
+        m_i = float(data.measure_function(answer, sens_q, eps_meas, rng,
                                           label=f"mwem round {t + 1}/{T}: measure query {i}")[0])
         selected.append(i)
         history.append((q, m_i))

@@ -29,6 +29,7 @@ sums ``w_j²`` times those products (HDMM Prop. 6, Thm 4 and Thm 6).
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 
@@ -206,7 +207,8 @@ def _trace_and_support(W: Matrix, A: Matrix) -> float:
         return W.frobenius_squared()
     terms = _aligned(W, A)
     if terms is not None:
-        invs = [GramInverse(f.gram().dense()) for f in A.factors]
+        # _aligned returns terms only for a Kronecker strategy
+        invs = [GramInverse(f.gram().dense()) for f in cast(Kronecker, A).factors]
         total = 0.0
         for c, factors in terms:
             prod = c * c

@@ -51,6 +51,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import scipy.linalg
@@ -276,7 +277,7 @@ def _width_structured(n: int, w: int, t: float, h: float) -> float | None:
         v = u + j * h
         x = math.exp(2 * v) + t
         total += math.exp(v) * (c1 / x + c2 / x**2)
-    low = []
+    low: list[tuple[float, float]] = []
     last, falling = math.inf, 0
     k = k_top - 1
     while k > k_top - 400:  # downwards until φ is b·log x + const + O(x) and the rest negligible
@@ -379,7 +380,7 @@ class _DenseBase(_Base):
 class _Factor:
     """A factor Gram ``a·G_key + c·I`` (``key = None``: a multiple of the identity)."""
 
-    key: object
+    key: tuple | None
     base: _Base | None
     a: float
     c: float
@@ -415,9 +416,10 @@ def _factor(f: Matrix) -> _Factor | None:
         c2 = f.weight**2
         return _Factor(inner.key, inner.base, c2 * inner.a, c2 * inner.c)
     if isinstance(f, VStack):
-        parts = [_factor(b) for b in f.blocks]
-        if any(p is None for p in parts):
+        found_parts = [_factor(b) for b in f.blocks]
+        if any(p is None for p in found_parts):
             return None
+        parts = cast(list[_Factor], found_parts)  # none is None (checked above)
         keys = {p.key for p in parts} - {None}
         if len(keys) > 1:
             return None  # Grams over different eigenbases need not commute
@@ -472,18 +474,19 @@ def svdb_structured(W) -> float | None:
     terms = error.kron_terms(W, leaves=True)
     if terms is None:
         return None
-    sizes = {tuple(f.n for f in factors) for _, factors in terms}
-    if len(sizes) != 1:
+    size_set = {tuple(f.n for f in factors) for _, factors in terms}
+    if len(size_set) != 1:
         return None
-    sizes = sizes.pop()
-    table = []
+    sizes = size_set.pop()
+    table: list[tuple[float, list[_Factor]]] = []
     for weight, factors in terms:
-        row = [_factor(f) for f in factors]
-        if any(r is None for r in row):
+        found_row = [_factor(f) for f in factors]
+        if any(r is None for r in found_row):
             return None
-        table.append((weight, row))
+        table.append((weight, cast(list[_Factor], found_row)))  # none is None (checked above)
     d = len(sizes)
-    keys, bases = [], []
+    keys: list[tuple | None] = []
+    bases: list[_Base | None] = []
     for i in range(d):
         found = {row[i].key for _, row in table} - {None}
         if len(found) > 1:
@@ -518,7 +521,7 @@ def svdb_structured(W) -> float | None:
         raise MatrixTooLargeError(
             f"SVD bound of a union of products over {n:,} cells: summing its eigenvalues "
             f"needs an array of that size (limit {GRID_LIMIT:,})")
-    lams = [np.ones(sizes[i]) if bases[i] is None else bases[i].eigenvalues() for i in range(d)]
+    lams = [np.ones(sizes[i]) if (base := bases[i]) is None else base.eigenvalues() for i in range(d)]
     total = np.zeros(sizes)
     for weight, row in table:
         term = np.full((1,) * d, weight * weight)

@@ -121,9 +121,15 @@ class Attribute:
             object.__setattr__(self, "edges", tuple(float(v) for v in e))
 
     @property
+    def _bin_edges(self) -> tuple[float, ...]:
+        """``edges`` of a numeric attribute (one without categories)."""
+        assert self.edges is not None  # __post_init__ refuses an attribute with neither
+        return self.edges
+
+    @property
     def size(self) -> int:
         """Number of cells."""
-        return len(self.categories) if self.categories is not None else len(self.edges) - 1
+        return len(self.categories) if self.categories is not None else len(self._bin_edges) - 1
 
     @property
     def kind(self) -> str:
@@ -134,7 +140,7 @@ class Attribute:
         """A short label per cell (the category, or ``"[lo, hi)"``)."""
         if self.categories is not None:
             return [str(c) for c in self.categories]
-        e = self.edges
+        e = self._bin_edges
         return [f"[{e[k]:g}, {e[k + 1]:g}{']' if k == len(e) - 2 else ')'}" for k in range(len(e) - 1)]
 
     def codes(self, values) -> tuple[np.ndarray, np.ndarray]:
@@ -177,7 +183,7 @@ class Attribute:
         codes, inside = self.codes(s)
         if not inside.all():
             where = (f"its {self.size} categories" if self.categories is not None
-                     else f"[{self.edges[0]:g}, {self.edges[-1]:g}] or not numeric")
+                     else f"[{self._bin_edges[0]:g}, {self._bin_edges[-1]:g}] or not numeric")
             raise ValueError(f"attribute {self.name!r} has {int((~inside).sum())} value(s) outside {where}")
         return codes
 
@@ -186,7 +192,7 @@ class Attribute:
         if self.categories is not None:
             return {"name": self.name,
                     "categories": [c.item() if isinstance(c, np.generic) else c for c in self.categories]}
-        return {"name": self.name, "edges": list(self.edges)}
+        return {"name": self.name, "edges": list(self._bin_edges)}
 
 
 @dataclass(frozen=True)
@@ -394,7 +400,7 @@ class Domain:
             fh.write(text)
 
     @classmethod
-    def from_text(cls, text: str) -> Domain:
+    def from_text(cls, text: str | bytes) -> Domain:
         """A domain from schema text, YAML or JSON (JSON is YAML too).
 
         Raises
@@ -578,7 +584,7 @@ class Table:
             elif numeric:
                 k = limits.whole_number(bins.get(col, 16), f"bins for {col!r}", limit="bins")
                 read = read or col not in ranges
-                rng = ranges.get(col) if col in ranges else (float(s.min()), float(s.max()))
+                rng = ranges[col] if col in ranges else (float(s.min()), float(s.max()))
                 try:
                     lo, hi = (float(v) for v in rng)
                 except (TypeError, ValueError):

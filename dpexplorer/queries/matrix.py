@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import cached_property
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +32,10 @@ import scipy.sparse
 import scipy.sparse.linalg
 
 from . import limits
+
+if TYPE_CHECKING:  # for the annotations of attributes other modules attach; no import cycle at run time
+    from ..core.optimization import OptimizationResult
+    from ..strategies.classic import GreedyHResult
 
 __all__ = [
     "DENSE_LIMIT",
@@ -100,6 +104,14 @@ class Matrix:
     _domain: tuple[int, ...] | None = None
     #: declarative description of a named 1D building block (see dpexplorer.queries.spec)
     spec: dict | None = None
+    # Attributes other modules attach to some instances; declared (without a value, so an instance
+    # that was not given one still has none: ``getattr(M, name, None)`` finds nothing) for the type
+    # checker.  An optimised strategy's run (dpexplorer.core.optimization.attach):
+    optimization: OptimizationResult
+    #: the GreedyH run that built a strategy (dpexplorer.strategies.classic.greedy_h, DAWA stage 2)
+    greedy: GreedyHResult
+    #: attribute names of a multi-dimensional workload, one per domain axis (dpexplorer.queries.spec)
+    attributes: tuple[str, ...]
 
     # ----------------------------------------------------------------- basics
     @property

@@ -44,6 +44,7 @@ import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -229,7 +230,7 @@ def parse_orders(value, d: int | None = None) -> list[int]:
         negative or above ``d``.
     """
     if isinstance(value, str):
-        orders = []
+        orders: list[int] = []
         items = [t for t in re.split(r"[,;\s]+", value.strip()) if t]
         if not items:
             raise ValueError("no marginal order given: write k, a list such as 1, 2 or a span such as 0-3")
@@ -614,7 +615,8 @@ def loads(text: str, format: str | None = None) -> Matrix:
     if not isinstance(text, str):
         raise ValueError(f"spec text must be a string, got {type(text).__name__}")
     check_text(text)
-    data, reason = None, None
+    data: Any = None  # whatever the parser returns; from_spec checks it
+    reason: str | None = None
     if fmt in (None, "json"):
         try:
             data = json.loads(text)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -162,7 +163,7 @@ _RANDOM_KINDS = {"uniform": None, "clustered": 256.0, "large_clustered": 1024.0}
 
 
 def random_ranges(n: int, m: int = 2000, kind: str = "uniform", seed: int = 0,
-                  centers: int = 5) -> Matrix:
+                  centers: int = 5) -> RangeQueries:
     """Random interval workloads of DAWA Sec. 5.1, seeded.
 
     Parameters
@@ -211,7 +212,7 @@ def random_ranges(n: int, m: int = 2000, kind: str = "uniform", seed: int = 0,
         lo = np.searchsorted(starts, k, side="right") - 1
         hi = lo + (k - starts[lo])
     else:
-        std = _RANDOM_KINDS[kind]
+        std = cast(float, _RANDOM_KINDS[kind])  # None only for "uniform"
         per = int(math.ceil(m / centers))
         c = rng.integers(0, n, size=centers)
         cc = np.repeat(c, per)[:m]
@@ -322,14 +323,18 @@ def predicates(M, name: str = "predicates") -> Matrix:
         cols = len(M[0]) if rows and isinstance(M[0], list | tuple) else 1
         limits.check("explicit_entries", rows * cols, f"{name}: entries of the {rows:,} × {cols:,} matrix")
     elif scipy.sparse.issparse(M) or isinstance(M, np.ndarray):
-        if M.ndim == 2:
-            limits.check("explicit_entries", M.shape[0] * M.shape[1],
-                         f"{name}: entries of the {M.shape[0]:,} × {M.shape[1]:,} matrix")
+        # scipy's stubs narrow issparse to SparseABC, which declares no ndim or shape (nor does
+        # sparray alone); every sparse matrix and array has both
+        shaped = cast(Any, M)
+        if shaped.ndim == 2:
+            limits.check("explicit_entries", shaped.shape[0] * shaped.shape[1],
+                         f"{name}: entries of the {shaped.shape[0]:,} × {shaped.shape[1]:,} matrix")
     else:
         raise ValueError(f"{name}: the predicate matrix must be a 2D 0/1 matrix (nested lists, a numpy "
                          f"array or a scipy sparse matrix), got {type(M).__name__}")
+    W: Matrix
     if scipy.sparse.issparse(M):
-        S = scipy.sparse.csr_array(M)
+        S = scipy.sparse.csr_array(cast(Any, M))  # as above: the stubs take no SparseABC
         if S.shape[0] == 0 or S.shape[1] == 0:
             raise ValueError("a predicate workload needs at least one query and one cell")
         if not np.all(np.isin(S.data, (0, 1))):
@@ -352,7 +357,7 @@ def predicates(M, name: str = "predicates") -> Matrix:
 
 # ----------------------------------------------------------------- blocks
 #: Named 1D building blocks of the declarative spec: ``name -> builder(n, **params)``.
-BLOCKS = {
+BLOCKS: dict[str, Callable[..., Matrix]] = {
     "identity": lambda n: identity(n),
     "total": lambda n: total(n),
     "identity_total": lambda n: identity_total(n),
@@ -480,7 +485,7 @@ def union(workloads: Sequence[Matrix], weights: Sequence[float] | None = None,
     return out
 
 
-def marginal(domain: Sequence[int], attrs: Sequence[int]) -> Matrix:
+def marginal(domain: Sequence[int], attrs: Iterable[int]) -> Matrix:
     """The marginal on attributes ``attrs`` of a d-dimensional domain.
 
     Query matrix ``⊗_i (I_{n_i} if i ∈ attrs else 1ᵀ_{n_i})`` (HDMM Sec. 7).
@@ -570,7 +575,8 @@ def _orders(k, d: int, what: str) -> list[int]:
     if not isinstance(orders, list | tuple | range | np.ndarray) or len(orders) == 0:
         raise ValueError(f"{what}: the order must be a whole number or a non-empty list of them, got {k!r}")
     for o in orders:
-        if isinstance(o, bool) or not isinstance(o, numbers.Integral) or not 0 <= o <= d:
+        # typeshed's numbers.Integral declares no comparison with int; every Integral has one
+        if isinstance(o, bool) or not isinstance(o, numbers.Integral) or not 0 <= o <= d:  # type: ignore[operator]
             raise ValueError(f"{what}: marginal order {o!r} is not a whole number in [0, {d}]")
     terms = sum(math.comb(d, int(o)) for o in orders)
     limits.check("factors", terms * d, f"{what}: Kronecker factors ({terms:,} marginals × {d} attributes)")

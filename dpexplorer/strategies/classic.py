@@ -153,6 +153,7 @@ def hb_branching(n: int) -> tuple[int, int]:
         cost, h = _hb_cost(n, b)
         if best is None or cost < best[0] - 1e-12:
             best = (cost, b, h)
+    assert best is not None  # n >= 2 here, so the loop above found at least one branching factor
     return best[1], best[2]
 
 

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -169,7 +169,8 @@ class FourierStrategy(VStack):
         totals = [Dense(np.full((1, n), 1.0 / math.sqrt(n)), name=f"1/√{n}") for n in dom]
         blocks = []
         for b in measured:
-            factors = [bases[i] if b >> i & 1 else totals[i] for i in range(d)]
+            # bases[i] is None only where dom[i] == 1, an attribute no measured set contains
+            factors = [cast(Dense, bases[i]) if b >> i & 1 else totals[i] for i in range(d)]
             blocks.append(Kronecker(factors, name=f"χ{_label(b, d)}"))
         super().__init__(blocks, name=name)
         self._domain = dom

@@ -83,6 +83,7 @@ class FactorInverse:
 
     def __init__(self, A: Matrix):
         self.n = A.n
+        self._inv: GramInverse | None  # None for the closed forms (kind "identity" or "ones")
         if isinstance(A, Identity):
             self.kind, self._inv = "identity", None
         elif isinstance(A, Ones):
@@ -97,6 +98,7 @@ class FactorInverse:
             return np.eye(self.n)
         if self.kind == "ones":
             return np.full((self.n, self.n), 1.0 / (self.rows * self.n * self.n))
+        assert self._inv is not None  # kind "general"
         return self._inv.pinv
 
     def supports(self, G: np.ndarray) -> bool:
@@ -106,6 +108,7 @@ class FactorInverse:
         if self.kind == "ones":
             scale = max(float(np.abs(G).max()), 1e-300)
             return bool(np.ptp(G) <= 1e-8 * scale)
+        assert self._inv is not None  # kind "general"
         return self._inv.supports(G)
 
     def trace(self, G: np.ndarray) -> float:
@@ -114,6 +117,7 @@ class FactorInverse:
             return float(np.trace(G))
         if self.kind == "ones":
             return float(G.sum()) / (self.rows * self.n * self.n)
+        assert self._inv is not None  # kind "general"
         return self._inv.trace(G)
 
 

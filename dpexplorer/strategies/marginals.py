@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import scipy.optimize
 from threadpoolctl import threadpool_limits
 
@@ -145,8 +146,8 @@ def _complement_sizes(domain) -> np.ndarray:
 # ======================================================== subset-sum transforms
 # An array x over masks reshaped to (2,)*d in C order has axis j <-> bit d-1-j.
 def _axis_views(X: np.ndarray, ax: int):
-    lo = [slice(None)] * X.ndim
-    hi = [slice(None)] * X.ndim
+    lo: list[slice | int] = [slice(None)] * X.ndim
+    hi: list[slice | int] = [slice(None)] * X.ndim
     lo[ax], hi[ax] = 0, 1
     return tuple(lo), tuple(hi)
 
@@ -178,7 +179,7 @@ def _superset_moebius(y: np.ndarray, d: int) -> np.ndarray:
     return X.reshape(-1)
 
 
-def _kron_bits(pairs: Sequence[np.ndarray]) -> np.ndarray:
+def _kron_bits(pairs: Sequence[npt.ArrayLike]) -> np.ndarray:
     """Array over masks with entry ``Π_i pairs[i][bit i of the mask]``.
 
     ``pairs[i] = (value if i ∉ a, value if i ∈ a)``; attribute 0 is the least
@@ -836,7 +837,7 @@ def _contract(Phi: np.ndarray, mats: list[np.ndarray]) -> np.ndarray:
     """``out[r_0..r_{d-1}] = Σ_c Phi[c_0..c_{d-1}] Π_i mats[i][c_i, r_i]``, flattened in C order."""
     d = Phi.ndim
     T = Phi
-    labels = list(range(d))  # current axis -> attribute (or ('r', i) once contracted)
+    labels: list[int | tuple[str, int]] = list(range(d))  # current axis -> attribute (or ('r', i) once contracted)
     order = sorted(range(d), key=lambda i: mats[i].shape[1])
     for i in order:
         pos = labels.index(i)
@@ -1119,14 +1120,15 @@ def opt_m(W, noise: NoiseModel, restarts: int = 5, seed: int = 0, maxiter: int =
             raise ValueError("theta0 must be non-negative")
         starts.append(th0)
     bounds = [(0.0, None)] * (2**d)
-    best = None
-    finals = []
+    best: tuple | None = None  # (value, theta, trace, result) of the best restart so far
+    finals: list[float] = []
     # the loop is sequential work on vectors of 2**d entries: BLAS threads only
     # add contention (L-BFGS-B ran 100x slower with them on a loaded 2-core machine)
     with threadpool_limits(limits=1, user_api="blas"):
         for r in range(restarts):
             x0 = starts[r] if r < len(starts) else rng.random(2**d)
             best = _opt_m_restart(fun, x0, bounds, r, restarts, maxiter, best, finals)
+    assert best is not None  # restarts >= 1 (checked above), so the loop ran
     value, theta, trace, res = best
     scale = MarginalStrategy(sp.domain, theta).sensitivity(norm)
     strategy = MarginalStrategy(sp.domain, theta / scale, name="opt_m")

@@ -101,8 +101,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NoReturn, cast
 
 import numpy as np
 import pandas as pd
@@ -245,6 +246,7 @@ class _FactorStats:
 
 def _factor_stats(f: Matrix, cache: dict) -> _FactorStats:
     """``α_r = ‖r‖² − (r·1)²/n`` and ``γ_r = (r·1)²/n²`` for every row ``r`` of a factor."""
+    key: tuple[str, int] | tuple[str, int, int] | int
     if type(f) is Identity:
         key = ("I", f.n)
     elif isinstance(f, Ones):
@@ -334,19 +336,20 @@ def _term_groups(terms: list[_Term], mode: str) -> _Groups:
         If a query involves more than :data:`MAX_QUERY_ATTRIBUTES` attributes,
         or (``"queries"``, ``"pareto"``) there are more than :data:`MAX_QUERY_GROUPS` groups.
     """
+    attrs: list[tuple[int, ...]]
     attrs, alphas, gammas, scales, counts, term_of = [], [], [], [], [], []
     for t, term in enumerate(terms):
         w2 = term.weight**2
         if mode == "totals":
-            S, a, g, K = [], [], [], w2
+            members, a, g, K = [], [], [], w2
             for i, st in term.factors.items():
                 if st.sum_alpha > 0:
-                    S.append(i)
+                    members.append(i)
                     a.append(st.sum_alpha)
                     g.append(st.sum_gamma)
                 else:
                     K *= st.sum_gamma
-            choices = [(tuple(S), a, g, K, float(term.rows))]
+            choices = [(tuple(members), a, g, K, float(term.rows))]
         else:
             fixed, K, count, varying = [], w2, 1.0, []
             for i, st in term.factors.items():
@@ -439,7 +442,8 @@ class _Parsed:
                                       masks, np.concatenate(coefs) if coefs else np.zeros(0))
         return self._enumerated[mode]
 
-    def coefficients(self, mode: str, index: dict, unsupported) -> scipy.sparse.csr_array:
+    def coefficients(self, mode: str, index: dict,
+                     unsupported: Callable[[int], NoReturn]) -> scipy.sparse.csr_array:
         """Sparse ``C``: groups × residual sets of ``index``; ``unsupported(mask)`` raises for others."""
         rows, masks, coefs = self.enumerated(mode)
         cols = np.empty(len(masks), dtype=np.int64)
@@ -583,12 +587,12 @@ def _solve_max(C: scipy.sparse.csr_array, p: np.ndarray, sigma2_start: np.ndarra
 
     def fun(xi):
         lam = xi * xi
-        r = np.sqrt(np.maximum(Cst @ lam, 1e-300))
+        r = np.sqrt(np.maximum(cast(np.ndarray, Cst @ lam), 1e-300))  # sparse @ vector: a dense vector
         return float(lam.sum() - 2.0 * np.dot(sq_p, r)), 2.0 * xi * (1.0 - Cs @ (sq_p / r))
 
     # start: the sum objective's multipliers (every group alike), scaled optimally on their ray
     lam = np.ones(G)
-    lam *= (float(np.dot(sq_p, np.sqrt(Cst @ lam))) / G) ** 2
+    lam *= (float(np.dot(sq_p, np.sqrt(cast(np.ndarray, Cst @ lam)))) / G) ** 2  # sparse @ vector: dense
     best = (lam, *bounds(lam))
     rounds = evaluations = iterations = 0
     while rounds < 10 and best[2] / best[3] - 1.0 > tol:
@@ -728,7 +732,7 @@ class ResidualPlan:
         marginal is a sum of theirs.
         """
         supports = {_mask(S) for S in self._parsed.groups("totals").attrs if S}
-        covered = set()
+        covered: set[int] = set()
         for mk in supports:  # the closure's maximal sets are the maximal supports
             covered.update(sub for sub in _submasks(mk) if sub != mk)
         maximal = [mk for mk in self._masks if mk in supports and mk not in covered]
@@ -888,7 +892,7 @@ class ResidualPlan:
             if k is None:
                 continue
             b = set(_bits(b_mask))
-            M = np.ones((1, 1))
+            M: np.ndarray = np.ones((1, 1))
             for i in union:
                 k_i = n[i]
                 if i in b:
@@ -1394,9 +1398,10 @@ def residual_planner(W, noise: NoiseModel | None = None, objective: str = "sum",
     info = dict(p.info)
     if objective == "max":
         info["max_variance"] = info["upper"]
-    return optimization.attach(optimization.OptimizationResult(
+    # attach returns the strategy it is given, here p.strategy(), a ResidualStrategy
+    return cast(ResidualStrategy, optimization.attach(optimization.OptimizationResult(
         strategy=A, objective=p.unit_tse, seconds=p.info["seconds"], method="residual_planner",
-        info=info))
+        info=info)))
 
 
 def _build(W, noise, objective="sum"):
