@@ -300,7 +300,7 @@ CASES: list[Case] = [
       "ValueError: larger than the domain"),
     C("spec_marginals_too_big_order", "spec.from_spec({'domain': [4, 4], 'marginals': [50]})",
       "ValueError: marginal orders"),
-    C("spec_marginals_str", "spec.from_spec({'domain': [4, 4], 'marginals': 'a'})", "ValueError: orders"),
+    C("spec_marginals_str", "spec.from_spec({'domain': [4, 4], 'marginals': 'a'})", "ValueError: marginal order"),
     C("spec_range_marginals_kind",
       "spec.from_spec({'domain': [4], 'range_marginals': {'orders': [1], 'kind': 'x'}})",
       "ValueError: kind"),
