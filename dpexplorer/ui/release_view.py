@@ -27,6 +27,7 @@ Driven without a browser::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -45,7 +46,6 @@ import dpexplorer as dpx
 from dpexplorer import figures
 from dpexplorer import mechanism as _mechanism
 from dpexplorer.core import registry
-from dpexplorer.privacy import PrivacyLedger
 from dpexplorer.queries.matrix import Matrix
 
 from .compare_view import too_large
@@ -135,42 +135,18 @@ class ReleaseRecord:
         return dpx.error.empirical_rmse(self.release.answers, self.true_answers)
 
 
-@dataclass
-class Simulation:
-    """Trials of a mechanism on the same data, outside the session ledger.
+@dataclass(frozen=True)
+class Simulation(_mechanism.AnswerBands):
+    """Trials of a mechanism on the same data, outside the session ledger: the engine's
+    :class:`~dpexplorer.mechanism.AnswerBands` and what they ran on.
 
     Attributes
     ----------
-    mechanism : str
-    trials : int
-    seed : int
-        Session seed the trial seeds were derived from
-        (``SeedSequence([seed, TRIAL_SEED_TAG]).spawn(trials)``).
-    shown : ndarray of int
-        Queries whose bands are kept.
-    q05, q50, q95 : ndarray, shape (len(shown),)
-        5 %, 50 % and 95 % quantiles of each shown query's answer over the trials.
-    empirical_rmse : float
-        ``sqrt(mean((W x̂_t − W x)²))`` over all queries and trials.
-    trial_rmse : ndarray, shape (trials,)
-        RMSE of every trial.
-    ledger : PrivacyLedger
-        The throwaway ledger the trials spent from.
     dataset : str
     workload : Matrix
         What the trials ran on.
     """
 
-    mechanism: str
-    trials: int
-    seed: int
-    shown: np.ndarray
-    q05: np.ndarray
-    q50: np.ndarray
-    q95: np.ndarray
-    empirical_rmse: float
-    trial_rmse: np.ndarray
-    ledger: PrivacyLedger
     dataset: str = ""
     workload: Matrix | None = None
 
@@ -332,8 +308,8 @@ class ReleaseView(Page, param.Parameterized):
         shown = self.shown_queries(W.m) if shown is None or len(shown) > W.m else np.asarray(shown)
         b = _mechanism.answer_bands(x, W, self.mechanism, noise, int(trials), int(seed), shown,
                                     progress=lambda t: self._set(progress=t))
-        return Simulation(b.mechanism, b.trials, b.seed, b.shown, b.q05, b.q50, b.q95,
-                          b.empirical_rmse, b.trial_rmse, b.ledger, ds.name, W)
+        fields = {f.name: getattr(b, f.name) for f in dataclasses.fields(b)}  # shallow: the ledger
+        return Simulation(**fields, dataset=ds.name, workload=W)
 
     # ============================================================ downloads
     def _release_or_raise(self):
