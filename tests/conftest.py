@@ -273,3 +273,15 @@ def reference_errors(problems) -> list[str]:
     """Bokeh's "reference pNNNN isn't known" among a page's recorded problems: the server sent
     a change of a model the browser never received."""
     return [p for p in problems if re.search(r"reference p\d+ isn't known", p)]
+
+
+def labelled_input(pg, label: str):
+    """The first ``<input>`` of the served page's widget captioned ``label`` (Playwright locator)."""
+    return pg.locator(".bk-input-group", has_text=label).locator("input").first
+
+
+def fill_input(pg, label: str, value: str) -> None:
+    """Type ``value`` in the widget captioned ``label`` and press Enter."""
+    box = labelled_input(pg, label)
+    box.fill(value)
+    box.press("Enter")

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import fill_input as _fill
+from conftest import labelled_input as _input
 from test_browser import READY_MS, _shot, browser, page, server, unexpected_problems  # noqa: F401
 
 import dpexplorer as dpx
@@ -49,14 +51,6 @@ def _tab(pg, title: str, ready) -> None:
     ready.first.wait_for(state="visible", timeout=READY_MS)
 
 
-def _input(pg, label: str):
-    return pg.locator(".bk-input-group", has_text=label).locator("input").first
-
-
-def _fill(pg, label: str, value: str) -> None:
-    box = _input(pg, label)
-    box.fill(value)
-    box.press("Enter")
 
 
 def _refused_then_taken(pg, label: str, bad: str, message: str, good: str, shown: str) -> None:

@@ -19,6 +19,8 @@ import re
 
 import pytest
 from conftest import ServerLog, reference_errors, start_server, stop_server
+from conftest import fill_input as _fill
+from conftest import labelled_input as _input
 from test_browser import READY_MS, _shot, browser, page, unexpected_problems  # noqa: F401
 
 expect = pytest.importorskip("playwright.sync_api").expect  # (skips without playwright)
@@ -51,14 +53,6 @@ def _tab(pg, title: str, ready) -> None:
     ready.first.wait_for(state="visible", timeout=READY_MS)
 
 
-def _input(pg, label: str):
-    return pg.locator(".bk-input-group", has_text=label).locator("input").first
-
-
-def _fill(pg, label: str, value: str) -> None:
-    box = _input(pg, label)
-    box.fill(value)
-    box.press("Enter")
 
 
 def _toast(pg, pattern: str) -> str:

@@ -211,18 +211,6 @@ def test_layout_and_selectors():
     assert math.isfinite(view.right_info.unit_tse)
 
 
-@pytest.fixture
-def reported(monkeypatch):
-    messages: list[str] = []
-    original = Session.report
-
-    def report(self, message):
-        messages.append(message)
-        original(self, message)
-    monkeypatch.setattr(Session, "report", report)
-    return messages
-
-
 # ----------------------------------------------------------------- server
 @pytest.mark.slow
 def test_pages_served_together(tmp_path):
