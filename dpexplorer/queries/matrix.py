@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -32,10 +32,6 @@ import scipy.sparse
 import scipy.sparse.linalg
 
 from . import limits
-
-if TYPE_CHECKING:  # for the annotations of attributes other modules attach; no import cycle at run time
-    from ..core.optimization import OptimizationResult
-    from ..strategies.classic import GreedyHResult
 
 __all__ = [
     "DENSE_LIMIT",
@@ -107,9 +103,9 @@ class Matrix:
     # Attributes other modules attach to some instances; declared (without a value, so an instance
     # that was not given one still has none: ``getattr(M, name, None)`` finds nothing) for the type
     # checker.  An optimised strategy's run (dpexplorer.core.optimization.attach):
-    optimization: OptimizationResult
+    optimization: Any  # a core.optimization.OptimizationResult (a higher layer)
     #: the GreedyH run that built a strategy (dpexplorer.strategies.classic.greedy_h, DAWA stage 2)
-    greedy: GreedyHResult
+    greedy: Any  # a strategies.classic.GreedyHResult (a higher layer)
     #: attribute names of a multi-dimensional workload, one per domain axis (dpexplorer.queries.spec)
     attributes: tuple[str, ...]
 
