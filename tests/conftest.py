@@ -181,14 +181,20 @@ def start_server(log_path, wait_path: str | None = None, app: str = "apps/explor
     """``panel serve app`` on a free 127.0.0.1 port: ``(process, app URL, log file)``.
 
     Waits (90 s at most) until ``wait_path`` answers (default: the app's own
-    path, which builds one session).  ``env``: more environment variables.
+    path, which builds one session).  ``env``: more environment variables.  The
+    server's ledger store is a fresh file beside ``log_path`` unless ``env`` sets
+    ``DPEXPLORER_LEDGER``.
     The server's output (stdout and stderr) goes to ``log_path``.
     """
     import urllib.error
     import urllib.request
 
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "BOKEH_RESOURCES": "server", **(env or {})}
+    # a ledger store of the server's own (unless ``env`` names one): module-scoped servers start
+    # before any test's fresh store is set, and one module's releases must not spend another's budget
+    store = str(Path(log_path).parent / f"ledgers-{port}.sqlite")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BOKEH_RESOURCES": "server",
+           "DPEXPLORER_LEDGER": store, **(env or {})}
     # the server's log goes to a file: an unread pipe fills up and blocks the server
     log = open(log_path, "w")
     proc = subprocess.Popen(
