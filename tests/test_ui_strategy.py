@@ -18,15 +18,11 @@ import dpexplorer as dpx
 pn = pytest.importorskip("panel")
 hv = pytest.importorskip("holoviews")
 
+from dpexplorer.queries.drawing import block_mean, kronecker_factors  # noqa: E402
 from dpexplorer.ui import strategy_view  # noqa: E402
 from dpexplorer.ui.compare_view import ComparePage  # noqa: E402
 from dpexplorer.ui.session import Session  # noqa: E402
-from dpexplorer.ui.strategy_view import (  # noqa: E402
-    StrategyView,
-    block_mean,
-    drawable,
-    heatmap_element,
-)
+from dpexplorer.ui.strategy_view import StrategyView, heatmap_element  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +65,7 @@ def test_matrices_equal_strategy_for_small_n(left, right):
 
 def test_heatmap_is_drawn_in_matrix_orientation():
     A = dpx.strategies.h2(8)
-    h = strategy_view.heatmaps(A)[0]
+    h = dpx.queries.drawing.heatmaps(A)[0]
     img = heatmap_element(h)
     arr = A.dense()
     for r, c in [(0, 0), (0, 7), (14, 0), (9, 4), (5, 3)]:
@@ -102,19 +98,12 @@ def test_large_strategies_are_block_averaged():
         assert all(e.dimension_values(2, flat=False).shape[0] <= 512 for e in images)
 
 
-def test_max_pixels_and_sparse_path(monkeypatch):
+def test_max_pixels_block_averages_and_redraws():
     session, view = _view(dpx.workloads.prefix(64), left="h2", right="identity", max_pixels=16)
     A = session.cache.entry(session.workload, "h2", dpx.Laplace(1.0))[0]  # 127 × 64
     a = _maps(view.left_info, "A")[0]
     assert a.block == (8, 4) and a.array.shape == (16, 16)
     np.testing.assert_allclose(a.array, block_mean(A.dense(), 8, 4), rtol=1e-12)
-    # above the dense limit a sparse strategy is averaged through scipy.sparse, same numbers
-    monkeypatch.setattr(strategy_view, "DRAW_DENSE_LIMIT", 100)
-    arr, block = drawable(A, 16)
-    assert block == (8, 4)
-    np.testing.assert_allclose(arr, block_mean(A.dense(), 8, 4), rtol=1e-12)
-    with pytest.raises(strategy_view.TooLargeToDraw):  # no cheap sparse form either
-        drawable(dpx.matrix.Kronecker([dpx.matrix.AllRange(16), dpx.matrix.AllRange(4)]), 16)
     # changing max_pixels redraws
     view.max_pixels = 512
     view.wait(60)
@@ -339,7 +328,7 @@ def test_stacked_blocks_of_opt_plus():
     parts = [h for h in info.heatmaps if h.part is not None]
     assert parts and {h.part for h in parts} == set(range(min(len(A.blocks), 3)))
     for h in parts:
-        F = strategy_view._factors(A.blocks[h.part])[h.factor]
+        F = kronecker_factors(A.blocks[h.part])[h.factor]
         np.testing.assert_allclose(h.array, F.dense(), rtol=1e-12)
     assert "blocks (stacked sub-strategies)" in view.stats("left")
     # OPT⊗ (one Kronecker product): factor views, no blocks

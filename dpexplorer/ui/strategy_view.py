@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from dataclasses import dataclass, field
 
 import holoviews as hv
@@ -43,18 +42,10 @@ import numpy as np
 import pandas as pd
 import panel as pn
 import param
-import scipy.sparse
 
 import dpexplorer as dpx
-from dpexplorer.queries.matrix import (
-    Dense,
-    Identity,
-    Kronecker,
-    Matrix,
-    Sparse,
-    VStack,
-    Weighted,
-)
+from dpexplorer.queries.drawing import Heatmap, heatmaps, kronecker_factors
+from dpexplorer.queries.matrix import Matrix
 
 from . import workers
 from .compare_view import _LABEL, _message, check_workload, structured_1d
@@ -70,22 +61,12 @@ from .optimize_view import (
     marginal_weights_plot,
     optimization_of,
 )
-from .redraws import served_document
-from .session import Session
-from .shown import ShownGate
-from .tasks import OPTIMIZER_THREADS, Jobs, build_lock
+from .session import Page, Session
+from .tasks import Task, build_lock
 
-__all__ = ["StrategyView", "StrategyInfo", "Heatmap", "drawable", "block_mean",
-           "DRAW_DENSE_LIMIT", "MAX_BLOCKS_DRAWN"]
+__all__ = ["StrategyView", "StrategyInfo", "heatmap_element"]
 
 log = logging.getLogger(__name__)
-
-#: Largest number of entries materialised densely to draw one matrix (128 MiB).
-DRAW_DENSE_LIMIT = 2**24
-#: Largest number of nonzeros of a range-query matrix turned sparse to draw it.
-DRAW_SPARSE_LIMIT = 50_000_000
-#: Blocks of a stacked strategy (OPT+) whose Kronecker factors are drawn.
-MAX_BLOCKS_DRAWN = 3
 
 SIDES = ("left", "right")
 
@@ -99,47 +80,6 @@ of every workload answer depends on ``A`` only through its sensitivity (the
 largest column norm: L1 for Laplace, L2 for Gaussian) and its Gram matrix
 ``AᵀA`` (second heatmap).  Pick two mechanisms to compare them.
 """
-
-
-class TooLargeToDraw(ValueError):
-    """The matrix cannot be materialised, even block-averaged."""
-
-
-@dataclass
-class Heatmap:
-    """One matrix as drawn.
-
-    Attributes
-    ----------
-    title : str
-        Plot title (says when the matrix is block-averaged).
-    kind : {"A", "gram"}
-    factor : int or None
-        Kronecker factor index (0-based), None for the whole strategy.
-    part : int or None
-        Block of a stacked strategy (OPT+) the factor belongs to, None otherwise.
-    shape : tuple of int
-        Shape of the matrix itself.
-    array : ndarray or None
-        What is drawn: the matrix, or its block means; None with a message.
-    block : tuple of int
-        Rows × columns averaged per pixel ((1, 1): drawn exactly).
-    message : str
-        Why nothing is drawn (``array`` is None).
-    """
-
-    title: str
-    kind: str
-    factor: int | None
-    shape: tuple
-    array: np.ndarray | None
-    block: tuple = (1, 1)
-    message: str = ""
-    part: int | None = None  # block of a stacked strategy (0-based), None for the whole
-
-    @property
-    def downsampled(self) -> bool:
-        return self.block != (1, 1)
 
 
 @dataclass
@@ -171,131 +111,6 @@ class StrategyInfo:
         return dpx.error.rmse_from_unit(self.unit_tse, self.W.m, noise)
 
 
-# ---------------------------------------------------------------- drawing
-def block_mean(D, rb: int, cb: int) -> np.ndarray:
-    """Means of ``rb × cb`` blocks of a dense or scipy-sparse matrix (last blocks may be smaller)."""
-    m, n = D.shape
-    r0, c0 = np.arange(0, m, rb), np.arange(0, n, cb)
-    rc = np.diff(np.append(r0, m)).astype(float)
-    cc = np.diff(np.append(c0, n)).astype(float)
-    if scipy.sparse.issparse(D):
-        R = scipy.sparse.csr_array((1.0 / np.repeat(rc, rc.astype(int)),
-                                    (np.arange(m) // rb, np.arange(m))), shape=(r0.size, m))
-        C = scipy.sparse.csr_array((1.0 / np.repeat(cc, cc.astype(int)),
-                                    (np.arange(n), np.arange(n) // cb)), shape=(n, c0.size))
-        return np.asarray((R @ scipy.sparse.csr_array(D) @ C).toarray())
-    D = np.asarray(D, dtype=float)
-    S = np.add.reduceat(np.add.reduceat(D, r0, axis=0), c0, axis=1)
-    return S / rc[:, None] / cc[None, :]
-
-
-def _sparse_form(M: Matrix):
-    """A scipy sparse form of ``M`` when one is cheap to get, else None."""
-    if isinstance(M, Sparse):
-        return M.matrix
-    if isinstance(M, Identity):
-        return M.sparse()
-    if isinstance(M, Weighted):
-        S = _sparse_form(M.base)
-        return None if S is None else M.weight * S
-    if isinstance(M, VStack):
-        parts = [_sparse_form(b) for b in M.blocks]
-        return None if any(p is None for p in parts) else scipy.sparse.vstack(parts, format="csr")
-    lengths = getattr(M, "lengths", None)
-    if callable(lengths) and float(np.sum(lengths())) <= DRAW_SPARSE_LIMIT:
-        return M.sparse()
-    return None
-
-
-def drawable(M: Matrix, max_pixels: int = 512) -> tuple[np.ndarray, tuple[int, int]]:
-    """``(array, (rb, cb))``: ``M`` itself, or its ``rb × cb`` block means, at most ``max_pixels``².
-
-    Raises
-    ------
-    TooLargeToDraw
-        If ``M`` is too large to materialise and has no cheap sparse form.
-    """
-    m, n = M.shape
-    rb, cb = max(1, math.ceil(m / max_pixels)), max(1, math.ceil(n / max_pixels))
-    if isinstance(M, Dense):
-        D = M.array
-    elif m * n <= DRAW_DENSE_LIMIT:
-        D = M.dense()
-    else:
-        D = _sparse_form(M)
-        if D is None:
-            raise TooLargeToDraw(f"{m:,} × {n:,} = {m * n:,} entries: too large to draw")
-    if rb == cb == 1:
-        return (D.toarray() if scipy.sparse.issparse(D) else np.asarray(D, dtype=float)), (1, 1)
-    return block_mean(D, rb, cb), (rb, cb)
-
-
-def _factors(A: Matrix) -> list[Matrix] | None:
-    """Factors of a (weighted) Kronecker strategy, the weight folded into the first; else None."""
-    if isinstance(A, Kronecker) and len(A.factors) > 1:
-        return list(A.factors)
-    if isinstance(A, Weighted):
-        inner = _factors(A.base)
-        if inner is not None:
-            return [Weighted(inner[0], A.weight)] + inner[1:]
-    return None
-
-
-def _block_heatmaps(A: Matrix, max_pixels: int) -> list[Heatmap]:
-    """The factors ``A_j`` of the first :data:`MAX_BLOCKS_DRAWN` Kronecker blocks of a stacked strategy."""
-    out = []
-    blocks = getattr(A, "blocks", None) or []
-    for j, B in enumerate(blocks[:MAX_BLOCKS_DRAWN]):
-        factors = _factors(B)
-        if factors is None:
-            continue
-        for i, F in enumerate(factors):
-            what = f"block {j + 1} of {len(blocks)}, factor {i + 1} of {len(factors)} ({F.name})"
-            try:
-                arr, blk = drawable(F, max_pixels)
-            except (TooLargeToDraw, dpx.MatrixTooLargeError) as exc:
-                out.append(Heatmap(f"{what}: {F.m:,} × {F.n:,}", "A", i, F.shape, None,
-                                   message=f"{what} is not drawn: {exc}", part=j))
-                continue
-            title = f"{what}: {F.m:,} × {F.n:,}"
-            if blk != (1, 1):
-                title += f", block-averaged {blk[0]}×{blk[1]}"
-            out.append(Heatmap(title, "A", i, F.shape, arr, blk, part=j))
-    return out
-
-
-def heatmaps(A: Matrix, max_pixels: int = 512) -> list[Heatmap]:
-    """The heatmaps of ``A`` and ``AᵀA`` (one pair per factor for a Kronecker strategy).
-
-    A stacked strategy (a ``blocks`` attribute, e.g. OPT+) also gets the
-    factors of its first :data:`MAX_BLOCKS_DRAWN` Kronecker blocks.
-    """
-    factors = _factors(A)
-    parts = [(None, A)] if factors is None else list(enumerate(factors))
-    out = []
-    for i, M in parts:
-        where = "" if i is None else f" factor {i + 1} of {len(parts)} ({M.name})"
-        for kind in ("A", "gram"):
-            what = f"A{where}" if kind == "A" else f"AᵀA{where}"
-            try:
-                X = M if kind == "A" else M.gram()
-                shape = X.shape
-                arr, block = drawable(X, max_pixels)
-            except (TooLargeToDraw, dpx.MatrixTooLargeError) as exc:
-                shape = M.shape if kind == "A" else (M.n, M.n)
-                out.append(Heatmap(f"{what}: {shape[0]:,} × {shape[1]:,}", kind, i, shape, None,
-                                   message=f"{what} is not drawn: {exc}"))
-                continue
-            title = f"{what}: {shape[0]:,} × {shape[1]:,}"
-            if block != (1, 1):
-                title += (f", block-averaged {block[0]}×{block[1]} → "
-                          f"{arr.shape[0]:,} × {arr.shape[1]:,}")
-            out.append(Heatmap(title, kind, i, shape, arr, block))
-    if factors is None and getattr(A, "blocks", None) is not None:
-        out.extend(_block_heatmaps(A, max_pixels))
-    return out
-
-
 def heatmap_element(h: Heatmap, size: int = 300) -> hv.Image:
     """hv.Image of a heatmap in matrix orientation (row 0 at the top), in the matrix's own units."""
     rows, cols = h.shape
@@ -313,7 +128,7 @@ def heatmap_element(h: Heatmap, size: int = 300) -> hv.Image:
 
 
 # ---------------------------------------------------------------- the page
-class StrategyView(pn.viewable.Viewer):
+class StrategyView(Page, pn.viewable.Viewer):
     """Two strategies for ``session.workload`` side by side: heatmaps of A and AᵀA, figures.
 
     Parameters
@@ -346,22 +161,14 @@ class StrategyView(pn.viewable.Viewer):
     max_cells = 4096
 
     def __init__(self, session: Session | None = None, background: bool = True, **params):
-        self.session = session if session is not None else Session()
-        self.background = background
-        self._lock = threading.RLock()
-        self._jobs = Jobs(self._lock)
-        #: Redraws wait while the page's tab is hidden (told by ExplorerApp).
-        self.gate = ShownGate(self._lock)
+        self._setup_page(session, background)  # session, lock, tasks, tab gate
         self._tokens = {s: 0 for s in SIDES}
-        self._cancel = {s: False for s in SIDES}
+        #: The build of each side (a task of the page), None before the first.
+        self._tasks: dict[str, Task | None] = {s: None for s in SIDES}
         self._panes: dict = {}
         #: Progress of the optimiser building each side (fed by dpexplorer.core.optimization.report).
         self.progress = {s: OptimizationProgress() for s in SIDES}
         super().__init__(**params)
-        doc = served_document()
-        if doc is not None:
-            # a closed browser tab stops its optimisers (they could run for minutes)
-            doc.on_session_destroyed(lambda ctx: [self.cancel(s) for s in SIDES])
         names = self.mechanisms()
         for side, fallback in zip(SIDES, (names[:1], names[1:2] or names[:1]), strict=True):
             if getattr(self, side) not in names and fallback:
@@ -379,21 +186,21 @@ class StrategyView(pn.viewable.Viewer):
 
     def cancel(self, side: str) -> None:
         """Stop the optimisation building ``side`` ('Build again', :meth:`update`, restarts it)."""
-        self._cancel[side] = True
+        task = self._tasks[side]
+        if task is not None:
+            task.cancel()
+
+    def stop(self) -> None:
+        """Stop both sides' optimisations (the browser tab closed: they could run for minutes)."""
+        for side in SIDES:
+            self.cancel(side)
 
     def info(self, side: str) -> StrategyInfo | None:
         """The :class:`StrategyInfo` shown on ``side`` ("left" or "right")."""
         return getattr(self, f"{side}_info")
 
-    def wait(self, timeout: float = 300.0) -> bool:
-        """Block until the strategies being built are shown."""
-        return self._jobs.wait(timeout)
-
-    def _set(self, **values) -> None:
-        with param.edit_constant(self):
-            self.param.update(**values)
-
-    def _fail(self, message: str) -> None:
+    def _show_error(self, message: str) -> None:
+        """Show ``message`` on the page and report it, unless the session shows it already."""
         self._set(error=message)
         if self.session.error != message:  # e.g. a bad workload, already shown by Compare
             self.session.report(message)
@@ -415,7 +222,7 @@ class StrategyView(pn.viewable.Viewer):
                 for s in SIDES:  # builds under way are dropped; the last strategies stay
                     self._tokens[s] += 1
                 self._set(left_busy=False, right_busy=False, left_status="", right_status="")
-                self._fail(_message(exc))
+                self._show_error(_message(exc))
                 return False
             for s in SIDES if side is None else (side,):
                 name = getattr(self, s)
@@ -425,24 +232,22 @@ class StrategyView(pn.viewable.Viewer):
                         and self._pixels == self.max_pixels and side is None):
                     continue
                 self._tokens[s] += 1
-                self._cancel[s] = False
+                if self._tasks[s] is not None:  # superseded: its optimiser stops
+                    self._tasks[s].cancel()
                 self._set(**{f"{s}_busy": True, f"{s}_status": ""})
                 optimiser = workers.in_worker(dpx.registry.REGISTRY.get(name))
-                self._submit(self._build_job, s, self._tokens[s], W, noise, name, self.max_pixels,
-                             executor=OPTIMIZER_THREADS if optimiser else None)
+                self._tasks[s] = self.start_task(
+                    self._build, s, self._tokens[s], W, noise, name, self.max_pixels,
+                    name=f"strategy {s}", optimizer=optimiser)
             self._pixels = self.max_pixels
             return True
 
     _pixels = None
 
-    def _submit(self, fn, *args, executor=None) -> None:
-        if self.background:
-            self._jobs.submit(fn, *args, executor=executor)
-        else:
-            fn(lambda callback: callback(), *args)
-
-    def _build_job(self, post, side, token, W, noise, name, max_pixels) -> None:
-        """Worker: build (or look up) the strategy and everything drawn of it."""
+    def _build(self, task: Task, side, token, W, noise, name, max_pixels) -> None:
+        """The build of one side (a task): build (or look up) the strategy and everything
+        drawn of it; its progress, status and result are posted to the page."""
+        post = task.post
         try:
             mech = dpx.registry.get(name)
         except KeyError as exc:
@@ -455,7 +260,7 @@ class StrategyView(pn.viewable.Viewer):
         progress = self.progress[side]
         post(lambda: progress.begin(token, mech.label))
         relay = ProgressRelay(post, lambda *a: progress.update(token, *a),
-                              stop=lambda: token != self._tokens[side] or self._cancel[side])
+                              stop=lambda: token != self._tokens[side] or task.cancel_requested)
         try:
             if mech.data_dependent:
                 raise ValueError(f"{mech.label} is data-dependent: it has no fixed strategy")
@@ -483,7 +288,7 @@ class StrategyView(pn.viewable.Viewer):
                 if getattr(A, "theta", None) is not None:
                     names = getattr(W, "attributes", None)
                     info.marginal_weights = marginal_weights_frame(A, names)
-                if getattr(A, "blocks", None) is not None and _factors(A) is None:
+                if getattr(A, "blocks", None) is not None and kronecker_factors(A) is None:
                     info.blocks = blocks_frame(A)
         except Cancelled:
             if token != self._tokens[side]:
@@ -515,7 +320,7 @@ class StrategyView(pn.viewable.Viewer):
             values[f"{side}_info"] = info
         self._set(**values)
         if error:
-            self._fail(error)
+            self._show_error(error)
         else:
             self._set(error="")
 
@@ -539,7 +344,7 @@ class StrategyView(pn.viewable.Viewer):
         except ValueError as exc:
             rmse = f"unavailable ({_message(exc)})"
         W, A = info.W, info.A
-        kron = _factors(A)
+        kron = kronecker_factors(A)
         shape = (" ⊗ ".join(f"{f.m:,}×{f.n:,}" for f in kron) if kron else "")
         text = (f"{head}\n\n"
                 f"| figure | value |\n|---|---|\n"
@@ -711,6 +516,3 @@ class StrategyView(pn.viewable.Viewer):
                     pn.Row(self._column("left"), self._column("right"), sizing_mode="stretch_width"),
                     sizing_mode="stretch_width")
             return self._panes["root"]
-
-    def __panel__(self):
-        return self.panel()
