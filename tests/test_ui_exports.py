@@ -145,7 +145,7 @@ def test_data_page_every_figure():
 
 def test_release_export_holds_only_what_is_released():
     session = Session()
-    page = ReleaseView(session)
+    page = ReleaseView(session, background=False)
     root = page.panel()
     assert page.run_release() is True, session.error
     assert page.run_trials(5, seed=3) is True

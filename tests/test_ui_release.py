@@ -27,7 +27,7 @@ def session():
 
 @pytest.fixture
 def view(session):
-    return ReleaseView(session, trials=10)
+    return ReleaseView(session, trials=10, background=False)
 
 
 def test_defaults():
@@ -302,3 +302,32 @@ def test_big_1d_workload_releases_only_without_n_by_n_matrices(session, view):
     view.mechanism = "hb"
     assert view.run_release() is True, session.error
     assert len(session.ledger.entries) == 1 and view.last.release.x_hat.shape == (n,)
+
+
+def test_release_runs_as_a_task_and_the_page_stays_responsive(monkeypatch, session):
+    """Run release returns at once: the release and its simulation run as a task of the page
+    (the click's thread is not held), the page is busy meanwhile, a second run is refused in
+    words, and the release, the trials done and the simulation are shown when it ends."""
+    import threading
+    import time
+
+    started, go = threading.Event(), threading.Event()
+    real_release = dpx.release
+
+    def held_release(*args, **kwargs):
+        started.set()
+        go.wait(10)
+        return real_release(*args, **kwargs)
+    monkeypatch.setattr(dpx, "release", held_release)
+    view = ReleaseView(session, trials=5)  # background, as served
+    view.mechanism = "hb"
+    t0 = time.monotonic()
+    assert view.run_release() is True
+    assert time.monotonic() - t0 < 5, "the release ran in the caller's thread"
+    assert started.wait(10) and view.busy and view.last is None
+    assert view.run_trials() is False and "wait for it to finish" in view.error
+    go.set()
+    assert view.wait(60)
+    assert not view.busy and view.last is not None and len(session.ledger) == 1
+    assert view.simulation is not None and view.simulation.trials == 5 and view.progress == 5
+    assert view.error == ""

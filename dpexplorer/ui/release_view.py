@@ -16,9 +16,11 @@ and the empirical RMSE next to the analytic one.  In a real deployment one
 would not re-run a mechanism on the private data for free -- the simulation is
 labelled as such and is not part of the release.
 
-Driven without a browser::
+Releases and simulations run as tasks of the page (:mod:`dpexplorer.ui.tasks`): the
+page stays responsive while they run.  Driven without a browser (``background=False``:
+in the caller's thread)::
 
-    view = ReleaseView(session)
+    view = ReleaseView(session, background=False)
     view.mechanism = "hb"; view.trials = 20
     view.run_release()            # True on success; errors go to session.report
     view.last.release.answers     # the Release
@@ -31,7 +33,6 @@ import dataclasses
 import json
 import logging
 import math
-import threading
 from dataclasses import dataclass
 
 import holoviews as hv
@@ -53,11 +54,11 @@ from .exports import FigureExport
 from .redraws import on_session_loop
 from .session import Page, Session, download_bytes, readable_headers, release_stamp, side_by_side
 from .session import exception_message as _message
-from .shown import ShownGate
 from .table_release import LEDGER_COLUMNS, TABLE_MECHANISM, TableRelease, ledger_table
+from .tasks import Task
 
-__all__ = ["ReleaseView", "ReleaseRecord", "Simulation", "DataDependentRelease", "MAX_SHOWN",
-           "TRIAL_SEED_TAG"]
+__all__ = ["ReleaseView", "ReleaseRecord", "Simulation", "SimulationFailed", "DataDependentRelease",
+           "MAX_SHOWN", "TRIAL_SEED_TAG"]
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,10 @@ class Simulation(_mechanism.AnswerBands):
     workload: Matrix | None = None
 
 
+class SimulationFailed(RuntimeError):
+    """The release was made, but the simulation after it failed (the release is kept)."""
+
+
 def _mechanism_options() -> dict[str, str]:
     return {f"{m.label} ({name}){' — data-dependent' if m.data_dependent else ''}": name
             for name, m in registry.REGISTRY.items() if m.private}  # study variants never release
@@ -175,16 +180,14 @@ class ReleaseView(Page, param.Parameterized):
     error = param.String(default="", constant=True, precedence=-1, doc="""
         Message of the last failed action of this page ('' after a success).""")
 
-    def __init__(self, session: Session | None = None, **params):
-        self.session = session if session is not None else Session()
-        self._lock = threading.Lock()
+    def __init__(self, session: Session | None = None, background: bool = True, **params):
+        self._setup_page(session, background)  # session, lock, tasks, tab gate
         self._layout = None
         self._ledger_hooks: list = []
-        self.gate = ShownGate()  # redraws wait while the page's tab is hidden (ExplorerApp)
         type(self).param.mechanism.objects = registry.names(private=True)  # registered later too
         super().__init__(**params)
         #: Releases from the session's record table (when the workload is over its domain).
-        self.tables = TableRelease(self.session, self.gate, self._lock)
+        self.tables = TableRelease(self.session, self.gate)
         # refresh when other pages spend too
         self.session.param.watch(lambda *_: self._ledger_refreshed(), ["ledger_version", "dataset"])
 
@@ -214,84 +217,103 @@ class ReleaseView(Page, param.Parameterized):
     def run_release(self, trials: int | None = None) -> bool:
         """Make one real release (recorded in the session ledger), then simulate ``trials``.
 
-        Returns ``True`` if the release succeeded (a failing simulation is
-        reported but keeps the release).  On failure reports the message
-        (``session.report``), sets :attr:`error` and keeps :attr:`last`.
+        Runs as a task of the page (in the background unless the page was made with
+        ``background=False``).  Returns ``False`` (and reports why) if it cannot start:
+        a run under way, inputs that do not fit.  Otherwise ``True`` once started in the
+        background; in the caller's thread, ``True`` if the release succeeded (a failing
+        simulation is reported but keeps the release).  On failure the page reports the
+        message (``session.report``), sets :attr:`error` and keeps :attr:`last`.
 
         When the workload is over the session's record table the release is
         made from the table's records instead (:meth:`TableRelease.run`).
         """
         if self.tables.active:
             return self.tables.run(release=True)
-        if not self._lock.acquire(blocking=False):
-            self._fail(RuntimeError("a release is already running; wait for it to finish"))
-            return False
-        try:
-            self._set(busy=True, progress=0)
-            ledger = self.session.ledger
-            before = len(ledger)
-            try:
-                record = self._release()
-            except Exception as exc:  # noqa: BLE001 - reported on the page
-                if len(ledger) != before:  # e.g. a mechanism failing after a measurement
-                    self._ledger_refreshed()
-                self._fail(exc)
-                return False
-            finally:
-                if len(ledger) != before:
-                    self.session.ledger_changed()
-            self.session.releases.append(record.release)
-            self._ledger_refreshed()
-            self._set(last=record, simulation=None, error="")
-            n = self.trials if trials is None else trials
-            if n:
-                try:
-                    self._set(simulation=self._simulate(n, int(self.session.seed), record.shown))
-                except Exception as exc:  # noqa: BLE001
-                    self._fail(RuntimeError(f"the release succeeded but the simulation failed: "
-                                            f"{_message(exc)}"))
-            return True
-        finally:
-            self._set(busy=False)
-            self._lock.release()
+        n = self.trials if trials is None else trials
+        return self._start(self._release_work, "a release is already running; wait for it to finish",
+                           n, int(self.session.seed))
 
     def run_trials(self, trials: int | None = None, seed: int | None = None) -> bool:
         """Only the simulation (no release, nothing recorded in the session ledger).
 
-        Over a record table: one simulated release seeded by the simulation seed.
+        A task as :meth:`run_release`.  Over a record table: one simulated release
+        seeded by the simulation seed.
         """
         if self.tables.active:
             return self.tables.run(release=False)
-        if not self._lock.acquire(blocking=False):
-            self._fail(RuntimeError("a run is in progress; wait for it to finish"))
-            return False
-        try:
-            self._set(busy=True, progress=0)
-            seed = int(self.session.seed) if seed is None else int(seed)
-            shown = self.last.shown if self.last is not None else None
+        shown = self.last.shown if self.last is not None else None
+        seed = int(self.session.seed) if seed is None else int(seed)
+        return self._start(self._trials_work, "a run is in progress; wait for it to finish",
+                           self.trials if trials is None else trials, seed, shown)
+
+    def _start(self, work, busy_message: str, *args) -> bool:
+        """Start ``work(task, inputs, mechanism, *args)`` as the page's run (one at a time)."""
+        with self._lock:
+            if self.busy:
+                self._fail(RuntimeError(busy_message))
+                return False
             try:
-                sim = self._simulate(self.trials if trials is None else trials, seed, shown)
-            except Exception as exc:  # noqa: BLE001
+                inputs = self._inputs()
+            except Exception as exc:  # noqa: BLE001 - reported on the page
                 self._fail(exc)
                 return False
-            self._set(simulation=sim, error="")
+            self._set(busy=True, progress=0)
+            task = self.start_task(work, inputs, self.mechanism, *args, name=work.__name__,
+                                   on_end=self._ended)
+        if self.background:
             return True
-        finally:
-            self._set(busy=False)
-            self._lock.release()
+        return task.status == "done" or isinstance(task.exception, SimulationFailed)
 
-    def _release(self) -> ReleaseRecord:
-        ds, x, W, noise = self._inputs()
-        name = self.mechanism
+    def _release_work(self, task: Task, inputs, name: str, trials: int, seed: int) -> Simulation | None:
+        """The release, then its simulation (a task); the release is shown before the simulation runs."""
+        ledger = self.session.ledger
+        before = len(ledger)
+        try:
+            record = self._release(inputs, name, ledger)
+        except dpx.BudgetExceededError as exc:  # refused in words, not a failure to log
+            raise ValueError(str(exc)) from None
+        finally:
+            if len(ledger) != before:  # spent (also by a mechanism failing after a measurement)
+                task.post(self.session.ledger_changed)
+        task.post(lambda: self._released(record))
+        if not trials:
+            return None
+        try:
+            return self._simulate(task, inputs, name, trials, seed, record.shown)
+        except Exception as exc:
+            raise SimulationFailed(f"the release succeeded but the simulation failed: "
+                                   f"{_message(exc)}") from exc
+
+    def _trials_work(self, task: Task, inputs, name: str, trials: int, seed: int,
+                     shown) -> Simulation:
+        """The simulation alone (a task)."""
+        return self._simulate(task, inputs, name, trials, seed, shown)
+
+    def _released(self, record: ReleaseRecord) -> None:
+        """Show a release just made (on the page's event loop)."""
+        self.session.releases.append(record.release)
+        self._ledger_refreshed()
+        self._set(last=record, simulation=None, error="")
+
+    def _ended(self, task: Task) -> None:
+        """A run ended (on the page's event loop): show its simulation, or why it failed."""
+        self._set(busy=False)
+        if task.status == "done":
+            if task.result is not None:
+                self._set(simulation=task.result, error="")
+        elif task.exception is not None:
+            self._fail(task.exception)
+
+    def _release(self, inputs, name: str, ledger) -> ReleaseRecord:
+        ds, x, W, noise = inputs
         mech = registry.get(name)
         # one call for every mechanism: dpx.release runs data-dependent ones through
         # mechanism.run, draws from the OS CSPRNG (no seed), and refuses an over-budget
         # release before anything is measured
-        led = self.session.ledger
-        rel = dpx.release(x, W, name, noise, ledger=led)
+        rel = dpx.release(x, W, name, noise, ledger=ledger)
         true = W.matvec(x.ravel())
         return ReleaseRecord(rel, ds.name, true, self.shown_queries(W.m), mech.data_dependent,
-                             led.summary())
+                             ledger.summary())
 
     @staticmethod
     def shown_queries(m: int, limit: int = MAX_SHOWN) -> np.ndarray:
@@ -300,14 +322,20 @@ class ReleaseView(Page, param.Parameterized):
             return np.arange(m)
         return np.sort(np.random.default_rng(0).choice(m, size=limit, replace=False))
 
-    def _simulate(self, trials: int, seed: int, shown=None) -> Simulation:
-        """Trials on ``PrivateData(x)`` with a throwaway ledger (:func:`dpx.mechanism.answer_bands`)."""
+    def _simulate(self, task: Task, inputs, name: str, trials: int, seed: int,
+                  shown=None) -> Simulation:
+        """Trials on ``PrivateData(x)`` with a throwaway ledger (:func:`dpx.mechanism.answer_bands`);
+        the trials done are posted to :attr:`progress`."""
         if not isinstance(trials, (int, np.integer)) or trials < 1:
             raise ValueError(f"the number of trials must be a positive integer, got {trials!r}")
-        ds, x, W, noise = self._inputs()
+        ds, x, W, noise = inputs
         shown = self.shown_queries(W.m) if shown is None or len(shown) > W.m else np.asarray(shown)
-        b = _mechanism.answer_bands(x, W, self.mechanism, noise, int(trials), int(seed), shown,
-                                    progress=lambda t: self._set(progress=t))
+
+        def progress(t):
+            task.report(t / trials)
+            task.post(lambda: self._set(progress=t))
+        b = _mechanism.answer_bands(x, W, name, noise, int(trials), int(seed), shown,
+                                    progress=progress)
         fields = {f.name: getattr(b, f.name) for f in dataclasses.fields(b)}  # shallow: the ledger
         return Simulation(**fields, dataset=ds.name, workload=W)
 
