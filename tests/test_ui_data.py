@@ -28,7 +28,7 @@ def session():
 
 @pytest.fixture
 def view(session):
-    return DataView(session)
+    return DataView(session, background=False)
 
 
 def _npy(arr) -> bytes:
@@ -418,3 +418,30 @@ def test_csv_uploads_take_the_types_browsers_give_csv_files():
     # Chromium gives a .npy (or .parquet) file no type at all: FilePond must accept "" too
     assert Upload(accepted_filetypes=[".npy"]).accepted_filetypes == [".npy", "application/octet-stream", ""]
     assert "" in Upload(accepted_filetypes=[".parquet"]).accepted_filetypes
+
+
+def test_dawa_runs_as_a_task_and_the_page_stays_responsive(monkeypatch, session):
+    """Run DAWA returns at once (a task of the page, not the click's thread); the page is busy
+    meanwhile, a second run is refused in words, and the run is shown when it ends."""
+    import threading
+    import time
+
+    from dpexplorer.ui import data_view as module
+
+    started, go = threading.Event(), threading.Event()
+    real_study = module.study
+
+    def held_study(**inputs):
+        started.set()
+        go.wait(10)
+        return real_study(**inputs)
+    monkeypatch.setattr(module, "study", held_study)
+    view = DataView(session)  # background, as served
+    t0 = time.monotonic()
+    assert view.run() is True
+    assert time.monotonic() - t0 < 5, "DAWA ran in the caller's thread"
+    assert started.wait(10) and view.busy and view.last is None
+    assert view.run() is False and "already running" in view.error
+    go.set()
+    assert view.wait(60)
+    assert not view.busy and view.last is not None and view.error == ""

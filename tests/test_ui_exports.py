@@ -133,7 +133,7 @@ def test_strategy_page_every_figure():
 
 def test_data_page_every_figure():
     session = Session()
-    page = DataView(session)
+    page = DataView(session, background=False)
     root = page.panel()
     assert page.exports["data"].__panel__().visible
     assert not page.exports["private-partition"].__panel__().visible   # no run yet

@@ -263,7 +263,7 @@ def test_ledger_table_follows_the_dataset(session, view):
     layout = view.panel()
     table = [t for t in layout.select(pn.widgets.Tabulator) if "mode" in t.value.columns][-1]
     assert len(table.value) == 0
-    assert DataView(session).run()  # the Data page is a simulation: nothing spent
+    assert DataView(session, background=False).run()  # the Data page is a simulation: nothing spent
     assert len(table.value) == 0
     assert view.run_release(trials=0)
     assert len(table.value) == 1 and "ε = 1" in view.ledger_text()

@@ -32,9 +32,6 @@ from __future__ import annotations
 
 import io
 import logging
-import math
-import threading
-from dataclasses import dataclass, field
 from pathlib import PurePath
 
 import holoviews as hv
@@ -45,24 +42,24 @@ import panel as pn
 import param
 
 import dpexplorer as dpx
-from dpexplorer.adaptive.dawa import (
-    DEFAULT_SCALING,
-    DEFAULTS,
-    DAWAResult,
-    dawa,
-    noise_scales,
-    published_partition,
-)
-from dpexplorer.adaptive.partition import Partition, optimal_partition
+from dpexplorer.adaptive.dawa import DEFAULT_SCALING, DEFAULTS, noise_scales
+from dpexplorer.adaptive.partition import Partition
 from dpexplorer.datasets import Dataset
-from dpexplorer.privacy import PrivacyLedger, PrivateData, Spend
+from dpexplorer.dawa_study import (  # noqa: F401  (ALL_CANDIDATES_MAX_N, RANDOM_WORKLOAD: the page's too)
+    ALL_CANDIDATES_MAX_N,
+    RANDOM_WORKLOAD,
+    DAWARun,
+    study,
+    study_workload,
+)
 from dpexplorer.queries.matrix import Matrix
 
 from .exports import FigureExport
 from .redraws import on_session_loop
 from .session import Page, Session, side_by_side
 from .session import exception_message as _message
-from .shown import LazyCard, ShownGate
+from .shown import LazyCard
+from .tasks import Task
 from .uploads import Upload
 
 __all__ = ["DataView", "DAWARun", "ALL_CANDIDATES_MAX_N", "RANDOM_WORKLOAD", "histogram_element",
@@ -71,13 +68,6 @@ __all__ = ["DataView", "DAWARun", "ALL_CANDIDATES_MAX_N", "RANDOM_WORKLOAD", "hi
            "steps_curve"]
 
 log = logging.getLogger(__name__)
-
-#: Largest domain for which the "all intervals" candidate set is offered (O(n²) candidates).
-ALL_CANDIDATES_MAX_N = 4096
-
-#: Workload used when the session's workload does not fit the data: DAWA Sec. 5.1's
-#: 2000 uniform random ranges (1D) or rectangles (2D), with a fixed public seed.
-RANDOM_WORKLOAD = {"m": 2000, "seed": 0}
 
 # Widget captions: ``label`` since Panel 1.9 (``name`` is deprecated there), ``name`` before.
 _LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
@@ -213,67 +203,6 @@ def bucket_image(ds: Dataset, partition: Partition, order, title: str):
 
 
 # ======================================================================= state
-@dataclass
-class DAWARun:
-    """One DAWA run: its public result, plus the non-private things drawn beside it.
-
-    Attributes
-    ----------
-    dataset : Dataset
-        The data the run was on (kept so a later dataset switch does not change the plots).
-    workload : Matrix
-        Workload DAWA's stage 2 was fitted to.
-    workload_note : str
-        Where the workload came from (session workload or random ranges/rectangles).
-    result : DAWAResult
-        What DAWA released (private partition, bucket counts, x̂, ε₁, ε₂).
-    exact, exact_cost : Partition, float
-        The exact least-cost partition of ``x`` (in DAWA's cell order) and its
-        cost -- NOT private, for comparison only.
-    epsilon, seed : float, int
-        Total ε of the run and the simulation seed of its Generator.
-    ratio, candidates, penalty
-        The options used.
-    noise_note : str
-        Set when the session asked for Gaussian noise (DAWA is ε-DP: Laplace was used).
-    spends : list of Spend
-        What the run spent in its throwaway ledger (what a release would spend).
-    workload_rmse : float
-        RMSE of ``W x̂`` against ``W x`` over the workload (counts; computed from x, not private).
-    published : Partition or None
-        The partition the authors' public code draws for the same ε₁, ε₂,
-        candidates and seed (:func:`dpexplorer.adaptive.dawa.published_partition`)
-        -- NOT private, for comparison only.
-    """
-
-    dataset: Dataset
-    workload: Matrix
-    workload_note: str
-    result: DAWAResult
-    exact: Partition
-    exact_cost: float
-    epsilon: float
-    seed: int
-    ratio: float
-    candidates: str
-    penalty: float
-    noise_note: str = ""
-    spends: list[Spend] = field(default_factory=list)
-    workload_rmse: float = math.nan
-    published: Partition | None = None
-
-    @property
-    def ordered_x(self) -> np.ndarray:
-        """``x`` in the cell order the partitions refer to (Hilbert order for 2D)."""
-        x = self.dataset.x.ravel()
-        return x if self.result.order is None else x[self.result.order]
-
-    @property
-    def ordered_x_hat(self) -> np.ndarray:
-        x_hat = self.result.x_hat
-        return x_hat if self.result.order is None else x_hat[self.result.order]
-
-
 class DataView(Page, param.Parameterized):
     """The "Data & DAWA" page around one :class:`~dpexplorer.ui.session.Session`."""
 
@@ -299,92 +228,68 @@ class DataView(Page, param.Parameterized):
     error = param.String(default="", constant=True, precedence=-1, doc="""
         Message of the last failed action of this page ('' after a success).""")
 
-    def __init__(self, session: Session | None = None, **params):
-        self.session = session if session is not None else Session()
-        self._lock = threading.Lock()
+    def __init__(self, session: Session | None = None, background: bool = True, **params):
+        self._setup_page(session, background)  # session, lock, tasks, tab gate
         self._csv: tuple[bytes, str, pd.DataFrame] | None = None
         self._layout = None
-        self.gate = ShownGate()  # redraws wait while the page's tab is hidden (ExplorerApp)
         super().__init__(**params)
 
     # ================================================================ engine
     def workload_for(self, ds: Dataset) -> tuple[Matrix, str]:
         """The session workload if it is over the data's cells, else 2000 random ranges/rectangles."""
-        W = self.session.workload
-        x = ds.x
-        if W is not None and W.n == x.size and (len(W.domain) == 1 or tuple(W.domain) == x.shape):
-            return W, f"the session workload `{W.name}` ({W.m:,} queries)"
-        m, seed = RANDOM_WORKLOAD["m"], RANDOM_WORKLOAD["seed"]
-        why = ("no session workload" if W is None
-               else f"the session workload `{W.name}` is over {W.n:,} cells, not {x.size:,}")
-        if x.ndim == 1:
-            return (dpx.workloads.random_ranges(x.size, m, "uniform", seed),
-                    f"{m} uniform random ranges ({why})")
-        return (dpx.workloads.random_rectangles(x.shape, m, seed),
-                f"{m} uniform random rectangles ({why})")
+        return study_workload(self.session.workload, ds.x)
 
     def run(self) -> bool:
         """Simulate DAWA on the selected dataset with the session's ε and simulation seed.
 
-        Nothing is spent from the dataset's ledger (a throwaway ledger records
-        the two stages).  Returns ``True`` on success; on failure reports the
-        message (``session.report``), sets :attr:`error` and keeps :attr:`last`.
+        A task of the page (in the background unless the page was made with
+        ``background=False``).  Nothing is spent from the dataset's ledger (a throwaway
+        ledger records the two stages).  Returns ``False`` (and reports why) if DAWA is
+        already running or its inputs are refused; otherwise ``True`` once started in
+        the background, or in the caller's thread ``True`` on success.  On failure
+        reports the message (``session.report``), sets :attr:`error` and keeps :attr:`last`.
         """
-        if not self._lock.acquire(blocking=False):
-            self._fail(RuntimeError("DAWA is already running; wait for it to finish"))
-            return False
-        try:
-            self._set(busy=True)
+        with self._lock:
+            if self.busy:
+                self._fail(RuntimeError("DAWA is already running; wait for it to finish"))
+                return False
             try:
-                result = self._compute()
+                inputs = self._inputs()
             except Exception as exc:  # noqa: BLE001 - reported on the page, never raised
                 self._fail(exc)
                 return False
-            self._set(last=result, error="")
-            return True
-        finally:
-            self._set(busy=False)
-            self._lock.release()
+            self._set(busy=True)
+            task = self.start_task(self._work, inputs, name="dawa", on_end=self._ended)
+        return True if self.background else task.status == "done"
+
+    def _work(self, task: Task, inputs: dict) -> DAWARun:
+        """The DAWA simulation (a task: a worker thread in the app); its end is :meth:`_ended`."""
+        return study(**inputs)
+
+    def _ended(self, task: Task) -> None:
+        """The run ended (on the page's event loop): show it, or why it failed."""
+        self._set(busy=False)
+        if task.status == "done":
+            self._set(last=task.result, error="")
+        elif task.exception is not None:
+            self._fail(task.exception)
 
     def rerun_with_new_seed(self) -> bool:
         """Advance the session seed by one and run again (fresh noise)."""
         self.session.seed = int(self.session.seed) + 1
         return self.run()
 
-    def _compute(self) -> DAWARun:
-        ds = self.session.data()
-        x = np.asarray(ds.x, dtype=float)
-        if x.ndim not in (1, 2):
-            raise ValueError(f"DAWA needs 1D or 2D data; {ds.name!r} has shape {x.shape}")
-        if self.candidates == "all" and x.size > ALL_CANDIDATES_MAX_N:
-            raise ValueError(f"'all' candidates need O(n²) work and are offered for n ≤ "
-                             f"{ALL_CANDIDATES_MAX_N}; {ds.name!r} has n = {x.size:,} cells: "
-                             "use 'pow2'")
+    def _inputs(self) -> dict:
+        """The arguments of :func:`dpexplorer.dawa_study.study` for a run, read from the page
+        and the session."""
         eps = float(self.session.epsilon)
         note = ""
         if self.session.noise != "Laplace":
             note = (f"DAWA is ε-DP (Laplace noise only): it ran with Laplace(ε = {eps:g}); "
                     "δ is not used.")
-        W, wnote = self.workload_for(ds)
-        seed = int(self.session.seed)
-        ledger = PrivacyLedger()  # a simulation: the dataset's ledger is not touched
-        res = dawa(PrivateData(x, ledger), W, eps, np.random.default_rng(seed), ratio=self.ratio,
-                   candidates=self.candidates, penalty=self.penalty)
-        spends = list(ledger.entries)
-        # Non-private, for comparison only: the exact least-cost partition of x in DAWA's order.
-        xs = x.ravel() if res.order is None else x.ravel()[res.order]
-        exact, cost = optimal_partition(xs, res.epsilon2, self.candidates)
-        # Non-private, for comparison only: the authors' partition code on the same data and seed.
-        published = published_partition(PrivateData(x.ravel(), PrivacyLedger()), res.epsilon1,
-                                         res.epsilon2, np.random.default_rng(seed),
-                                         self.candidates, res.order)
-        try:
-            wrmse = dpx.error.empirical_rmse(W.matvec(res.x_hat), W.matvec(x.ravel()))
-        except Exception:  # noqa: BLE001 - a display extra only
-            log.debug("workload RMSE unavailable", exc_info=True)
-            wrmse = math.nan
-        return DAWARun(ds, W, wnote, res, exact, float(cost), eps, seed, float(self.ratio),
-                       self.candidates, float(self.penalty), note, spends, wrmse, published)
+        return dict(ds=self.session.data(), W=self.session.workload, epsilon=eps,
+                    seed=int(self.session.seed), ratio=float(self.ratio),
+                    candidates=self.candidates, penalty=float(self.penalty), noise_note=note)
 
     # ================================================================ upload
     def load_csv(self, data: bytes, filename: str = "upload.csv") -> bool:
