@@ -10,9 +10,11 @@ CSV column (binned with :func:`dpexplorer.datasets.from_csv`) or a ``.npy``
 array of counts (:func:`dpexplorer.datasets.from_npy`).
 
 The component is a :class:`param.Parameterized` driven through its methods
-and parameters, so it is tested without a browser::
+and parameters, so it is tested without a browser.  A run is a task of the page
+(:mod:`dpexplorer.ui.tasks`), computed by :func:`dpexplorer.dawa_study.study`;
+``background=False`` runs it in the caller's thread::
 
-    view = DataView(session)
+    view = DataView(session, background=False)
     view.ratio = 0.5
     view.run()                      # True on success; errors go to session.report
     view.last.result.partition      # the DAWAResult of the last successful run
