@@ -243,7 +243,7 @@ class ReleaseView(Page, param.Parameterized):
             return self.tables.run(release=False)
         shown = self.last.shown if self.last is not None else None
         seed = int(self.session.seed) if seed is None else int(seed)
-        return self._start(self._trials_work, "a run is in progress; wait for it to finish",
+        return self._start(self._simulate, "a run is in progress; wait for it to finish",
                            self.trials if trials is None else trials, seed, shown)
 
     def _start(self, work, busy_message: str, *args) -> bool:
@@ -283,11 +283,6 @@ class ReleaseView(Page, param.Parameterized):
         except Exception as exc:
             raise SimulationFailed(f"the release succeeded but the simulation failed: "
                                    f"{_message(exc)}") from exc
-
-    def _trials_work(self, task: Task, inputs, name: str, trials: int, seed: int,
-                     shown) -> Simulation:
-        """The simulation alone (a task)."""
-        return self._simulate(task, inputs, name, trials, seed, shown)
 
     def _released(self, record: ReleaseRecord) -> None:
         """Show a release just made (on the page's event loop)."""
