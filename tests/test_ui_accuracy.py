@@ -289,7 +289,7 @@ def test_release_download_says_which_range_each_answer_is():
 
     session = Session(workload=dpx.workloads.all_range(8))
     session.dataset = "airports_elevation"
-    view = ReleaseView(session, trials=0, background=False)
+    view = ReleaseView(session, trials=0)
     view.mechanism = "hb"
     ds = session.data()
     if ds.x.size != 8:

@@ -28,7 +28,7 @@ def session():
 
 @pytest.fixture
 def view(session):
-    return DataView(session, background=False)
+    return DataView(session)
 
 
 def _npy(arr) -> bytes:
@@ -436,7 +436,7 @@ def test_dawa_runs_as_a_task_and_the_page_stays_responsive(monkeypatch, session)
         go.wait(10)
         return real_study(**inputs)
     monkeypatch.setattr(module, "study", held_study)
-    view = DataView(session)  # background, as served
+    view = DataView(session, background=True)  # as served
     t0 = time.monotonic()
     assert view.run() is True
     assert time.monotonic() - t0 < 5, "DAWA ran in the caller's thread"

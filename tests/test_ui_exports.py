@@ -133,7 +133,7 @@ def test_strategy_page_every_figure():
 
 def test_data_page_every_figure():
     session = Session()
-    page = DataView(session, background=False)
+    page = DataView(session)
     root = page.panel()
     assert page.exports["data"].__panel__().visible
     assert not page.exports["private-partition"].__panel__().visible   # no run yet
@@ -145,7 +145,7 @@ def test_data_page_every_figure():
 
 def test_release_export_holds_only_what_is_released():
     session = Session()
-    page = ReleaseView(session, background=False)
+    page = ReleaseView(session)
     root = page.panel()
     assert page.run_release() is True, session.error
     assert page.run_trials(5, seed=3) is True

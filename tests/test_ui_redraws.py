@@ -229,7 +229,7 @@ def test_a_release_is_drawn_on_the_event_loop_not_by_the_thread_that_made_it(mon
         with real_hold(*args, **kwargs):
             yield
     monkeypatch.setattr(pn.io, "hold", spy_hold)
-    view = ReleaseView(Session(), trials=10)  # the release runs as a task, as served
+    view = ReleaseView(Session(), trials=10, background=True)  # a task, as served
     view.panel()
     with set_curdoc(doc):
         assert view.run_release() is True, view.error

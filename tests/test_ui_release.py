@@ -27,7 +27,7 @@ def session():
 
 @pytest.fixture
 def view(session):
-    return ReleaseView(session, trials=10, background=False)
+    return ReleaseView(session, trials=10)
 
 
 def test_defaults():
@@ -263,7 +263,7 @@ def test_ledger_table_follows_the_dataset(session, view):
     layout = view.panel()
     table = [t for t in layout.select(pn.widgets.Tabulator) if "mode" in t.value.columns][-1]
     assert len(table.value) == 0
-    assert DataView(session, background=False).run()  # the Data page is a simulation: nothing spent
+    assert DataView(session).run()  # the Data page is a simulation: nothing spent
     assert len(table.value) == 0
     assert view.run_release(trials=0)
     assert len(table.value) == 1 and "ε = 1" in view.ledger_text()
@@ -319,7 +319,7 @@ def test_release_runs_as_a_task_and_the_page_stays_responsive(monkeypatch, sessi
         go.wait(10)
         return real_release(*args, **kwargs)
     monkeypatch.setattr(dpx, "release", held_release)
-    view = ReleaseView(session, trials=5)  # background, as served
+    view = ReleaseView(session, trials=5, background=True)  # as served
     view.mechanism = "hb"
     t0 = time.monotonic()
     assert view.run_release() is True

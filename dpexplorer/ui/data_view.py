@@ -11,10 +11,10 @@ array of counts (:func:`dpexplorer.datasets.from_npy`).
 
 The component is a :class:`param.Parameterized` driven through its methods
 and parameters, so it is tested without a browser.  A run is a task of the page
-(:mod:`dpexplorer.ui.tasks`), computed by :func:`dpexplorer.dawa_study.study`;
-``background=False`` runs it in the caller's thread::
+(:mod:`dpexplorer.ui.tasks`), computed by :func:`dpexplorer.dawa_study.study`; without
+a server it runs in the caller's thread, and the call returns with its work done::
 
-    view = DataView(session, background=False)
+    view = DataView(session)
     view.ratio = 0.5
     view.run()                      # True on success; errors go to session.report
     view.last.result.partition      # the DAWAResult of the last successful run
@@ -206,7 +206,17 @@ def bucket_image(ds: Dataset, partition: Partition, order, title: str):
 
 # ======================================================================= state
 class DataView(Page, param.Parameterized):
-    """The "Data & DAWA" page around one :class:`~dpexplorer.ui.session.Session`."""
+    """The "Data & DAWA" page around one :class:`~dpexplorer.ui.session.Session`.
+
+    Parameters
+    ----------
+    session : Session, optional
+        Shared state (a new one if omitted).
+    background : bool, optional
+        Run DAWA as tasks in worker threads (True), in the caller's thread (False),
+        or the first in a served page and the second in a notebook or a script (None,
+        the default: a call there returns with its work done).
+    """
 
     # ------------------------------------------------------------ DAWA options
     ratio = param.Number(default=0.25, bounds=(0, 1), inclusive_bounds=(False, False),
@@ -230,7 +240,8 @@ class DataView(Page, param.Parameterized):
     error = param.String(default="", constant=True, precedence=-1, doc="""
         Message of the last failed action of this page ('' after a success).""")
 
-    def __init__(self, session: Session | None = None, background: bool = True, **params):
+    def __init__(self, session: Session | None = None, background: bool | None = None,
+                 **params):
         self._setup_page(session, background)  # session, lock, tasks, tab gate
         self._csv: tuple[bytes, str, pd.DataFrame] | None = None
         self._layout = None
@@ -244,8 +255,8 @@ class DataView(Page, param.Parameterized):
     def run(self) -> bool:
         """Simulate DAWA on the selected dataset with the session's ε and simulation seed.
 
-        A task of the page (in the background unless the page was made with
-        ``background=False``).  Nothing is spent from the dataset's ledger (a throwaway
+        A task of the page (in the background in a served page, else in
+        the caller's thread: see ``background``).  Nothing is spent from the dataset's ledger (a throwaway
         ledger records the two stages).  Returns ``False`` (and reports why) if DAWA is
         already running or its inputs are refused; otherwise ``True`` once started in
         the background, or in the caller's thread ``True`` on success.  On failure

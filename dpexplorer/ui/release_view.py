@@ -16,11 +16,11 @@ and the empirical RMSE next to the analytic one.  In a real deployment one
 would not re-run a mechanism on the private data for free -- the simulation is
 labelled as such and is not part of the release.
 
-Releases and simulations run as tasks of the page (:mod:`dpexplorer.ui.tasks`): the
-page stays responsive while they run.  Driven without a browser (``background=False``:
-in the caller's thread)::
+Releases and simulations run as tasks of the page (:mod:`dpexplorer.ui.tasks`): a
+served page stays responsive while they run.  Driven without a browser (a notebook, a
+script) they run in the caller's thread, and a call returns with its work done::
 
-    view = ReleaseView(session, background=False)
+    view = ReleaseView(session)
     view.mechanism = "hb"; view.trials = 20
     view.run_release()            # True on success; errors go to session.report
     view.last.release.answers     # the Release
@@ -163,7 +163,17 @@ def _mechanism_options() -> dict[str, str]:
 
 # ==================================================================== view
 class ReleaseView(Page, param.Parameterized):
-    """The "Release" page around one :class:`~dpexplorer.ui.session.Session`."""
+    """The "Release" page around one :class:`~dpexplorer.ui.session.Session`.
+
+    Parameters
+    ----------
+    session : Session, optional
+        Shared state (a new one if omitted).
+    background : bool, optional
+        Run releases and simulations as tasks in worker threads (True), in the caller's thread (False),
+        or the first in a served page and the second in a notebook or a script (None,
+        the default: a call there returns with its work done).
+    """
 
     mechanism = param.Selector(default="hb", objects=registry.names(private=True), doc="""
         Registered mechanism to release with (data-dependent ones run through mechanism.run).""")
@@ -180,7 +190,8 @@ class ReleaseView(Page, param.Parameterized):
     error = param.String(default="", constant=True, precedence=-1, doc="""
         Message of the last failed action of this page ('' after a success).""")
 
-    def __init__(self, session: Session | None = None, background: bool = True, **params):
+    def __init__(self, session: Session | None = None, background: bool | None = None,
+                 **params):
         self._setup_page(session, background)  # session, lock, tasks, tab gate
         self._layout = None
         self._ledger_hooks: list = []
@@ -217,8 +228,8 @@ class ReleaseView(Page, param.Parameterized):
     def run_release(self, trials: int | None = None) -> bool:
         """Make one real release (recorded in the session ledger), then simulate ``trials``.
 
-        Runs as a task of the page (in the background unless the page was made with
-        ``background=False``).  Returns ``False`` (and reports why) if it cannot start:
+        Runs as a task of the page (in the background in a served page, else in
+        the caller's thread: see ``background``).  Returns ``False`` (and reports why) if it cannot start:
         a run under way, inputs that do not fit.  Otherwise ``True`` once started in the
         background; in the caller's thread, ``True`` if the release succeeded (a failing
         simulation is reported but keeps the release).  On failure the page reports the

@@ -99,11 +99,13 @@ class Page:
     :meth:`_setup_page` first thing in its ``__init__``.
     """
 
-    def _setup_page(self, session: Session | None = None, background: bool = True) -> None:
+    def _setup_page(self, session: Session | None = None, background: bool | None = True) -> None:
         """The set-up every page shares (call before ``super().__init__``).
 
         Sets ``session`` (a new :class:`Session` if None), ``background``
-        (False: tasks run in the caller's thread), ``_lock`` (the page's
+        (False: tasks run in the caller's thread; None: in the background in a
+        served page, in the caller's thread in a notebook or a script, whose
+        calls then return with their work done), ``_lock`` (the page's
         reentrant lock, held while posted updates and deferred redraws run),
         ``_jobs`` (the page's :class:`~dpexplorer.ui.tasks.TaskRunner`),
         ``gate`` (a :class:`~dpexplorer.ui.shown.ShownGate`: redraws wait while
@@ -112,13 +114,13 @@ class Page:
         weak reference to the served document, or None).  A served page's
         :meth:`_session_destroyed` runs when its browser tab closes.
         """
+        doc = served_document()
         self.session = session if session is not None else Session()
-        self.background = background
+        self.background = (doc is not None) if background is None else background
         self._lock = threading.RLock()
         self._jobs = Jobs(self._lock)
         self.gate = ShownGate(self._lock)
         self._loaded = threading.Event()
-        doc = served_document()
         self._doc = None if doc is None else weakref.ref(doc)
         if doc is None:
             self._loaded.set()
