@@ -52,9 +52,7 @@ from dpexplorer.dawa_study import (  # noqa: F401  (ALL_CANDIDATES_MAX_N, RANDOM
     RANDOM_WORKLOAD,
     DAWARun,
     study,
-    study_workload,
 )
-from dpexplorer.queries.matrix import Matrix
 
 from .exports import FigureExport
 from .redraws import on_session_loop
@@ -248,10 +246,6 @@ class DataView(Page, param.Parameterized):
         super().__init__(**params)
 
     # ================================================================ engine
-    def workload_for(self, ds: Dataset) -> tuple[Matrix, str]:
-        """The session workload if it is over the data's cells, else 2000 random ranges/rectangles."""
-        return study_workload(self.session.workload, ds.x)
-
     def run(self) -> bool:
         """Simulate DAWA on the selected dataset with the session's ε and simulation seed.
 
