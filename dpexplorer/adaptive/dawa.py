@@ -51,6 +51,7 @@ and :func:`dpexplorer.release` refuses it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import numba
 import numpy as np
@@ -441,7 +442,7 @@ def _tree_over_buckets(k: int, scaling: str, b: int) -> Matrix:
     """
     # kept an IntervalTree (its rows are the hierarchy's, level by level from the leaves), so
     # RECONSTRUCT uses the tree's closed-form inverse Gram instead of lsmr on every run
-    levels = strategies.hierarchical(k, b).tree_levels
+    levels = cast(IntervalTree, strategies.hierarchical(k, b)).tree_levels  # built by _tree
     if scaling == "uniform":
         return IntervalTree(k, levels, name="partition_uniform")
     w = 2.0 ** (-np.arange(len(levels)) / 3.0)

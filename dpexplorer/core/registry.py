@@ -259,7 +259,7 @@ class Mechanism:
             raise TypeError(f"the parameters of {self.name!r} must be a dict, got {type(params).__name__}")
         fn, lead = (self.runner, 4) if self.runner is not None else (self.build, 2)
         try:
-            sig = _signature(fn)  # type: ignore[arg-type]  # None (neither): TypeError, below
+            sig = _signature(fn)  # None (neither): TypeError, below
         except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
             return
         named = [p.name for p in list(sig.parameters.values())[lead:]
