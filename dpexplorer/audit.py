@@ -674,6 +674,10 @@ class _Statistic:
     fn: Callable | None = None
     features: str | Callable | None = None
     x0: np.ndarray | None = None
+    #: ``[(A, A x₀, A x₁)]`` of the last strategy the loss read: a data-independent mechanism
+    #: measures the same (immutable) strategy on every run, so its exact answers on the pair are
+    #: computed once (public: the auditor's own pair, not the run's data)
+    _answers: list = field(default_factory=list, repr=False, compare=False)
 
     @property
     def features_name(self) -> str | None:
@@ -778,7 +782,8 @@ class _Statistic:
         total = 0.0
         for kind, what, noise, y in steps:
             if kind == "measure":
-                r0, r1 = y - what.matvec(x0), y - what.matvec(x1)
+                a0, a1 = self._pair_answers(what, x0, x1)
+                r0, r1 = y - a0, y - a1
                 scale = noise.scale(what.sensitivity(noise.norm))
                 norm = noise.norm
             else:  # Laplace(scale) on f(x), PrivateData.measure_function
@@ -790,6 +795,15 @@ class _Statistic:
             else:
                 total += float(r0 @ r0 - r1 @ r1) / (2.0 * scale**2)
         return float(np.round(total, 9))
+
+    def _pair_answers(self, A: Matrix, x0: np.ndarray, x1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(A x₀, A x₁)``, kept for the last strategy ``A`` (the same object on every run of a
+        data-independent mechanism)."""
+        entry = self._answers[-1] if self._answers else None  # one read: threads may share it
+        if entry is None or entry[0] is not A:
+            entry = (A, A.matvec(x0), A.matvec(x1))
+            self._answers[:] = [entry]
+        return entry[1], entry[2]
 
     def resolved(self, out) -> str:
         """The statistic's name for results: ``"auto"`` becomes what it means for ``out``."""

@@ -38,6 +38,26 @@ def _cases():
 CASES = _cases()
 
 
+def test_sparse_column_norms_and_transpose_read_the_stored_entries():
+    # column norms from the CSR entries (duplicates add up first), Mᵀy from a transposed view
+    import scipy.sparse
+
+    rng = np.random.default_rng(0)
+    data, rows, cols = rng.normal(size=40), rng.integers(0, 9, 40), rng.integers(0, 6, 40)
+    S = scipy.sparse.coo_array((data, (rows, cols)), shape=(9, 6)).tocsr()
+    dup = scipy.sparse.csr_array((np.array([1.0, -3.0, 2.0]), np.array([0, 0, 1]),
+                                  np.array([0, 2, 3])), shape=(2, 2))  # (0, 0) stored twice
+    for M in (S, dup):
+        D = M.toarray()
+        A = mx.Sparse(M)
+        np.testing.assert_allclose(A.column_norms(1), np.abs(D).sum(axis=0), atol=1e-12)
+        np.testing.assert_allclose(A.column_norms(2), np.sqrt((D**2).sum(axis=0)), atol=1e-12)
+        assert A.sensitivity(1) == pytest.approx(np.abs(D).sum(axis=0).max())
+        y = rng.normal(size=D.shape[0])
+        np.testing.assert_allclose(A.rmatvec(y), D.T @ y, atol=1e-12)
+        np.testing.assert_allclose(A.rmatvec(np.c_[y, 2 * y]), D.T @ np.c_[y, 2 * y], atol=1e-12)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_implicit_matches_dense(name):
     M = CASES[name]

@@ -49,6 +49,25 @@ def test_structured_errors_equal_dense(n, seed, gaussian):
             np.testing.assert_allclose(pq, error.per_query_variance(Wd, Ad, noise), rtol=1e-9)
 
 
+@pytest.mark.parametrize("n", [1, 2, 7, 16, 33])
+def test_tree_reconstruction_is_least_squares(n):
+    # RECONSTRUCT through the closed-form inverse Gram: x̂ = (AᵀA)⁻¹Aᵀy, the least-squares
+    # solution numpy's SVD-based lstsq finds (every tree strategy has full column rank)
+    rng = np.random.default_rng(n)
+    for A in tree_strategies(n) + [strategies.hierarchical(n, 4)]:
+        R = dpx.core.reconstruct.Reconstructor(A)
+        assert R.method == "tree", A.name
+        y = A.matvec(rng.integers(0, 20, n).astype(float)) + rng.laplace(0.0, 3.0, A.m)
+        ref = np.linalg.lstsq(A.dense(), y, rcond=None)[0]
+        np.testing.assert_allclose(R(y), ref, rtol=1e-9, atol=1e-9 * np.abs(ref).max())
+        np.testing.assert_allclose(A.inverse().matvec(A.rmatvec(y)), ref, rtol=1e-9,
+                                   atol=1e-9 * np.abs(ref).max())
+    with pytest.raises(ValueError, match="tree"):
+        dpx.core.reconstruct.Reconstructor(Dense(np.eye(n)), method="tree")
+    with pytest.raises(ValueError, match="shape"):
+        strategies.h2(n).inverse().matvec(np.ones(n + 1))
+
+
 @pytest.mark.parametrize("n", [1, 5, 64, 100])
 def test_identity_per_query_variances_are_lengths(n):
     W = workloads.union([workloads.all_range(n), workloads.total(n)])

@@ -51,6 +51,7 @@ and :func:`dpexplorer.release` refuses it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import numba
 import numpy as np
@@ -70,6 +71,7 @@ from ..queries.matrix import (
     Sparse,
     as_matrix,
 )
+from ..queries.trees import IntervalTree
 from ..strategies import classic as strategies
 from .hilbert import hilbert_order
 from .partition import Partition, candidate_costs, least_cost_partition
@@ -438,15 +440,15 @@ def _tree_over_buckets(k: int, scaling: str, b: int) -> Matrix:
     (0 = leaves) is proportional to ``2^(−i/3)``; every cell meets one node
     per level, so normalising the level weights to sum 1 keeps Δ₁ = 1.
     """
-    A = strategies.hierarchical(k, b).sparse()
+    # kept an IntervalTree (its rows are the hierarchy's, level by level from the leaves), so
+    # RECONSTRUCT uses the tree's closed-form inverse Gram instead of lsmr on every run
+    levels = cast(IntervalTree, strategies.hierarchical(k, b)).tree_levels  # built by _tree
     if scaling == "uniform":
-        return Sparse(A, name="partition_uniform")
-    sizes = [1]
-    while sizes[-1] < k:
-        sizes.append(sizes[-1] * b)
-    level_of_row = np.concatenate([np.full(-(-k // s), i) for i, s in enumerate(sizes)])
-    w = 2.0 ** (-level_of_row / 3.0) / (2.0 ** (-np.arange(len(sizes)) / 3.0)).sum()
-    return Sparse(scipy.sparse.diags_array(w) @ A, name="partition_geometric")
+        return IntervalTree(k, levels, name="partition_uniform")
+    w = 2.0 ** (-np.arange(len(levels)) / 3.0)
+    w /= w.sum()
+    return IntervalTree(k, [(lo, hi, c * w[i]) for i, (lo, hi, c) in enumerate(levels)],
+                        name="partition_geometric")
 
 
 def _stage2_strategy(W: Matrix, partition: Partition, order, scaling: str, b: int) -> Matrix:

@@ -13,6 +13,7 @@ strategies in :mod:`dpexplorer.strategies.classic`, DAWA and its competitors in
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -258,7 +259,7 @@ class Mechanism:
             raise TypeError(f"the parameters of {self.name!r} must be a dict, got {type(params).__name__}")
         fn, lead = (self.runner, 4) if self.runner is not None else (self.build, 2)
         try:
-            sig = inspect.signature(fn)  # type: ignore[arg-type]  # None (neither): TypeError, below
+            sig = _signature(fn)  # None (neither): TypeError, below
         except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
             return
         named = [p.name for p in list(sig.parameters.values())[lead:]
@@ -273,6 +274,13 @@ class Mechanism:
             sig.bind(*([None] * lead), **{**self.params, **params})
         except TypeError as exc:
             raise ValueError(f"bad parameters {sorted(params)} for mechanism {self.name!r}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    """``inspect.signature(fn)``, computed once per function (a mechanism run checks its
+    parameters on every call; the signature of a registered function does not change)."""
+    return inspect.signature(fn)
 
 
 @dataclass

@@ -80,6 +80,24 @@ class SegmentInverse:
         """``I``: the inverse Gram of the Identity strategy."""
         return cls(np.ones(n), [])
 
+    def matvec(self, v: np.ndarray) -> np.ndarray:
+        """``(AᵀA)⁻¹ v`` for ``v: (n,)``, shape ``(n,)``: ``d∘v + Σ_q γ_q u_q (u_qᵀ v)``.
+
+        Every level partitions the cells, so a level costs two passes over
+        ``n`` values (the node sums ``u_qᵀ v`` by :func:`numpy.add.reduceat`
+        on the sorted starts, then ``u`` scaled node by node): ``O(n · levels)``,
+        no factorisation.  With ``v = Aᵀy`` it is the least-squares estimate
+        ``x̂ = (AᵀA)⁻¹Aᵀy`` of a full-column-rank tree strategy (RECONSTRUCT).
+        """
+        v = np.asarray(v, dtype=float)
+        if v.shape != (self.n,):
+            raise ValueError(f"v must have shape ({self.n},), got {v.shape}")
+        out = self.d * v
+        for lo, hi, u, g in self.levels:
+            node = np.add.reduceat(u * v, lo)  # u_qᵀ v for every node q of the level
+            out += np.repeat(g * node, hi - lo + 1) * u
+        return out
+
     def trace(self, W) -> float | None:
         """``tr(WᵀW (AᵀA)⁻¹)`` for a workload with a structured Gram, else ``None``."""
         op = gram_operator(W)

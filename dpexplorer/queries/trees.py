@@ -128,8 +128,17 @@ def _check_tree(n, levels):
             raise ValueError(f"level {i} needs one non-negative finite weight per node")
         if i:
             plo, phi = levels[i - 1][0], levels[i - 1][1]
-            if not (np.all(np.isin(lo, plo)) and np.all(np.isin(hi, phi))):
+            if not (_sorted_subset(lo, plo) and _sorted_subset(hi, phi)):
                 raise ValueError(f"level {i} of an interval tree does not coarsen level {i - 1}")
+
+
+def _sorted_subset(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether every entry of ``a`` is in the sorted array ``b`` (``np.isin`` by binary search:
+    DAWA builds a tree on every run, and ``np.isin`` sorts both arrays each time)."""
+    if b.size == 0:
+        return a.size == 0
+    idx = np.minimum(np.searchsorted(b, a), b.size - 1)
+    return bool(np.array_equal(b[idx], a))
 
 
 class HaarWavelet(_StructuredStrategy):
