@@ -25,7 +25,9 @@ from test_browser import READY_MS, _shot, browser, page, unexpected_problems  # 
 
 expect = pytest.importorskip("playwright.sync_api").expect  # (skips without playwright)
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser]  # drives headless chromium
+# drives headless chromium; one module, one worker under pytest-xdist (``--dist loadgroup``
+# or ``loadscope``): its tests share the module's served explorer
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.xdist_group("browser-new-user")]
 
 #: The served explorer's log, read by each test from its start on.
 LOG: list[ServerLog] = []
