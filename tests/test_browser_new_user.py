@@ -127,6 +127,8 @@ def test_terms_table_survives_add_add_clear_forty_times(page, server_log):  # no
 
 def test_two_sessions_editing_their_workloads_at_once(browser, server, server_log):  # noqa: F811
     contexts = [browser.new_context(viewport={"width": 1500, "height": 1100}) for _ in range(2)]
+    for ctx in contexts:
+        ctx.set_default_timeout(READY_MS)
     try:
         pages = []
         for ctx in contexts:
