@@ -496,6 +496,8 @@ def _sidebar_input(pg, label: str):
                       ).locator("input").first
 
 
+# its own server: under ``--dist loadgroup`` it may run beside the module's other tests
+@pytest.mark.xdist_group("browser-two-tabs")
 def test_two_tabs_share_the_stored_ledger_and_its_budget(browser, tmp_path):
     """A release in one tab shows in another tab's Release page; the sidebar shows the budget in
     force (lowered by the first tab), and raising it is refused with the owner's way in Python.
