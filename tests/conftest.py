@@ -265,7 +265,7 @@ class ServerLog:
     def tracebacks(self, settle: float = 3.0) -> list[str]:
         """:func:`server_tracebacks` since the mark, after ``settle`` seconds of quiet (the
         server handles the last clicks after the browser has sent them)."""
-        size, deadline = -1, time.monotonic() + 60
+        size, deadline = self.path.stat().st_size, time.monotonic() + 60
         while time.monotonic() < deadline:
             time.sleep(settle)
             now = self.path.stat().st_size

@@ -30,7 +30,9 @@ playwright_api = pytest.importorskip("playwright.sync_api")
 if not Path(CHROMIUM).exists():
     pytest.skip(f"chromium not found at {CHROMIUM}", allow_module_level=True)
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser]  # drives headless chromium
+# drives headless chromium; one module, one worker under pytest-xdist (``--dist loadgroup``
+# or ``loadscope``): its tests share the module's served explorer
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.xdist_group("browser")]
 
 # READY_MS: how long a step may wait for the page to show its result (ms).  Generous on
 # purpose: the tests wait on what the page shows, never on a fixed short time, so a loaded
@@ -115,6 +117,9 @@ def _explain_reference(error: str, frames) -> None:
 @pytest.fixture
 def page(browser, server):
     ctx = browser.new_context(viewport={"width": 1500, "height": 1100}, accept_downloads=True)
+    # every implicit wait (a click, a locator's text) as generous as READY_MS, not Playwright's
+    # 30 s: under load 13-15 on 2 cores a click and a text read each timed out at 30 s
+    ctx.set_default_timeout(READY_MS)
     pg = ctx.new_page()
     pg.problems = []
     frames = _record_frames(pg)
@@ -166,9 +171,26 @@ def wait_count(pg, selector: str, at_least: int) -> int:
         pg.wait_for_timeout(100)
 
 
+#: What each page shows once it is built and drawn (a page is built the first time its tab
+#: opens): ``_tab`` waits for it instead of a fixed pause.
+PAGE_READY = {
+    "Workload": lambda pg: pg.get_by_role("button", name="Add term"),
+    "Compare": lambda pg: pg.locator(".tabulator-cell[tabulator-field='rmse']"),
+    "Strategy": lambda pg: pg.locator(".bk-input-group", has_text="Right strategy"),
+    "Data & DAWA": lambda pg: pg.get_by_role("button", name="Run DAWA"),
+    "Release": lambda pg: pg.get_by_role("button", name="Run release"),
+    "Audit": lambda pg: pg.get_by_role("button", name="Run audit"),
+    "Sum queries": lambda pg: pg.get_by_role("button", name="Run simulation"),
+    "Learn": lambda pg: pg.locator(".bk-tab", has_text="2."),
+}
+
+
 def _tab(pg, title):
-    pg.locator(".bk-tab", has_text=title).first.click()
-    pg.wait_for_timeout(1500)
+    """Open the page ``title`` and wait until it shows its :data:`PAGE_READY` control."""
+    pg.locator(".bk-tab", has_text=title).first.click(timeout=READY_MS)
+    # or the page's "could not be built" alert: a page that failed fails its test at once
+    failed = pg.locator(".alert-danger:has-text('could not be built')")
+    PAGE_READY[title](pg).first.or_(failed).first.wait_for(state="visible", timeout=READY_MS)
 
 
 def test_every_page_loads_without_console_errors(page):
@@ -288,7 +310,6 @@ def test_build_workload(page):
                   if any("prefix" in o.lower() for o in sel.locator("option").all_inner_texts()))
     options = family.locator("option").all_inner_texts()
     family.select_option(label=next(o for o in options if "prefix" in o.lower()))
-    page.wait_for_timeout(500)
     page.get_by_role("button", name="Add term").click()
     m1 = _wait_queries(page, m0)
     assert m1 == m0 + 256  # Prefix over the 256 cells of the bundled histogram
@@ -460,6 +481,7 @@ def test_accuracy_first_switch_and_sidebar_sentence(page):
 def _open_tab(browser, url):
     """A fresh browser context (a second tab, a second session) on ``url``, page problems recorded."""
     ctx = browser.new_context(viewport={"width": 1500, "height": 1100})
+    ctx.set_default_timeout(READY_MS)
     pg = ctx.new_page()
     pg.problems = []
     pg.on("console", lambda m: m.type == "error" and pg.problems.append(f"console: {m.text}"))
@@ -474,6 +496,8 @@ def _sidebar_input(pg, label: str):
                       ).locator("input").first
 
 
+# its own server: under ``--dist loadgroup`` it may run beside the module's other tests
+@pytest.mark.xdist_group("browser-two-tabs")
 def test_two_tabs_share_the_stored_ledger_and_its_budget(browser, tmp_path):
     """A release in one tab shows in another tab's Release page; the sidebar shows the budget in
     force (lowered by the first tab), and raising it is refused with the owner's way in Python.

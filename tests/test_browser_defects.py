@@ -17,7 +17,9 @@ from test_browser_first_contact import _card, _tab, _text
 
 expect = pytest.importorskip("playwright.sync_api").expect
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser]  # drives headless chromium
+# drives headless chromium; one module, one worker under pytest-xdist (``--dist loadgroup``
+# or ``loadscope``): its tests share the module's served explorer
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.xdist_group("browser-defects")]
 
 
 def _npy(arr) -> bytes:

@@ -18,13 +18,23 @@ import numpy as np
 import pytest
 from conftest import fill_input as _fill
 from conftest import labelled_input as _input
-from test_browser import READY_MS, _shot, browser, page, server, unexpected_problems  # noqa: F401
+from test_browser import (  # noqa: F401
+    READY_MS,
+    _shot,
+    browser,
+    page,
+    server,
+    unexpected_problems,
+    wait_count,
+)
 
 import dpexplorer as dpx
 
 expect = pytest.importorskip("playwright.sync_api").expect  # (skips without playwright)
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser]  # drives headless chromium
+# drives headless chromium; one module, one worker under pytest-xdist (``--dist loadgroup``
+# or ``loadscope``): its tests share the module's served explorer
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.xdist_group("browser-first-contact")]
 
 
 # ------------------------------------------------------------------ helpers
@@ -251,8 +261,8 @@ def test_strategy_data_and_odd_uploads(page):  # noqa: F811
     _problems(page, "strategy, data and uploads")
 
 
-# ------------------------------------------------------------------ Release, Audit, Sums, Learn
-def test_release_audit_sums_and_learn(page):  # noqa: F811
+# ------------------------------------------------------------------ Release, Sums, Learn
+def test_release_sums_and_learn(page):  # noqa: F811
     _tab(page, "Release", page.get_by_role("button", name="Run release"))
     _fill(page, "Simulation trials", "0")
     page.get_by_role("button", name="Simulate only (no release)").click()
@@ -266,14 +276,51 @@ def test_release_audit_sums_and_learn(page):  # noqa: F811
     _select(page, "Mechanism", "Identity (identity)")
     page.get_by_role("button", name="Run release").click()
     _text(page, "with identity")
-    _tab(page, "Audit", page.get_by_role("button", name="Run audit"))
-    page.get_by_role("button", name="Run audit").click()
-    page.locator(".figure-export:visible").first.wait_for(timeout=READY_MS)
+    # the Sum queries page: its result's summary, tables and charts
     _tab(page, "Sum queries", page.get_by_role("button", name="Run simulation"))
+    assert page.locator(".alert-danger:has-text('could not be built')").count() == 0
+    _text(page, "No simulation yet")
     page.get_by_role("button", name="Run simulation").click()
-    _text(page, "τ chosen by SVT")
+    _text(page, "τ chosen by SVT")  # only in a result's summary
+    # the small/large table, the answers grid, both relative-error charts and the τ curve are drawn
+    page.wait_for_selector(".tabulator-cell[tabulator-field='small median']", timeout=READY_MS)
+    wait_count(page, ".bk-Canvas:visible", 4)
+    wait_count(page, ".tabulator-cell[tabulator-field='small median']", 5)
+    _shot(page, "page-sum-queries")
     _tab(page, "Learn", page.locator(".bk-tab", has_text="2."))
     page.locator(".bk-tab", has_text="2.").first.click()
     page.locator(".figure-export:visible").first.wait_for(timeout=READY_MS)
     _shot(page, "first-contact-release-learn")
-    _problems(page, "release, audit, sums and learn")
+    _problems(page, "release, sums and learn")
+
+
+# ------------------------------------------------------------------ Audit
+#: Limit for an audit to finish in the browser (2,500 runs per dataset; a loaded CI machine).
+AUDIT_TIMEOUT = 240_000
+
+
+def test_audit_page_runs_an_audit_and_the_teaching_example(page):  # noqa: F811
+    _tab(page, "Audit", page.get_by_role("button", name="Run audit"))
+    page.locator("text=No audit yet").first.wait_for(state="visible", timeout=READY_MS)
+    assert page.locator(".alert-danger:has-text('could not be built')").count() == 0
+    # the default: Identity at ε = 1 on its standard pair -- no violation
+    page.get_by_role("button", name="Run audit").click()
+    page.locator("text=no violation found").first.wait_for(state="visible", timeout=AUDIT_TIMEOUT)
+    summary = page.locator("text=/audited ε ≥ [0-9.]+/").first.inner_text()
+    assert "claim" in summary and "ε = 1" in summary
+    # the bound chart and the histograms are drawn, each with its download control
+    page.locator(".bk-Canvas:visible").nth(1).wait_for(state="visible", timeout=READY_MS)
+    page.locator(".figure-export:visible").first.wait_for(timeout=READY_MS)
+    _shot(page, "page-audit-identity")
+    # one click: DAWA as its authors' code draws the partition -- refuted
+    page.get_by_role("button", name="Teaching example: DAWA as published").click()
+    page.locator("text=refuted at this confidence").first.wait_for(state="visible",
+                                                                   timeout=AUDIT_TIMEOUT)
+    text = page.locator("text=/audited ε ≥ [0-9.]+/").first.inner_text()
+    assert "DAWA" in text and "ε = 4" in text and "claim ε = 1" in text and "VIOLATION" in text
+    assert page.locator("text=NOT PRIVATE").count() >= 1
+    # the buttons are enabled again once the audit is done
+    page.get_by_role("button", name="Run audit").wait_for(state="visible", timeout=READY_MS)
+    assert page.get_by_role("button", name="Run audit").is_enabled()
+    _shot(page, "page-audit-dawa-as-published")
+    _problems(page, "audit")

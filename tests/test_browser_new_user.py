@@ -25,7 +25,9 @@ from test_browser import READY_MS, _shot, browser, page, unexpected_problems  # 
 
 expect = pytest.importorskip("playwright.sync_api").expect  # (skips without playwright)
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser]  # drives headless chromium
+# drives headless chromium; one module, one worker under pytest-xdist (``--dist loadgroup``
+# or ``loadscope``): its tests share the module's served explorer
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.xdist_group("browser-new-user")]
 
 #: The served explorer's log, read by each test from its start on.
 LOG: list[ServerLog] = []
@@ -125,6 +127,8 @@ def test_terms_table_survives_add_add_clear_forty_times(page, server_log):  # no
 
 def test_two_sessions_editing_their_workloads_at_once(browser, server, server_log):  # noqa: F811
     contexts = [browser.new_context(viewport={"width": 1500, "height": 1100}) for _ in range(2)]
+    for ctx in contexts:
+        ctx.set_default_timeout(READY_MS)
     try:
         pages = []
         for ctx in contexts:

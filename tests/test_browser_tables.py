@@ -26,7 +26,9 @@ from test_browser import (  # noqa: F401
     wait_count,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser]  # drives headless chromium
+# drives headless chromium; one module, one worker under pytest-xdist (``--dist loadgroup``
+# or ``loadscope``): its tests share the module's served explorer
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.xdist_group("browser-tables")]
 
 
 def _remove_attributes(pg, names):

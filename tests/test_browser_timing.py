@@ -17,7 +17,9 @@ import math
 import pytest
 from test_browser import ARTIFACTS, bench, server  # noqa: F401  (skips without chromium/playwright)
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser]  # drives headless chromium
+# drives headless chromium; one module, one worker under pytest-xdist (``--dist loadgroup``
+# or ``loadscope``): its tests share the module's served explorer
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.xdist_group("browser-timing")]
 
 
 def test_timings_are_reported(server):  # noqa: F811
