@@ -513,6 +513,7 @@ def test_empirical_error_matches_analytic(noise):
     assert per_query.mean() == pytest.approx(analytic, rel=1e-9)
 
 
+@pytest.mark.slow  # many seeded releases: about 6 s on 2 cores (the full suite runs it)
 def test_per_query_variance_empirical():
     """Each query's mean squared error over seeded runs against ``per_query_variance``.
 

@@ -351,6 +351,7 @@ def test_many_attributes_without_the_domain():
 
 
 # ====================================================== empirical vs analytic
+@pytest.mark.slow  # 400 seeded releases per objective: 5-20 s on 2 cores (the full suite runs it)
 @pytest.mark.parametrize("objective", ["sum", "max"])
 def test_empirical_error_matches_analytic(objective):
     """TSE over seeded releases: |mean − TSE| ≤ 5 sd/√T with Var(Σ err²) = 2‖Cov‖_F² (Gaussian).
@@ -392,6 +393,7 @@ def test_empirical_error_matches_analytic(objective):
     assert np.all((lo * analytic <= var) & (var <= hi * analytic))
 
 
+@pytest.mark.slow  # many seeded releases: about 5 s on 2 cores (the full suite runs it)
 def test_census_path_noise_matches_analytic_marginal_variance():
     """Noise added to measure_answers as the kernel will (i.i.d. N(0, c²), Δ₂ = 1) → marginal variances.
 

@@ -393,6 +393,7 @@ def test_p_identity_integral_without_materialising():
     assert B.integral and Dense(B.array).integral
 
 
+@pytest.mark.slow  # many seeded releases: about 5 s on 2 cores (the full suite runs it)
 def test_simulate_prefix_p_identity_per_query_variances():
     """Per-query standard deviations of a p-Identity release, analytic and over seeded trials.
 
