@@ -113,6 +113,7 @@ def test_all_range_256_within_1_3_of_svd_bound():
     assert A.sensitivity(2) == pytest.approx(1.0, rel=1e-12)
 
 
+@pytest.mark.slow  # a full eigen-design optimisation: 10-80 s under load on 2 cores (the full suite runs it)
 def test_marginals_8x16x16_within_1_percent_of_svd_bound():
     W = workloads.marginals((8, 16, 16), 2)
     result = ed.eigen_design(W, GAUSSIAN)

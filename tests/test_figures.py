@@ -99,6 +99,7 @@ def test_png_export(tmp_path):
     assert Image.open(wide).size == (800, 250)
 
 
+@pytest.mark.browser  # drives chromium through chromedriver, like the PNG export
 def test_svg_export(tmp_path):
     _needs_browser()
     path = figures.export_figure(pn.pane.HoloViews(_figure()), tmp_path / "fig.svg", width=300,

@@ -824,13 +824,30 @@ _RESULTS: dict[str, dict] = {}
 
 
 @pytest.fixture(scope="module")
-def outcomes(request):
-    """Run every selected case once, in batches, in capped worker processes."""
+def outcomes(request, tmp_path_factory):
+    """Run every selected case once, in batches, in capped worker processes.
+
+    Under pytest-xdist every test worker collects (and selects) every case: the first worker
+    to get here runs them and writes the outcomes to a file of the run's shared temporary
+    folder, under a lock; the others wait for it and read them (the cases run once per run,
+    not once per test worker).
+    """
     selected = [item.callspec.params["case"].id for item in request.session.items
                 if item.module is request.module and hasattr(item, "callspec")
                 and "case" in item.callspec.params]
     missing = [c for c in dict.fromkeys(selected) if c not in _RESULTS]
-    if missing:
+    if missing and os.environ.get("PYTEST_XDIST_WORKER"):
+        import fcntl
+
+        shared = tmp_path_factory.getbasetemp().parent / "hostile-outcomes.json"
+        with open(shared.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            done = json.loads(shared.read_text()) if shared.exists() else {}
+            if any(c not in done for c in missing):
+                done.update(run_cases([c for c in missing if c not in done]))
+                shared.write_text(json.dumps(done))
+        _RESULTS.update({c: done[c] for c in missing})
+    elif missing:
         _RESULTS.update(run_cases(missing))
     return _RESULTS
 

@@ -121,6 +121,7 @@ def _python(code: str, env_value: str | None):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
 
 
+@pytest.mark.slow  # a fresh interpreter per setting: 10-80 s under load on 2 cores (the full suite runs it)
 def test_the_environment_variable_sets_the_defaults_at_import():
     code = ("import dpexplorer as dpx; c = dpx.limits.current(); "
             "print(c.cells, c.queries, c.bins, dpx.limits.DEFAULTS == c)")
@@ -199,6 +200,7 @@ def test_document_limits_and_cycles():
     assert limits.document({"m": np.ones((3, 4))}, "doc") == (3, 14)
 
 
+@pytest.mark.slow  # builds the large objects the raised limits allow: 10-80 s under load on 2 cores (the full suite runs it)
 def test_limits_raised_for_a_big_machine_allow_what_they_say():
     with limits.override(cells=2**25, queries=2**25):
         W = dpx.workloads.random_ranges(2**25, 10)

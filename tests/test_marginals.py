@@ -471,6 +471,7 @@ def test_datacube_cps_selection_norm_1_selects_every_cuboid():
     ("laplace", 5352117.26, 494.06, 225.35, 15.08),
     ("gaussian", 15988375.02, 77.36, 46.44, 45.06),
 ])
+@pytest.mark.slow  # HDMM's Tables 6-7 optimised in full: 10-80 s under load on 2 cores (the full suite runs it)
 def test_hdmm_tables_6_7_adult_3d_marginals(nname, identity, datacube, opt_m, svdb):
     W, noise = adult_3d(), NOISES[nname]
     assert len(W.blocks) == 470
@@ -513,6 +514,7 @@ def test_empirical_error_matches_analytic(noise):
     assert per_query.mean() == pytest.approx(analytic, rel=1e-9)
 
 
+@pytest.mark.slow  # many seeded releases: about 6 s on 2 cores (the full suite runs it)
 def test_per_query_variance_empirical():
     """Each query's mean squared error over seeded runs against ``per_query_variance``.
 

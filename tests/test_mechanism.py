@@ -104,6 +104,7 @@ def test_empirical_rmse_matches_analytic(mechanism, noise):
     assert se < 0.1 * analytic  # the test has power: 5 se is well under 50% of the value
 
 
+@pytest.mark.slow  # many seeded releases: about 6 s on 2 cores (the full suite runs it)
 def test_per_query_error_bands():
     """Each query's empirical noise sd over 600 seeded runs against ``per_query_std``.
 

@@ -179,6 +179,7 @@ def test_parameter_errors():
 
 
 # ------------------------------------------------------------------ Uniform
+@pytest.mark.slow  # many seeded releases: about 4 s on 2 cores (the full suite runs it)
 def test_uniform_matches_its_analytic_noise():
     """Uniform's noisy total is the total plus Laplace(1/ε): mean, variance and per-cell error.
 

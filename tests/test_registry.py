@@ -131,6 +131,7 @@ def toy():
         workers.shutdown()
 
 
+@pytest.mark.slow  # a worker process, an audit and an optimiser run: 10-80 s under load on 2 cores (the full suite runs it)
 def test_a_new_mechanism_is_compared_audited_and_optimised_in_a_worker(toy):
     W, noise = dpx.workloads.all_range(16), dpx.Laplace(1.0)
     table = dpx.compare(W, noise).set_index("mechanism")

@@ -210,6 +210,7 @@ def test_sum_objective_at_or_below_opt_m_and_eigen_design(name):
     pytest.param(lambda: workloads.marginals((8, 16, 16), 2), id="2-way 8x16x16"),
     pytest.param(cps_all_marginals, id="CPS all marginals"),
 ])
+@pytest.mark.slow  # full ResidualPlanner plans: 10-80 s under load on 2 cores (the full suite runs it)
 def test_sum_objective_equals_the_svd_bound_where_attained(build):
     """The SVD bound is attained by marginal workloads; RP reaches it (rel. tolerance 1e-10)."""
     W = build()
@@ -351,6 +352,7 @@ def test_many_attributes_without_the_domain():
 
 
 # ====================================================== empirical vs analytic
+@pytest.mark.slow  # 400 seeded releases per objective: 5-20 s on 2 cores (the full suite runs it)
 @pytest.mark.parametrize("objective", ["sum", "max"])
 def test_empirical_error_matches_analytic(objective):
     """TSE over seeded releases: |mean − TSE| ≤ 5 sd/√T with Var(Σ err²) = 2‖Cov‖_F² (Gaussian).
@@ -392,6 +394,7 @@ def test_empirical_error_matches_analytic(objective):
     assert np.all((lo * analytic <= var) & (var <= hi * analytic))
 
 
+@pytest.mark.slow  # many seeded releases: about 5 s on 2 cores (the full suite runs it)
 def test_census_path_noise_matches_analytic_marginal_variance():
     """Noise added to measure_answers as the kernel will (i.i.d. N(0, c²), Δ₂ = 1) → marginal variances.
 

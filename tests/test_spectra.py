@@ -118,6 +118,7 @@ def test_same_permutation_is_one_basis():
     assert spectra.svdb_structured(W) == pytest.approx(dense_svdb(W), rel=1e-10)
 
 
+@pytest.mark.slow  # large domains: 10-80 s under load on 2 cores (the full suite runs it)
 def test_large_domains_use_the_closed_forms():
     # n = 2**20 cells: no dense matrix could be formed (the timing is in benchmarks/)
     n = 2**20

@@ -362,6 +362,7 @@ def test_p_identity_row_variances_equal_dense(p, n, density, seed):
         np.testing.assert_allclose(got, _dense_row_variances(W, A), rtol=1e-9, err_msg=W.name)
 
 
+@pytest.mark.slow  # several OPT0 optimisations: 10-80 s under load on 2 cores (the full suite runs it)
 def test_p_identity_row_variances_sparse_theta_blocks_and_fallbacks(monkeypatch):
     n, p = 300, 40
     rng = np.random.default_rng(5)
@@ -393,6 +394,7 @@ def test_p_identity_integral_without_materialising():
     assert B.integral and Dense(B.array).integral
 
 
+@pytest.mark.slow  # many seeded releases: about 5 s on 2 cores (the full suite runs it)
 def test_simulate_prefix_p_identity_per_query_variances():
     """Per-query standard deviations of a p-Identity release, analytic and over seeded trials.
 

@@ -33,6 +33,11 @@ EXTERNAL = ("https://cdn", "unpkg.com", "fonts.googleapis", "cdn.jsdelivr", "cdn
             "cdn.holoviz.org")
 
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
+
 def test_engine_does_not_import_ui():
     code = ("import sys, dpexplorer; "
             "bad = [m for m in ('dpexplorer.ui', 'panel', 'holoviews') if m in sys.modules]; "

@@ -25,6 +25,11 @@ from dpexplorer.ui.session import Session, app_text, exception_message  # noqa: 
 W64 = dpx.workloads.all_range(64)
 
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture
 def page(compare_page):
     _, p = compare_page(W64, page_options={"auto_optimize": False})

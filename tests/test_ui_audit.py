@@ -14,6 +14,10 @@ from dpexplorer.ui import app as app_module  # noqa: E402
 from dpexplorer.ui import audit_view  # noqa: E402
 from dpexplorer.ui.audit_view import AuditView  # noqa: E402
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def view(session):

@@ -20,6 +20,11 @@ from dpexplorer.ui.uploads import Upload  # noqa: E402
 wl = dpx.workloads
 
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
+
 def assert_same(W, V, gram=False):
     """Same shape, domain, sensitivities and entries (or Gram matrices)."""
     assert W.shape == V.shape

@@ -20,6 +20,10 @@ from dpexplorer.ui.data_view import DataView  # noqa: E402
 from dpexplorer.ui.session import Session  # noqa: E402
 from dpexplorer.ui.uploads import Upload  # noqa: E402
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def session():

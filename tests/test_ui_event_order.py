@@ -17,6 +17,11 @@ from dpexplorer.ui.event_order import HOLD_SECONDS, SessionOrderedPool, document
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
+
 def _recorder():
     log, guard = [], threading.Lock()
 

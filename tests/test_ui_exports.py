@@ -32,6 +32,11 @@ from dpexplorer.ui.sums_view import SumsView  # noqa: E402
 W64 = dpx.workloads.all_range(64)
 
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
+
 def _csv(exp: FigureExport) -> pd.DataFrame:
     """The CSV the control's CSV button downloads (through the FileDownload callback)."""
     data = exp.buttons()["csv"].callback().getvalue()

@@ -29,6 +29,10 @@ from dpexplorer.ui.session import Session  # noqa: E402
 from dpexplorer.ui.sums_view import SumsView  # noqa: E402
 from dpexplorer.ui.uploads import Upload, size_text, upload_limit  # noqa: E402
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def session():

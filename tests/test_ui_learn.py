@@ -20,6 +20,11 @@ from dpexplorer.ui.session import Session  # noqa: E402
 KEYS = ["noise", "strategy", "bound", "data"]
 
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture
 def session(monkeypatch):
     monkeypatch.delenv("DPEXPLORER_DPBENCH", raising=False)

@@ -24,6 +24,11 @@ from dpexplorer.ui.session import Session  # noqa: E402
 hv.extension("bokeh")
 
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
+
 def _state(fig: Plot) -> dict:
     """What a figure shows: title, ranges, and each renderer's data or location, in order."""
     out = {"title": fig.title.text if fig.title is not None else None}

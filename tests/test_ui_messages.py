@@ -25,6 +25,11 @@ from dpexplorer.ui.session import Session, app_text, exception_message  # noqa: 
 PYTHON_SYNTAX = re.compile(r"dpx\.|\b[a-z_]+=\S|`|\.override\(|\.configure\(|\(\.\.\.\)|χ\{")
 
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
+
 def _limit_error() -> dpx.limits.LimitExceededError:
     """The error a user met: column norms of a Kronecker workload over too large a domain."""
     W = dpx.workloads.kron([dpx.workloads.total(64), dpx.workloads.total(64)])

@@ -28,6 +28,10 @@ from dpexplorer.ui.optimize_view import (  # noqa: E402
     marginal_weights_frame,
 )
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
 
 # ------------------------------------------------------------------ progress
 def test_relay_posts_reports_and_the_last_one_always():

@@ -9,6 +9,10 @@ import pytest
 from dpexplorer.ui import redraws
 from dpexplorer.ui.redraws import RedrawQueue
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
 
 class Doc:
     """A session document: ``session_context`` is None once the session is closed."""

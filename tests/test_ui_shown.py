@@ -13,6 +13,10 @@ pn = pytest.importorskip("panel")
 from dpexplorer.ui.app import PAGES, ExplorerApp  # noqa: E402
 from dpexplorer.ui.shown import ShownGate  # noqa: E402
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
 
 # ------------------------------------------------------------------ the gate
 def test_shown_gate_runs_at_once_while_shown():

@@ -27,6 +27,11 @@ from dpexplorer.ui.strategy_view import StrategyView, heatmap_element  # noqa: E
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
+
 def _view(workload=None, **params) -> tuple[Session, StrategyView]:
     session = Session()
     if workload is not None:

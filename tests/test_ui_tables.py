@@ -25,6 +25,11 @@ from dpexplorer.ui.table_workload import parse_sets  # noqa: E402
 SMALL = ["Segment", "Region", "Category"]  # 3 × 4 × 3 = 36 cells
 
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture
 def session():
     return Session()

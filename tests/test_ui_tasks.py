@@ -11,6 +11,10 @@ pn = pytest.importorskip("panel")
 from dpexplorer.ui.optimize_view import Cancelled  # noqa: E402
 from dpexplorer.ui.tasks import OPTIMIZER_THREADS, Task, TaskRunner  # noqa: E402
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def runner():

@@ -29,6 +29,11 @@ from dpexplorer.ui.optimize_view import Cancelled
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# the explorer in process (pages, their background work and threads): the full suite runs these;
+# the quick tier has the smoke tests of tests/test_ui_smoke.py
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module", autouse=True)
 def pool():
     workers.warm_up()

@@ -1,0 +1,77 @@
+"""Smoke tests of the explorer (no browser): every page builds, and the Compare table is the engine's.
+
+The quick tier (``python -m pytest -m "not slow and not browser"``) runs these; the page-by-page
+UI tests (``tests/test_ui_*.py``, each building pages and waiting for their background work) are
+marked ``slow`` and run in the full suite.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dpexplorer as dpx
+
+pn = pytest.importorskip("panel")
+
+from dpexplorer.ui.app import PAGES, ExplorerApp  # noqa: E402
+from dpexplorer.ui.session import Session  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def app():
+    """One explorer with every page built (and its background work done), shared by the tests
+    that only read it; its pages are stopped at the end."""
+    explorer = ExplorerApp(Session(workload=dpx.workloads.all_range(16), epsilon=0.5))
+    for title, _, _ in PAGES:
+        page = explorer.page_for(title)
+        if title == "Compare":
+            page.cancel()  # the optimisers (worker processes) stay pending: the full tier runs them
+    for page in explorer.pages.values():
+        wait = getattr(page, "wait", None)
+        if callable(wait):
+            assert wait(120), f"{type(page).__name__}: background work still running after 120 s"
+    yield explorer
+    for page in explorer.pages.values():
+        stop = getattr(page, "stop", None)
+        if callable(stop):
+            stop()
+
+
+def test_every_page_builds_and_renders(app):
+    assert list(app.pages) == [title for title, _, _ in PAGES]
+    assert app.session.error == ""
+    for title, page in app.pages.items():
+        layout = page.__panel__() if hasattr(page, "__panel__") else page
+        assert layout.get_root() is not None, title
+    assert app.template() is not None
+
+
+def _rmse(table) -> dict[str, float]:
+    """Mechanism -> RMSE of the rows of ``table`` that have one (optimisers not run have none)."""
+    return {m: float(r) for m, r in zip(table["mechanism"], table["rmse"]) if np.isfinite(float(r))}
+
+
+def test_the_compare_table_is_the_engines(app):
+    page = app.pages["Compare"]
+    assert page.error == "" and not page.busy
+    got = _rmse(page.table)
+    want = _rmse(dpx.compare(app.session.workload, dpx.Laplace(0.5)))
+    assert {"identity", "hb"} <= set(got) <= set(want)
+    for name, rmse in got.items():
+        assert rmse == pytest.approx(want[name], rel=1e-12), name
+
+
+def test_an_epsilon_change_reaches_the_compare_table(app):
+    page = app.pages["Compare"]
+    before = _rmse(page.table)
+    app.session.epsilon = 0.25
+    try:
+        assert page.wait(120)
+        after = _rmse(page.table)
+        assert set(after) == set(before)
+        for name, rmse in before.items():  # the matrix mechanism's error scales as 1/ε
+            assert after[name] == pytest.approx(2 * rmse, rel=1e-12), name
+    finally:
+        app.session.epsilon = 0.5
+        page.wait(120)
