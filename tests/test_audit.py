@@ -144,12 +144,14 @@ def test_audit_result_contents_and_progress():
                   callback=lambda d, t: (_ for _ in ()).throw(RuntimeError("stop")))
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: the full suite's
 def test_audit_is_not_vacuous_on_the_laplace_mechanism():
     # identity on one cell is exactly ε-DP: the bound gets close to the claim, never above it
     r = aud.audit("identity", [0], [1], 1.0, runs=20_000, seed=3, confidence=CONFIDENCE)
     assert 0.85 < r.epsilon_lb <= 1.0, r.summary()
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: the full suite's
 def test_given_event_and_event_function():
     ev = aud.Event(">=", 1.0)  # no numerator: both orders, each at 1 − α/2
     r = aud.audit("identity", [0], [1], 1.0, event=ev, runs=5000, seed=1, n_jobs=1)
@@ -165,8 +167,14 @@ def _case_ids():
             if name in registry.REGISTRY]
 
 
-@pytest.mark.parametrize("name,i", [c for c in PRIVATE_AUDITS if c[0] in registry.REGISTRY],
-                         ids=_case_ids())
+#: Audited in the quick tier too (a data-independent, a data-dependent and a baseline mechanism,
+#: a few seconds each); every other case is marked slow and runs in the full suite.
+QUICK_AUDITS = {"identity", "mwem", "uniform"}
+
+
+@pytest.mark.parametrize("name,i", [
+    (n, i) if n in QUICK_AUDITS else pytest.param(n, i, marks=pytest.mark.slow)
+    for n, i in PRIVATE_AUDITS if n in registry.REGISTRY], ids=_case_ids())
 def test_registered_mechanism_passes_its_audit(name, i):
     case = aud.cases(name)[i]
     r = case.run(name, 1.0, runs=RUNS, confidence=CONFIDENCE, seed=2024)
@@ -245,6 +253,7 @@ def _published_partition_size(data, rng, epsilon=0.1, ratio=0.25):
     return dawa.published_partition(data, ratio * epsilon, (1 - ratio) * epsilon, rng).k
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: the full suite's
 def test_simulation_agrees_with_the_exact_probabilities():
     # all singletons ⟺ k ≥ 4; the exact values must lie in the simulated 99.99 % intervals
     r = aud.audit(_published_partition_size, X0, X1, 0.025, event=aud.Event(">=", 4),
@@ -254,6 +263,7 @@ def test_simulation_agrees_with_the_exact_probabilities():
         assert lo <= exact <= hi, (est, lo, hi, exact)
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: the full suite's
 def test_audit_catches_dawa_as_published():
     # ε = 4, ratio 0.25: the partition claims ε₁ = 1; its loss on this pair is ≈ 2.1·ε₁
     r = aud.audit("dawa_as_published", X0, X1, 4.0, statistic="buckets", claim=1.0, runs=4000,
