@@ -59,6 +59,8 @@ class Case:
     id: str
     code: str
     expect: str
+    #: CPU budget of this case (seconds); a valid input doing real work may need more than the default
+    cpu: float = CPU_SECONDS
 
     @property
     def exc_type(self) -> str | None:
@@ -608,8 +610,10 @@ CASES: list[Case] = [
       "LimitExceededError: cells"),
     C("kron_weighted_sensitivity_1e9_cells",
       "W = wl.union([wl.kron([wl.all_range(1000)] * 3)], [2.0])\nassert W.sensitivity(1) > 0", "ok"),
+    # a real comparison (about 1 CPU s on 2 cores, 1.07 s seen beside another test worker): its
+    # budget is 3 s -- what it guards is that no 10⁹-cell vector is allocated (the memory budget)
     C("compare_identity_1e9_cells", "df = dpx.compare(wl.kron([wl.all_range(1000)] * 3), L, ['identity', 'hb'])\n"
-      "assert np.isfinite(df['rmse']).all()", "ok"),
+      "assert np.isfinite(df['rmse']).all()", "ok", cpu=3.0),
     # ------------------------------------------------------------ record tables (queries/domain, privacy/tables)
     C("attribute_1e9_categories", "dpx.Attribute('a', categories=range(10**9))", "LimitExceededError: cells"),
     C("attribute_1e9_edges", "dpx.Attribute('a', edges=range(10**9))", "LimitExceededError: cells"),
@@ -797,7 +801,7 @@ def classify(case: Case, out: dict) -> str:
     status = out.get("status")
     if status in ("hang", "died", "timeout") or out.get("type") in ("MemoryError", "RecursionError"):
         return "crash"
-    if out["cpu"] > CPU_SECONDS or out["rss_mb"] > RSS_MB:
+    if out["cpu"] > case.cpu or out["rss_mb"] > RSS_MB:
         return "crash"
     if status == "returned":
         return "ok" if case.exc_type is None else "wrong"
@@ -862,7 +866,7 @@ def test_hostile_input(case, outcomes):
     else:
         assert out["status"] == "raised" and out["type"] == case.exc_type, where
         assert case.fragment.lower() in out["message"].lower(), where
-    assert out["cpu"] < CPU_SECONDS, where
+    assert out["cpu"] < case.cpu, where
     assert out["rss_mb"] < RSS_MB, where
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import scipy.sparse
@@ -83,7 +84,7 @@ def block_mean(D, rb: int, cb: int) -> np.ndarray:
                                     (np.arange(m) // rb, np.arange(m))), shape=(r0.size, m))
         C = scipy.sparse.csr_array((1.0 / np.repeat(cc, cc.astype(int)),
                                     (np.arange(n), np.arange(n) // cb)), shape=(n, c0.size))
-        return np.asarray((R @ scipy.sparse.csr_array(D) @ C).toarray())
+        return np.asarray((R @ scipy.sparse.csr_array(cast(Any, D)) @ C).toarray())
     D = np.asarray(D, dtype=float)
     S = np.add.reduceat(np.add.reduceat(D, r0, axis=0), c0, axis=1)
     return S / rc[:, None] / cc[None, :]
@@ -126,7 +127,7 @@ def drawable(M: Matrix, max_pixels: int = 512) -> tuple[np.ndarray, tuple[int, i
         if D is None:
             raise TooLargeToDraw(f"{m:,} × {n:,} = {m * n:,} entries: too large to draw")
     if rb == cb == 1:
-        return (D.toarray() if scipy.sparse.issparse(D) else np.asarray(D, dtype=float)), (1, 1)
+        return (cast(Any, D).toarray() if scipy.sparse.issparse(D) else np.asarray(D, dtype=float)), (1, 1)
     return block_mean(D, rb, cb), (rb, cb)
 
 
