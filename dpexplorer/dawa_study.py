@@ -103,7 +103,20 @@ class DAWARun:
 
 def study_workload(W: Matrix | None, x: np.ndarray) -> tuple[Matrix, str]:
     """``(workload, where it came from)``: ``W`` if it is over the cells of ``x``, else
-    :data:`RANDOM_WORKLOAD` uniform random ranges (1D ``x``) or rectangles (2D)."""
+    :data:`RANDOM_WORKLOAD` uniform random ranges (1D ``x``) or rectangles (2D).
+
+    Parameters
+    ----------
+    W : Matrix, shape (m, n), or None
+        The workload asked for (the session's).
+    x : ndarray, shape (n,) or (n₁, n₂)
+        The data vector (counts); only its shape is read.
+
+    Returns
+    -------
+    (Matrix, str)
+        The workload, shape ``(m', x.size)``, and a Markdown note of where it came from.
+    """
     if W is not None and W.n == x.size and (len(W.domain) == 1 or tuple(W.domain) == x.shape):
         return W, f"the session workload `{W.name}` ({W.m:,} queries)"
     m, seed = RANDOM_WORKLOAD["m"], RANDOM_WORKLOAD["seed"]
@@ -120,8 +133,29 @@ def study(ds: Dataset, W: Matrix | None, epsilon: float, seed: int, ratio: float
           candidates: str, penalty: float, noise_note: str = "") -> DAWARun:
     """Simulate DAWA on ``ds`` with ε = ``epsilon`` and a Generator of ``seed``.
 
-    ``W``: the workload asked for (:func:`study_workload` picks the one used).
-    ``noise_note`` is kept on the run (e.g. why Laplace noise was used).
+    Parameters
+    ----------
+    ds : Dataset
+        Its ``x``: counts, shape ``(n,)`` or ``(n₁, n₂)`` (2D runs along a Hilbert curve).
+    W : Matrix, shape (m, n), or None
+        The workload asked for (:func:`study_workload` picks the one used).
+    epsilon : float
+        ε of the whole run (partition and measurement), spent from a throwaway ledger.
+    seed : int
+        Seed of the simulation's ``numpy.random.Generator`` (kept on the run).
+    ratio : float
+        Share of ε spent on the partition, ``ε₁ = ratio·ε`` (:func:`~dpexplorer.adaptive.dawa.dawa`).
+    candidates : {"pow2", "dyadic", "all"}
+        Candidate buckets of the partition.
+    penalty : float
+        Public per-bucket cost offset (counts) of the partition.
+    noise_note : str
+        Kept on the run (e.g. why Laplace noise was used).
+
+    Returns
+    -------
+    DAWARun
+        The private result and the NOT private references beside it.
 
     Raises
     ------

@@ -74,7 +74,11 @@ class Heatmap:
 
 
 def block_mean(D, rb: int, cb: int) -> np.ndarray:
-    """Means of ``rb × cb`` blocks of a dense or scipy-sparse matrix (last blocks may be smaller)."""
+    """Means of ``rb × cb`` blocks of a dense or scipy-sparse matrix (last blocks may be smaller).
+
+    ``D``: shape ``(m, n)``; returns shape ``(⌈m/rb⌉, ⌈n/cb⌉)``, each entry the mean of
+    its block's entries (a sparse ``D`` is never made dense).
+    """
     m, n = D.shape
     r0, c0 = np.arange(0, m, rb), np.arange(0, n, cb)
     rc = np.diff(np.append(r0, m)).astype(float)
@@ -110,6 +114,9 @@ def _sparse_form(M: Matrix):
 
 def drawable(M: Matrix, max_pixels: int = 512) -> tuple[np.ndarray, tuple[int, int]]:
     """``(array, (rb, cb))``: ``M`` itself, or its ``rb × cb`` block means, at most ``max_pixels``².
+
+    ``M``: shape ``(m, n)``; ``rb = ⌈m / max_pixels⌉``, ``cb = ⌈n / max_pixels⌉`` and the
+    array has shape ``(⌈m/rb⌉, ⌈n/cb⌉)`` (``(m, n)`` when ``rb = cb = 1``).
 
     Raises
     ------
