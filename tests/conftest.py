@@ -115,6 +115,31 @@ def execute_notebook(path: Path, kernel_name: str, cell_timeout: float):
     return nb, time.perf_counter() - t0
 
 
+#: Panel's and Bokeh's notebook loader: the lists of files it makes the browser fetch.
+_LOADER_LISTS = re.compile(r"const (?:js_urls|css_urls|js_modules) = (\[.*?\]);")
+
+
+def notebook_external_loads(nb) -> list[str]:
+    """URLs on another host that a run notebook's outputs make the browser load.
+
+    Reads the loader lists (``js_urls``, ``css_urls``, ``js_modules``) of Panel's notebook
+    loader and the ``src``/``href`` of HTML outputs' ``<script>``/``<link>``/``<img>`` tags.  A
+    URL inside inlined library code (e.g. a RequireJS path that no browser fetches unless
+    RequireJS runs) is not a load and is not listed.
+    """
+    found: list[str] = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            for mime, data in (out.get("data") or {}).items():
+                text = data if isinstance(data, str) else json.dumps(data)
+                for listed in _LOADER_LISTS.findall(text):
+                    found += [u for u in json.loads(listed) if re.match(r"(https?:)?//", u)]
+                if mime == "text/html":
+                    found += re.findall(r"<(?:script|link|img)[^>]*?(?:src|href)=[\"']"
+                                        r"((?:https?:)?//[^\"']+)", text)
+    return sorted(set(found))
+
+
 # ---------------------------------------------------------------- the explorer's pages
 @pytest.fixture
 def session():

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import execute_notebook
+from conftest import execute_notebook, notebook_external_loads
 
 ROOT = Path(__file__).resolve().parents[1]
 GALLERY = ROOT / "apps" / "gallery"
@@ -53,3 +53,5 @@ def test_gallery_notebook_runs(page, kernel_name):
     shown = [o for o in outputs if o.output_type in ("display_data", "execute_result")]
     assert any("application/vnd.holoviews_exec.v0+json" in o.get("data", {}) for o in shown), \
         "the page's component was not displayed"
+    # offline: Panel's notebook loader inlines every JS/CSS file (pn.extension(..., inline=True))
+    assert notebook_external_loads(nb) == []

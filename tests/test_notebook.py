@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import execute_notebook
+from conftest import execute_notebook, notebook_external_loads
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "apps" / "explorer.ipynb"
@@ -51,3 +51,5 @@ def test_notebook_runs_top_to_bottom(kernel_name):
     assert any("LearnView" in json.dumps(o.get("data", {})) or
                "application/vnd.holoviews_exec.v0+json" in o.get("data", {}) for o in shown)
     assert nb.cells[-1].cell_type == "markdown"
+    # offline (a classroom, an air-gapped analyst): nothing is fetched from another host
+    assert notebook_external_loads(nb) == []

@@ -2,7 +2,8 @@
 
 ``ExplorerApp(session).template()`` is what ``apps/explorer.py`` serves; in a
 notebook, display ``ExplorerApp()`` (or any single page) after
-``pn.extension()``.  The main selections (ε, δ, noise, dataset, simulation
+``pn.extension("tabulator", inline=True)`` (inline: Bokeh's and Panel's files in the
+notebook itself, so it works offline; Panel's notebook default fetches them from a CDN).  The main selections (ε, δ, noise, dataset, simulation
 seed, page, and the workload: its domain and terms) are synced to the URL so a
 view can be shared and reloaded; a link's value that cannot be used is named
 in a notification, with what is allowed, and the current value is kept.

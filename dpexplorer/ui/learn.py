@@ -17,7 +17,7 @@ Usage, in a notebook or a served app::
     from dpexplorer.ui.learn import LearnView
 
     view = LearnView(Session())
-    view                      # displays the page (after pn.extension())
+    view                      # displays the page (after pn.extension(inline=True))
     view.lesson("bound").result["table"]   # what the plot shows
 
 A lesson recomputes when one of its inputs changes, but only while it is
