@@ -18,7 +18,7 @@ worker processes (:mod:`dpexplorer.ui.workers`), so that an ε change never
 waits behind one, and BLAS computes with one thread on each of the server's
 threads (:func:`dpexplorer.ui.server.one_blas_thread`).  Widget callbacks
 run on Panel's thread pool, one session's in the order its user made them
-(:mod:`dpexplorer.ui.event_order`).
+(:mod:`dpexplorer.ui.serving`).
 """
 
 import os
@@ -30,13 +30,13 @@ import holoviews as hv  # noqa: E402
 import panel as pn  # noqa: E402
 
 from dpexplorer.ui.app import ExplorerApp  # noqa: E402
-from dpexplorer.ui.event_order import install as install_event_order  # noqa: E402
 from dpexplorer.ui.server import (  # noqa: E402
     exit_promptly_on_sigterm,
     freeze_startup_objects,
     log_from_env,
     one_blas_thread,
 )
+from dpexplorer.ui.serving import install as install_event_order  # noqa: E402
 from dpexplorer.ui.tasks import lower_native_helper_threads  # noqa: E402
 from dpexplorer.ui.workers import warm_up  # noqa: E402
 

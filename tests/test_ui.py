@@ -25,7 +25,7 @@ from panel.io.state import set_curdoc  # noqa: E402
 
 from dpexplorer.ui import compare_redraws, compare_view, optimize_view, tasks  # noqa: E402
 from dpexplorer.ui.compare_view import ComparePage  # noqa: E402
-from dpexplorer.ui.redraws import RedrawQueue  # noqa: E402
+from dpexplorer.ui.serving import RedrawQueue  # noqa: E402
 from dpexplorer.ui.session import Session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -954,7 +954,7 @@ def test_redraws_in_a_server_session_run_one_per_turn_on_the_event_loop(compare_
     # (ComparePage._redraw, redraws.models_batch); a key asked twice runs once
     from ui_fakes import served_document
 
-    from dpexplorer.ui.redraws import freeze_models
+    from dpexplorer.ui.serving import freeze_models
 
     def asks(label):  # a redraw that needs the index frozen (twice: frozen once)
         def redraw():
@@ -1115,7 +1115,7 @@ def test_a_closed_tab_stops_its_page_before_bokeh_ends_the_session(monkeypatch):
     import bokeh.server.session
     from ui_fakes import served_document
 
-    from dpexplorer.ui.redraws import no_connection
+    from dpexplorer.ui.serving import no_connection
 
     # what no_connection reads is Bokeh's public API
     assert isinstance(bokeh.server.contexts.BokehSessionContext.session, property)

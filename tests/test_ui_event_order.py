@@ -1,4 +1,4 @@
-"""Each session's widget events in the order the user made them (dpexplorer.ui.event_order)."""
+"""Each session's widget events in the order the user made them (dpexplorer.ui.serving)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from bokeh.document import Document
 
-from dpexplorer.ui.event_order import HOLD_SECONDS, SessionOrderedPool, document_of, install
+from dpexplorer.ui.serving import HOLD_SECONDS, SessionOrderedPool, document_of, install
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -131,13 +131,13 @@ def test_a_handler_that_waited_or_ran_long_is_logged(monkeypatch, caplog):
     # ``python benchmarks/bench_browser.py``)
     import logging
 
-    from dpexplorer.ui import event_order
+    from dpexplorer.ui import serving
 
-    monkeypatch.setattr(event_order, "SLOW_SECONDS", 0.1)
+    monkeypatch.setattr(serving, "SLOW_SECONDS", 0.1)
     pool = SessionOrderedPool(max_workers=2, hold_seconds=5)
     log, task = _recorder()
     doc = Document()
-    with caplog.at_level(logging.DEBUG, logger="dpexplorer.ui.event_order"):
+    with caplog.at_level(logging.DEBUG, logger="dpexplorer.ui.serving"):
         first = pool.submit(task, doc, "slow", 0.3)
         second = pool.submit(task, doc, "quick")
         assert first.result(5) == "slow" and second.result(5) == "quick"

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from dpexplorer.ui import redraws
-from dpexplorer.ui.redraws import RedrawQueue
+from dpexplorer.ui import serving
+from dpexplorer.ui.serving import RedrawQueue
 
 # the explorer in process (pages, their background work and threads): the full suite runs these;
 # the quick tier has the smoke tests of tests/test_ui_smoke.py
@@ -127,7 +127,7 @@ def test_a_redraw_that_cannot_be_scheduled_lets_the_next_go(caplog):
         fn()
     q = RedrawQueue(schedule=schedule, check_seconds=None)
     q.submit("a", Doc(), redraw(ran, "a"))
-    with caplog.at_level(logging.ERROR, logger="dpexplorer.ui.redraws"):
+    with caplog.at_level(logging.ERROR, logger="dpexplorer.ui.serving"):
         q.submit("b", Doc(), redraw(ran, "b"))
     assert ran == ["b"] and "could not be scheduled" in caplog.text
 
@@ -135,15 +135,15 @@ def test_a_redraw_that_cannot_be_scheduled_lets_the_next_go(caplog):
 def test_a_lost_redraw_stops_holding_the_loop_after_the_stall_limit(monkeypatch, caplog):
     q, loop, ran = queue_and_log()
     now = [1000.0]
-    monkeypatch.setattr(redraws.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(serving.time, "monotonic", lambda: now[0])
     q.submit("a", Doc(), redraw(ran, "a"))
     loop.scheduled.pop(0)  # lost: never run, never forgotten, its session still open
     q.submit("b", Doc(), redraw(ran, "b"))
     assert not loop.scheduled  # a is taken as running
-    now[0] += redraws.STALL_SECONDS - 0.1
+    now[0] += serving.STALL_SECONDS - 0.1
     assert not q.release_lost() and not loop.scheduled
     now[0] += 0.2
-    with caplog.at_level(logging.WARNING, logger="dpexplorer.ui.redraws"):
+    with caplog.at_level(logging.WARNING, logger="dpexplorer.ui.serving"):
         assert q.release_lost()  # no other submit needed: the watch thread calls this
     while loop.scheduled:
         loop.run_next()
@@ -160,7 +160,7 @@ def test_a_session_closed_while_its_redraw_is_scheduled_releases_the_queue(caplo
     q.submit("b", Doc(), redraw(ran, "b"), urgent=True)
     assert not loop.scheduled
     closing.session_context = None  # destroyed; its page was never forgotten
-    with caplog.at_level(logging.WARNING, logger="dpexplorer.ui.redraws"):
+    with caplog.at_level(logging.WARNING, logger="dpexplorer.ui.serving"):
         assert q.release_lost()
     loop.run_next()
     assert ran == ["b"] and "not done after" not in caplog.text  # a closed session is no stall
@@ -171,7 +171,7 @@ def test_the_watch_thread_releases_a_lost_redraw_without_another_submit(monkeypa
     the queue's own thread hands the waiting redraw over."""
     import threading
 
-    monkeypatch.setattr(redraws, "STALL_SECONDS", 0.05)
+    monkeypatch.setattr(serving, "STALL_SECONDS", 0.05)
     handed = threading.Event()
     calls = []
 
@@ -189,11 +189,11 @@ def test_the_watch_thread_releases_a_lost_redraw_without_another_submit(monkeypa
 def test_a_late_report_of_a_released_redraw_does_not_release_the_next(monkeypatch):
     q, loop, ran = queue_and_log()
     now = [1000.0]
-    monkeypatch.setattr(redraws.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(serving.time, "monotonic", lambda: now[0])
     q.submit("a", Doc(), redraw(ran, "a"))
     slow = loop.scheduled.pop(0)[1]
     q.submit("b", Doc(), redraw(ran, "b"))
-    now[0] += redraws.STALL_SECONDS + 1
+    now[0] += serving.STALL_SECONDS + 1
     assert q.release_lost()  # a is slow, not lost: b is handed over behind it
     q.submit("c", Doc(), redraw(ran, "c"))
     slow()  # a finally runs and reports done: b still holds the queue
@@ -205,7 +205,7 @@ def test_a_late_report_of_a_released_redraw_does_not_release_the_next(monkeypatc
 
 def test_on_session_loop_runs_at_once_outside_a_server():
     ran = []
-    redraws.on_session_loop(lambda: ran.append(1))
+    serving.on_session_loop(lambda: ran.append(1))
     assert ran == [1]
 
 
@@ -252,7 +252,7 @@ def test_served_document_is_the_current_document_of_a_server_session_only():
     from panel.io.state import set_curdoc
     from ui_fakes import served_document as fake_served
 
-    from dpexplorer.ui.redraws import served_document
+    from dpexplorer.ui.serving import served_document
 
     assert served_document() is None  # a test, a script
     with set_curdoc(Document()):

@@ -1,4 +1,4 @@
-"""Pages in hidden tabs keep their redraws until shown (dpexplorer.ui.shown, ExplorerApp)."""
+"""Pages in hidden tabs keep their redraws until shown (dpexplorer.ui.serving, ExplorerApp)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import dpexplorer as dpx
 pn = pytest.importorskip("panel")
 
 from dpexplorer.ui.app import PAGES, ExplorerApp  # noqa: E402
-from dpexplorer.ui.shown import ShownGate  # noqa: E402
+from dpexplorer.ui.serving import ShownGate  # noqa: E402
 
 # the explorer in process (pages, their background work and threads): the full suite runs these;
 # the quick tier has the smoke tests of tests/test_ui_smoke.py
@@ -77,7 +77,7 @@ def test_a_mirror_sends_its_changes_in_one_held_update_on_the_servers_loop(monke
     from panel.io.state import set_curdoc
     from ui_fakes import served_document
 
-    from dpexplorer.ui import redraws
+    from dpexplorer.ui import serving
 
     class Page(param.Parameterized):
         status = param.String("")
@@ -98,14 +98,14 @@ def test_a_mirror_sends_its_changes_in_one_held_update_on_the_servers_loop(monke
                        ["status", "busy"])
 
     async def on_loop(status):
-        assert redraws.on_event_loop()
+        assert serving.on_event_loop()
         page.param.update(status=status, busy=not page.busy)
     with set_curdoc(doc):
         asyncio.run(on_loop("loop"))
     assert seen == [(["busy", "status"], [doc])] and holds == [doc, "end"]
     seen.clear(), holds.clear()
     with set_curdoc(doc):
-        assert not redraws.on_event_loop()
+        assert not serving.on_event_loop()
         worker = threading.Thread(target=lambda: page.param.update(status="thread", busy=False))
         worker.start(), worker.join()
         page.status = "not on a loop"
@@ -299,7 +299,7 @@ def test_a_link_applies_what_it_can_and_says_what_it_could_not(monkeypatch):
 
 
 def test_a_lazy_card_draws_its_contents_when_first_expanded():
-    from dpexplorer.ui.shown import LazyCard
+    from dpexplorer.ui.serving import LazyCard
 
     button, text = pn.widgets.Button(name="Go"), pn.pane.Markdown("inside")
     card = LazyCard(button, text, title="More")

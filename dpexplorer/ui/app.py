@@ -14,7 +14,7 @@ first draws only the sidebar and that page.  A page needed earlier (a shared
 link's workload builds the Workload page) is built then but drawn only when
 its tab is first opened.  A page, once drawn, stays in the
 document (``pn.Tabs(dynamic=False)``); while its tab is hidden its redraws
-wait in its :class:`~dpexplorer.ui.shown.ShownGate` and run when it is shown
+wait in its :class:`~dpexplorer.ui.serving.ShownGate` and run when it is shown
 again.  Panel 1.9's *dynamic* tabs were tried instead and measured: they draw
 a page again (seconds for the Compare or Workload page) every time its tab is
 opened, and a Card drawn again no longer expanded on click (its header

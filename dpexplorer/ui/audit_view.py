@@ -41,7 +41,7 @@ from dpexplorer.audit import AuditResult, cases
 from dpexplorer.core import registry
 
 from .exports import FigureExport
-from .redraws import on_session_loop
+from .serving import on_session_loop
 from .session import Page, Session
 from .tasks import Task, TaskCancelled, percent
 

@@ -73,8 +73,8 @@ from dpexplorer.queries.matrix import Matrix, MatrixTooLargeError
 from dpexplorer.queries.spec import parse_orders, parse_ranges, parse_whole
 
 from .exports import FigureExport
+from .serving import LazyCard
 from .session import Session, error_alert, notify, side_by_side
-from .shown import LazyCard
 from .table_workload import TableMarginals
 from .uploads import Upload, size_text, upload_limit
 

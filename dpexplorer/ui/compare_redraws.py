@@ -12,8 +12,7 @@ import time
 
 from panel.io.state import set_curdoc
 
-from .redraws import REDRAWS, models_batch, served_document
-from .shown import run_redraws
+from .serving import REDRAWS, models_batch, run_redraws, served_document
 
 __all__ = ["CompareRedraws"]
 
@@ -39,7 +38,7 @@ class CompareRedraws:
 
         In a server session the redraws run on the session's event loop, one per
         turn, in the order they were asked, each in a
-        :func:`~dpexplorer.ui.redraws.models_batch`: a HoloViews redraw
+        :func:`~dpexplorer.ui.serving.models_batch`: a HoloViews redraw
         freezes the document's model index, and Bokeh walks the document's
         models once at the end instead of once per plot; a redraw that only
         copies numbers into the drawn figures
@@ -47,7 +46,7 @@ class CompareRedraws:
         walks nothing.  A redraw of a ``key`` already waiting replaces it: both
         read the latest state.  The server's loop takes the pages' redraws one
         at a time, those of a user's own change first
-        (:data:`dpexplorer.ui.redraws.REDRAWS`), so a page drawing its first
+        (:data:`dpexplorer.ui.serving.REDRAWS`), so a page drawing its first
         figures holds the loop for one redraw, not for all of them.
         """
         self.gate.run(key, lambda: self._on_loop(key, fn))

@@ -29,7 +29,7 @@ import dpexplorer as dpx
 from dpexplorer.accuracy import EPSILON_GRID
 
 from .optimize_view import Cancelled, ProgressRelay
-from .redraws import no_connection
+from .serving import no_connection
 from .tasks import OPTIMIZER_THREADS, build_lock
 from .tasks import task_message as _message
 
@@ -148,7 +148,7 @@ class CompareWork:
         """Whether the page's browser tab has gone; the page's work then stops (:meth:`stop`).
 
         A served page whose browser drew it and that has no connection left
-        (:func:`~dpexplorer.ui.redraws.no_connection`): its optimisers stop at
+        (:func:`~dpexplorer.ui.serving.no_connection`): its optimisers stop at
         their next progress report and its redraws are dropped at once, not
         when Bokeh ends the session 15-32 s later.  The explorer leaves Panel's
         ``reconnect`` off, so a session that lost its browser never gets one

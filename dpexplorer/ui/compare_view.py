@@ -386,7 +386,7 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
 
         ``urgent``: a change the user made (ε, δ, noise, objective), whose
         redraw of a comparison already shown goes before the other pages'
-        redraws (:data:`~dpexplorer.ui.redraws.REDRAWS`).  False for a
+        redraws (:data:`~dpexplorer.ui.serving.REDRAWS`).  False for a
         background result landing (an optimiser's row), which waits its turn.
         """
         t0 = time.perf_counter()
@@ -578,7 +578,7 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
                                           (by_length, lambda: s, self._pq_view_key)])
             index_box.visible = len(s) > 0
             length_box.visible = "length" in s and len(s) > 0
-        # a hidden page keeps its redraws until shown (dpexplorer.ui.shown)
+        # a hidden page keeps its redraws until shown (dpexplorer.ui.serving)
         self.param.watch(lambda *_: self._redraw("results", on_results), ["table", "curve"])
         self.param.watch(lambda *_: self._redraw("per_query", on_per_query), "per_query")
         if self.table is not built_from[0] or self.curve is not built_from[1]:

@@ -55,10 +55,9 @@ from dpexplorer.dawa_study import (  # noqa: F401  (ALL_CANDIDATES_MAX_N, RANDOM
 )
 
 from .exports import FigureExport
-from .redraws import on_session_loop
+from .serving import LazyCard, on_session_loop
 from .session import Page, Session, side_by_side
 from .session import exception_message as _message
-from .shown import LazyCard
 from .tasks import Task
 from .uploads import Upload
 

@@ -49,8 +49,8 @@ import dpexplorer as dpx
 from dpexplorer.privacy import PrivacyLedger, PrivateData
 
 from .exports import FigureExport
+from .serving import LazyCard, ShownGate
 from .session import Session
-from .shown import LazyCard, ShownGate
 
 __all__ = [
     "LearnView",

@@ -31,7 +31,7 @@ import holoviews as hv
 import numpy as np
 import panel as pn
 
-from .redraws import freeze_models
+from .serving import freeze_models
 
 __all__ = ["LivePlot", "copy_plan"]
 

@@ -228,7 +228,7 @@ class OptimizationProgress(param.Parameterized):
         page's "optimisers running" parameter, so that the panel is not hidden
         and shown again between two optimisers: each change of a layout's
         visibility re-lays out the whole page in the browser).
-        ``gate``: the page's :class:`~dpexplorer.ui.shown.ShownGate`; the
+        ``gate``: the page's :class:`~dpexplorer.ui.serving.ShownGate`; the
         widgets then change only while the page is shown.
         """
         src = self if gate is None else gate.mirror(

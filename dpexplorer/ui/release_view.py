@@ -51,7 +51,7 @@ from dpexplorer.queries.matrix import Matrix
 
 from .compare_view import too_large
 from .exports import FigureExport
-from .redraws import on_session_loop
+from .serving import on_session_loop
 from .session import Page, Session, download_bytes, readable_headers, release_stamp, side_by_side
 from .session import exception_message as _message
 from .table_release import LEDGER_COLUMNS, TABLE_MECHANISM, TableRelease, ledger_table

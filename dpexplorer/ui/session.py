@@ -44,8 +44,7 @@ from dpexplorer.datasets import Dataset
 from . import workers
 from .accuracy_view import PrivacySentence
 from .messages import PYTHON_SPEAK, app_text, exception_message, limit_text  # noqa: F401
-from .redraws import served_document
-from .shown import LazyCard, ShownGate
+from .serving import LazyCard, ShownGate, served_document
 from .tasks import Jobs, Task
 
 __all__ = ["Session", "Page", "ledger_store_path", "EnteredFloatInput", "number_text", "parse_number", "notify",
@@ -108,7 +107,7 @@ class Page:
         calls then return with their work done), ``_lock`` (the page's
         reentrant lock, held while posted updates and deferred redraws run),
         ``_jobs`` (the page's :class:`~dpexplorer.ui.tasks.TaskRunner`),
-        ``gate`` (a :class:`~dpexplorer.ui.shown.ShownGate`: redraws wait while
+        ``gate`` (a :class:`~dpexplorer.ui.serving.ShownGate`: redraws wait while
         the page's tab is hidden, told by the app), ``_loaded`` (set once the
         browser has drawn the page; at once outside a server) and ``_doc`` (a
         weak reference to the served document, or None).  A served page's

@@ -482,7 +482,7 @@ class StrategyView(Page, pn.viewable.Viewer):
             p = self.plot(side)
             pane.object, box.visible = p, p is not None
             show_exports()
-        # a hidden page keeps its redraws until shown (dpexplorer.ui.shown)
+        # a hidden page keeps its redraws until shown (dpexplorer.ui.serving)
         self.param.watch(lambda *_: self.gate.run(side, redraw), [f"{side}_info"])
         self.param.watch(lambda *_: self.gate.run(f"{side}_stats", lambda: setattr(
             stats, "object", self.stats(side))), f"{side}_busy")

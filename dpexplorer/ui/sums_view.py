@@ -67,9 +67,9 @@ from dpexplorer.sums import mechanisms as sums
 from dpexplorer.sums.thresholds import SVTParams
 
 from .exports import FigureExport
+from .serving import LazyCard
 from .session import Page, Session, error_alert, side_by_side
 from .session import exception_message as _message
-from .shown import LazyCard
 from .tasks import percent
 from .uploads import Upload
 

@@ -47,10 +47,9 @@ from dpexplorer import figures
 from dpexplorer.privacy import PrivacyLedger
 
 from .exports import FigureExport
-from .redraws import on_session_loop
+from .serving import ShownGate, on_session_loop
 from .session import Session, download_bytes, error_alert, readable_headers, release_stamp
 from .session import exception_message as _message
-from .shown import ShownGate
 
 __all__ = ["TableRelease", "TableResult", "TABLE_MECHANISM", "MAX_BARS"]
 

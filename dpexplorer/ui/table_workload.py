@@ -42,7 +42,7 @@ import param
 
 import dpexplorer as dpx
 
-from .shown import LazyCard
+from .serving import LazyCard
 from .uploads import Upload
 
 __all__ = ["TableMarginals", "parse_sets", "MAX_MARGINALS", "MAX_QUERIES"]

@@ -46,7 +46,7 @@ import dpexplorer as dpx
 from . import workers
 from .messages import exception_message
 from .optimize_view import Cancelled
-from .redraws import on_loop
+from .serving import on_loop
 
 __all__ = ["Task", "TaskRunner", "TaskCancelled", "Jobs", "EXECUTOR", "OPTIMIZER_THREADS",
            "BACKGROUND_NICE", "build_lock", "lower_native_helper_threads", "task_message",

@@ -10,7 +10,7 @@ import time
 
 import panel as pn
 
-from dpexplorer.ui.event_order import install
+from dpexplorer.ui.serving import install
 
 pn.extension(nthreads=2)
 if os.environ.get("ORDERED", "1") == "1":
