@@ -235,6 +235,38 @@ def test_table_release_spends_from_the_table_ledger(session, table_view):
     assert len(led) == 2
 
 
+
+def test_a_table_release_runs_as_a_task_of_the_release_page(monkeypatch, session, builder):
+    """Served, Run release on a table workload returns at once (a task of the Release page: the
+    click's thread is not held), the page part is busy meanwhile and a second run is refused in
+    words; the release is shown and recorded once it ends.  (Before, the release ran in the
+    click's thread: this test then waited for the held release and failed the 5 s check.)"""
+    import threading
+    import time
+
+    assert _build(builder) is True
+    session.noise = "Gaussian"
+    started, go = threading.Event(), threading.Event()
+    real_release = dpx.release
+
+    def held_release(*args, **kwargs):
+        started.set()
+        go.wait(10)
+        return real_release(*args, **kwargs)
+    monkeypatch.setattr(dpx, "release", held_release)
+    view = ReleaseView(session, background=True)  # as served
+    tv = view.tables
+    t0 = time.monotonic()
+    assert view.run_release() is True, session.error
+    assert time.monotonic() - t0 < 5, "the table release ran in the caller's thread"
+    assert started.wait(10) and tv.busy and tv.last is None
+    assert view.run_trials() is False and "already running" in tv.error
+    go.set()
+    assert view.wait(60)
+    assert not tv.busy and tv.last is not None and tv.last.release.mode == "release"
+    assert session.releases == [tv.last.release] and len(session.table_ledger(session.table)) == 1
+
+
 def test_table_ledger_table_lists_the_stored_history_of_every_session(session, builder, table_view):
     session.noise = "Gaussian"
     layout = table_view.panel()

@@ -198,7 +198,7 @@ class ReleaseView(Page, param.Parameterized):
         type(self).param.mechanism.objects = registry.names(private=True)  # registered later too
         super().__init__(**params)
         #: Releases from the session's record table (when the workload is over its domain).
-        self.tables = TableRelease(self.session, self.gate)
+        self.tables = TableRelease(self)
         # refresh when other pages spend too
         self.session.param.watch(lambda *_: self._ledger_refreshed(), ["ledger_version", "dataset"])
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import threading
 import time
 from dataclasses import dataclass
 
@@ -47,9 +46,10 @@ from dpexplorer import figures
 from dpexplorer.privacy import PrivacyLedger
 
 from .exports import FigureExport
-from .serving import ShownGate, on_session_loop
-from .session import Session, download_bytes, error_alert, readable_headers, release_stamp
+from .serving import on_session_loop
+from .session import Page, Session, download_bytes, error_alert, readable_headers, release_stamp
 from .session import exception_message as _message
+from .tasks import Task
 
 __all__ = ["TableRelease", "TableResult", "TABLE_MECHANISM", "MAX_BARS"]
 
@@ -99,13 +99,15 @@ def marginal_name(part: dict) -> str:
 class TableRelease(param.Parameterized):
     """Table releases of the Release page around one :class:`Session`.
 
+    A part of the Release page, not a page of its own: it shares the page's
+    session, gate (redraws wait while the tab is hidden) and tasks (one run at
+    a time, in the background when served, in the caller's thread in a
+    notebook or a script).
+
     Parameters
     ----------
-    session : Session
-    gate : ShownGate, optional
-        The Release page's gate (redraws wait while its tab is hidden).
-    lock : threading.Lock, optional
-        The page's lock: one release or simulation at a time.
+    page : Page
+        The Release page (set up by :meth:`Page._setup_page`).
     """
 
     objective = param.Selector(default="sum", objects=["sum", "max"], doc="""
@@ -120,15 +122,14 @@ class TableRelease(param.Parameterized):
     busy = param.Boolean(default=False, constant=True, precedence=-1)
     error = param.String(default="", constant=True, precedence=-1)
 
-    def __init__(self, session: Session, gate: ShownGate | None = None,
-                 lock: threading.Lock | None = None, **params):
-        self.session = session
-        self.gate = gate if gate is not None else ShownGate()
-        self._lock = lock if lock is not None else threading.Lock()
+    def __init__(self, page: Page, **params):
+        self.page = page
+        self.session: Session = page.session
+        self.gate = page.gate
         self._hooks: list = []
         super().__init__(**params)
         self._refresh_active()
-        session.param.watch(lambda *_: self._refresh_active(), ["workload", "table"])
+        self.session.param.watch(lambda *_: self._refresh_active(), ["workload", "table"])
 
     # ------------------------------------------------------------ state
     def _set(self, **values) -> None:
@@ -175,48 +176,64 @@ class TableRelease(param.Parameterized):
         return table, self.session.workload, noise
 
     def run(self, release: bool = True) -> bool:
-        """A real release (``release=True``) or a seeded simulation; ``True`` on success.
+        """A real release (``release=True``) or a seeded simulation, as a task of the page.
 
         A release spends ε, δ (zCDP ρ) from the table's ledger, refused before
         any noise is drawn if it would exceed the budget; a simulation uses the
-        sidebar's simulation seed and a throwaway ledger.  Errors are reported
-        (``session.report``) and the last results kept.
+        sidebar's simulation seed and a throwaway ledger.  Returns ``False``
+        (and reports why: ``session.report``) if it cannot start (a run under
+        way, no table workload, Laplace noise); else ``True`` once started in
+        the background, or, in the caller's thread, whether it succeeded.
+        Errors are reported and the last results kept.
         """
-        if not self._lock.acquire(blocking=False):
-            return self._fail("a release is already running; wait for it to finish")
-        try:
-            self._set(busy=True)
+        with self.page._lock:
+            if self.busy:
+                return self._fail("a release is already running; wait for it to finish")
             try:
-                table, W, noise = self._inputs()
-                params = {"objective": self.objective}
-                t0 = time.perf_counter()
-                if release:
-                    led = self.session.table_ledger(table)
-                    before = len(led)
-                    try:
-                        rel = dpx.release(table, W, TABLE_MECHANISM, noise, ledger=led, params=params)
-                    finally:
-                        if len(led) != before:
-                            self.session.ledger_changed()
-                            self._ledger_changed()
-                else:
-                    rel = dpx.simulate(table, W, TABLE_MECHANISM, noise, seed=int(self.session.seed),
-                                       ledger=PrivacyLedger(), params=params)
-                seconds = time.perf_counter() - t0
-                result = TableResult(rel, rel.marginals(), led.summary() if release else "", seconds)
+                inputs = self._inputs()
             except Exception as exc:  # noqa: BLE001 - reported on the page, never a traceback
                 return self._fail(exc)
-            if release:
-                self.session.releases.append(rel)
-            values = {"shown": result, "error": ""}
-            if release:
-                values["last"] = result
-            values["marginal"] = self.marginal if self.marginal < len(result.marginals) else 0
-            self._set(**values)  # one update: the page redraws once
-            return True
+            self._set(busy=True)
+            task = self.page.start_task(self._work, inputs, release, self.objective,
+                                        int(self.session.seed), name="table release",
+                                        on_end=self._ended)
+        return True if self.page.background else task.status == "done"
+
+    def _work(self, task: Task, inputs, release: bool, objective: str, seed: int) -> TableResult:
+        """The release or simulation (a task): the counts by group-by, the noise, the answers."""
+        table, W, noise = inputs
+        params = {"objective": objective}
+        t0 = time.perf_counter()
+        if not release:
+            rel = dpx.simulate(table, W, TABLE_MECHANISM, noise, seed=seed,
+                               ledger=PrivacyLedger(), params=params)
+            return TableResult(rel, rel.marginals(), "", time.perf_counter() - t0)
+        led = self.session.table_ledger(table)
+        before = len(led)
+        try:
+            rel = dpx.release(table, W, TABLE_MECHANISM, noise, ledger=led, params=params)
+        except dpx.BudgetExceededError as exc:  # refused in words, not a failure to log
+            raise ValueError(str(exc)) from None
         finally:
-            self._set(busy=False)
-            self._lock.release()
+            if len(led) != before:  # spent (also by a mechanism failing after a measurement)
+                task.post(self.session.ledger_changed)
+                task.post(self._ledger_changed)
+        return TableResult(rel, rel.marginals(), led.summary(), time.perf_counter() - t0)
+
+    def _ended(self, task: Task) -> None:
+        """A run ended (on the page's event loop): show its result, or why it failed."""
+        self._set(busy=False)
+        if task.status != "done":
+            if task.exception is not None:
+                self._fail(task.exception)
+            return
+        result: TableResult = task.result
+        values = {"shown": result, "error": ""}
+        if result.release.mode == "release":
+            self.session.releases.append(result.release)
+            values["last"] = result
+        values["marginal"] = self.marginal if self.marginal < len(result.marginals) else 0
+        self._set(**values)  # one update: the page redraws once
 
     # -------------------------------------------------------- downloads
     def _release_or_raise(self):
