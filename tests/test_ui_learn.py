@@ -379,3 +379,51 @@ def test_bad_epsilon_in_sidebar_never_reaches_lessons(view, session):
     assert session.epsilon == 1.0
     assert view.lesson("noise").error == "" and view.lesson("noise").result["epsilon"] == 1.0
     assert view.lesson("noise").result is before or view.lesson("noise").result["epsilon"] == 1.0
+
+
+# ------------------------------------------------------------------ served: lessons as tasks
+def test_a_served_lesson_refreshes_as_a_task_of_the_page(monkeypatch, session):
+    """Served, a lesson's refresh is a task of the Learn page: it returns at once (the click's
+    thread is not held: the SVD-bound lesson compares every data-independent strategy,
+    optimisers included), the lesson shows busy, a refresh asked for meanwhile runs once after
+    it with the inputs of then, and a failure is shown in the lesson's alert.  (Before, the
+    refresh ran in the caller's thread: the 5 s check failed.)"""
+    import threading
+    import time
+
+    started, go = threading.Event(), threading.Event()
+    real = learn.NoiseLesson.compute
+    calls = []
+
+    def held(self):
+        calls.append(self.session.epsilon)
+        started.set()
+        go.wait(10)
+        return real(self)
+    monkeypatch.setattr(learn.NoiseLesson, "compute", held)
+    view = LearnView(session, background=True)  # as served
+    lesson = view.lesson("noise")
+    lesson.panel()
+    assert started.wait(10) and lesson.panel().loading  # the first draw, under way
+    t0 = time.monotonic()
+    session.epsilon = 0.5           # asked for while the first runs: once, after it
+    lesson.refresh()
+    assert time.monotonic() - t0 < 5, "the refresh ran in the caller's thread"
+    go.set()
+    assert view.wait(60)
+    deadline = time.monotonic() + 30
+    while (lesson.panel().loading or lesson.stale) and time.monotonic() < deadline:
+        view.wait(5)
+        time.sleep(0.05)
+    assert calls == [1.0, 0.5] and not lesson.panel().loading
+    assert lesson.result["epsilon"] == 0.5 and lesson.error == ""  # drawn with the inputs of then
+    assert "b = Δ/ε = 2," in lesson._summary.object  # shown: Laplace scale at ε = 0.5
+
+    def broken(self):
+        raise ValueError("no such noise")
+    monkeypatch.setattr(learn.NoiseLesson, "compute", broken)
+    assert lesson.refresh() is True and view.wait(60)
+    deadline = time.monotonic() + 10
+    while not lesson.error and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lesson.error == "no such noise" and "no such noise" in session.error

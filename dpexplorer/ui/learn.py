@@ -49,8 +49,9 @@ import dpexplorer as dpx
 from dpexplorer.privacy import PrivacyLedger, PrivateData
 
 from .exports import FigureExport
-from .serving import LazyCard, ShownGate
-from .session import Session
+from .serving import LazyCard
+from .session import Page, Session
+from .tasks import Task
 
 __all__ = [
     "LearnView",
@@ -310,6 +311,12 @@ class Lesson(param.Parameterized):
     ----------
     session : Session
         The shared session (ε, δ, noise, seed, workload, ``report``).
+    page : LearnView, optional
+        The Learn page: served, a refresh is a task of the page (the lesson shows
+        busy and the click's thread is not held: the SVD-bound lesson compares
+        every data-independent strategy, optimisers included, 5-45 s on 2 cores
+        the first time).  Without a page, or in a notebook or script, a refresh
+        runs in the caller's thread.
 
     Attributes
     ----------
@@ -329,12 +336,15 @@ class Lesson(param.Parameterized):
     #: Rows of plots in the lesson's figure (the pane is sized to hold them all).
     plot_rows = 1
 
-    def __init__(self, session: Session, **params):
+    def __init__(self, session: Session, page: Page | None = None, **params):
         self.session = session
+        self.page = page
         self.result: dict | None = None
         self.error = ""
         self.stale = True
         self._lock = threading.RLock()
+        self._task: Task | None = None  # the running refresh (served)
+        self._again = False  # an input changed while it ran: refresh once more when it ends
         self._layout = None
         self._plot = None
         self._summary = None
@@ -357,31 +367,66 @@ class Lesson(param.Parameterized):
         return ""
 
     def refresh(self) -> bool:
-        """Recompute and redraw; ``True`` on success.
+        """Recompute and redraw; ``True`` on success (served: once started).
 
         Never raises: an error is reported through :meth:`Session.report`,
         kept in :attr:`error` and shown in the lesson's alert, and the last
-        good plot stays.
+        good plot stays.  Served (a page running in the background), the work
+        is a task of the Learn page: this returns at once, the lesson shows
+        busy, and a refresh asked for while one runs runs once after it, with
+        the inputs of then.
         """
+        page = self.page
+        if page is None or not page.background:
+            with self._lock:
+                self._loading(True)
+                try:
+                    drawn = self._draw()
+                except Exception as exc:  # noqa: BLE001 - shown in the page, never a traceback
+                    self._fail(exc)
+                    return False
+                finally:
+                    self._loading(False)
+                self._show(drawn)
+                return True
         with self._lock:
-            if self._layout is not None:
-                self._layout.loading = True
-            try:
-                result = self.compute()
-                fig = self.figure(result)
-                text = self.summary(result)
-            except Exception as exc:  # noqa: BLE001 - shown in the page, never a traceback
-                self._fail(exc)
-                return False
-            finally:
-                if self._layout is not None:
-                    self._layout.loading = False
-            self.result, self.error, self.stale = result, "", False
-            if self._plot is not None:
-                self._plot.object = fig
-                self._summary.object = text
-                self._alert.visible = False
-            return True
+            if self._task is not None and not self._task.finished:
+                self._again = True
+                return True
+            self._loading(True)
+            self._task = page.start_task(lambda task: self._draw(), name=f"Learn: {self.title}",
+                                         on_end=self._ended)
+        return True
+
+    def _draw(self) -> tuple[dict, object, str]:
+        """The engine numbers, the figure and the summary of the current inputs (may raise)."""
+        result = self.compute()
+        return result, self.figure(result), self.summary(result)
+
+    def _loading(self, busy: bool) -> None:
+        if self._layout is not None:
+            self._layout.loading = busy
+
+    def _show(self, drawn: tuple[dict, object, str]) -> None:
+        result, fig, text = drawn
+        self.result, self.error, self.stale = result, "", False
+        if self._plot is not None:
+            self._plot.object = fig
+            self._summary.object = text
+            self._alert.visible = False
+
+    def _ended(self, task: Task) -> None:
+        """A served refresh ended (on the page's event loop): show it, or why it failed."""
+        with self._lock:
+            again, self._again = self._again, False
+            self._task = None  # ended (its thread may still be finishing)
+            self._loading(False)
+            if task.status == "done":
+                self._show(task.result)
+            elif task.exception is not None:
+                self._fail(task.exception)
+        if again:
+            self.refresh()
 
     def _fail(self, exc: BaseException) -> None:
         if isinstance(exc, ValueError | KeyError):
@@ -811,13 +856,16 @@ def docs_panel(initial: str = "overview") -> pn.Column:
 
 
 # ------------------------------------------------------------------- page
-class LearnView(pn.viewable.Viewer):
+class LearnView(pn.viewable.Viewer, Page):
     """The Learn page: four lessons in tabs, driven by one :class:`Session`.
 
     Parameters
     ----------
     session : Session, optional
         The shared session (a new one if omitted).
+    background : bool or None
+        Whether a lesson's refresh runs as a task in the background (None: when
+        served; in a notebook or a script it runs in the caller's thread).
 
     Attributes
     ----------
@@ -832,12 +880,13 @@ class LearnView(pn.viewable.Viewer):
     LESSONS = {"noise": NoiseLesson, "strategy": StrategyLesson, "bound": BoundLesson,
                "data": DataLesson}
 
-    def __init__(self, session: Session | None = None, **params):
+    def __init__(self, session: Session | None = None, background: bool | None = None, **params):
+        # session, lock, tasks and the tab gate (the open lesson's refresh waits while the
+        # page's tab is hidden, told by ExplorerApp)
+        self._setup_page(session, background)
         super().__init__(**params)
-        self.session = session if session is not None else Session()
-        #: The open lesson's refresh waits while the page's tab is hidden (told by ExplorerApp).
-        self.gate = ShownGate()
-        self.lessons: dict[str, Lesson] = {k: cls(self.session) for k, cls in self.LESSONS.items()}
+        self.lessons: dict[str, Lesson] = {k: cls(self.session, page=self)
+                                           for k, cls in self.LESSONS.items()}
         #: Every lesson's figure download control, by lesson key (built with the tabs).
         self.exports: dict = {}
         self.tabs = pn.Tabs(*[(ls.title, ls.panel()) for ls in self.lessons.values()],
