@@ -180,14 +180,15 @@ def parse_domain(attributes: str = "", n=256) -> tuple[tuple[int, ...], tuple[st
     if not text:
         return (check_n(n, limit=MAX_N_1D),), ()
     sizes, names = dspec.parse_attributes(text)  # the spec's text form of a domain
-    sizes = [check_n(size, f"the size of attribute {name!r}") for size, name in zip(sizes, names, strict=True)]
-    if len(sizes) > MAX_ATTRIBUTES:
-        raise ValueError(f"{len(sizes)} attributes given; at most {MAX_ATTRIBUTES} are allowed")
-    cells = math.prod(sizes)
+    checked = tuple(check_n(size, f"the size of attribute {name!r}")
+                    for size, name in zip(sizes, names, strict=True))
+    if len(checked) > MAX_ATTRIBUTES:
+        raise ValueError(f"{len(checked)} attributes given; at most {MAX_ATTRIBUTES} are allowed")
+    cells = math.prod(checked)
     if cells > MAX_CELLS:
-        raise ValueError(f"the domain {' × '.join(map(str, sizes))} has {cells:,} cells; at most "
+        raise ValueError(f"the domain {' × '.join(map(str, checked))} has {cells:,} cells; at most "
                          f"{MAX_CELLS:,} are allowed")
-    return tuple(sizes), tuple(names)
+    return checked, tuple(names)
 
 
 def describe_domain(domain: Sequence[int], names: Sequence[str]) -> str:
@@ -332,11 +333,10 @@ def workload_sensitivity(W: Matrix, p: int = 1) -> tuple[float, bool]:
     d = len(terms[0][1])
     cell, exact = [], True
     for i in range(d):
-        common = None
+        common = np.ones(terms[0][1][i].n, dtype=bool)
         for _, factors in terms:
             v = norms(factors[i])
-            top = np.isclose(v, v.max(), rtol=1e-12, atol=0.0)
-            common = top if common is None else common & top
+            common &= np.isclose(v, v.max(), rtol=1e-12, atol=0.0)
         if not common.any():
             exact = False
             break
@@ -477,7 +477,7 @@ class Term:
             iv = p.get("ranges", [])
             return f"Custom ranges ({len(iv)}): {dspec.format_ranges(iv, 4)}"
         if f == "predicates":
-            return f"Predicates ({np.shape(p.get('matrix'))[0]} queries)"
+            return f"Predicates ({np.shape(p.get('matrix', ()))[0]} queries)"
         if f == "product":
             return "Product: " + " ⊗ ".join(dspec.factor_text(s) for s in p.get("factors", []))
         if f == "marginals":
@@ -700,7 +700,7 @@ def options_from_params(family: str, params: dict) -> dict:
         return {"k": p.get("w")}
     if family in ("marginals", "range_marginals"):
         k = p.get("k")
-        options = {"orders": k} if isinstance(k, list) else {"k": k}
+        options: dict[str, Any] = {"orders": k} if isinstance(k, list) else {"k": k}
         if family == "range_marginals":
             options["range_kind"] = p.get("kind")
         return options
@@ -898,7 +898,7 @@ class WorkloadTerms:
             ``term #i (label): why`` for a term that does not fit the domain.
         """
         domain, names = tuple(self.domain), tuple(self.names)
-        built = []
+        built, matrices = [], []
         for i, t in enumerate(self.terms):
             try:
                 M = t.build(domain, names)
@@ -907,9 +907,10 @@ class WorkloadTerms:
                     log.exception("building a term failed")
                 raise ValueError(f"term #{i} ({t.label}): {message(exc)}") from None
             built.append(replace(t, matrix=M, domain=domain))
+            matrices.append(M)
         W = workload
         if W is None and built:
-            W = workloads.union([t.matrix for t in built], [t.weight for t in built])
+            W = workloads.union(matrices, [t.weight for t in built])
             foreign = any(W is t.matrix for t in built if t.family == "external")
             if (len(domain) > 1 or names) and not foreign:
                 W.attributes = names or tuple(f"a{i + 1}" for i in range(len(domain)))
@@ -1030,7 +1031,9 @@ def structure_frame(W: Matrix | None, names: Sequence[str] = (),
     the total are omitted.  ``None`` when the workload is not built from
     Kronecker products of 1D blocks.
     """
-    terms = kron_terms(W) if W is not None else None
+    if W is None:
+        return None
+    terms = kron_terms(W)
     if not terms:
         return None
     limit = MAX_PRODUCTS_SHOWN if limit is None else limit

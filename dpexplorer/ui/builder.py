@@ -160,7 +160,7 @@ class WorkloadBuilder(param.Parameterized):
 
     # -------------------------------------------------------------- domain
     n = param.Integer(default=256, doc="""
-        Size of the 1D domain (cells, 1..8192); used when `attributes` is empty.""")
+        Size of the 1D domain (cells, 1 to MAX_N_1D = 65,536); used when `attributes` is empty.""")
     attributes = param.String(default="", doc="""
         Multi-attribute domain as name:size items, e.g. "age:50, income:100, sex:2";
         empty for a 1D domain of n cells.""")
