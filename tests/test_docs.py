@@ -82,8 +82,7 @@ def test_the_check_has_teeth():
 
 
 def test_presets_cite_papers_not_notes():
-    pytest.importorskip("panel")
-    from dpexplorer.ui.builder import PRESETS
+    from dpexplorer.queries.terms import PRESETS
 
     for key, preset in PRESETS.items():
         assert not FORBIDDEN.search(f"{preset.label} {preset.source}"), key

@@ -12,6 +12,7 @@ import dpexplorer as dpx
 pn = pytest.importorskip("panel")
 hv = pytest.importorskip("holoviews")
 
+from dpexplorer.queries import terms as tmod  # noqa: E402
 from dpexplorer.ui import builder as bmod  # noqa: E402
 from dpexplorer.ui.builder import URL_PARAMS, WorkloadBuilder  # noqa: E402
 from dpexplorer.ui.session import Session  # noqa: E402
@@ -431,21 +432,6 @@ def test_table_edits_and_buttons(small):
     assert small.terms == [] and len(tab.value) == 0
 
 
-def test_terms_compare_by_value():
-    a = bmod.Term("predicates", {"matrix": np.eye(2)})
-    assert a == bmod.Term("predicates", {"matrix": np.eye(2)})
-    assert a != bmod.Term("predicates", {"matrix": np.ones((2, 2))})
-
-
-def test_parsers():
-    assert bmod.parse_domain("age:50, income=100; 2", 1) == ((50, 100, 2), ("age", "income", "a3"))
-    assert bmod.parse_domain("", 64) == ((64,), ())
-    np.testing.assert_array_equal(bmod.parse_matrix("[[1, 0], [0, 1]]"), np.eye(2))
-    buf = __import__("io").BytesIO()
-    np.save(buf, np.eye(3))
-    np.testing.assert_array_equal(bmod.parse_matrix(buf.getvalue(), "m.npy"), np.eye(3))
-
-
 # ------------------------------------------------- multi-attribute
 CPS_NAMES = ("income", "age", "marital", "race", "sex")
 
@@ -481,7 +467,7 @@ def test_presets_reproduce_the_hdmm_workloads(session, key, domain, identity_rms
     frame = b.structure_frame()
     assert frame.attrs["products"] == len(dpx.error.kron_terms(W))
     if key == "adult_marginals":
-        assert frame.attrs["products"] == 470 and len(frame) == bmod.MAX_PRODUCTS_SHOWN
+        assert frame.attrs["products"] == 470 and len(frame) == tmod.MAX_PRODUCTS_SHOWN
         assert frame["product"].iloc[0] == "Total (all cells)"
         assert frame["product"].iloc[1] == "capital_gain: Identity"
         assert [t.label for t in b.terms] == ["0–3-way marginals"]
@@ -549,54 +535,19 @@ def test_presets_from_the_widgets_and_unknown_preset(builder, session):
     assert layout.get_root() is not None
     select = [w for w in layout.select(pn.widgets.Select)
               if getattr(w, bmod._LABEL) == "Schema and workload"][0]
-    assert set(select.options.values()) == set(bmod.PRESETS)
+    assert set(select.options.values()) == set(tmod.PRESETS)
     select.value = "cps_all_prefix_marginals"
     assert builder.preset == "cps_all_prefix_marginals"
     button = [w for w in layout.select(pn.widgets.Button)
               if getattr(w, bmod._LABEL).startswith("Load preset")][0]
     button.clicks += 1
     assert builder.domain == (50, 100, 7, 4, 2) and builder.terms[0].family == "product"
-    assert "HDMM" in bmod.PRESETS["cps_all_prefix_marginals"].source
+    assert "HDMM" in tmod.PRESETS["cps_all_prefix_marginals"].source
     W, terms = session.workload, list(builder.terms)
     assert builder.load_preset("census_sf1") is False
     assert "unknown preset" in session.error and "cps_all_marginals" in session.error
     assert session.workload is W and builder.terms == terms
     builder.heatmap_view()  # the preview of a large workload renders (an Alert and a table)
-
-
-def test_workload_sensitivity_from_kronecker_factors(monkeypatch):
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
-
-    blocks = ["identity", "total", "identity_total", "prefix", "all_range"]
-
-    @settings(max_examples=40, deadline=None)
-    @given(st.lists(st.tuples(st.sampled_from(blocks), st.sampled_from(blocks),
-                              st.floats(0.1, 5.0)), min_size=1, max_size=4),
-           st.tuples(st.integers(1, 6), st.integers(1, 5)))
-    def check(products, domain):
-        W = wl.union([wl.kron([wl.block(a, domain[0]), wl.block(b, domain[1])])
-                      for a, b, _ in products], [w for _, _, w in products])
-        for p in (1, 2):
-            with monkeypatch.context() as m:
-                m.setattr(bmod, "SENSITIVITY_CELLS", 0)  # force the factor path
-                value, exact = bmod.workload_sensitivity(W, p)
-            true = W.sensitivity(p)
-            if exact:
-                assert value == pytest.approx(true, rel=1e-9)
-            else:  # the sum of the products' maxima: an upper bound
-                assert value >= true * (1 - 1e-12)
-            assert bmod.workload_sensitivity(W, p) == (pytest.approx(true), True)
-
-    check()
-    # not exact: prefix is largest at the first cell, "ranges [2, 3]" at the last ones
-    W = wl.union([wl.kron([wl.prefix(4), wl.identity(2)]),
-                  wl.kron([wl.ranges(4, [(2, 3)]), wl.identity(2)])])
-    monkeypatch.setattr(bmod, "SENSITIVITY_CELLS", 0)
-    value, exact = bmod.workload_sensitivity(W, 1)
-    assert not exact and value == 5.0 and W.sensitivity(1) == 4.0
-    with pytest.raises(ValueError, match="not a union of Kronecker products"):
-        bmod.workload_sensitivity(wl.prefix(8), 1)
 
 
 # ------------------------------------------------------------ the page's link keeps the terms

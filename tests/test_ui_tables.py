@@ -15,12 +15,12 @@ import dpexplorer as dpx
 pn = pytest.importorskip("panel")
 hv = pytest.importorskip("holoviews")
 
+from dpexplorer.queries import terms as tmod  # noqa: E402
 from dpexplorer.ui import table_workload  # noqa: E402
 from dpexplorer.ui.builder import WorkloadBuilder  # noqa: E402
 from dpexplorer.ui.compare_view import OBJECTIVE_NOTE, ComparePage  # noqa: E402
 from dpexplorer.ui.release_view import ReleaseView  # noqa: E402
 from dpexplorer.ui.session import Session  # noqa: E402
-from dpexplorer.ui.table_workload import parse_sets  # noqa: E402
 
 SMALL = ["Segment", "Region", "Category"]  # 3 × 4 × 3 = 36 cells
 
@@ -103,15 +103,9 @@ def test_bad_table_input_is_refused_and_nothing_changes(session, builder, change
 
 
 def test_too_many_queries_is_refused(session, builder, monkeypatch):
-    monkeypatch.setattr(table_workload, "MAX_QUERIES", 40)
+    monkeypatch.setattr(tmod, "MAX_QUERIES", 40)
     assert _build(builder) is False  # 43 queries
     assert "43 queries" in session.error and session.table is None
-
-
-def test_parse_sets():
-    assert parse_sets("B, A; C\n total", ["A", "B", "C"]) == [("A", "B"), ("C",), ()]
-    with pytest.raises(ValueError, match="repeats"):
-        parse_sets("A, A", ["A"])
 
 
 # ================================================================= Compare page

@@ -43,10 +43,10 @@ from ..queries.matrix import (
     Kronecker,
     Matrix,
     MatrixTooLargeError,
-    VStack,
     Weighted,
     as_matrix,
     check_has_queries,
+    kron_terms,
 )
 
 __all__ = [
@@ -130,30 +130,6 @@ class GramInverse:
     def trace(self, G: np.ndarray) -> float:
         """``tr(G X⁺)`` for a symmetric ``G``."""
         return float(np.einsum("ij,ij->", G, self._pinv))
-
-
-def kron_terms(W: Matrix, leaves: bool = False):
-    """``W`` as a list of ``(weight, [factors])`` if it is a (union of) Kronecker products, else ``None``.
-
-    A plain Kronecker product is one term of weight 1; ``Weighted`` multiplies
-    the weights; ``VStack`` concatenates the terms of its blocks (HDMM Eq. 3),
-    in ``W``'s row order.  With ``leaves=True`` any other matrix is a
-    one-factor term instead of making the answer ``None``.
-    """
-    if isinstance(W, Weighted):
-        inner = kron_terms(W.base, leaves)
-        return None if inner is None else [(W.weight * c, f) for c, f in inner]
-    if isinstance(W, Kronecker):
-        return [(1.0, W.factors)]
-    if isinstance(W, VStack):
-        out = []
-        for b in W.blocks:
-            t = kron_terms(b, leaves)
-            if t is None:
-                return None
-            out.extend(t)
-        return out
-    return [(1.0, [W])] if leaves else None
 
 
 def _aligned(W: Matrix, A: Matrix):

@@ -35,6 +35,7 @@ from . import limits
 
 __all__ = [
     "DENSE_LIMIT",
+    "kron_terms",
     "MatrixTooLargeError",
     "Matrix",
     "Dense",
@@ -1341,3 +1342,27 @@ def _check_grid(shape, what: str) -> tuple[int, int]:
     n1, n2 = _check_size(n1, f"{what}: grid rows"), _check_size(n2, f"{what}: grid columns")
     limits.check("cells", n1 * n2, f"{what}: grid of {n1:,} × {n2:,} cells")
     return n1, n2
+
+
+def kron_terms(W: Matrix, leaves: bool = False):
+    """``W`` as a list of ``(weight, [factors])`` if it is a (union of) Kronecker products, else ``None``.
+
+    A plain Kronecker product is one term of weight 1; ``Weighted`` multiplies
+    the weights; ``VStack`` concatenates the terms of its blocks (HDMM Eq. 3),
+    in ``W``'s row order.  With ``leaves=True`` any other matrix is a
+    one-factor term instead of making the answer ``None``.
+    """
+    if isinstance(W, Weighted):
+        inner = kron_terms(W.base, leaves)
+        return None if inner is None else [(W.weight * c, f) for c, f in inner]
+    if isinstance(W, Kronecker):
+        return [(1.0, W.factors)]
+    if isinstance(W, VStack):
+        out = []
+        for b in W.blocks:
+            t = kron_terms(b, leaves)
+            if t is None:
+                return None
+            out.extend(t)
+        return out
+    return [(1.0, [W])] if leaves else None

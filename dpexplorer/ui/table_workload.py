@@ -18,7 +18,8 @@ schema shown, :meth:`TableMarginals.declare`) or **discovers** it privately
 with a visible ε and δ charged to the table's ledger
 (:meth:`TableMarginals.discover`, :func:`dpexplorer.discover_domain`).
 
-Everything is checked before anything is built (:meth:`TableMarginals.plan`):
+Everything is checked before anything is built (:meth:`TableMarginals.plan`,
+:func:`dpexplorer.queries.terms.plan_marginals`):
 the domain's size (cells, attributes, cells per attribute), the number of
 marginals and queries, and the largest marginal the kernel would count.  Bad
 input is reported (``session.report``) and nothing changes.  Driven without
@@ -34,71 +35,22 @@ from __future__ import annotations
 
 import io
 import logging
-import math
-import re
 
 import panel as pn
 import param
 
 import dpexplorer as dpx
+from dpexplorer.queries.terms import marginals_term, plan_marginals
 
 from .serving import LazyCard
 from .uploads import Upload
 
-__all__ = ["TableMarginals", "parse_sets", "MAX_MARGINALS", "MAX_QUERIES"]
+__all__ = ["TableMarginals"]
 
 log = logging.getLogger(__name__)
 
-#: Most marginals in one table workload (Adult's 0–3-way marginals are 470).
-MAX_MARGINALS = 5000
-#: Most queries (cells of all marginals) in one table workload.
-MAX_QUERIES = 5_000_000
-
 _LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
 _COLOR = "color" if "color" in pn.widgets.Button.param else "button_type"
-
-
-def parse_sets(text: str, names) -> list[tuple[str, ...]]:
-    """Attribute sets from text: sets separated by ``;`` or new lines, attributes by ``,``.
-
-    ``"Region, Segment; Category"`` is the 2-way marginal on Region and
-    Segment and the 1-way marginal on Category; ``total`` is the 0-way marginal.
-
-    Parameters
-    ----------
-    text : str
-    names : sequence of str
-        The attributes that may be used.
-
-    Raises
-    ------
-    ValueError
-        If no set is given, an attribute is unknown or repeats within a set,
-        or a set repeats.
-    """
-    names = list(names)
-    out: list[tuple[str, ...]] = []
-    for item in (s.strip() for s in re.split(r"[;\n]+", text or "")):
-        if not item:
-            continue
-        if item.lower() in ("total", "()"):
-            attrs: tuple[str, ...] = ()
-        else:
-            attrs = tuple(a.strip() for a in item.split(",") if a.strip())
-            unknown = [a for a in attrs if a not in names]
-            if unknown:
-                raise ValueError(f"unknown attribute {unknown[0]!r} in {item!r}; the chosen "
-                                 f"attributes are {names}")
-            if len(set(attrs)) != len(attrs):
-                raise ValueError(f"an attribute repeats in {item!r}")
-        key = tuple(sorted(attrs, key=names.index))
-        if key in out:
-            raise ValueError(f"the attribute set {item!r} is given twice")
-        out.append(key)
-    if not out:
-        raise ValueError("no attribute set given: write e.g. Region, Segment; Category "
-                         "(sets separated by ';', attributes by ',')")
-    return out
 
 
 class TableMarginals(param.Parameterized):
@@ -107,10 +59,8 @@ class TableMarginals(param.Parameterized):
     Parameters
     ----------
     builder : WorkloadBuilder
-        The Workload page holding the card.  The card uses its ``session``, its
-        domain limits (``max_attributes``, ``max_attribute_cells``,
-        ``max_cells``), its reading of marginal orders (``parse_orders``) and
-        ``commit_term(family, params, shape, names, what)``, which makes one term
+        The Workload page holding the card.  The card uses its ``session`` and
+        ``commit_term(term, shape, names, what)``, which makes one term
         over a domain the workload.  This module imports nothing of the page's
         (the page imports this one): the dependency goes one way.
     """
@@ -305,67 +255,25 @@ class TableMarginals(param.Parameterized):
 
     # ------------------------------------------------------------- plan
     def plan(self) -> dict:
-        """What :meth:`build` would build, checked: the domain and the marginals.
+        """What :meth:`build` would build, checked (:func:`dpexplorer.queries.terms.plan_marginals`).
 
         Returns
         -------
         dict
-            ``table`` (the table over the chosen attributes), ``names``,
-            ``shape``, ``cells`` (of the domain), ``sets`` (attribute index
-            tuples), ``queries`` (cells of all marginals), ``largest`` (cells
-            of the largest marginal).
+            The plan of the marginals (``names``, ``shape``, ``cells``, ``sets``,
+            ``queries``, ``largest``) and ``table``, the table over the chosen attributes.
 
         Raises
         ------
         ValueError
-            No attribute chosen, more than ``MAX_ATTRIBUTES`` attributes, an
-            attribute above ``MAX_N`` cells, more than ``MAX_CELLS`` cells,
-            bad orders or sets, more than :data:`MAX_MARGINALS` marginals or
-            :data:`MAX_QUERIES` queries, or a marginal above the kernel's
-            the ``cells`` limit (``dpx.limits``).
+            No attribute chosen, a domain, orders, sets or marginals above the limits.
         """
-        b = self.builder
         full = self.table()
         chosen = [a for a in full.domain.names if a in set(self.attributes)]
-        if not chosen:
-            raise ValueError("choose at least one attribute of the table")
-        if len(chosen) > b.max_attributes:
-            raise ValueError(f"{len(chosen)} attributes chosen; at most {b.max_attributes} are allowed")
-        attrs = full.domain.select(chosen).attributes
-        for a in attrs:
-            if a.size > b.max_attribute_cells:
-                raise ValueError(f"attribute {a.name!r} has {a.size:,} cells; at most "
-                                 f"{b.max_attribute_cells:,} per attribute are allowed")
-        shape = tuple(a.size for a in attrs)
-        cells = math.prod(shape)
-        if cells > b.max_cells:
-            raise ValueError(f"the domain of {len(shape)} attributes has {cells:,} cells; at most "
-                             f"{b.max_cells:,} are allowed")
-        d = len(chosen)
-        if self.mode == "orders":
-            orders = dpx.spec.parse_orders(self.orders, d)
-            n_sets = sum(math.comb(d, k) for k in orders)
-            if n_sets > MAX_MARGINALS:
-                raise ValueError(f"the {', '.join(map(str, orders))}-way marginals of {d} attributes "
-                                 f"are {n_sets:,} marginals; at most {MAX_MARGINALS:,} are allowed")
-            import itertools
-            sets = [c for k in orders for c in itertools.combinations(range(d), k)]
-        else:
-            sets = [tuple(chosen.index(a) for a in s) for s in parse_sets(self.sets, chosen)]
-            if len(sets) > MAX_MARGINALS:
-                raise ValueError(f"{len(sets):,} marginals; at most {MAX_MARGINALS:,} are allowed")
-        sizes = [math.prod(shape[i] for i in s) for s in sets]
-        queries, largest = sum(sizes), max(sizes)
-        if queries > MAX_QUERIES:
-            raise ValueError(f"these marginals hold {queries:,} queries (cells); at most "
-                             f"{MAX_QUERIES:,} are allowed: choose fewer attributes or lower orders")
-        cap = dpx.limits.current().cells
-        if largest > cap:
-            raise ValueError(f"the largest marginal has {largest:,} cells; the privacy kernel counts "
-                             f"marginals of at most {cap:,} cells (the cells limit, dpx.limits)")
-        table = dpx.Table(full.records, full.domain.select(chosen), full.name, full.description)
-        return {"table": table, "names": tuple(chosen), "shape": shape, "cells": cells,
-                "sets": sets, "queries": queries, "largest": largest}
+        sizes = [a.size for a in full.domain.select(chosen).attributes] if chosen else []
+        plan = plan_marginals(chosen, sizes, self.mode, self.orders, self.sets)
+        plan["table"] = dpx.Table(full.records, full.domain.select(chosen), full.name, full.description)
+        return plan
 
     def preview(self) -> str:
         """Markdown: the domain's size and the marginals that would be built (or why not)."""
@@ -389,14 +297,9 @@ class TableMarginals(param.Parameterized):
             p = self.plan()
         except ValueError as exc:
             return self._fail(f"Table marginals not built: {exc}")
-        if self.mode == "orders" and len(p["shape"]) > 1:
-            orders = sorted({len(s) for s in p["sets"]})
-            family, params = "marginals", {"k": orders[0] if len(orders) == 1 else orders}
-        else:  # listed sets (and the marginals of a single attribute: identity and/or total)
-            family, params = "marginal_sets", {"sets": [list(s) for s in p["sets"]]}
         old = self.session.table
         self.session.table = p["table"]  # first: the page's summary redraws on the commit
-        if not self.builder.commit_term(family, params, p["shape"], p["names"],
+        if not self.builder.commit_term(marginals_term(p, self.mode), p["shape"], p["names"],
                                         f"Table marginals over {self.table_name!r} not built"):
             self.session.table = old
             return False
