@@ -43,6 +43,7 @@ def workdir(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("readme")  # one worker, in order: a document's examples share a namespace
 @pytest.mark.parametrize("path, index", list(_examples()))
 def test_example_runs(path, index, workdir, monkeypatch):
     monkeypatch.chdir(workdir)
