@@ -22,6 +22,20 @@ def pytest_configure(config):
     """
     folder = tempfile.mkdtemp(prefix="dpexplorer-test-ledgers-")
     os.environ["DPEXPLORER_LEDGER"] = os.path.join(folder, "ledgers.sqlite")
+    # Under pytest-xdist (-n 2), tests marked xdist_group("name") run on one worker, in order,
+    # as with --dist loadgroup: the README's examples share one namespace, a browser module's
+    # tests its served app.  Set here, not in addopts: a --dist there turns pytest-benchmark off
+    # for `pytest benchmarks/... --benchmark-only`.  An explicit other --dist is kept.
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"  # the controller: its scheduler
+    if getattr(config, "workerinput", {}).get("dpexplorer_loadgroup"):
+        config.option.loadgroup = True    # a worker: its test ids carry their group
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """Tell each xdist worker whether the run groups tests (see :func:`pytest_configure`)."""
+    node.workerinput["dpexplorer_loadgroup"] = node.config.getvalue("dist") == "loadgroup"
 
 
 @pytest.fixture(autouse=True)
