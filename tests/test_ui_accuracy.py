@@ -374,7 +374,7 @@ def test_simulation_study_refuses_a_dataset_that_does_not_fit_and_can_be_cancell
     assert "256 cells" in session.error and not first.sim_busy
     session.dataset = "small"
     assert first.simulate(["uniform", "dawa", "mwem"]) is True
-    first.cancel_simulation()                      # stops after the mechanism being run
+    first.cancel_simulation()                      # stops within the run under way
     assert first.wait_simulation(600) and page.wait(120)
     assert not first.sim_busy and first.sim_done < 3 and "cancelled" in first.sim_status
     assert first.simulate(["uniform"]) is True     # the page stays usable
