@@ -74,7 +74,7 @@ the same in words.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import cast
 
@@ -111,6 +111,8 @@ _EPS_RANGE = (1e-9, 1e9)
 _SIM_RANGE = (1e-3, 1e3)
 #: Percentile-bootstrap resamples of the simulation bands.
 _BOOTSTRAP = 200
+#: Cells (resamples × queries) of the ci95 bootstrap's working arrays at a time (memory bound).
+_BOOTSTRAP_CELLS = 4_000_000
 
 
 # ====================================================================== helpers
@@ -444,8 +446,10 @@ class _Simulated:
     sampler = None
 
     def __init__(self, W: Matrix, name: str, x, metric: str, level: float, share: float,
-                 trials: int, seed: int, counts: bool, params):
+                 trials: int, seed: int, counts: bool, params,
+                 callback: Callable[[int], None] | None = None):
         self.W, self.name, self.metric = W, name, metric
+        self.callback, self.done = callback, 0
         self.level, self.share, self.trials, self.seed = level, share, trials, seed
         self.counts, self.params = counts, dict(params or {})
         self.x = x
@@ -460,11 +464,14 @@ class _Simulated:
         noise = fam.noise(epsilon)
         out = np.empty((self.trials, self.W.m))
         for t in range(self.trials):
+            if self.callback is not None:  # before each run: a callback that raises stops here
+                self.callback(self.done)
             rng = np.random.default_rng(np.random.SeedSequence([self.seed, t]))
             data = PrivateData(self.x, PrivacyLedger(), counts=self.counts)
             est = _mechanism.run(self.name, data, self.W, noise, rng, **self.params)
             answers = self.W.matvec(est.x_hat) if est.answers is None else est.answers
             out[t] = answers - self.truth
+            self.done += 1
         return out
 
     def _stat(self, E: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
@@ -475,17 +482,38 @@ class _Simulated:
             return np.sqrt(w @ mse / self.trials)
         if self.metric == "max":
             return np.sqrt(np.max(w @ (E * E) / self.trials, axis=1))
-        # ci95: per query the level-quantile over runs of |error|, then the share-quantile over queries
+        # ci95: per query the level-quantile over runs of |error|, then the share-quantile over
+        # queries.  A resample's k-th smallest |error| of a query (runs weighted by their
+        # multiplicities) is its g-th largest, g = trials − k + 1: walk each query's sorted runs
+        # from the top, adding the weights, until g is reached -- a few steps at level 0.95,
+        # where a cumulative sum from the bottom takes all of them (5× faster on 33,152
+        # queries, 20 runs, 200 resamples)
         a = np.abs(E)
+        trials, m = a.shape
         order = np.argsort(a, axis=0)
         sorted_a = np.take_along_axis(a, order, axis=0)
-        k = max(1, math.ceil(round(self.level * self.trials, 9)))
+        k = max(1, math.ceil(round(self.level * trials, 9)))
+        g = trials - k + 1
+        kq = max(1, math.ceil(round(self.share * m, 9)))        # as quantile_over_queries
+        counts = w.astype(np.min_scalar_type(trials))             # every partial sum ≤ trials
         out = np.empty(w.shape[0])
-        for b in range(w.shape[0]):
-            cum = np.cumsum(w[b][order], axis=0)                 # (trials, m)
-            first = np.argmax(cum >= k, axis=0)
-            q = sorted_a[first, np.arange(a.shape[1])]
-            out[b] = quantile_over_queries(q, self.share)
+        step = max(1, _BOOTSTRAP_CELLS // m)
+        for s in range(0, w.shape[0], step):
+            if self.callback is not None:  # a callback that raises stops here too
+                self.callback(self.done)
+            wb = counts[s:s + step]
+            above = np.zeros((wb.shape[0], m), dtype=counts.dtype)  # weight of the runs above
+            first = np.zeros((wb.shape[0], m), dtype=np.intp)
+            todo = np.ones((wb.shape[0], m), dtype=bool)
+            for i in range(trials - 1, -1, -1):
+                above += wb[:, order[i]]
+                hit = todo & (above >= g)
+                first[hit] = i
+                todo &= ~hit
+                if not todo.any():
+                    break
+            q = sorted_a[first, np.arange(m)]                      # (resamples, m)
+            out[s:s + step] = np.partition(q, kq - 1, axis=1)[:, kq - 1]
         return out
 
     def evaluate(self, fam: _Family, epsilon: float) -> tuple[float, float, float]:
@@ -649,7 +677,7 @@ def epsilon_for(W, mechanism, target, metric: str = "rmse", delta: float | None 
                 noise=None, calibration: str | None = None, level: float = 0.95,
                 share: float = 0.95, counts: bool = True, x=None, trials: int = 20,
                 seed: int = 0, rtol: float = 0.02, params: dict | None = None,
-                cache=None) -> EpsilonForTarget:
+                cache=None, callback: Callable[[int], None] | None = None) -> EpsilonForTarget:
     """The smallest ε whose error for workload ``W`` with ``mechanism`` meets ``target``.
 
     Exact for data-independent mechanisms (closed-form inversion of the
@@ -692,6 +720,13 @@ def epsilon_for(W, mechanism, target, metric: str = "rmse", delta: float | None 
         The mechanism's parameters.
     cache : StrategyCache, optional
         Reuse strategies (e.g. the app's session cache).
+    callback : callable, optional
+        Simulation only: ``callback(runs_done)`` before each seeded run of
+        the mechanism and before each block of a ``ci95`` bootstrap
+        (``runs_done`` counts the runs of every ε searched so far).  An
+        exception it raises stops the simulation within one run (or block)
+        and propagates: that is how a caller cancels (the explorer's Cancel
+        button).  Not called for data-independent mechanisms.
 
     Returns
     -------
@@ -715,7 +750,7 @@ def epsilon_for(W, mechanism, target, metric: str = "rmse", delta: float | None 
     A, name, label = _strategy(W, mechanism, fam, params, cache)
     if A is None:
         return _simulated(W, name, label, t, metric, fam, level, share, counts, x, trials, seed,
-                          rtol, params)
+                          rtol, params, callback)
     return ErrorProfile(name, label, metric, level, share, fam.kind,
                         _profile(W, A, fam, metric, level, share, counts))._solve(t, fam)
 
@@ -849,7 +884,7 @@ def _solve(prof, fam: _Family, name, label, t, metric, level, share) -> EpsilonF
 
 
 def _simulated(W, name, label, t, metric, fam, level, share, counts, x, trials, seed, rtol,
-               params) -> EpsilonForTarget:
+               params, callback=None) -> EpsilonForTarget:
     """ε of a data-dependent mechanism from seeded runs on benchmark data."""
     if x is None:
         raise ValueError(f"{name!r} is data-dependent: its error depends on the data; pass x= "
@@ -869,7 +904,8 @@ def _simulated(W, name, label, t, metric, fam, level, share, counts, x, trials, 
         raise ValueError(f"rtol must be in (0, 1), got {rtol!r}")
     if fam.kind == "gaussian" and fam.delta is None:
         raise ValueError(f"simulating {name!r} needs a complete noise model: pass delta")
-    sim = _Simulated(W, name, x, metric, level, share, int(trials), int(seed), counts, params)
+    sim = _Simulated(W, name, x, metric, level, share, int(trials), int(seed), counts, params,
+                     callback)
     extra = dict(seed=int(seed), trials=int(trials), rtol=float(rtol),
                  **(dict(level=level, share=share) if metric == "ci95" else {}))
     method = (f"bisection on log ε of the simulated error ({trials} seeded runs per ε), "

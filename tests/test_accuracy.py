@@ -267,6 +267,57 @@ def test_simulation_agrees_with_the_analytic_epsilon():
     assert sim.epsilon_low <= sim.epsilon <= sim.epsilon_high
 
 
+def test_a_simulation_callback_sees_every_run_and_stops_it_by_raising():
+    """``callback(runs_done)`` before each seeded run (and each block of a ci95 bootstrap);
+    raising stops within one run."""
+    W = dpx.workloads.all_range(32)
+    x = np.random.default_rng(3).poisson(30, 32).astype(float)
+    seen: list[int] = []
+    res = dpx.epsilon_for(W, "dawa", 6.0, x=x, trials=8, seed=1, rtol=0.05, callback=seen.append)
+    assert seen == list(range(len(seen))) and len(seen) % 8 == 0 and len(seen) >= 16
+    assert res == dpx.epsilon_for(W, "dawa", 6.0, x=x, trials=8, seed=1, rtol=0.05)  # no effect
+    seen.clear()
+    dpx.epsilon_for(W, "dawa", 6.0, "ci95", x=x, trials=20, seed=1, callback=seen.append)
+    assert sorted(set(seen)) == list(range(max(seen) + 1)) and seen == sorted(seen)
+    assert len(seen) > max(seen) + 1                        # the bootstraps' blocks too
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_the_third(done: int) -> None:
+        if done == 3:
+            raise Stop
+    runs = []
+    with pytest.raises(Stop):
+        dpx.epsilon_for(W, "dawa", 6.0, x=x, trials=8, seed=1, rtol=0.05,
+                        callback=lambda done: (runs.append(done), stop_at_the_third(done)))
+    assert runs == [0, 1, 2, 3]                             # stopped before the fourth run
+    # a data-independent mechanism has no runs: the callback is not called
+    def never(done: int) -> None:
+        raise AssertionError(f"called after {done} runs")
+    assert dpx.epsilon_for(W, "identity", 6.0, callback=never).exact
+
+
+@pytest.mark.parametrize("trials, level, share", [(20, 0.95, 0.95), (23, 0.9, 0.5), (40, 0.99, 1.0)])
+def test_ci95_bootstrap_takes_each_resamples_order_statistics(trials, level, share, monkeypatch):
+    """The ci95 statistic of every bootstrap resample, against its definition: per query the
+    ⌈level·runs⌉-th smallest |error| of the resample (each run repeated by its multiplicity),
+    then the ⌈share·m⌉-th smallest over the queries -- in blocks of resamples too."""
+    rng = np.random.default_rng(trials)
+    m = 37
+    E = np.round(rng.laplace(size=(trials, m)), 1)            # ties between runs as well
+    sim = accuracy._Simulated(dpx.workloads.identity(m), "uniform", np.ones(m), "ci95", level,
+                              share, trials, 0, True, None)
+    monkeypatch.setattr(accuracy, "_BOOTSTRAP_CELLS", 5 * m)   # blocks of 5 resamples
+    got = sim._stat(E, sim.weights)
+    k = math.ceil(round(level * trials, 9))
+    for b, w in enumerate(sim.weights):
+        per_query = np.sort(np.repeat(np.abs(E), w, axis=0), axis=0)[k - 1]
+        assert got[b] == accuracy.quantile_over_queries(per_query, share), b
+    plain = np.sort(np.abs(E), axis=0)[k - 1]
+    assert sim._stat(E)[0] == accuracy.quantile_over_queries(plain, share)
+
+
 def test_simulated_ci95_needs_enough_runs():
     x = np.ones(32)
     with pytest.raises(ValueError, match="at least 20 runs"):

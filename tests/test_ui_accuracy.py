@@ -374,8 +374,36 @@ def test_simulation_study_refuses_a_dataset_that_does_not_fit_and_can_be_cancell
     assert "256 cells" in session.error and not first.sim_busy
     session.dataset = "small"
     assert first.simulate(["uniform", "dawa", "mwem"]) is True
-    first.cancel_simulation()                      # stops after the mechanism being run
+    first.cancel_simulation()                      # stops within the run under way
     assert first.wait_simulation(600) and page.wait(120)
     assert not first.sim_busy and first.sim_done < 3 and "cancelled" in first.sim_status
     assert first.simulate(["uniform"]) is True     # the page stays usable
     assert first.wait_simulation(600)
+
+
+def test_a_cancel_during_a_mechanism_stops_the_study_within_one_run(monkeypatch):
+    """Cancel is checked before every seeded run, not only between mechanisms: one MWEM
+    study is hundreds of runs (tens of seconds on a loaded machine), and a user's Cancel
+    waited for all of them."""
+    from dpexplorer import accuracy
+
+    session, page, x = _small_data_page()
+    first = page.accuracy_first
+    first.mode = "epsilon"
+    assert page.wait(120)
+    runs = []
+    run = accuracy._mechanism.run
+
+    def run_and_cancel(*args, **kwargs):
+        runs.append(args[0])
+        if len(runs) == 1:
+            first.cancel_simulation()             # the user's Cancel during the first run
+        return run(*args, **kwargs)
+    monkeypatch.setattr(accuracy._mechanism, "run", run_and_cancel)
+    assert first.simulate(["mwem"]) is True
+    assert first.wait_simulation(600) and page.wait(120)
+    assert runs == ["mwem"]                       # the run under way ends, no other starts
+    assert not first.sim_busy and first.sim_done == 0
+    assert first.sim_status == ("Simulated 0 of 1 mechanisms on small (seed 4, 20 runs per ε): "
+                                "cancelled. Not simulated: MWEM."), first.sim_status
+    assert first.table.set_index("mechanism").loc["mwem", "note"] == ADAPTIVE_NOTE

@@ -30,8 +30,9 @@ simulation on <dataset>"): :func:`dpexplorer.epsilon_for` with ``x`` the
 dataset's counts, treated as public benchmark data, ``seed`` the sidebar's
 simulation seed and :attr:`AccuracyFirst.sim_trials` seeded runs per ε, which
 gives ε and a 95 % band for it.  It runs in a background job, one mechanism
-after another with the progress shown, and can be cancelled between
-mechanisms; the rows then say "simulation (seed …, … trials) on <dataset>".
+after another with the progress shown, and can be cancelled (it stops
+within one seeded run); the rows of the mechanisms simulated say
+"simulation (seed …, … trials) on <dataset>".
 Nothing is released and nothing is spent.
 """
 
@@ -51,7 +52,7 @@ from bokeh.models.widgets.tables import NumberFormatter
 
 import dpexplorer as dpx
 
-from .tasks import Jobs, build_lock
+from .tasks import Jobs, TaskCancelled, build_lock
 
 __all__ = ["AccuracyFirst", "PrivacySentence", "MODES", "TARGET_METRICS", "epsilon_bars", "target_curve_plot"]
 
@@ -422,10 +423,11 @@ class AccuracyFirst(param.Parameterized):
         return False
 
     def cancel_simulation(self) -> None:
-        """Stop the study after the mechanism being simulated (its finished rows stay)."""
+        """Stop the study within one seeded run of the mechanism being simulated (the rows
+        of the mechanisms finished before stay; that mechanism is not simulated)."""
         if self._sim_cancel is not None and self.sim_busy:
             self._sim_cancel.set()
-            self._set(sim_status="Cancelling after the mechanism being simulated…")
+            self._set(sim_status="Cancelling the simulation…")
 
     def wait_simulation(self, timeout: float = 600.0) -> bool:
         """Block until the simulation study is done (tests, scripts)."""
@@ -433,7 +435,17 @@ class AccuracyFirst(param.Parameterized):
 
     def _sim_job(self, post, key, base, noise, dataset, x, names, target, metric, seed,
                  cancel) -> None:
-        """Worker: :func:`dpexplorer.epsilon_for` by simulation, one mechanism after another."""
+        """Worker: :func:`dpexplorer.epsilon_for` by simulation, one mechanism after another.
+
+        ``cancel`` (a :class:`threading.Event`) is checked before every seeded run, through
+        ``epsilon_for``'s ``callback``: a mechanism's study is :attr:`sim_trials` runs at
+        each of the ε its bisection tries (hundreds of runs), so a Cancel waits for one run,
+        not for the whole mechanism.
+        """
+        def check(_runs: int) -> None:
+            if cancel.is_set():
+                raise TaskCancelled("simulation study")
+
         found = {}
         for i, name in enumerate(names):
             if cancel.is_set():
@@ -442,7 +454,9 @@ class AccuracyFirst(param.Parameterized):
                 found[name] = dpx.epsilon_for(
                     base.W, name, target, metric, noise=noise, level=self.level,
                     share=self.share, x=x, trials=self.sim_trials, seed=seed,
-                    rtol=self.sim_rtol, cache=self.session.cache)
+                    rtol=self.sim_rtol, cache=self.session.cache, callback=check)
+            except TaskCancelled:  # cancelled during this mechanism: it is not simulated
+                break
             except Exception as exc:  # noqa: BLE001 - one mechanism failing is shown in its row
                 if not isinstance(exc, ValueError):
                     log.exception("simulation of %s failed", name)
