@@ -1,0 +1,63 @@
+"""The "ε for this error" table (dpexplorer.accuracy.target_table and its helpers), without Panel."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpexplorer as dpx
+from dpexplorer import accuracy
+
+
+def test_targets_in_words():
+    assert accuracy.target_words(50, "rmse") == "an RMSE of 50 counts per query"
+    assert accuracy.target_words(2.5, "max") == ("a standard deviation of at most 2.5 counts on every "
+                                                 "query (the worst query's)")
+    assert accuracy.target_words(50, "ci95", 0.9, 0.99) == (
+        "±50 counts on 99 % of queries (each a 90 % confidence interval)")
+    assert accuracy.epsilon_note(0.0, 5) == "any ε > 0 meets the target"
+    assert accuracy.epsilon_note(math.inf, 5) == accuracy.epsilon_note(math.nan, 5) == "no ε meets ±5 counts"
+    assert accuracy.epsilon_note(0.3, 5) == ""
+    assert accuracy.noise_label(dpx.Laplace(1.0)) == "Laplace"
+    assert accuracy.noise_label(dpx.Gaussian(1.0, 1e-6, "zcdp")) == "Gaussian (δ = 1e-06, zcdp)"
+
+
+def test_rmse_profiles_solve_to_the_engines_epsilon():
+    W = dpx.workloads.prefix(64)
+    units = [dpx.error.unit_tse(W, dpx.registry.get(n).strategy(W, dpx.Laplace(1.0)), 1)
+             for n in ("identity", "h2")]
+    frame = pd.DataFrame({"mechanism": ["identity", "h2", "dawa"], "label": ["Identity", "H2", "DAWA"],
+                          "unit_tse": [*units, math.nan]})
+    profs = accuracy.rmse_profiles(frame, W.m, dpx.Laplace(1.0))
+    assert set(profs) == {"identity", "h2"}  # DAWA has no analytic error
+    for name, prof in profs.items():
+        res = prof.epsilon_for(10.0, dpx.Laplace(1.0))
+        want = dpx.epsilon_for(W, name, 10.0, "rmse", noise=dpx.Laplace(1.0))
+        assert res.epsilon == pytest.approx(want.epsilon, rel=1e-9)
+        # the profile's error at its ε is the target: RMSE ∝ 1/ε for Laplace noise
+        assert prof.error(dpx.Laplace(res.epsilon)) == pytest.approx(10.0, rel=1e-9)
+        assert prof.label == frame.set_index("mechanism").loc[name, "label"]
+
+
+def test_the_target_table_sorts_and_compares_with_the_floor():
+    W = dpx.workloads.all_range(32)
+    row = dict.fromkeys(accuracy.TARGET_COLUMNS, math.nan)
+    del row["ratio"]
+    rows = [{**row, "mechanism": "b", "label": "B", "epsilon": 2.0},
+            {**row, "mechanism": "n", "label": "N", "epsilon": math.nan},
+            {**row, "mechanism": "a", "label": "A", "epsilon": 0.5}]
+    df = accuracy.target_table(rows, 0.25, "", 10.0, "rmse", dpx.Gaussian(1.0, 1e-5, "zcdp"), W)
+    assert list(df.columns) == accuracy.TARGET_COLUMNS
+    assert list(df["mechanism"]) == ["a", "b", "n"]  # least ε first, NaN last
+    np.testing.assert_allclose(df["ratio"].to_numpy(dtype=float), [2.0, 8.0, np.nan])
+    assert df.attrs == {"floor_epsilon": 0.25, "floor_note": "", "target": 10.0, "metric": "rmse",
+                        "noise": "Gaussian (δ = 1e-05, zcdp)", "m": W.m, "workload": W.name}
+    none = accuracy.target_table(rows, math.nan, "no floor", 10.0, "ci95", dpx.Laplace(1.0), W)
+    assert none["ratio"].isna().all() and none.attrs["floor_note"] == "no floor"
+    df.loc[df["mechanism"] == "b", "error"] = 10.0
+    df.loc[df["mechanism"] == "a", "error"] = 9.5
+    points = accuracy.target_points(df, {"b": None, "n": None})
+    pd.testing.assert_frame_equal(points, pd.DataFrame({"epsilon": [2.0], "error": [10.0], "label": ["B"]}))
