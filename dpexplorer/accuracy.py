@@ -93,7 +93,8 @@ __all__ = ["METRICS", "CALIBRATIONS", "EpsilonForTarget", "ErrorProfile", "epsil
            "error_at", "error_profile", "epsilon_table", "noise_for_std", "describe_privacy", "accuracy_sentence",
            "quantile_over_queries", "EPSILON_GRID", "rmse_curve", "unit_error_profile",
            "svd_floor", "epsilon_grid", "error_curves", "TARGET_COLUMNS", "target_words",
-           "epsilon_note", "noise_label", "rmse_profiles", "target_table", "target_points"]
+           "epsilon_note", "noise_label", "rmse_profiles", "target_table", "target_points",
+           "simulated_target_row"]
 
 #: The error metrics a target can be given in (see the module docstring).
 METRICS = ("rmse", "max", "ci95")
@@ -1326,6 +1327,40 @@ def target_table(rows: list[dict], floor: float, floor_note: str, target: float,
     df.attrs.update(floor_epsilon=floor, floor_note=floor_note, target=target, metric=metric,
                     noise=noise_label(noise), m=W.m, workload=W.name)
     return df
+
+
+def simulated_target_row(result: EpsilonForTarget | str, dataset: str) -> dict:
+    """The columns of a :func:`target_table` row for a mechanism whose ε was found by simulation.
+
+    Parameters
+    ----------
+    result : EpsilonForTarget or str
+        :func:`epsilon_for` with benchmark data ``x`` (``kind == "simulation"``), or the
+        message of its failure.
+    dataset : str
+        Name of the data the simulation ran on (for the note).
+
+    Returns
+    -------
+    dict
+        ``epsilon``, ``rho`` (NaN without an ε), ``error``, ``epsilon_low``, ``epsilon_high`` and a
+        ``note`` naming the seed, the runs, the data and the 95 % band for ε; only ``note`` for a
+        failure.
+    """
+    if isinstance(result, str):
+        return {"note": result}
+    what = f"simulation (seed {result.seed}, {result.trials} trials) on {dataset}"
+    if math.isfinite(result.epsilon):
+        band = (f"95 % band for ε {result.epsilon_low:.3g}–{result.epsilon_high:.3g}"
+                if math.isfinite(result.epsilon_low) and math.isfinite(result.epsilon_high)
+                else "95 % band for ε not found in range")
+        note = (f"{what}: {band}; a study on the data treated as public, not a release "
+                "(the ε another dataset needs differs)")
+    else:
+        note = f"{what}: {result.note}"
+    return {"epsilon": result.epsilon, "rho": result.rho if math.isfinite(result.epsilon) else math.nan,
+            "error": result.error, "note": note, "epsilon_low": result.epsilon_low,
+            "epsilon_high": result.epsilon_high}
 
 
 def target_points(table: pd.DataFrame, drawn) -> pd.DataFrame:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -61,3 +62,22 @@ def test_the_target_table_sorts_and_compares_with_the_floor():
     df.loc[df["mechanism"] == "a", "error"] = 9.5
     points = accuracy.target_points(df, {"b": None, "n": None})
     pd.testing.assert_frame_equal(points, pd.DataFrame({"epsilon": [2.0], "error": [10.0], "label": ["B"]}))
+
+
+def test_a_simulated_row_names_its_seed_runs_data_and_band():
+    W = dpx.workloads.prefix(16)
+    exact = dpx.epsilon_for(W, "identity", 5.0, "rmse", noise=dpx.Laplace(1.0))
+    sim = dataclasses.replace(exact, kind="simulation", exact=False, seed=3, trials=20,
+                              epsilon_low=exact.epsilon * 0.9, epsilon_high=exact.epsilon * 1.1)
+    row = accuracy.simulated_target_row(sim, "NETTRACE")
+    assert row["epsilon"] == exact.epsilon and row["rho"] == exact.rho and row["error"] == exact.error
+    assert (row["epsilon_low"], row["epsilon_high"]) == (sim.epsilon_low, sim.epsilon_high)
+    assert row["note"].startswith("simulation (seed 3, 20 trials) on NETTRACE: 95 % band for ε ")
+    assert "not a release" in row["note"]
+    unbanded = dataclasses.replace(sim, epsilon_high=math.nan)
+    assert "95 % band for ε not found in range" in accuracy.simulated_target_row(unbanded, "x")["note"]
+    none = dataclasses.replace(sim, epsilon=math.nan, note="out of range")
+    row = accuracy.simulated_target_row(none, "x")
+    assert math.isnan(row["rho"]) and row["note"].endswith(": out of range")
+    assert accuracy.simulated_target_row("simulation failed: boom", "x") == {
+        "note": "simulation failed: boom"}

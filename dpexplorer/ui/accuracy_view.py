@@ -459,24 +459,7 @@ class AccuracyFirst(param.Parameterized):
     def _simulated_row(self, name: str, sims: dict | None) -> dict:
         """The row of a data-dependent mechanism from the matching study, or nothing."""
         res = None if sims is None else sims.get(name)
-        if res is None:
-            return {}
-        if isinstance(res, str):
-            return {"note": res}
-        seed, trials = res.seed, res.trials
-        dataset = self.session.dataset
-        what = f"simulation (seed {seed}, {trials} trials) on {dataset}"
-        if math.isfinite(res.epsilon):
-            band = (f"95 % band for ε {res.epsilon_low:.3g}–{res.epsilon_high:.3g}"
-                    if math.isfinite(res.epsilon_low) and math.isfinite(res.epsilon_high)
-                    else "95 % band for ε not found in range")
-            note = (f"{what}: {band}; a study on the data treated as public, not a release "
-                    "(the ε another dataset needs differs)")
-        else:
-            note = f"{what}: {res.note}"
-        return {"epsilon": res.epsilon, "rho": res.rho if math.isfinite(res.epsilon) else math.nan,
-                "error": res.error, "note": note, "epsilon_low": res.epsilon_low,
-                "epsilon_high": res.epsilon_high}
+        return {} if res is None else dpx.accuracy.simulated_target_row(res, self.session.dataset)
 
     # ------------------------------------------------------------- text
     def summary(self) -> str:

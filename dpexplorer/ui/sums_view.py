@@ -30,6 +30,10 @@ your edges) and a τ that is declared public or found by SVT.  The session
 gives ε and the seed; the sum mechanisms are ε-DP with Laplace noise (with
 Gaussian selected in the sidebar, Laplace is used and δ ignored).
 
+The numbers (the trials, the τ curve, the size table, the winners) come from
+:mod:`dpexplorer.sums.study`, tested without Panel; this module holds the
+controls, the plots and their bindings.
+
 Work runs in a worker thread (progress bar, ``loading`` on the results);
 bad input is reported with ``session.report`` (a notification) and the last
 result stays.  Driven without a browser::
