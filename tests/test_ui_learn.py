@@ -135,8 +135,8 @@ def test_rmse_curve_equals_engine(view, session, noise):
         assert row.rmse == pytest.approx(dpx.rmse(W, A, model), rel=1e-12), row
     # the plotted curves are these numbers
     curves = _elements(lesson.figure(), hv.Curve)
-    labelled = {c.label: c for c in curves[: len(learn.STRATEGIES)]}
-    for name, label in learn.STRATEGIES.items():
+    labelled = {c.label: c for c in curves[: len(lessons.STRATEGIES)]}
+    for name, label in lessons.STRATEGIES.items():
         sub = grid[grid["mechanism"] == name]
         np.testing.assert_array_equal(labelled[label].dimension_values("rmse"), sub["rmse"].to_numpy())
         np.testing.assert_array_equal(labelled[label].dimension_values("n"), sub["n"].to_numpy())
@@ -148,7 +148,7 @@ def test_per_query_example_equals_engine(view, session):
     model = session.noise_model()
     W = dpx.workloads.all_range(16)
     lo, hi = W.ranges()
-    for name in learn.STRATEGIES:
+    for name in lessons.STRATEGIES:
         A = dpx.registry.get(name).strategy(W, model)
         want = dpx.per_query_rmse(W, A, model)
         np.testing.assert_allclose(lesson.result["per_query"][name], want, rtol=1e-12)
@@ -203,7 +203,7 @@ def test_data_lesson_is_a_simulation_matching_the_engine(view, session):
     lesson.trials = 2
     r = lesson.result
     table = r["table"]
-    assert len(table) == 2 * len(learn.SIM_MECHANISMS)
+    assert len(table) == 2 * len(lessons.SIM_MECHANISMS)
     assert set(table["role"]) == {"easy", "hard"}
     assert len(session.ledger) == 0  # throwaway ledgers: nothing spent in the session
     W = dpx.workloads.all_range(256)
