@@ -94,7 +94,7 @@ __all__ = ["METRICS", "CALIBRATIONS", "EpsilonForTarget", "ErrorProfile", "epsil
            "quantile_over_queries", "EPSILON_GRID", "rmse_curve", "unit_error_profile",
            "svd_floor", "epsilon_grid", "error_curves", "TARGET_COLUMNS", "target_words",
            "epsilon_note", "noise_label", "rmse_profiles", "target_table", "target_points",
-           "simulated_target_row"]
+           "simulated_target_row", "analytic_target_row", "svd_bound_profile"]
 
 #: The error metrics a target can be given in (see the module docstring).
 METRICS = ("rmse", "max", "ci95")
@@ -1327,6 +1327,43 @@ def target_table(rows: list[dict], floor: float, floor_note: str, target: float,
     df.attrs.update(floor_epsilon=floor, floor_note=floor_note, target=target, metric=metric,
                     noise=noise_label(noise), m=W.m, workload=W.name)
     return df
+
+
+def analytic_target_row(profile: ErrorProfile | None, target: float, noise: NoiseModel,
+                        failed: str = "") -> dict:
+    """The columns of a :func:`target_table` row for a mechanism with an error profile.
+
+    Parameters
+    ----------
+    profile : ErrorProfile or None
+        The mechanism's profile (None: it has none; ``failed`` says why).
+    target : float
+        The error to meet (counts).
+    noise : NoiseModel
+        The noise family (its ε is ignored).
+    failed : str
+        Why there is no profile ("" for "no error profile").
+
+    Returns
+    -------
+    dict
+        ``epsilon``, ``rho``, ``error`` (:meth:`ErrorProfile.epsilon_for`) and a ``note``
+        (its note, else :func:`epsilon_note`); only ``note`` without a profile.
+    """
+    if profile is None:
+        return {"note": failed or "no error profile"}
+    res = profile.epsilon_for(target, noise)
+    return {"epsilon": res.epsilon, "rho": res.rho, "error": res.error,
+            "note": res.note or epsilon_note(res.epsilon, target)}
+
+
+def svd_bound_profile(svdb: float, m: int, noise: NoiseModel) -> ErrorProfile:
+    """The RMSE profile of the SVD bound (Li & Miklau 2012, Thm 2): ``sqrt(SVDB(W)/m)`` per unit noise.
+
+    ``svdb`` is the unit-noise TSE bound (:func:`dpexplorer.core.error.svdb`), ``m`` the number
+    of queries; the profile is named ``"svd_bound"``, labelled "SVD bound".
+    """
+    return unit_error_profile(math.sqrt(svdb / m), noise, mechanism="svd_bound", label="SVD bound")
 
 
 def simulated_target_row(result: EpsilonForTarget | str, dataset: str) -> dict:

@@ -81,3 +81,25 @@ def test_a_simulated_row_names_its_seed_runs_data_and_band():
     assert math.isnan(row["rho"]) and row["note"].endswith(": out of range")
     assert accuracy.simulated_target_row("simulation failed: boom", "x") == {
         "note": "simulation failed: boom"}
+
+
+def test_an_analytic_row_and_the_svd_bound_profile():
+    W = dpx.workloads.all_range(32)
+    noise = dpx.Gaussian(1.0, 1e-6, "zcdp")
+    prof = dpx.accuracy.error_profile(W, "hb", noise, "rmse")
+    row = accuracy.analytic_target_row(prof, 3.0, noise)
+    want = dpx.epsilon_for(W, "hb", 3.0, "rmse", noise=noise)
+    assert row["epsilon"] == pytest.approx(want.epsilon, rel=1e-9)
+    assert row["rho"] == pytest.approx(want.rho, rel=1e-9) and row["error"] <= 3.0 * (1 + 1e-9)
+    assert row["note"] == ""
+    assert accuracy.analytic_target_row(None, 3.0, noise) == {"note": "no error profile"}
+    assert accuracy.analytic_target_row(None, 3.0, noise, "no error profile: too big") == {
+        "note": "no error profile: too big"}
+    svdb = dpx.error.svdb(W)
+    bound = accuracy.svd_bound_profile(svdb, W.m, noise)
+    assert (bound.mechanism, bound.label) == ("svd_bound", "SVD bound")
+    # the bound's RMSE at the noise is the SVD bound itself
+    assert bound.error(noise) == pytest.approx(dpx.svd_bound(W, noise), rel=1e-9)
+    floor, _, _ = accuracy.svd_floor(svdb, W.m, 3.0, noise, "rmse")
+    assert bound.epsilon_for(3.0, noise).epsilon == pytest.approx(floor, rel=1e-9)
+    assert floor <= row["epsilon"]  # no strategy needs less ε than the bound

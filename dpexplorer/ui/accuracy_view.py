@@ -290,23 +290,15 @@ class AccuracyFirst(param.Parameterized):
 
     def _solved(self, base, noise, t: float, metric: str, profs: dict, failed: dict):
         """Rows, floor and curves of the profiles (``dpx.accuracy``'s solvers, SVD-bound floor)."""
-        def solve(r):
-            prof = profs.get(r.mechanism)
-            if prof is None:
-                return {"note": failed.get(r.mechanism) or "no error profile"}
-            res = prof.epsilon_for(t, noise)
-            return {"epsilon": res.epsilon, "rho": res.rho, "error": res.error,
-                    "note": res.note or dpx.accuracy.epsilon_note(res.epsilon, t)}
-
-        rows = self._rows(base, solve)
+        rows = self._rows(base, lambda r: dpx.accuracy.analytic_target_row(
+            profs.get(r.mechanism), t, noise, failed.get(r.mechanism, "")))
         W = base.W
         floor, _, note = dpx.accuracy.svd_floor(base.svdb, W.m, t, noise, metric)
         if metric == "ci95":
             note = NO_FLOOR
         curves = dict(profs)
         if math.isfinite(floor):
-            curves["svd_bound"] = dpx.accuracy.unit_error_profile(
-                math.sqrt(base.svdb / W.m), noise, mechanism="svd_bound", label="SVD bound")
+            curves["svd_bound"] = dpx.accuracy.svd_bound_profile(base.svdb, W.m, noise)
         return rows, floor, note, curves
 
     def _show(self, key, rows, floor, floor_note, curves) -> None:
