@@ -22,7 +22,8 @@ Layers, lowest first; a module imports only from its own layer or below
 ``sums/``           sum queries on numerical attributes
 top level           ``mechanism`` (release, simulate, run), ``compare``,
                     ``accuracy`` (ε for an error target), ``evaluate``,
-                    ``datasets``, ``audit`` (lower bounds on ε)
+                    ``datasets``, ``audit`` (lower bounds on ε), ``lessons``
+                    (the numbers of the guided lessons)
 ``ui/``             the Panel app (imports only this public API)
 ==================  ==========================================================
 
@@ -34,7 +35,7 @@ reachable by their short names (``dpx.matrix``, ``dpx.dawa``, ``dpx.marginals``,
 # the layers, lowest first (importing them registers every mechanism), then the top level
 from . import queries, privacy, core, strategies, adaptive, sums  # noqa: I001
 from . import datasets, evaluate, mechanism
-from . import accuracy, docs, figures
+from . import accuracy, docs, figures, lessons
 from . import audit  # noqa: I001  (after evaluate and mechanism, which it runs)
 from .accuracy import accuracy_sentence, describe_privacy, epsilon_for, epsilon_table
 from .adaptive import dawa, efpa, hilbert, mwem, partition, uniform
@@ -61,7 +62,7 @@ __all__ = [
     "samplers", "error", "spectra", "optimization", "registry", "templates", "kron_stack", "hdmm",
     "marginals", "eigen_design", "fourier",
     "residual", "dawa", "partition", "hilbert", "mwem", "efpa", "uniform", "thresholds",
-    "datasets", "evaluate", "mechanism", "accuracy", "docs", "figures", "audit",
+    "datasets", "evaluate", "mechanism", "accuracy", "docs", "figures", "lessons", "audit",
     # the everyday API
     "compare", "StrategyCache", "rmse", "per_query_rmse", "svd_bound", "UnsupportedWorkloadError",
     "MatrixTooLargeError", "LimitExceededError", "Release", "release", "simulate", "reconstruct",

@@ -92,7 +92,9 @@ from .queries.matrix import Identity, Matrix, MatrixTooLargeError, as_matrix
 __all__ = ["METRICS", "CALIBRATIONS", "EpsilonForTarget", "ErrorProfile", "epsilon_for",
            "error_at", "error_profile", "epsilon_table", "noise_for_std", "describe_privacy", "accuracy_sentence",
            "quantile_over_queries", "EPSILON_GRID", "rmse_curve", "unit_error_profile",
-           "svd_floor", "epsilon_grid", "error_curves"]
+           "svd_floor", "epsilon_grid", "error_curves", "TARGET_COLUMNS", "target_words",
+           "epsilon_note", "noise_label", "rmse_profiles", "target_table", "target_points",
+           "simulated_target_row", "analytic_target_row", "svd_bound_profile"]
 
 #: The error metrics a target can be given in (see the module docstring).
 METRICS = ("rmse", "max", "ci95")
@@ -1262,6 +1264,187 @@ def error_curves(profiles, noise: NoiseModel, grid) -> pd.DataFrame:
     cv = (pd.concat(parts, ignore_index=True) if parts else
           pd.DataFrame({"mechanism": [], "label": [], "epsilon": [], "error": []}))
     return cv[np.isfinite(cv["error"].to_numpy(dtype=float))].reset_index(drop=True)
+
+
+# ========================================================== the target table
+#: Columns of :func:`target_table`.
+TARGET_COLUMNS = ["mechanism", "label", "epsilon", "rho", "error", "ratio", "exact", "note",
+                  "kind", "epsilon_low", "epsilon_high"]
+
+
+def target_words(target: float, metric: str = "rmse", level: float = 0.95, share: float = 0.95) -> str:
+    """A target in words: "an RMSE of 50 counts per query", "±50 counts on 95 % of queries (...)".
+
+    Parameters
+    ----------
+    target : float
+        The error (counts).
+    metric : {"rmse", "max", "ci95"}
+    level, share : float
+        Confidence level and share of queries of ``"ci95"`` (fractions).
+    """
+    if metric == "rmse":
+        return f"an RMSE of {target:g} counts per query"
+    if metric == "max":
+        return f"a standard deviation of at most {target:g} counts on every query (the worst query's)"
+    return (f"±{target:g} counts on {share * 100:g} % of queries "
+            f"(each a {level * 100:g} % confidence interval)")
+
+
+def epsilon_note(epsilon: float, target: float) -> str:
+    """Why an ε found for ``target`` is special: ``0`` (any ε meets it), not finite (none does), else ""."""
+    if epsilon == 0.0:
+        return "any ε > 0 meets the target"
+    if not math.isfinite(epsilon):
+        return f"no ε meets ±{target:g} counts"
+    return ""
+
+
+def noise_label(noise: NoiseModel) -> str:
+    """The noise family of a target in words: "Laplace" or "Gaussian (δ = 1e-06, zcdp)"."""
+    if isinstance(noise, Gaussian):
+        return f"Gaussian (δ = {noise.delta:g}, {noise.calibration})"
+    return "Laplace"
+
+
+def rmse_profiles(frame: pd.DataFrame, m: int, noise: NoiseModel) -> dict[str, ErrorProfile]:
+    """RMSE profiles of every mechanism of a comparison with a finite unit-noise TSE (closed form).
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        One row per mechanism: ``mechanism``, ``label`` and ``unit_tse``, the unit-noise TSE
+        (:func:`dpexplorer.core.error.unit_tse`; NaN for a mechanism without an analytic error).
+    m : int
+        Number of queries of the workload.
+    noise : NoiseModel
+        The family of the profiles.
+
+    Returns
+    -------
+    dict
+        Mechanism -> :func:`unit_error_profile` of ``sqrt(unit_tse / m)``.
+    """
+    units = frame["unit_tse"].to_numpy(dtype=float)
+    return {str(name): unit_error_profile(math.sqrt(u / m), noise, mechanism=str(name), label=str(label))
+            for name, label, u in zip(frame["mechanism"], frame["label"], units, strict=True)
+            if math.isfinite(u)}
+
+
+def target_table(rows: list[dict], floor: float, floor_note: str, target: float, metric: str,
+                 noise: NoiseModel, W: Matrix) -> pd.DataFrame:
+    """The table of an "ε for this error" question: one row per mechanism, least ε first.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Per mechanism, the columns of :data:`TARGET_COLUMNS` but ``ratio`` (``epsilon``
+        per release, ``rho``, ``error`` in counts, ...).
+    floor, floor_note
+        The SVD bound's ε for the target (:func:`svd_floor`; NaN with a reason for none).
+    target, metric
+        The target (counts) and its metric.
+    noise : NoiseModel
+        The noise family.
+    W : Matrix
+        The workload.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`TARGET_COLUMNS`; ``ratio`` is ε over the floor's ε; sorted by ε (NaN
+        last, stable); attrs ``floor_epsilon``, ``floor_note``, ``target``, ``metric``,
+        ``noise`` (:func:`noise_label`), ``m`` and ``workload`` (its name).
+    """
+    df = pd.DataFrame(rows, columns=[c for c in TARGET_COLUMNS if c != "ratio"])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df.insert(5, "ratio", df["epsilon"].to_numpy(dtype=float) / floor)
+    df = df.sort_values("epsilon", na_position="last", kind="stable").reset_index(drop=True)
+    df.attrs.update(floor_epsilon=floor, floor_note=floor_note, target=target, metric=metric,
+                    noise=noise_label(noise), m=W.m, workload=W.name)
+    return df
+
+
+def analytic_target_row(profile: ErrorProfile | None, target: float, noise: NoiseModel,
+                        failed: str = "") -> dict:
+    """The columns of a :func:`target_table` row for a mechanism with an error profile.
+
+    Parameters
+    ----------
+    profile : ErrorProfile or None
+        The mechanism's profile (None: it has none; ``failed`` says why).
+    target : float
+        The error to meet (counts).
+    noise : NoiseModel
+        The noise family (its ε is ignored).
+    failed : str
+        Why there is no profile ("" for "no error profile").
+
+    Returns
+    -------
+    dict
+        ``epsilon``, ``rho``, ``error`` (:meth:`ErrorProfile.epsilon_for`) and a ``note``
+        (its note, else :func:`epsilon_note`); only ``note`` without a profile.
+    """
+    if profile is None:
+        return {"note": failed or "no error profile"}
+    res = profile.epsilon_for(target, noise)
+    return {"epsilon": res.epsilon, "rho": res.rho, "error": res.error,
+            "note": res.note or epsilon_note(res.epsilon, target)}
+
+
+def svd_bound_profile(svdb: float, m: int, noise: NoiseModel) -> ErrorProfile:
+    """The RMSE profile of the SVD bound (Li & Miklau 2012, Thm 2): ``sqrt(SVDB(W)/m)`` per unit noise.
+
+    ``svdb`` is the unit-noise TSE bound (:func:`dpexplorer.core.error.svdb`), ``m`` the number
+    of queries; the profile is named ``"svd_bound"``, labelled "SVD bound".
+    """
+    return unit_error_profile(math.sqrt(svdb / m), noise, mechanism="svd_bound", label="SVD bound")
+
+
+def simulated_target_row(result: EpsilonForTarget | str, dataset: str) -> dict:
+    """The columns of a :func:`target_table` row for a mechanism whose ε was found by simulation.
+
+    Parameters
+    ----------
+    result : EpsilonForTarget or str
+        :func:`epsilon_for` with benchmark data ``x`` (``kind == "simulation"``), or the
+        message of its failure.
+    dataset : str
+        Name of the data the simulation ran on (for the note).
+
+    Returns
+    -------
+    dict
+        ``epsilon``, ``rho`` (NaN without an ε), ``error``, ``epsilon_low``, ``epsilon_high`` and a
+        ``note`` naming the seed, the runs, the data and the 95 % band for ε; only ``note`` for a
+        failure.
+    """
+    if isinstance(result, str):
+        return {"note": result}
+    what = f"simulation (seed {result.seed}, {result.trials} trials) on {dataset}"
+    if math.isfinite(result.epsilon):
+        band = (f"95 % band for ε {result.epsilon_low:.3g}–{result.epsilon_high:.3g}"
+                if math.isfinite(result.epsilon_low) and math.isfinite(result.epsilon_high)
+                else "95 % band for ε not found in range")
+        note = (f"{what}: {band}; a study on the data treated as public, not a release "
+                "(the ε another dataset needs differs)")
+    else:
+        note = f"{what}: {result.note}"
+    return {"epsilon": result.epsilon, "rho": result.rho if math.isfinite(result.epsilon) else math.nan,
+            "error": result.error, "note": note, "epsilon_low": result.epsilon_low,
+            "epsilon_high": result.epsilon_high}
+
+
+def target_points(table: pd.DataFrame, drawn) -> pd.DataFrame:
+    """The solution points of a :func:`target_table` on its curves: ``epsilon``, ``error``, ``label``.
+
+    Only mechanisms in ``drawn`` (the curves' names) with a positive finite ε.
+    """
+    eps = table["epsilon"].to_numpy(dtype=float)
+    ok = table[np.isfinite(eps) & (eps > 0) & table["mechanism"].isin(list(drawn))]
+    return pd.DataFrame({"epsilon": ok["epsilon"], "error": ok["error"],
+                         "label": ok["label"]}).reset_index(drop=True)
 
 
 # ======================================================== privacy–accuracy curve

@@ -66,9 +66,8 @@ MODES = {"Error at this ε": "error", "ε for this error": "epsilon"}
 TARGET_METRICS = {"± counts on 95 % of queries": "ci95", "RMSE per query": "rmse",
                   "Std on every query (worst query)": "max"}
 
-#: Columns of the target table.
-TARGET_COLUMNS = ["mechanism", "label", "epsilon", "rho", "error", "ratio", "exact", "note",
-                  "kind", "epsilon_low", "epsilon_high"]
+#: Columns of the target table (:func:`dpexplorer.accuracy.target_table`).
+TARGET_COLUMNS = dpx.accuracy.TARGET_COLUMNS
 
 ADAPTIVE_NOTE = ("adapts to the data: its error has no formula, so the ε it needs depends on "
                  "the data ('Estimate by simulation' studies it on the selected dataset)")
@@ -272,10 +271,7 @@ class AccuracyFirst(param.Parameterized):
 
     def _rmse(self, base, noise, t: float):
         """ε for an RMSE target: each mechanism's profile from its unit TSE (closed form)."""
-        m = base.W.m
-        profs = {r.mechanism: dpx.accuracy.unit_error_profile(
-                     math.sqrt(float(r.unit_tse) / m), noise, mechanism=r.mechanism, label=r.label)
-                 for r in base.frame.itertuples() if math.isfinite(float(r.unit_tse))}
+        profs = dpx.accuracy.rmse_profiles(base.frame, base.W.m, noise)
         return self._solved(base, noise, t, "rmse", profs, {})
 
     def _profiled(self, base, noise, t: float, metric: str):
@@ -295,45 +291,27 @@ class AccuracyFirst(param.Parameterized):
 
     def _solved(self, base, noise, t: float, metric: str, profs: dict, failed: dict):
         """Rows, floor and curves of the profiles (``dpx.accuracy``'s solvers, SVD-bound floor)."""
-        def solve(r):
-            prof = profs.get(r.mechanism)
-            if prof is None:
-                return {"note": failed.get(r.mechanism) or "no error profile"}
-            res = prof.epsilon_for(t, noise)
-            return {"epsilon": res.epsilon, "rho": res.rho, "error": res.error,
-                    "note": res.note or _eps_note(res.epsilon, t)}
-
-        rows = self._rows(base, solve)
+        rows = self._rows(base, lambda r: dpx.accuracy.analytic_target_row(
+            profs.get(r.mechanism), t, noise, failed.get(r.mechanism, "")))
         W = base.W
         floor, _, note = dpx.accuracy.svd_floor(base.svdb, W.m, t, noise, metric)
         if metric == "ci95":
             note = NO_FLOOR
         curves = dict(profs)
         if math.isfinite(floor):
-            curves["svd_bound"] = dpx.accuracy.unit_error_profile(
-                math.sqrt(base.svdb / W.m), noise, mechanism="svd_bound", label="SVD bound")
+            curves["svd_bound"] = dpx.accuracy.svd_bound_profile(base.svdb, W.m, noise)
         return rows, floor, note, curves
 
     def _show(self, key, rows, floor, floor_note, curves) -> None:
         t, metric, noise = self.target, self.metric, self._noise
-        df = pd.DataFrame(rows, columns=[c for c in TARGET_COLUMNS if c != "ratio"])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            df.insert(5, "ratio", df["epsilon"].to_numpy(dtype=float) / floor)
-        df = df.sort_values("epsilon", na_position="last", kind="stable").reset_index(drop=True)
-        df.attrs.update(floor_epsilon=floor, floor_note=floor_note, target=t, metric=metric,
-                        noise=_family_label(noise), m=self._base.W.m,
-                        workload=self._base.W.name)
+        df = dpx.accuracy.target_table(rows, floor, floor_note, t, metric, noise, self._base.W)
         grid = dpx.accuracy.epsilon_grid(df["epsilon"].to_numpy(dtype=float), floor)
         try:
             cv = dpx.accuracy.error_curves(curves, noise, grid)
         except Exception:  # noqa: BLE001 - curves that cannot be drawn are left out
             log.exception("target curves failed")
             cv = dpx.accuracy.error_curves({}, noise, grid)
-        ok = df[np.isfinite(df["epsilon"].to_numpy(dtype=float)) & (df["epsilon"] > 0)
-                & df["mechanism"].isin(list(curves))]
-        cv.attrs.update(target=t, metric=metric,
-                        points=pd.DataFrame({"epsilon": ok["epsilon"], "error": ok["error"],
-                                             "label": ok["label"]}).reset_index(drop=True))
+        cv.attrs.update(target=t, metric=metric, points=dpx.accuracy.target_points(df, curves))
         self._done = key
         self._set(table=df, curve=cv, error="")
 
@@ -487,30 +465,13 @@ class AccuracyFirst(param.Parameterized):
     def _simulated_row(self, name: str, sims: dict | None) -> dict:
         """The row of a data-dependent mechanism from the matching study, or nothing."""
         res = None if sims is None else sims.get(name)
-        if res is None:
-            return {}
-        if isinstance(res, str):
-            return {"note": res}
-        seed, trials = res.seed, res.trials
-        dataset = self.session.dataset
-        what = f"simulation (seed {seed}, {trials} trials) on {dataset}"
-        if math.isfinite(res.epsilon):
-            band = (f"95 % band for ε {res.epsilon_low:.3g}–{res.epsilon_high:.3g}"
-                    if math.isfinite(res.epsilon_low) and math.isfinite(res.epsilon_high)
-                    else "95 % band for ε not found in range")
-            note = (f"{what}: {band}; a study on the data treated as public, not a release "
-                    "(the ε another dataset needs differs)")
-        else:
-            note = f"{what}: {res.note}"
-        return {"epsilon": res.epsilon, "rho": res.rho if math.isfinite(res.epsilon) else math.nan,
-                "error": res.error, "note": note, "epsilon_low": res.epsilon_low,
-                "epsilon_high": res.epsilon_high}
+        return {} if res is None else dpx.accuracy.simulated_target_row(res, self.session.dataset)
 
     # ------------------------------------------------------------- text
     def summary(self) -> str:
         """The mode's result in words (Markdown)."""
         df = self.table
-        what = _target_words(self.target, self.metric, self.level, self.share)
+        what = dpx.accuracy.target_words(self.target, self.metric, self.level, self.share)
         if df is None:
             return f"**ε for {what}:** computing…" if self.busy else f"**ε for {what}**"
         ok = df[np.isfinite(df["epsilon"].to_numpy(dtype=float))]
@@ -627,29 +588,6 @@ class AccuracyFirst(param.Parameterized):
         return df[cols]
 
 
-def _eps_note(eps: float, t: float) -> str:
-    if eps == 0.0:
-        return "any ε > 0 meets the target"
-    if not math.isfinite(eps):
-        return f"no ε meets ±{t:g} counts"
-    return ""
-
-
-def _family_label(noise) -> str:
-    if isinstance(noise, dpx.Gaussian):
-        return f"Gaussian (δ = {noise.delta:g}, {noise.calibration})"
-    return "Laplace"
-
-
-def _target_words(t: float, metric: str, level: float, share: float) -> str:
-    if metric == "rmse":
-        return f"an RMSE of {t:g} counts per query"
-    if metric == "max":
-        return f"a standard deviation of at most {t:g} counts on every query (the worst query's)"
-    return (f"±{t:g} counts on {share * 100:g} % of queries "
-            f"(each a {level * 100:g} % confidence interval)")
-
-
 def epsilon_bars(df: pd.DataFrame | None) -> hv.Overlay:
     """Bars of each mechanism's ε for the target (log y), the SVD bound's ε as a dashed floor."""
     if df is None or not np.isfinite(df["epsilon"].to_numpy(dtype=float)).any():
@@ -665,7 +603,7 @@ def epsilon_bars(df: pd.DataFrame | None) -> hv.Overlay:
         logy=True, tools=["hover"], color="#2ca02c", responsive=True, height=360,
         default_tools=["save", "reset"], shared_axes=False, framewise=True,
         ylim=(min(values) / 1.5, max(values) * 1.5),
-        title=f"ε needed for {_target_words(a.get('target', 0), a.get('metric', 'rmse'), 0.95, 0.95)}")
+        title=f"ε needed for {dpx.accuracy.target_words(a.get('target', 0), a.get('metric', 'rmse'), 0.95, 0.95)}")
     if not (math.isfinite(floor) and floor > 0):
         return hv.Overlay([bars])
     line = hv.HLine(floor, label=f"SVD bound's ε {floor:.3g}").opts(

@@ -22,10 +22,9 @@ Usage, in a notebook or a served app::
 
 A lesson recomputes when one of its inputs changes, but only while it is
 the open tab (others are marked stale and recomputed when opened), so
-changing ε never waits for a hidden simulation.  The heavy, data-independent
-numbers (strategies' unit-noise errors, per-query variances, simulations) are
-cached per process: they do not depend on anything private, and ε only
-rescales analytic errors.  A failed update never raises into the page: the
+changing ε never waits for a hidden simulation.  Every number a lesson shows
+comes from :mod:`dpexplorer.lessons` (tested without Panel, cached per
+process); this module holds the text, the widgets and the figures.  A failed update never raises into the page: the
 message goes to :meth:`Session.report` and the lesson's alert, and the last
 good plot stays.
 """
@@ -35,18 +34,16 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections import OrderedDict
-from functools import lru_cache
 
 import holoviews as hv
 import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh backend for .opts)
 import numpy as np
-import pandas as pd
 import panel as pn
 import param
 
 import dpexplorer as dpx
-from dpexplorer.privacy import PrivacyLedger, PrivateData
+from dpexplorer import lessons
+from dpexplorer.lessons import SIM_MECHANISMS, STRATEGIES
 
 from .exports import FigureExport
 from .serving import LazyCard
@@ -60,244 +57,14 @@ __all__ = [
     "StrategyLesson",
     "BoundLesson",
     "DataLesson",
-    "STRATEGIES",
-    "SIM_MECHANISMS",
-    "easy_histogram",
-    "hard_histogram",
-    "noise_densities",
-    "rmse_grid",
     "docs_panel",
 ]
 
 log = logging.getLogger(__name__)
 
-#: Registry name -> label of the strategies compared in lesson 2.
-STRATEGIES = {"workload": "Workload (A = W)", "identity": "Identity", "h2": "H2", "hb": "HB"}
-
-#: Registry name -> label of the mechanisms simulated in lesson 4.
-SIM_MECHANISMS = {"dawa": "DAWA", "identity": "Identity", "hb": "HB"}
-
 COLORS = {"laplace": "#30a2da", "gaussian": "#fc4f30", "workload": "#8b8b8b",
           "identity": "#30a2da", "h2": "#e5ae38", "hb": "#6d904f", "dawa": "#fc4f30",
           "bound": "#d62728", "data": "#b0b0b0"}
-
-_SIM_CACHE: OrderedDict = OrderedDict()
-_SIM_CACHE_SIZE = 32
-_CACHE_LOCK = threading.RLock()
-
-
-# ------------------------------------------------------------------ engine
-@lru_cache(maxsize=16)
-def _all_range(n: int):
-    """``dpx.workloads.all_range(n)``, one object per ``n`` (engine caches key on identity)."""
-    return dpx.workloads.all_range(n)
-
-
-@lru_cache(maxsize=256)
-def _unit_tse(n: int, mechanism: str, norm: int) -> float:
-    """``Δ_p(A)²·tr(WᵀW (AᵀA)⁺)`` for All Range over ``n`` cells (noise-free part of the TSE)."""
-    W = _all_range(n)
-    noise = dpx.Laplace(1.0) if norm == 1 else dpx.Gaussian(1.0, 0.5)
-    A = dpx.registry.get(mechanism).strategy(W, noise)
-    return dpx.error.unit_tse(W, A, norm)
-
-
-@lru_cache(maxsize=64)
-def _unit_per_query_variance(n: int, mechanism: str, norm: int) -> np.ndarray:
-    """Per-query variance of All Range over ``n`` cells for unit noise variance (read-only)."""
-    W = _all_range(n)
-    noise = dpx.Laplace(1.0) if norm == 1 else dpx.Gaussian(1.0, 0.5)
-    A = dpx.registry.get(mechanism).strategy(W, noise)
-    out = dpx.error.per_query_variance(W, A, noise) / noise.variance_per_unit
-    out.setflags(write=False)
-    return out
-
-
-def rmse_grid(ns, noise: dpx.noise.NoiseModel, mechanisms=tuple(STRATEGIES)) -> pd.DataFrame:
-    """RMSE per query of strategies on All Range queries, for every ``n`` in ``ns``.
-
-    Equal to ``dpx.rmse(all_range(n), A, noise)``: the unit-noise TSE of each
-    ``(n, strategy, norm)`` is computed once per process and multiplied by the
-    noise's variance, exactly as :func:`dpexplorer.core.error.rmse` does.
-
-    Parameters
-    ----------
-    ns : iterable of int
-        Domain sizes.
-    noise : NoiseModel
-        ``Laplace(ε)`` or ``Gaussian(ε, δ)``.
-    mechanisms : iterable of str
-        Registry names of data-independent mechanisms.
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns ``n``, ``mechanism``, ``label``, ``m`` (number of queries),
-        ``rmse`` (counts per query).
-    """
-    rows = []
-    for name in mechanisms:
-        for n in ns:
-            n = int(n)
-            m = n * (n + 1) // 2
-            unit = _unit_tse(n, name, noise.norm)
-            rmse = math.sqrt(noise.variance_per_unit * unit / m)
-            rows.append({"n": n, "mechanism": name, "label": STRATEGIES.get(name, name), "m": m,
-                         "rmse": rmse})
-    return pd.DataFrame(rows, columns=["n", "mechanism", "label", "m", "rmse"])
-
-
-def noise_densities(sensitivity: float, epsilon: float, delta: float, points: int = 801,
-                    width: float = 8.0, calibration: str = "analytic") -> tuple[pd.DataFrame, dict]:
-    """Densities of Laplace and Gaussian noise for one sensitivity.
-
-    Laplace (ε-DP): scale ``b = Δ₁/ε``, standard deviation ``√2·b``.
-    Gaussian ((ε, δ)-DP): ``σ = Δ₂·c(ε, δ)`` with ``calibration`` (the
-    analytic one of Balle & Wang 2018 by default, or ``"zcdp"``, what
-    releases use).  The same number ``Δ`` is used as Δ₁ and Δ₂.
-
-    Parameters
-    ----------
-    sensitivity : float
-        Δ > 0.
-    epsilon, delta : float
-        Privacy parameters (ε > 0, 0 < δ < 1).
-    points : int
-        Grid points per density.
-    width : float
-        Each density is tabulated on ``±width`` of its own standard deviations.
-
-    Returns
-    -------
-    frame : pandas.DataFrame
-        Columns ``z`` (noise value, counts), ``density`` and ``noise``
-        (``"laplace"`` or ``"gaussian"``).
-    stats : dict
-        ``laplace`` and ``gaussian`` noise models, ``laplace_scale`` (b),
-        ``laplace_std``, ``gaussian_sigma``, ``gaussian_std``, ``c`` (σ per
-        unit Δ₂) and ``sensitivity``.
-
-    Raises
-    ------
-    ValueError
-        If Δ, ε or δ is out of range.
-    """
-    delta_ = float(sensitivity)
-    if not (math.isfinite(delta_) and delta_ > 0):
-        raise ValueError(f"sensitivity must be a positive number, got {sensitivity!r}")
-    lap = dpx.Laplace(epsilon)
-    gau = dpx.Gaussian(epsilon, delta, calibration)
-    b = lap.scale(delta_)
-    sigma = gau.scale(delta_)
-    stats = {"laplace": lap, "gaussian": gau, "sensitivity": delta_, "laplace_scale": b,
-             "laplace_std": math.sqrt(lap.variance(delta_)), "gaussian_sigma": sigma,
-             "gaussian_std": math.sqrt(gau.variance(delta_)), "c": gau.sigma_per_unit}
-    zl = np.linspace(-width, width, points) * stats["laplace_std"]
-    zg = np.linspace(-width, width, points) * stats["gaussian_std"]
-    fl = np.exp(-np.abs(zl) / b) / (2.0 * b)
-    fg = np.exp(-0.5 * (zg / sigma) ** 2) / (sigma * math.sqrt(2.0 * math.pi))
-    frame = pd.concat([pd.DataFrame({"z": zl, "density": fl, "noise": "laplace"}),
-                       pd.DataFrame({"z": zg, "density": fg, "noise": "gaussian"})],
-                      ignore_index=True)
-    return frame, stats
-
-
-def easy_histogram(n: int = 256, seed: int = 1) -> np.ndarray:
-    """A synthetic "easy" histogram: six flat blocks, three of them empty (blocky, sparse).
-
-    Block edges are multiples of ``n/16``, levels 0, 4, 0, 12, 0, 2 records per cell.
-
-    Parameters
-    ----------
-    n : int
-        Number of cells, a multiple of 16.
-    seed : int
-        Seed of the block edges.
-
-    Returns
-    -------
-    ndarray, shape (n,)
-        Counts (float64).
-    """
-    if n < 16 or n % 16:
-        raise ValueError(f"n must be a positive multiple of 16, got {n}")
-    rng = np.random.default_rng(seed)
-    edges = np.sort(rng.choice(np.arange(1, 16), 5, replace=False)) * (n // 16)
-    levels = np.array([0.0, 4.0, 0.0, 12.0, 0.0, 2.0])
-    return np.repeat(levels, np.diff(np.r_[0, edges, n]))
-
-
-def hard_histogram(n: int = 256, seed: int = 2) -> np.ndarray:
-    """A synthetic "hard" histogram: Poisson counts around log-normal rates (spiky, noisy).
-
-    Parameters
-    ----------
-    n : int
-        Number of cells.
-    seed : int
-        Seed of the rates and counts.
-
-    Returns
-    -------
-    ndarray, shape (n,)
-        Counts (float64).
-    """
-    rng = np.random.default_rng(seed)
-    return rng.poisson(rng.lognormal(1.0, 1.2, int(n))).astype(float)
-
-
-def _dpbench_folder(session: Session):
-    """The session's DPBench folder, else the default one, else ``None``."""
-    folder = (session.dpbench_dir or "").strip()
-    if folder:
-        return folder
-    d = dpx.datasets.default_dpbench_dir()
-    return str(d) if d is not None and d.is_dir() else None
-
-
-def _dpbench_available(folder) -> bool:
-    if folder is None:
-        return False
-    try:
-        names = set(dpx.datasets.list_dpbench(folder)["paper_name"])
-    except (OSError, ValueError):
-        return False
-    return {"NETTRACE", "HEPTH"} <= names
-
-
-def _coarsen(x: np.ndarray, n: int, name: str) -> np.ndarray:
-    x = np.asarray(x, dtype=float).ravel()
-    if x.size % n:
-        raise ValueError(f"{name} has {x.size} cells, not a multiple of n = {n}")
-    return x.reshape(n, -1).sum(axis=1)
-
-
-def _simulate(x: np.ndarray, n: int, epsilon: float, trials: int, seed: int, penalty: float):
-    """MAE per query of every mechanism of :data:`SIM_MECHANISMS` on All Range queries.
-
-    Each run gets ``PrivateData(x)`` with a throwaway ledger and the Generator
-    ``default_rng(SeedSequence([seed, trial]))`` (same seeds for every mechanism).
-    """
-    W = _all_range(n)
-    truth = W.matvec(x)
-    noise = dpx.Laplace(epsilon)
-    rows, first = [], {}
-    for name in SIM_MECHANISMS:
-        params = {"penalty": penalty} if name == "dawa" else {}
-        errs = []
-        for t in range(trials):
-            rng = np.random.default_rng(np.random.SeedSequence([seed, t]))
-            est = dpx.mechanism.run(name, PrivateData(x, PrivacyLedger()), W, noise, rng, **params)
-            errs.append(float(np.mean(np.abs(W.matvec(est.x_hat) - truth))))
-            if t == 0:
-                first[name] = est
-        errs = np.asarray(errs)
-        se = float(errs.std(ddof=1) / math.sqrt(trials)) if trials > 1 else math.nan
-        rows.append({"mechanism": name, "label": SIM_MECHANISMS[name], "mae": float(errs.mean()),
-                     "se": se, "trials": trials})
-    dawa = first["dawa"]
-    return pd.DataFrame(rows), {"x_hat": dawa.x_hat, "buckets": int(dawa.info["buckets"])}
-
 
 # ----------------------------------------------------------------- lessons
 class Lesson(param.Parameterized):
@@ -505,9 +272,7 @@ The curves use the sidebar's ε and δ; dashed lines mark ± one standard deviat
 
     def compute(self) -> dict:
         s = self.session
-        frame, stats = noise_densities(self.sensitivity, s.epsilon, s.delta,
-                                       calibration=s.calibration)
-        return {"frame": frame, **stats, "epsilon": s.epsilon, "delta": s.delta,
+        return {**lessons.noise_lesson(self.sensitivity, s.epsilon, s.delta, s.calibration),
                 "session_noise": s.noise}
 
     def figure(self, result=None):
@@ -532,7 +297,7 @@ The curves use the sidebar's ε and δ; dashed lines mark ± one standard deviat
 
     def summary(self, result=None) -> str:
         r = self.result if result is None else result
-        ratio = r["gaussian_std"] / r["laplace_std"]
+        ratio = r["ratio"]
         used = "Gaussian" if r["session_noise"] == "Gaussian" else "Laplace"
         return (f"**Laplace**: b = Δ/ε = {r['laplace_scale']:.4g}, std = √2·b = "
                 f"{r['laplace_std']:.4g}.  **Gaussian**: c(ε, δ) = {r['c']:.4g}, σ = Δ·c = "
@@ -570,25 +335,10 @@ simulated; they use the sidebar's noise, ε and δ."""
 
     def ns(self) -> list[int]:
         """Domain sizes of the curve: 16, 32, ..., :attr:`n_max`."""
-        return [2**k for k in range(4, int(math.log2(self.n_max)) + 1)]
+        return lessons.domain_sizes(self.n_max)
 
     def compute(self) -> dict:
-        noise = self.session.noise_model()
-        grid = rmse_grid(self.ns(), noise)
-        n = int(self.example_n)
-        lo, hi = _all_range(n).ranges()
-        width = hi - lo + 1
-        per_query, per_width = {}, []
-        for name in STRATEGIES:
-            var = noise.variance_per_unit * _unit_per_query_variance(n, name, noise.norm)
-            per_query[name] = np.sqrt(var)
-            by_w = pd.Series(var).groupby(width).mean()
-            per_width.append(pd.DataFrame({"width": by_w.index.to_numpy(),
-                                           "rmse": np.sqrt(by_w.to_numpy()),
-                                           "mechanism": name, "label": STRATEGIES[name]}))
-        return {"grid": grid, "noise": noise, "example_n": n, "per_query": per_query,
-                "per_width": pd.concat(per_width, ignore_index=True),
-                "half_query": n // 2 - 1}  # row of [0, n/2 - 1] in All Range order
+        return lessons.strategy_lesson(self.session.noise_model(), self.n_max, int(self.example_n))
 
     def figure(self, result=None):
         r = self.result if result is None else result
@@ -615,14 +365,11 @@ simulated; they use the sidebar's noise, ε and δ."""
 
     def summary(self, result=None) -> str:
         r = self.result if result is None else result
-        g = r["grid"]
-        n_big = int(g["n"].max())
-        at = g[g["n"] == n_big].set_index("mechanism")["rmse"]
-        best = at.drop("workload").idxmin()
+        n_big, at, best = r["n_big"], r["at"], r["best"]
         q, n = r["half_query"], r["example_n"]
         ex = ", ".join(f"{STRATEGIES[k]} ±{r['per_query'][k][q]:.3g}" for k in STRATEGIES)
         return (f"At n = {n_big}: answering W directly has RMSE {at['workload']:.4g}, "
-                f"{STRATEGIES[best]} {at[best]:.4g} ({at['workload'] / at[best]:.0f}× smaller).  "
+                f"{STRATEGIES[best]} {at[best]:.4g} ({r['factor']:.0f}× smaller).  "
                 f"Example query \"how many records in the first half\" ([0, {n // 2 - 1}], "
                 f"n = {n}), standard error: {ex}.")
 
@@ -648,10 +395,6 @@ DAWA are not bound by it, since they adapt to the data (next lesson)."""
     n = param.Selector(default=256, objects=[64, 256, 1024], label="Domain size n",
                        doc="Domain size (not used for the session's workload).")
 
-    _BUILDERS = {"all_range": _all_range,
-                 "prefix": lru_cache(maxsize=8)(lambda n: dpx.workloads.prefix(n)),
-                 "width_range": lru_cache(maxsize=8)(lambda n: dpx.workloads.width_range(n, min(32, n)))}
-
     def widgets(self):
         return [pn.widgets.Select.from_param(self.param.workload, width=260),
                 pn.widgets.RadioButtonGroup.from_param(self.param.n)]
@@ -663,15 +406,11 @@ DAWA are not bound by it, since they adapt to the data (next lesson)."""
             if W is None:
                 raise ValueError("the session has no workload yet (build one on the Workload page)")
             return W
-        return self._BUILDERS[self.workload](int(self.n))
+        return lessons.lesson_workload(self.workload, int(self.n))
 
     def compute(self) -> dict:
-        noise = self.session.noise_model()
-        W = self.workload_matrix()
-        names = dpx.registry.names(data_dependent=False)
-        df = dpx.compare(W, noise, mechanisms=names, cache=self.session.cache)
-        return {"table": df, "bound": float(df.attrs["svd_bound"]), "noise": noise,
-                "workload": W.name, "m": W.m, "n": W.n}
+        return lessons.bound_lesson(self.workload_matrix(), self.session.noise_model(),
+                                    cache=self.session.cache)
 
     def figure(self, result=None):
         r = self.result if result is None else result
@@ -745,7 +484,7 @@ Alg. 1 as printed in the paper; larger values give fewer buckets)."""
 
     def _update_pairs(self) -> None:
         objects = {"Synthetic: steps vs spikes": "synthetic"}
-        if _dpbench_available(_dpbench_folder(self.session)):
+        if lessons.dpbench_available(lessons.dpbench_folder(self.session.dpbench_dir)):
             objects["DPBench: NETTRACE vs HEPTH"] = "dpbench"
         self.param.pair.objects = objects
         if self.pair not in objects.values():
@@ -765,40 +504,13 @@ Alg. 1 as printed in the paper; larger values give fewer buckets)."""
         ValueError
             If DPBench is asked for and not available.
         """
-        n = int(self.n)
-        if self.pair == "dpbench":
-            folder = _dpbench_folder(self.session)
-            if folder is None:
-                raise ValueError("DPBench data not found; set its folder in the sidebar settings")
-            return [(role, name, _coarsen(dpx.datasets.load_dpbench(name, folder), n, name))
-                    for role, name in (("easy", "NETTRACE"), ("hard", "HEPTH"))]
-        return [("easy", "steps (synthetic)", easy_histogram(n)),
-                ("hard", "spikes (synthetic)", hard_histogram(n))]
+        return lessons.lesson_datasets(self.pair, int(self.n),
+                                       lessons.dpbench_folder(self.session.dpbench_dir))
 
     def compute(self) -> dict:
         s = self.session
-        eps = dpx.Laplace(s.epsilon).epsilon
-        n, trials, seed, penalty = int(self.n), int(self.trials), int(s.seed), float(self.penalty)
-        folder = _dpbench_folder(s) if self.pair == "dpbench" else None
-        frames, data = [], {}
-        for role, name, x in self.datasets():
-            key = (self.pair, folder, role, n, eps, trials, seed, penalty)
-            with _CACHE_LOCK:
-                hit = _SIM_CACHE.get(key)
-                if hit is not None:
-                    _SIM_CACHE.move_to_end(key)
-            if hit is None:
-                hit = _simulate(x, n, eps, trials, seed, penalty)
-                with _CACHE_LOCK:
-                    _SIM_CACHE[key] = hit
-                    while len(_SIM_CACHE) > _SIM_CACHE_SIZE:
-                        _SIM_CACHE.popitem(last=False)
-            df, dawa = hit
-            frames.append(df.assign(role=role, dataset=name))
-            data[role] = {"name": name, "x": x, **dawa}
-        table = pd.concat(frames, ignore_index=True)
-        return {"table": table, "data": data, "epsilon": eps, "n": n, "trials": trials,
-                "seed": seed, "penalty": penalty}
+        return lessons.data_lesson(self.pair, int(self.n), s.epsilon, int(self.trials), int(s.seed),
+                                   float(self.penalty), lessons.dpbench_folder(s.dpbench_dir))
 
     def figure(self, result=None):
         r = self.result if result is None else result
@@ -831,8 +543,7 @@ Alg. 1 as printed in the paper; larger values give fewer buckets)."""
         parts = []
         for role in ("easy", "hard"):
             sub = t[t["role"] == role].set_index("mechanism")
-            best_di = sub.loc[["identity", "hb"], "mae"].min()
-            factor = sub.loc["dawa", "mae"] / best_di
+            factor = r["factor"][role]
             verdict = (f"{1 / factor:.1f}× smaller than" if factor < 1 else f"{factor:.1f}× that of")
             parts.append(f"**{r['data'][role]['name']}**: DAWA {sub.loc['dawa', 'mae']:.3g}, "
                          f"Identity {sub.loc['identity', 'mae']:.3g}, HB {sub.loc['hb', 'mae']:.3g} "

@@ -30,6 +30,10 @@ your edges) and a τ that is declared public or found by SVT.  The session
 gives ε and the seed; the sum mechanisms are ε-DP with Laplace noise (with
 Gaussian selected in the sidebar, Laplace is used and δ ignored).
 
+The numbers (the trials, the τ curve, the size table, the winners) come from
+:mod:`dpexplorer.sums.study`, tested without Panel; this module holds the
+controls, the plots and their bindings.
+
 Work runs in a worker thread (progress bar, ``loading`` on the results);
 bad input is reported with ``session.report`` (a notification) and the last
 result stays.  Driven without a browser::
@@ -47,8 +51,6 @@ from __future__ import annotations
 import io
 import logging
 import math
-import time
-from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
 import holoviews as hv
@@ -64,6 +66,8 @@ from dpexplorer import datasets
 from dpexplorer.datasets import NumericalAttribute
 from dpexplorer.privacy import PrivateData
 from dpexplorer.sums import mechanisms as sums
+from dpexplorer.sums import study
+from dpexplorer.sums.study import SumsResult
 from dpexplorer.sums.thresholds import SVTParams
 
 from .exports import FigureExport
@@ -131,61 +135,6 @@ SHIFT_HELP = ("The sum mechanisms assume non-negative values (truncation caps va
 TAU_HELP = ("svt: τ chosen privately from geometrically growing candidates θ₀·rᵏ, the first whose "
             "count of records ≤ θ reaches ρ of all records (spends α·ε); user: your τ, declared "
             "public (no ε: choose it without looking at the records); none: no truncation.")
-
-
-@dataclass
-class SumsResult:
-    """One simulation: what it ran on and what the page draws.
-
-    Attributes
-    ----------
-    attribute : NumericalAttribute
-    workload : SumWorkload
-    epsilon : float
-        Total ε of every mechanism's run.
-    epsilon_answers : float
-        ε of the answers (:func:`dpexplorer.sums.answer_epsilon`: ``(1 − α)·ε`` with an SVT threshold).
-    seed : int
-        Trials draw from ``SeedSequence([seed, trial])``.
-    trials : int
-    tau_mode : str
-    evaluation : DataFrame
-        :func:`dpexplorer.sums.evaluate`'s tidy table.
-    summary : DataFrame
-        :func:`dpexplorer.sums.summarize` of it.
-    sizes : DataFrame
-        :func:`dpexplorer.sums.compare_sizes` of it.
-    curve : DataFrame
-        :func:`dpexplorer.sums.tau_curve` (bias², variance, total vs τ).
-    taus : ndarray, shape (trials,)
-        The common τ of Identity/Workload/TiMM/TaMM in every trial.
-    strategy : str
-    notes : list of str
-    seconds : float
-    value_kind : str
-        Bucket value the workload was built with (``upper``, ``midpoint``, ``lower``).
-    spacing : str
-        Spacing of the prefix thresholds the workload was built with (``linear``, ``geometric``).
-    """
-
-    attribute: NumericalAttribute
-    workload: sums.SumWorkload
-    epsilon: float
-    epsilon_answers: float
-    seed: int
-    trials: int
-    tau_mode: str
-    evaluation: pd.DataFrame
-    summary: pd.DataFrame
-    sizes: pd.DataFrame
-    curve: pd.DataFrame
-    taus: np.ndarray
-    strategy: str
-    svt: SVTParams | None = None
-    notes: list = field(default_factory=list)
-    seconds: float = 0.0
-    value_kind: str = "upper"
-    spacing: str = "linear"
 
 
 class SumsView(Page, pn.viewable.Viewer):
@@ -371,17 +320,13 @@ class SumsView(Page, pn.viewable.Viewer):
             If the number of queries is empty or outside :attr:`LIMITS`, or the
             workload cannot be built (e.g. more prefix queries than buckets allow).
         """
-        values = attr.bucket_values(self.value_kind)
-        m = self._integer("queries")
-        if self.workload_kind == "prefix":
-            return sums.prefix_sums(values, m=m, spacing=self.spacing)
-        W = dpx.workloads.random_ranges(attr.n, m, "uniform", seed=0)
-        return sums.SumWorkload(W, values, name=f"{m} random range sums")
+        return study.build_workload(attr.bucket_values(self.value_kind), self.workload_kind,
+                                    self._integer("queries"), self.spacing)
 
     @staticmethod
     def curve_taus(workload: sums.SumWorkload) -> np.ndarray:
-        """Thresholds of the τ curve: 30 (8 above 1024 buckets, where TaMM's re-optimisation per τ is slow)."""
-        return sums.tau_grid(workload.values, 30 if workload.n <= 1024 else 8)
+        """Thresholds of the τ curve (:func:`dpexplorer.sums.study.curve_taus`)."""
+        return study.curve_taus(workload)
 
     def _snapshot(self) -> dict:
         """Everything a run needs, read now (so later control changes do not mix into it)."""
@@ -437,36 +382,14 @@ class SumsView(Page, pn.viewable.Viewer):
         post(lambda: self._finish(result, None))
 
     def simulate(self, attr, workload, snap, post=lambda cb: cb()) -> SumsResult:
-        """The engine calls behind a run (public so tests can compare with the engine)."""
-        t0 = time.perf_counter()
+        """The engine calls behind a run (:func:`dpexplorer.sums.study.simulate`), progress posted."""
         trials = snap["trials"]
-
-        def on_trial(done, total):
-            post(lambda: self._set(progress=done))
-
-        df = sums.evaluate(attr.x, workload, snap["epsilon"], trials=trials, seed=snap["seed"],
-                           threshold=snap["tau_mode"], tau=snap["tau"], svt=snap["svt"],
-                           strategy=snap["strategy"], gamma=snap["gamma"], progress=on_trial)
-        eps_ans = sums.answer_epsilon(snap["epsilon"], snap["tau_mode"], snap["svt"])
-
-        def on_tau(done, total):
-            post(lambda: self._set(progress=trials + done))
-
-        curve = sums.tau_curve(workload, attr.x, eps_ans, taus=self.curve_taus(workload),
-                               strategy=snap["strategy"], progress=on_tau)
-        taus = sums.trial_taus(df)
-        notes = list(snap["notes"])
-        if attr.private_edges:
-            notes.append("The bucket edges were computed from the data (quantiles or min..max): "
-                         "fine for public data, not covered by any privacy guarantee.")
-        if attr.shift:
-            notes.append(f"Values were shifted by {attr.shift:+g} {attr.unit}: the sums are of the "
-                         "shifted values.")
-        return SumsResult(attr, workload, snap["epsilon"], eps_ans, snap["seed"], trials, snap["tau_mode"],
-                          df, sums.summarize(df), sums.compare_sizes(df), curve, taus, snap["strategy"],
-                          snap["svt"], notes, time.perf_counter() - t0,
-                          value_kind=snap.get("value_kind", self.value_kind),
-                          spacing=snap.get("spacing", self.spacing))
+        return study.simulate(
+            attr, workload, snap["epsilon"], snap["seed"], trials, snap["tau_mode"], snap["tau"],
+            snap["svt"], snap["strategy"], snap["gamma"], notes=snap["notes"],
+            value_kind=snap.get("value_kind", self.value_kind), spacing=snap.get("spacing", self.spacing),
+            on_trial=lambda done, total: post(lambda: self._set(progress=done)),
+            on_tau=lambda done, total: post(lambda: self._set(progress=trials + done)))
 
     def _finish(self, result, exc) -> None:
         self._set(busy=False)
@@ -735,23 +658,14 @@ class SumsView(Page, pn.viewable.Viewer):
                                        ylabel="squared error per query", legend_position="bottom_right")
 
     #: Columns of :meth:`sizes_table`.
-    SIZE_COLUMNS = ["mechanism", "isotonic", "small median", "small 5%", "small 95%", "large median",
-                    "large 5%", "large 95%"]
+    SIZE_COLUMNS = study.SIZE_COLUMNS
 
     def sizes_table(self, res: SumsResult | None = None) -> pd.DataFrame:
         """Median and 5–95 % relative error of the smallest and largest 20 % of queries, per mechanism."""
         res = res or self.result
         if res is None:
             return pd.DataFrame(columns=self.SIZE_COLUMNS)
-        rows = []
-        for (mech, iso), g in res.sizes.groupby(["mechanism", "isotonic"], sort=False):
-            row = {"mechanism": sums.LABELS[mech], "isotonic": bool(iso)}
-            for _, r in g.iterrows():
-                row[f"{r['size']} median"] = r["median"]
-                row[f"{r['size']} 5%"] = r["q05"]
-                row[f"{r['size']} 95%"] = r["q95"]
-            rows.append(row)
-        return pd.DataFrame(rows, columns=self.SIZE_COLUMNS)
+        return study.sizes_table(res.sizes)
 
     def summary_text(self, res: SumsResult | None = None) -> str:
         """Markdown: what ran, the thresholds, the winners."""
@@ -773,13 +687,8 @@ class SumsView(Page, pn.viewable.Viewer):
             tau = f"**τ = {res.taus[0]:.4g} {a.unit}** (declared public: given, data-independent)"
         else:
             tau = "**no truncation**"
-        best = []
-        for size in ("small", "large"):
-            sub = res.sizes[(res.sizes["size"] == size) & (~res.sizes["isotonic"])]
-            if len(sub):
-                b = sub.sort_values("median").iloc[0]
-                best.append(f"{size} queries: **{sums.LABELS[b['mechanism']]}** (median relative error "
-                            f"{b['median']:.3g})")
+        best = [f"{size} queries: **{sums.LABELS[mech]}** (median relative error {median:.3g})"
+                for size, mech, median in study.best_by_size(res.sizes)]
         text = [f"**Simulation on public data** (mode: simulation, not a release) — {res.trials} "
                 f"trials, seeds from {res.seed}, "
                 f"ε = {res.epsilon:g} per mechanism and trial ({res.seconds:.1f} s).",
