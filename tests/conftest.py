@@ -38,6 +38,18 @@ def pytest_configure_node(node):
     node.workerinput["dpexplorer_loadgroup"] = node.config.getvalue("dist") == "loadgroup"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, run the modules that hold ``slow`` tests first (each module's tests
+    together and in their order): the long tests start while the short ones are still queued,
+    so no worker is left alone at the end with a minute-long test while the other idles."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slow_modules = {item.module.__name__ for item in items
+                    if item.get_closest_marker("slow") is not None and getattr(item, "module", None)}
+    items.sort(key=lambda item: getattr(item, "module", None) is None
+               or item.module.__name__ not in slow_modules)  # stable: the order within stays
+
+
 @pytest.fixture(autouse=True)
 def _fresh_ledger_store(tmp_path_factory, monkeypatch):
     """Each test's sessions share a ledger store of their own (a fresh file): a spend of one

@@ -16,6 +16,10 @@ import pytest
 sybil = pytest.importorskip("sybil")
 from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser  # noqa: E402
 
+# a document's examples share one namespace, so under pytest-xdist they run in one worker
+# (``--dist loadgroup``, pyproject.toml), in order
+pytestmark = pytest.mark.xdist_group("readme")
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "dpexplorer" / "docs").glob("*.md"))]
 _SYBIL = sybil.Sybil(parsers=[SkipParser(), PythonCodeBlockParser()])
