@@ -17,7 +17,7 @@ sybil = pytest.importorskip("sybil")
 from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser  # noqa: E402
 
 # a document's examples share one namespace, so under pytest-xdist they run in one worker
-# (``--dist loadgroup``, pyproject.toml), in order
+# (``--dist loadgroup``: tests/conftest.py), in order
 pytestmark = pytest.mark.xdist_group("readme")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +47,6 @@ def workdir(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("readme")  # one worker, in order: a document's examples share a namespace
 @pytest.mark.parametrize("path, index", list(_examples()))
 def test_example_runs(path, index, workdir, monkeypatch):
     monkeypatch.chdir(workdir)
