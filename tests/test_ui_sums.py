@@ -361,3 +361,20 @@ def test_answer_panels_keep_their_legend_outside_and_their_x_ticks_apart(session
         axis = pl.xaxis[0]
         assert axis.major_label_orientation not in ("horizontal", 0), pl.title.text
         assert axis.ticker.desired_num_ticks <= 5, pl.title.text
+
+
+def test_the_summary_before_a_run_follows_the_trials_and_the_sidebar(session, view):
+    """Before any run the summary says what Run simulation will do: the trials typed, the
+    sidebar's ε and seed (it kept saying the trials it was built with until a run)."""
+    layout = view.panel()
+
+    def intro():
+        texts = [m.object for m in layout.select(pn.pane.Markdown)
+                 if str(m.object).startswith("No simulation yet")]
+        assert len(texts) == 1
+        return texts[0]
+    assert "five mechanisms 4 times" in intro()   # the fixture's trials
+    view.trials = 5
+    assert "five mechanisms 5 times" in intro()
+    session.param.update(epsilon=0.25, seed=7)
+    assert "with ε = 0.25 and seeds derived from 7" in intro()

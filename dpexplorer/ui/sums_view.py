@@ -814,6 +814,12 @@ class SumsView(Page, pn.viewable.Viewer):
             sizes.value = self.sizes_table()
             curve.object = self.curve_plot()
         self.param.watch(redraw, "result")
+
+        def what_runs(*_):  # before a run, the summary says what Run simulation will do
+            if self.result is None:
+                summary.object = self.summary_text()
+        self.param.watch(what_runs, "trials")
+        self.session.param.watch(what_runs, ["epsilon", "seed"])
         self.param.watch(lambda *_: setattr(answers, "objects", answer_panes()), "show_isotonic")
         self.param.watch(lambda *_: setattr(curve, "object", self.curve_plot()), "curve_mechanism")
         return pn.Column(
