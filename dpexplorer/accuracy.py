@@ -118,7 +118,7 @@ _BOOTSTRAP_CELLS = 4_000_000
 
 
 # ====================================================================== helpers
-def quantile_over_queries(values, share: float = 0.95) -> float:
+def quantile_over_queries(values, share: float = 0.95, axis: int | None = None):
     """The smallest ``t`` such that at least ``⌈share·m⌉`` of the ``m`` values are ``≤ t``.
 
     The ``⌈share·m⌉``-th smallest value (the empirical quantile by inverting
@@ -128,17 +128,29 @@ def quantile_over_queries(values, share: float = 0.95) -> float:
 
     Parameters
     ----------
-    values : array_like, shape (m,)
+    values : array_like, shape (m,), or any shape with ``axis``
     share : float
         In (0, 1].
+    axis : int, optional
+        None (default): over all values, returned as a float.  An axis: over
+        that axis (``m`` = its length), one quantile per row, as an array of
+        the other axes' shape (e.g. ``(resamples, m)`` with ``axis=1`` gives
+        ``(resamples,)``).
 
     Raises
     ------
     ValueError
-        For an empty array or ``share`` outside (0, 1].
+        For an empty array (or axis) or ``share`` outside (0, 1].
     """
-    v = np.asarray(values, dtype=float).ravel()
     share = _share(share)
+    if axis is not None:
+        a = np.asarray(values, dtype=float)
+        m = a.shape[axis]
+        if m == 0:
+            raise ValueError("no values to take a quantile of")
+        k = max(1, math.ceil(round(share * m, 9)))
+        return np.take(np.partition(a, k - 1, axis=axis), k - 1, axis=axis)
+    v = np.asarray(values, dtype=float).ravel()
     if v.size == 0:
         raise ValueError("no values to take a quantile of")
     k = max(1, math.ceil(round(share * v.size, 9)))
@@ -496,7 +508,6 @@ class _Simulated:
         sorted_a = np.take_along_axis(a, order, axis=0)
         k = max(1, math.ceil(round(self.level * trials, 9)))
         g = trials - k + 1
-        kq = max(1, math.ceil(round(self.share * m, 9)))        # as quantile_over_queries
         counts = w.astype(np.min_scalar_type(trials))             # every partial sum ≤ trials
         out = np.empty(w.shape[0])
         step = max(1, _BOOTSTRAP_CELLS // m)
@@ -515,7 +526,7 @@ class _Simulated:
                 if not todo.any():
                     break
             q = sorted_a[first, np.arange(m)]                      # (resamples, m)
-            out[s:s + step] = np.partition(q, kq - 1, axis=1)[:, kq - 1]
+            out[s:s + step] = quantile_over_queries(q, self.share, axis=1)
         return out
 
     def evaluate(self, fam: _Family, epsilon: float) -> tuple[float, float, float]:

@@ -232,6 +232,17 @@ def test_quantile_over_queries_is_the_inverted_cdf(values, share):
         assert (v <= smaller.max()).sum() < share * v.size
 
 
+
+@settings(max_examples=50, deadline=None)
+@given(rows=st.integers(1, 5), m=st.integers(1, 30), share=st.floats(0.01, 1.0),
+       seed=st.integers(0, 2**32 - 1))
+def test_quantile_over_queries_along_an_axis_is_one_per_row(rows, m, share, seed):
+    values = np.random.default_rng(seed).exponential(size=(rows, m))
+    got = accuracy.quantile_over_queries(values, share, axis=1)
+    assert got.shape == (rows,)
+    assert list(got) == [accuracy.quantile_over_queries(r, share) for r in values]
+    assert list(accuracy.quantile_over_queries(values.T, share, axis=0)) == list(got)
+
 # ------------------------------------------------------------------ simulations
 def test_data_dependent_epsilon_is_a_seeded_simulation_with_a_band():
     W = dpx.workloads.all_range(32)
