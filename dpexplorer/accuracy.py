@@ -94,7 +94,7 @@ __all__ = ["METRICS", "CALIBRATIONS", "EpsilonForTarget", "ErrorProfile", "epsil
            "quantile_over_queries", "EPSILON_GRID", "rmse_curve", "unit_error_profile",
            "svd_floor", "epsilon_grid", "error_curves", "TARGET_COLUMNS", "target_words",
            "epsilon_note", "noise_label", "rmse_profiles", "target_table", "target_points",
-           "simulated_target_row", "analytic_target_row", "svd_bound_profile"]
+           "simulated_target_row", "analytic_target_row", "svd_bound_profile", "count_text"]
 
 #: The error metrics a target can be given in (see the module docstring).
 METRICS = ("rmse", "max", "ci95")
@@ -1540,8 +1540,12 @@ def rmse_curve(table: pd.DataFrame, noise: NoiseModel, svdb: float, m: int,
 
 
 # ================================================================ plain words
-def _fmt_count(v: float) -> str:
-    """A number of counts for a sentence: ``22``, ``3.4``, ``0.52``, ``1,234``."""
+def count_text(v: float) -> str:
+    """A number of counts (float, ≥ 0) for a sentence: ``22``, ``3.4``, ``0.52``, ``1,234``, ``∞``.
+
+    Whole counts from 10 up, one decimal from 1 to 10, two significant digits
+    below 1.  Raises nothing.
+    """
     if not math.isfinite(v):
         return "∞"
     if v >= 10:
@@ -1667,7 +1671,7 @@ def accuracy_sentence(W, mechanism, noise: NoiseModel, *, level: float = 0.95,
         t = error_at(W, name, noise, "ci95", level=level, share=share, counts=counts, x=x,
                      trials=trials, seed=seed, params=params)
         return (f"In a simulation on this data ({trials} seeded runs), with {label} and {kind} "
-                f"noise at {at}, {pct} of your {m} {noun} were within ±{_fmt_count(t)} counts of "
+                f"noise at {at}, {pct} of your {m} {noun} were within ±{count_text(t)} counts of "
                 f"the truth in {conf} of the runs.")
     prof = _profile(W, A, fam, "ci95", level, share, counts)
     t = prof.error(fam, noise.epsilon)
@@ -1678,10 +1682,10 @@ def accuracy_sentence(W, mechanism, noise: NoiseModel, *, level: float = 0.95,
         h = prof.half_widths(noise.epsilon)
     widest = float(np.max(h))
     if W.m == 1:
-        return (f"With {label} and {kind} noise at {at}, your answer is within ±{_fmt_count(t)} "
+        return (f"With {label} and {kind} noise at {at}, your answer is within ±{count_text(t)} "
                 f"counts of the truth with {conf} confidence.")
     every = share >= 1.0 or widest <= t
     lead = f"all {m}" if every else f"{pct} of your {m}"
-    tail = "" if every else f" (the widest interval is ±{_fmt_count(widest)})"
-    return (f"With {label} and {kind} noise at {at}, {lead} {noun} are within ±{_fmt_count(t)} "
+    tail = "" if every else f" (the widest interval is ±{count_text(widest)})"
+    return (f"With {label} and {kind} noise at {at}, {lead} {noun} are within ±{count_text(t)} "
             f"counts of the truth, each with {conf} confidence{tail}.")

@@ -734,11 +734,5 @@ class PrivacySentence:
         answers = f"your {W.m:,} answers" if W.m > 1 else "your answer"
         share = f"{prof.share * 100:g} % of " if W.m > 1 else ""
         return (words + f"\n\n**On this workload:** with {prof.label} and {kind} noise at {at}, "
-                f"{share}{answers} fall within **±{_count(t)} counts** of the truth, each with "
-                f"{prof.level * 100:g} % confidence.")
-
-
-def _count(v: float) -> str:
-    if not math.isfinite(v):
-        return "∞"
-    return f"{v:,.0f}" if v >= 10 else (f"{v:.1f}" if v >= 1 else f"{v:.2g}")
+                f"{share}{answers} fall within **±{dpx.accuracy.count_text(t)} counts** of the truth, "
+                f"each with {prof.level * 100:g} % confidence.")
