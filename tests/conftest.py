@@ -60,6 +60,19 @@ def _fresh_ledger_store(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _process_limits_restored():
+    """Each test leaves the process-wide size limits as it found them: the README's
+    ``dpx.limits.configure(cells=2**28)`` example (run in-process, on an xdist worker shared with
+    other modules) must not raise the limits seen by a later test of ``limits`` itself."""
+    from dpexplorer.queries import limits
+    import dataclasses
+
+    before = limits.configure()  # no change: the limits in force
+    yield
+    limits.configure(**dataclasses.asdict(before))
+
+
+@pytest.fixture(autouse=True)
 def _no_optimiser_reporting():
     """Each test starts with no optimiser counted as reporting (the server-wide share of
     progress updates, ``optimize_view.ProgressRelay``): a relay of an earlier test would
