@@ -64,8 +64,9 @@ def _process_limits_restored():
     """Each test leaves the process-wide size limits as it found them: the README's
     ``dpx.limits.configure(cells=2**28)`` example (run in-process, on an xdist worker shared with
     other modules) must not raise the limits seen by a later test of ``limits`` itself."""
-    from dpexplorer.queries import limits
     import dataclasses
+
+    from dpexplorer.queries import limits
 
     before = limits.configure()  # no change: the limits in force
     yield

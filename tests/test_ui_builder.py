@@ -359,8 +359,52 @@ def test_heatmap_switches_to_gram_for_large_w(small):
     assert img.dimension_values(2, flat=False).shape == (512, 512)  # block means
     # a short title that fits the plot; the explanation above it (it was cut off)
     assert img.opts.get().kwargs["title"] == "WᵀW (1,024 × 1,024)"
-    view = small.heatmap_view()
-    assert "more than 200,000" in view.select(pn.pane.Markdown)[0].object
+    page = small.panel()
+    assert any("more than 200,000" in str(md.object) for md in page.select(pn.pane.Markdown))
+
+
+def test_a_change_of_terms_updates_the_drawn_heatmap_in_place_without_an_overlay(small):
+    """The page's heatmap is one Bokeh figure whose image, ranges, labels and title follow
+    the workload (no new figure per change), and a quick build shows no loading overlay."""
+    from bokeh.document import Document
+    from bokeh.models import ColumnDataSource, Plot
+
+    small.add_term("prefix")
+    root = small.panel().get_root(Document())
+
+    def heatmap_figure():
+        found = [p for p in root.select({"type": Plot}) if p.title is not None
+                 and p.title.text.startswith(("W (", "WᵀW ("))]
+        assert len(found) == 1, [p.title.text for p in root.select({"type": Plot})]
+        return found[0]
+    before = heatmap_figure()
+    assert before.title.text == "W (32 × 32)"
+    busy = []
+    small.param.watch(lambda e: busy.append(e.new), "busy")
+    small.add_term("identity")
+    after = heatmap_figure()
+    assert after is before and after.title.text == "W (64 × 32)"
+    image = [s for s in after.select({"type": ColumnDataSource}) if "image" in s.data][0]
+    assert image.data["image"][0].shape == (64, 32)
+    assert after.y_range.start == 64  # the range follows (drawn downwards)
+    assert busy == []  # milliseconds: no overlay
+    small.set_domain(n=1024)
+    assert heatmap_figure().title.text == "WᵀW (1,024 × 1,024)"
+
+
+def test_a_slow_build_shows_the_loading_overlay_until_it_ends(small, monkeypatch):
+    monkeypatch.setattr(bmod, "BUSY_AFTER", 0.01)
+    slow = tmod.WorkloadTerms.build
+
+    def build(self, *args, **kwargs):
+        import time
+        time.sleep(0.2)
+        return slow(self, *args, **kwargs)
+    monkeypatch.setattr(tmod.WorkloadTerms, "build", build)
+    busy = []
+    small.param.watch(lambda e: busy.append(e.new), "busy")
+    assert small.add_term("prefix")
+    assert busy == [True, False] and not small.busy
 
 
 def test_heatmap_message_when_gram_too_large(small):
@@ -547,7 +591,8 @@ def test_presets_from_the_widgets_and_unknown_preset(builder, session):
     assert builder.load_preset("census_sf1") is False
     assert "unknown preset" in session.error and "cps_all_marginals" in session.error
     assert session.workload is W and builder.terms == terms
-    builder.heatmap_view()  # the preview of a large workload renders (an Alert and a table)
+    preview = builder.panel()  # the preview of a large workload renders (an Alert and a table)
+    assert any("Too large to draw" in str(a.object) for a in preview.select(pn.pane.Alert))
 
 
 # ------------------------------------------------------------ the page's link keeps the terms

@@ -52,13 +52,14 @@ from bokeh.models.widgets.tables import NumberFormatter
 
 import dpexplorer as dpx
 
+from .serving import COLOR as _COLOR
+from .serving import LABEL as _LABEL
 from .tasks import Jobs, TaskCancelled, build_lock
 
 __all__ = ["AccuracyFirst", "PrivacySentence", "MODES", "TARGET_METRICS", "epsilon_bars", "target_curve_plot"]
 
 log = logging.getLogger(__name__)
 
-_LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
 
 #: The page's two questions (widget label -> value).
 MODES = {"Error at this ε": "error", "ε for this error": "epsilon"}
@@ -533,11 +534,11 @@ class AccuracyFirst(param.Parameterized):
 
     def simulation_panel(self) -> pn.Column:
         """The study of the data-dependent mechanisms: button, cancel, progress and status."""
-        run = pn.widgets.Button(**{_LABEL: self.simulation_label()}, button_type="primary",
+        run = pn.widgets.Button(**{_LABEL: self.simulation_label()}, **{_COLOR: "primary"},
                                 description="Runs DAWA, MWEM, … on the selected dataset with "
                                             "seeded noise to estimate the ε each needs (a study: "
                                             "nothing is released or spent)")
-        cancel = pn.widgets.Button(**{_LABEL: "Cancel simulation"}, button_type="light",
+        cancel = pn.widgets.Button(**{_LABEL: "Cancel simulation"}, **{_COLOR: "light"},
                                    visible=False)
         progress = pn.indicators.Progress(value=0, max=1, visible=False, width=240,
                                           bar_color="primary")

@@ -41,6 +41,8 @@ from dpexplorer.audit import AuditResult, cases
 from dpexplorer.core import registry
 
 from .exports import FigureExport
+from .serving import COLOR as _BUTTON
+from .serving import LABEL as _LABEL
 from .serving import on_session_loop
 from .session import Page, Session
 from .tasks import Task, TaskCancelled, percent
@@ -49,8 +51,6 @@ __all__ = ["AuditView", "TEACHING", "PUBLISHED_NOTE", "Stopped"]
 
 log = logging.getLogger(__name__)
 
-_LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
-_BUTTON = "color" if "color" in pn.widgets.Button.param else "button_type"
 
 #: The teaching example: the authors' DAWA partition at ε = 4 (ε₁ = 1), audited alone.
 TEACHING = {"mechanism": "dawa_as_published", "epsilon": 4.0, "case": 1, "runs": 2000}

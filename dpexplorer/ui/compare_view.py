@@ -70,6 +70,8 @@ from .compare_tasks import EPS_GRID, OPTIMIZING, CompareWork, _Base, cached_entr
 from .exports import FigureExport
 from .live_plot import LivePlot
 from .optimize_view import SHUTDOWN, OptimizationProgress
+from .serving import COLOR as _COLOR
+from .serving import LABEL as _LABEL
 from .session import Page, Session, readable_headers
 from .tasks import OPTIMIZER_THREADS, Jobs, build_lock
 from .tasks import task_message as _message
@@ -81,10 +83,6 @@ __all__ = ["ComparePage", "Jobs", "build_lock", "check_workload", "structured_1d
 log = logging.getLogger(__name__)
 
 
-# Widget captions: ``label`` since Panel 1.9 (``name`` is deprecated there), ``name`` before.
-_LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
-# Button colours: ``color`` since Panel 1.9 (``button_type`` is deprecated there).
-_COLOR = "color" if "color" in pn.widgets.Button.param else "button_type"
 
 def comparison_table(frame: pd.DataFrame) -> pn.widgets.Tabulator:
     """Read-only Tabulator of a :func:`dpexplorer.compare` table (RMSE, ratio, build time, ...).

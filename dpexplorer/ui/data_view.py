@@ -55,6 +55,8 @@ from dpexplorer.dawa_study import (  # noqa: F401  (ALL_CANDIDATES_MAX_N, RANDOM
 )
 
 from .exports import FigureExport
+from .serving import COLOR as _BUTTON
+from .serving import LABEL as _LABEL
 from .serving import LazyCard, on_session_loop
 from .session import Page, Session, side_by_side
 from .session import exception_message as _message
@@ -68,10 +70,6 @@ __all__ = ["DataView", "DAWARun", "ALL_CANDIDATES_MAX_N", "RANDOM_WORKLOAD", "hi
 
 log = logging.getLogger(__name__)
 
-# Widget captions: ``label`` since Panel 1.9 (``name`` is deprecated there), ``name`` before.
-_LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
-# Button colours: ``color`` since Panel 1.9 (``button_type`` is deprecated there).
-_BUTTON = "color" if "color" in pn.widgets.Button.param else "button_type"
 
 #: Alternating bucket shading (1D) and the categorical palette of bucket ids (2D).
 _SHADES = ("#4c72b0", "#dd8452")

@@ -33,14 +33,14 @@ import panel as pn
 
 from dpexplorer import figures
 
+from .serving import COLOR as _BUTTON
+from .serving import LABEL as _LABEL
 from .session import exception_message, notify
 
 __all__ = ["FigureExport", "export_row"]
 
 log = logging.getLogger(__name__)
 
-_LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
-_BUTTON = "color" if "color" in pn.widgets.Button.param else "button_type"
 
 #: One image export at a time: the headless browser is shared by every session of the process.
 _IMAGE_LOCK = threading.Lock()

@@ -47,6 +47,8 @@ import param
 
 from dpexplorer.queries.matrix import Kronecker, Matrix, Weighted
 
+from .serving import COLOR, LABEL
+
 __all__ = ["Cancelled", "SHUTDOWN", "ProgressRelay", "OptimizationProgress", "convergence_frame",
            "convergence_plot", "marginal_weights_frame", "marginal_weights_plot",
            "blocks_frame", "optimization_of", "marginal_label", "TOP_MARGINALS"]
@@ -242,9 +244,7 @@ class OptimizationProgress(param.Parameterized):
                                 sizing_mode="stretch_width", margin=(0, 10))
         parts = [bar, line]
         if cancel is not None:
-            label = "label" if "label" in pn.widgets.Button.param else "name"
-            color = "color" if "color" in pn.widgets.Button.param else "button_type"
-            button = pn.widgets.Button(**{label: "Cancel optimisation", color: "warning"},
+            button = pn.widgets.Button(**{LABEL: "Cancel optimisation", COLOR: "warning"},
                                        width=180)
             button.on_click(lambda e: cancel())
             parts.append(button)

@@ -51,6 +51,8 @@ from dpexplorer.queries.matrix import Matrix
 
 from .compare_view import too_large
 from .exports import FigureExport
+from .serving import COLOR as _BUTTON
+from .serving import LABEL as _LABEL
 from .serving import on_session_loop
 from .session import Page, Session, download_bytes, readable_headers, release_stamp, side_by_side
 from .session import exception_message as _message
@@ -68,9 +70,6 @@ MAX_SHOWN = 2000
 #: Mixed into the simulation seed for the trials (``SeedSequence([seed, TRIAL_SEED_TAG]).spawn(trials)``).
 TRIAL_SEED_TAG = _mechanism.TRIAL_SEED_TAG
 
-_LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
-# Button colours: ``color`` since Panel 1.9 (``button_type`` is deprecated there).
-_BUTTON = "color" if "color" in pn.widgets.Button.param else "button_type"
 
 HEADER = """\
 ## Release

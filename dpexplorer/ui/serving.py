@@ -94,7 +94,14 @@ import param
 from bokeh.document import Document
 from panel.io.state import set_curdoc
 
+#: Keyword of a widget's caption: ``label`` since Panel 1.9 (``name`` is deprecated there).
+LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
+#: Keyword of a button's colour: ``color`` since Panel 1.9 (``button_type`` is deprecated there).
+COLOR = "color" if "color" in pn.widgets.Button.param else "button_type"
+
 __all__ = [
+    "LABEL",
+    "COLOR",
     "RedrawQueue",
     "REDRAWS",
     "STALL_SECONDS",

@@ -44,6 +44,7 @@ from dpexplorer.datasets import Dataset
 from . import workers
 from .accuracy_view import PrivacySentence
 from .messages import PYTHON_SPEAK, app_text, exception_message, limit_text  # noqa: F401
+from .serving import LABEL as _LABEL
 from .serving import LazyCard, ShownGate, served_document
 from .tasks import Jobs, Task
 
@@ -53,8 +54,6 @@ __all__ = ["Session", "Page", "ledger_store_path", "EnteredFloatInput", "number_
 
 log = logging.getLogger(__name__)
 
-# Widget captions: ``label`` since Panel 1.9 (``name`` is deprecated there), ``name`` before.
-_LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
 
 
 def ledger_store_path() -> Path:

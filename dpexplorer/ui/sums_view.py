@@ -71,6 +71,8 @@ from dpexplorer.sums.study import SumsResult
 from dpexplorer.sums.thresholds import SVTParams
 
 from .exports import FigureExport
+from .serving import COLOR as _BUTTON
+from .serving import LABEL as _LABEL
 from .serving import LazyCard
 from .session import Page, Session, error_alert, side_by_side
 from .session import exception_message as _message
@@ -81,8 +83,6 @@ __all__ = ["SumsView", "SumsResult", "ATTRIBUTES", "COLORS", "RECORDS"]
 
 log = logging.getLogger(__name__)
 
-_LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
-_BUTTON = "color" if "color" in pn.widgets.Button.param else "button_type"
 
 #: Built-in attributes (label -> loader name); DPBench INCOME only when the folder is there.
 ATTRIBUTES = {"Superstore Sales": "superstore_sales", "Superstore Profit": "superstore_profit",

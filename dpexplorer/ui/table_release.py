@@ -46,6 +46,8 @@ from dpexplorer import figures
 from dpexplorer.privacy import PrivacyLedger
 
 from .exports import FigureExport
+from .serving import COLOR as _BUTTON
+from .serving import LABEL as _LABEL
 from .serving import on_session_loop
 from .session import Page, Session, download_bytes, error_alert, readable_headers, release_stamp
 from .session import exception_message as _message
@@ -61,8 +63,6 @@ TABLE_MECHANISM = dpx.registry.names(tables=True)[0]
 #: Most cells drawn as bars for one marginal (a heatmap has no limit below the kernel's).
 MAX_BARS = 400
 
-_LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
-_BUTTON = "color" if "color" in pn.widgets.Button.param else "button_type"
 
 
 @dataclass

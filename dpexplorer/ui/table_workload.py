@@ -42,6 +42,8 @@ import param
 import dpexplorer as dpx
 from dpexplorer.queries.terms import marginals_term, plan_marginals
 
+from .serving import COLOR as _COLOR
+from .serving import LABEL as _LABEL
 from .serving import LazyCard
 from .uploads import Upload
 
@@ -49,8 +51,6 @@ __all__ = ["TableMarginals"]
 
 log = logging.getLogger(__name__)
 
-_LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
-_COLOR = "color" if "color" in pn.widgets.Button.param else "button_type"
 
 
 class TableMarginals(param.Parameterized):
