@@ -50,6 +50,7 @@ and :func:`dpexplorer.release` refuses it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -433,8 +434,13 @@ def _transformed_workload(W: Matrix, order: np.ndarray | None, partition: Partit
     return None, partition.transform_gram(G)
 
 
+@functools.lru_cache(maxsize=256)
 def _tree_over_buckets(k: int, scaling: str, b: int) -> Matrix:
     """Unweighted (uniform) or geometrically weighted hierarchy over ``k`` buckets.
+
+    Public given ``k`` (the private partition's size), so built once per ``(k, scaling, b)``
+    and shared (with its cached inverse Gram) by every run: a simulation or an audit runs
+    DAWA thousands of times over a few bucket counts.  Not to be modified.
 
     Geometric (Cormode et al., ICDE 2012, Sec. 4.2): the weight of level ``i``
     (0 = leaves) is proportional to ``2^(−i/3)``; every cell meets one node
