@@ -390,6 +390,9 @@ def test_a_change_of_terms_updates_the_drawn_heatmap_in_place_without_an_overlay
     assert busy == []  # milliseconds: no overlay
     small.set_domain(n=1024)
     assert heatmap_figure().title.text == "WᵀW (1,024 × 1,024)"
+    for dmap in small.panel().select(pn.pane.HoloViews):  # no frames kept for the session's life
+        if isinstance(dmap.object, hv.DynamicMap):
+            assert len(dmap.object.data) <= 1
 
 
 def test_a_slow_build_shows_the_loading_overlay_until_it_ends(small, monkeypatch):

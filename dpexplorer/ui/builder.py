@@ -749,7 +749,9 @@ class WorkloadBuilder(param.Parameterized):
         out = self.heatmap(data)
         first = out if isinstance(out, hv.Element) else self._blank_heatmap()
         frames = hv.streams.Pipe(data=first)
-        plot = pn.pane.HoloViews(hv.DynamicMap(lambda data: data, streams=[frames]),
+        # cache_size=1: a DynamicMap keeps its last 500 frames by default (images of up to
+        # 200,000 entries each, for as long as the session lives)
+        plot = pn.pane.HoloViews(hv.DynamicMap(lambda data: data, streams=[frames], cache_size=1),
                                  sizing_mode="stretch_width")
         # visibility toggles on wrapping Columns: toggling a rendered HoloViews pane's own
         # `visible` raises in Panel 1.9 (its Bokeh stylesheets are re-validated as strings)
