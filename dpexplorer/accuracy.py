@@ -143,18 +143,17 @@ def quantile_over_queries(values, share: float = 0.95, axis: int | None = None):
         For an empty array (or axis) or ``share`` outside (0, 1].
     """
     share = _share(share)
-    if axis is not None:
-        a = np.asarray(values, dtype=float)
-        m = a.shape[axis]
-        if m == 0:
-            raise ValueError("no values to take a quantile of")
-        k = max(1, math.ceil(round(share * m, 9)))
-        return np.take(np.partition(a, k - 1, axis=axis), k - 1, axis=axis)
-    v = np.asarray(values, dtype=float).ravel()
-    if v.size == 0:
+    a = np.asarray(values, dtype=float)
+    if axis is None:
+        a, along = a.ravel(), 0
+    else:
+        along = axis
+    m = a.shape[along]
+    if m == 0:
         raise ValueError("no values to take a quantile of")
-    k = max(1, math.ceil(round(share * v.size, 9)))
-    return float(np.partition(v, k - 1)[k - 1])
+    k = max(1, math.ceil(round(share * m, 9)))
+    q = np.take(np.partition(a, k - 1, axis=along), k - 1, axis=along)
+    return float(q) if axis is None else q
 
 
 def _checked(value, name: str, ok, allowed: str) -> float:
