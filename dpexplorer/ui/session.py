@@ -77,16 +77,16 @@ def _cap(text: str) -> dict:
 def notify(message: str, level: str = "error") -> None:
     """Show ``message`` in the page's notification area when there is one.
 
-    Never raises: outside a server session (tests, scripts) it only logs.
+    Always logs it (the server's log holds every message a page showed); never raises:
+    outside a server session (tests, scripts) it only logs.
     """
+    log.info("%s: %s", level, message)
     try:
         area = pn.state.notifications
         if area is not None:
             getattr(area, level)(message, duration=8000)
-            return
     except Exception:  # noqa: BLE001 - no session or no notification area
         pass
-    log.info("%s: %s", level, message)
 
 
 class Page:
