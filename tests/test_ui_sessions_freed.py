@@ -45,7 +45,7 @@ def test_closed_sessions_are_freed():
     port = _free_port()
     pn.extension("tabulator", "filedropper", notifications=True)
     server = pn.serve({"app": make}, port=port, address="127.0.0.1", threaded=True, show=False,
-                      check_unused_sessions=500, unused_session_lifetime=500,
+                      check_unused_sessions_milliseconds=500, unused_session_lifetime_milliseconds=500,
                       websocket_origin=[f"127.0.0.1:{port}"])
     try:
         deadline = time.monotonic() + 60

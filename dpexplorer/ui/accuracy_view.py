@@ -408,6 +408,12 @@ class AccuracyFirst(param.Parameterized):
             self._sim_cancel.set()
             self._set(sim_status="Cancelling the simulation…")
 
+    def stop(self) -> None:
+        """The page's session ended: a study under way stops within its current run (nothing
+        is shown any more; a closed tab's study held the server's threads for minutes)."""
+        if self._sim_cancel is not None:
+            self._sim_cancel.set()
+
     def wait_simulation(self, timeout: float = 600.0) -> bool:
         """Block until the simulation study is done (tests, scripts)."""
         return True if self._sim_jobs is None else self._sim_jobs.wait(timeout)

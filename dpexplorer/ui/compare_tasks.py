@@ -399,6 +399,9 @@ class CompareWork:
         self._token += 1
         self._cancel = True
         self._loaded.set()
+        first = getattr(self, "accuracy_first", None)
+        if first is not None:  # and the accuracy-first simulation study
+            first.stop()
 
     def cancel(self) -> None:
         """Stop the optimisation that is running; the optimisers not built stay pending.
