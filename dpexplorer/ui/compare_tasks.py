@@ -28,7 +28,7 @@ import pandas as pd
 import dpexplorer as dpx
 from dpexplorer.accuracy import EPSILON_GRID
 
-from .optimize_view import Cancelled, ProgressRelay
+from .optimize_view import SHUTDOWN, Cancelled, ProgressRelay
 from .serving import no_connection
 from .tasks import OPTIMIZER_THREADS, build_lock
 from .tasks import task_message as _message
@@ -236,7 +236,7 @@ class CompareWork:
         if not self._loaded.is_set():  # a first load: the browser fetches the page's scripts
             # from this server's event loop meanwhile, slowed down by a computing thread
             # (measured at n = 1024: first paint 3.3-6.4 s while computing, 1.0-2.0 s after)
-            self._loaded.wait(timeout=self.load_wait)
+            self._wait_for_load()
         # where a comparison's time goes (the table's time in a browser varied from 2 to 9 s
         # between runs): logged at DEBUG (DPEXPLORER_LOG_LEVEL=debug, dpexplorer.ui.server)
         timings = {"load wait": time.perf_counter() - t0}
@@ -314,10 +314,20 @@ class CompareWork:
             self._submit(self._optimize_after_load, token, key, base, noise, list(later),
                          executor=OPTIMIZER_THREADS)
 
+    def _wait_for_load(self) -> None:
+        """Wait until the browser has drawn the page, :attr:`load_wait` seconds at most, or
+        the interpreter exits (a page fetched without a browser never loads: the server
+        stopped by SIGTERM waited the whole 30 s for this thread, joined at exit)."""
+        deadline = time.monotonic() + self.load_wait
+        while not SHUTDOWN.is_set() and not self._loaded.wait(
+                timeout=min(0.25, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                return
+
     def _optimize_after_load(self, post, token, key, base: _Base, noise, names) -> None:
         """Worker: :meth:`_optimize_job`, once the browser has drawn the page (first load)."""
         if not self._loaded.is_set():
-            self._loaded.wait(timeout=self.load_wait)
+            self._wait_for_load()
             time.sleep(self._grace)
         t0 = time.perf_counter()
         log.debug("optimisers of %s start: %s", base.W.name, ", ".join(names))
