@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from test_browser import (  # noqa: F401
+    READY_MS,
     _open_card,
     _queries,
     _shot,
@@ -37,7 +38,7 @@ def _remove_attributes(pg, names):
         button = pg.locator(f"button[aria-label*=\"Remove item: '{name}'\"]").first
         button.click()
         pg.locator(f"button[aria-label*=\"Remove item: '{name}'\"]").wait_for(state="detached",
-                                                                             timeout=10_000)
+                                                                             timeout=READY_MS)
 
 
 def _no_problems(pg, where):
@@ -48,7 +49,7 @@ def _no_problems(pg, where):
 def _build(pg, expected_queries):
     m0 = _queries(pg)
     pg.get_by_role("button", name="Build table marginals (replaces the terms)").click()
-    assert _wait_queries(pg, m0, timeout=60) == expected_queries
+    assert _wait_queries(pg, m0) == expected_queries
 
 
 def test_table_marginals_compare_objective_and_release(page):  # noqa: F811
@@ -56,29 +57,29 @@ def test_table_marginals_compare_objective_and_release(page):  # noqa: F811
     build = page.get_by_role("button", name="Build table marginals (replaces the terms)")
     _open_card(page, "Record table", build)
     # the domain size is shown before anything is built: all 8 attributes of Superstore
-    page.locator("text=/92,123,136 cells/").first.wait_for(timeout=30_000)
+    page.locator("text=/92,123,136 cells/").first.wait_for(timeout=READY_MS)
     _remove_attributes(page, ["Ship Mode", "Sub-Category", "State", "Sales", "Profit"])
-    page.locator("text=/= 36 cells/").first.wait_for(timeout=30_000)
+    page.locator("text=/= 36 cells/").first.wait_for(timeout=READY_MS)
     orders = page.get_by_placeholder("k, e.g. 2 or 1-2").first
     orders.fill("1-2")
     orders.press("Enter")
-    page.locator("text=/queries: 43/").first.wait_for(timeout=30_000)
+    page.locator("text=/queries: 43/").first.wait_for(timeout=READY_MS)
     _build(page, 43)
-    page.locator("text=/Over the record table/").first.wait_for(timeout=30_000)
+    page.locator("text=/Over the record table/").first.wait_for(timeout=READY_MS)
     page.get_by_role("button", name="Gaussian").first.click()  # the sidebar's noise
 
     _tab(page, "Compare")
-    page.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=60_000)
+    page.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=READY_MS)
     labels = page.locator(".tabulator-cell[tabulator-field='label']")
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + READY_MS / 1000
     wanted = {"ResidualPlanner", "OPT_M", "Eigen-Design", "Fourier", "DataCube", "HDMM"}
     while time.monotonic() < deadline and not wanted <= set(labels.all_inner_texts()):
         page.wait_for_timeout(200)
     assert wanted <= set(labels.all_inner_texts())
     assert page.locator("text=/optimise the total error/").count() >= 1
     page.get_by_role("button", name="Worst query (max std)").click()
-    page.wait_for_selector(".tabulator-cell[tabulator-field='max_std']", timeout=120_000)
-    page.locator("text=/best worst-query std.* ResidualPlanner/").first.wait_for(timeout=120_000)
+    page.wait_for_selector(".tabulator-cell[tabulator-field='max_std']", timeout=READY_MS)
+    page.locator("text=/best worst-query std.* ResidualPlanner/").first.wait_for(timeout=READY_MS)
     _shot(page, "compare-table-max-objective")
     _no_problems(page, "compare")
 
@@ -92,7 +93,7 @@ def test_table_marginals_compare_objective_and_release(page):  # noqa: F811
     orders = page.get_by_placeholder("k, e.g. 2 or 1-2").first
     orders.fill("2")
     orders.press("Enter")
-    page.locator("text=/92,123,136 cells/").first.wait_for(timeout=30_000)
+    page.locator("text=/92,123,136 cells/").first.wait_for(timeout=READY_MS)
     _build(page, 7078)
     _no_problems(page, "workload")
 
@@ -100,25 +101,25 @@ def test_table_marginals_compare_objective_and_release(page):  # noqa: F811
     run = page.get_by_role("button", name="Run release")
     t0 = time.perf_counter()
     run.click()
-    page.locator("text=/table spent: ε = /").first.wait_for(timeout=120_000)
+    page.locator("text=/table spent: ε = /").first.wait_for(timeout=READY_MS)
     seconds = time.perf_counter() - t0
-    page.locator(".tabulator-col-title:visible", has_text="95 % high").first.wait_for(timeout=30_000)
+    page.locator(".tabulator-col-title:visible", has_text="95 % high").first.wait_for(timeout=READY_MS)
     wait_count(page, ".bk-Canvas:visible", 1)
     _no_problems(page, "release")
     marginal = page.locator("select:visible").filter(has_text="Segment × Region").first
     marginal.select_option(label=next(o for o in marginal.locator("option").all_inner_texts()
                                       if "Segment × Region" in o))
     page.locator("text=/Segment × Region: 12 released cells, drawn as a heatmap/").first.wait_for(
-        timeout=30_000)
+        timeout=READY_MS)
     page.wait_for_timeout(1000)
     _shot(page, "release-table-heatmap")
     _no_problems(page, "heatmap")
-    with page.expect_download(timeout=30_000) as info:
+    with page.expect_download(timeout=READY_MS) as info:
         page.get_by_role("button", name="Download table release (CSV)").click()
     text = Path(info.value.path()).read_text()
     assert "seed" not in text.lower() and "table_spent_after_release" in text
     assert "Segment=Consumer, Region=Central" in text
-    with page.expect_download(timeout=30_000) as info:
+    with page.expect_download(timeout=READY_MS) as info:
         page.get_by_role("button", name="Download table release (JSON)").click()
     doc = json.loads(Path(info.value.path()).read_text())
     assert doc["mode"] == "release" and "seed" not in doc and len(doc["marginals"]) == 28
@@ -149,19 +150,19 @@ def test_own_csv_release_is_refused_until_its_domain_is_discovered_with_a_visibl
     # the card's CSV upload (FilePond lists MIME types): the only one built so far (the Data
     # and Sum pages are built when first opened; the predicates' upload lists .npy's first)
     page.locator("input[type=file][accept^='text/csv,']").first.set_input_files(str(csv))
-    page.locator("text=/Domain read from the records/").first.wait_for(timeout=60_000)
+    page.locator("text=/Domain read from the records/").first.wait_for(timeout=READY_MS)
     orders = page.get_by_placeholder("k, e.g. 2 or 1-2").first
     orders.fill("1")
     orders.press("Enter")
     _build_any(page)
-    page.locator("text=/Over the record table.{0,2}uploaded: staff\\.csv/").first.wait_for(timeout=30_000)
+    page.locator("text=/Over the record table.{0,2}uploaded: staff\\.csv/").first.wait_for(timeout=READY_MS)
     page.get_by_role("button", name="Gaussian").first.click()  # the sidebar's noise
 
     _tab(page, "Release")
-    page.locator("text=/domain was read from the records/").first.wait_for(timeout=60_000)
+    page.locator("text=/domain was read from the records/").first.wait_for(timeout=READY_MS)
     page.get_by_role("button", name="Run release").click()
-    page.locator(".alert-danger", has_text="read from the records").first.wait_for(timeout=60_000)
-    page.locator("text=/nothing spent yet/").first.wait_for(timeout=30_000)  # the table's ledger
+    page.locator(".alert-danger", has_text="read from the records").first.wait_for(timeout=READY_MS)
+    page.locator("text=/nothing spent yet/").first.wait_for(timeout=READY_MS)  # the table's ledger
     _no_problems(page, "refused release")
 
     _tab(page, "Workload")
@@ -169,19 +170,19 @@ def test_own_csv_release_is_refused_until_its_domain_is_discovered_with_a_visibl
     epsilon = page.locator(".bk-input-group", has_text="Discovery ε").locator("input").first
     epsilon.fill("0.8")  # the ε the discovery spends, typed and shown
     epsilon.press("Enter")
-    playwright_api.expect(epsilon).to_have_value("0.8", timeout=30_000)
+    playwright_api.expect(epsilon).to_have_value("0.8", timeout=READY_MS)
     page.get_by_role("button", name=re.compile("Discover privately")).click()
     page.locator("text=/Domain discovered privately.* \\(ε = 0.8, δ = 1e-06, charged to the table/"
-                 ).first.wait_for(timeout=60_000)
+                 ).first.wait_for(timeout=READY_MS)
     _build_any(page)  # the workload over the discovered domain
 
     _tab(page, "Release")
     page.get_by_role("button", name="Run release").click()
-    page.locator("text=/table spent: ε = /").first.wait_for(timeout=120_000)
+    page.locator("text=/table spent: ε = /").first.wait_for(timeout=READY_MS)
     labels = page.locator(".tabulator-cell[tabulator-field='label']", has_text=re.compile(
         "domain discovery|residual_planner"))
     # the discovery's three entries are listed already: wait for the release's own entry
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + READY_MS / 1000
     while time.monotonic() < deadline and not any(
             t.startswith("residual_planner") for t in labels.all_inner_texts()):
         page.wait_for_timeout(200)
@@ -197,4 +198,4 @@ def _build_any(pg):
     """Click Build and wait until the query count changes (or the table summary shows)."""
     m0 = _queries(pg)
     pg.get_by_role("button", name="Build table marginals (replaces the terms)").click()
-    _wait_queries(pg, m0, timeout=60)
+    _wait_queries(pg, m0)
