@@ -122,7 +122,7 @@ def page(browser, server):
     ctx.set_default_timeout(READY_MS)
     pg = ctx.new_page()
     pg.problems = []
-    frames = _record_frames(pg)
+    frames = pg.ws_frames = _record_frames(pg)  # (seconds, direction, text) of the last 600
     pg.on("console", lambda m: m.type == "error" and pg.problems.append(f"console: {m.text}"))
     pg.on("pageerror", lambda e: pg.problems.append(f"pageerror: {e}"))
     pg.on("pageerror", lambda e: _explain_reference(str(e), frames))

@@ -109,6 +109,12 @@ def _click_until(pg, button, shown, retry_ms: int = READY_MS // 4) -> None:
             shown.first.wait_for(state="visible", timeout=retry_ms)
             return
         except Exception:  # noqa: BLE001 - playwright's TimeoutError: click again if enabled
+            # evidence for the lost-click defect (below): did the click's frame leave the page?
+            frames = list(getattr(pg, "ws_frames", ()))
+            sent = [f for f in frames if f[1] == "->" and "button_click" in f[2]]
+            print(f"no result {retry_ms / 1000:.0f} s after a click (button enabled: "
+                  f"{button.is_enabled()}); button_click frames sent: {len(sent)}, the last at "
+                  f"{sent[-1][0] if sent else None}; last frame at {frames[-1][0] if frames else None}")
             if not button.is_enabled():
                 break
     shown.first.wait_for(state="visible", timeout=READY_MS)
