@@ -381,9 +381,9 @@ def test_simulation_study_refuses_a_dataset_that_does_not_fit_and_can_be_cancell
     assert first.wait_simulation(600)
 
 
-def test_a_closed_session_stops_its_simulation_study_within_one_run(monkeypatch):
-    """A closed browser tab (its session destroyed) stops the study as Cancel does: before,
-    the study of every data-dependent mechanism went on for minutes on the server's threads."""
+def _stopped_during_the_first_run(monkeypatch, stop):
+    """A study page on the small data whose ``stop(page)`` is called during the first seeded
+    run of a simulation study: ``(page, accuracy_first, runs started)``."""
     from dpexplorer import accuracy
 
     session, page, x = _small_data_page()
@@ -393,12 +393,21 @@ def test_a_closed_session_stops_its_simulation_study_within_one_run(monkeypatch)
     runs = []
     run = accuracy._mechanism.run
 
-    def run_then_close(*args, **kwargs):
+    def run_then_stop(*args, **kwargs):
         runs.append(args[0])
         if len(runs) == 1:
-            page._session_destroyed(None)         # Bokeh destroys the closed tab's session
+            stop(page)
         return run(*args, **kwargs)
-    monkeypatch.setattr(accuracy._mechanism, "run", run_then_close)
+    monkeypatch.setattr(accuracy._mechanism, "run", run_then_stop)
+    return page, first, runs
+
+
+def test_a_closed_session_stops_its_simulation_study_within_one_run(monkeypatch):
+    """A closed browser tab (its session destroyed) stops the study as Cancel does: before,
+    the study of every data-dependent mechanism went on for minutes on the server's threads."""
+    # Bokeh destroys the closed tab's session during the first run
+    page, first, runs = _stopped_during_the_first_run(
+        monkeypatch, lambda page: page._session_destroyed(None))
     assert first.simulate(["mwem", "uniform"]) is True
     assert first.wait_simulation(600)
     assert runs == ["mwem"] and not first.sim_busy and first.sim_done == 0
@@ -408,21 +417,9 @@ def test_a_cancel_during_a_mechanism_stops_the_study_within_one_run(monkeypatch)
     """Cancel is checked before every seeded run, not only between mechanisms: one MWEM
     study is hundreds of runs (tens of seconds on a loaded machine), and a user's Cancel
     waited for all of them."""
-    from dpexplorer import accuracy
-
-    session, page, x = _small_data_page()
-    first = page.accuracy_first
-    first.mode = "epsilon"
-    assert page.wait(120)
-    runs = []
-    run = accuracy._mechanism.run
-
-    def run_and_cancel(*args, **kwargs):
-        runs.append(args[0])
-        if len(runs) == 1:
-            first.cancel_simulation()             # the user's Cancel during the first run
-        return run(*args, **kwargs)
-    monkeypatch.setattr(accuracy._mechanism, "run", run_and_cancel)
+    # the user's Cancel during the first run
+    page, first, runs = _stopped_during_the_first_run(
+        monkeypatch, lambda page: page.accuracy_first.cancel_simulation())
     assert first.simulate(["mwem"]) is True
     assert first.wait_simulation(600) and page.wait(120)
     assert runs == ["mwem"]                       # the run under way ends, no other starts
