@@ -319,9 +319,8 @@ class CompareWork:
         the interpreter exits (a page fetched without a browser never loads: the server
         stopped by SIGTERM waited the whole 30 s for this thread, joined at exit)."""
         deadline = time.monotonic() + self.load_wait
-        while not SHUTDOWN.is_set() and not self._loaded.wait(
-                timeout=min(0.25, max(0.0, deadline - time.monotonic()))):
-            if time.monotonic() >= deadline:
+        while not SHUTDOWN.is_set() and time.monotonic() < deadline:
+            if self._loaded.wait(timeout=0.25):
                 return
 
     def _optimize_after_load(self, post, token, key, base: _Base, noise, names) -> None:
