@@ -192,9 +192,10 @@ class OptimizationProgress(param.Parameterized):
         """
         if serial != self._serial:
             return
-        self.param.update(active=True, label=self._label, stage=stage, done=max(0, done),
+        # ``active`` set last: a thread that sees it also sees the report's other values
+        self.param.update(label=self._label, stage=stage, done=max(0, done),
                           total=max(0, total), objective=objective, seconds=seconds,
-                          reports=self.reports + 1)
+                          reports=self.reports + 1, active=True)
 
     def end(self, serial: int) -> None:
         """Build ``serial`` ended (built, failed or cancelled): hide the progress."""
