@@ -85,6 +85,16 @@ def _no_optimiser_reporting():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _no_kept_strategies():
+    """Each test starts with no strategy kept server-wide (``ui.workers.MEMO_SIZE``): a test
+    that optimises (progress, Cancel) must not get an earlier test's strategy at once."""
+    module = sys.modules.get("dpexplorer.ui.workers")
+    if module is not None:
+        module.forget()
+    yield
+
+
 @pytest.fixture(scope="session")
 def dpbench_dir():
     """The DPBench folder, read through ``fetch_dpbench``: every checksum is verified, and since

@@ -223,19 +223,30 @@ def test_workload_and_compare_controls(page):  # noqa: F811
     _click_until(page, page.get_by_role("button",
                                         name="Estimate by simulation on airports_elevation"),
                  page.locator("text=/Simulat(ing|ed) [0-9]+/ >> visible=true"))
-    # the first mechanism's row shows its study, then Cancel stops the rest within one run
-    # (the study of all eight data-dependent mechanisms takes 20 s alone, minutes under load)
-    _text(page, "simulation \\(seed 0, 20 trials\\) on airports_elevation")
-    try:
-        page.get_by_role("button", name="Cancel simulation").click(timeout=10_000)
-    except Exception:  # noqa: BLE001 - playwright's TimeoutError: the study ended first
-        pass
-    # a cancel after the study ended (a fast machine) leaves every mechanism simulated
-    end = _text(page, "Simulated [0-9]+ of [0-9]+ mechanisms on airports_elevation").inner_text()
+    # Cancel stops the study within one seeded run.  Clicked while it runs, without waiting
+    # for a mechanism to finish: the study of the eight data-dependent mechanisms takes 20 s
+    # alone and minutes beside other CPU-bound tests (one mechanism took 125 s).  The rows a
+    # study fills, and a Cancel's effect on them, are checked without a browser in
+    # tests/test_ui_accuracy.py.
+    cancel = page.get_by_role("button", name="Cancel simulation")
+    ended = page.locator("text=/Simulated [0-9]+ of [0-9]+ mechanisms on airports_elevation/"
+                         " >> visible=true")
+    for _ in range(3):  # a click landing while the table re-lays out can hit nothing
+        cancel.or_(ended).first.wait_for(timeout=READY_MS)
+        if ended.count():
+            break
+        try:
+            cancel.click(timeout=10_000)
+            ended.first.wait_for(timeout=READY_MS // 4)
+            break
+        except Exception:  # noqa: BLE001 - playwright's TimeoutError: the study ended or a lost click
+            continue
+    end = ended.first.inner_text(timeout=READY_MS)
     done = re.search("Simulated ([0-9]+) of ([0-9]+) mechanisms", end)
+    # a cancel after the study ended (a fast machine) leaves every mechanism simulated
     assert "cancelled" in end or done.group(1) == done.group(2), end
-    assert int(done.group(1)) >= 1, end           # the finished mechanisms' rows stay
-    _text(page, "simulation \\(seed 0, 20 trials\\) on airports_elevation")
+    if int(done.group(1)) >= 1:                   # the finished mechanisms' rows stay
+        _text(page, "simulation \\(seed 0, 20 trials\\) on airports_elevation")
     _shot(page, "first-contact-compare")
     page.locator(".bk-btn", has_text="Error at this ε").first.click()
     page.locator(".tabulator-cell[tabulator-field='rmse']").first.wait_for(timeout=READY_MS)

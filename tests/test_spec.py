@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from dpexplorer.queries import workloads as wl
 from dpexplorer.queries.matrix import Dense, Kronecker
-from dpexplorer.queries.spec import dumps, from_spec, load, loads, save, to_spec
+from dpexplorer.queries.spec import dumps, fingerprint, from_spec, load, loads, save, to_spec
 
 WORKLOADS = {
     "prefix": lambda: wl.prefix(16),
@@ -384,3 +384,19 @@ def test_factor_and_its_text():
     assert dspec.parse_whole(" 12 ", "n") == 12 and dspec.parse_whole(3.0, "n") == 3
     with pytest.raises(ValueError, match="n must be a whole number"):
         dspec.parse_whole(2.5, "n")
+
+
+def test_fingerprint_is_shared_by_equal_workloads_only():
+    """Two objects built from the same blocks share it (names and attribute labels aside); any
+    change of the matrix changes it; a workload with no spec has none."""
+    same = [wl.all_range(64), wl.all_range(64), from_spec(to_spec(wl.all_range(64)))]
+    renamed = wl.all_range(64)
+    renamed.name = "my ranges"
+    keys = {fingerprint(W) for W in same + [renamed]}
+    assert len(keys) == 1 and len(keys.pop()) == 64
+    others = [wl.all_range(65), wl.prefix(64), wl.all_range(64) * 2.0,
+              wl.kron([wl.prefix(8), wl.identity(8)]), wl.kron([wl.identity(8), wl.prefix(8)]),
+              wl.ranges(64, [(0, 9), (10, 19)]), wl.ranges(64, [(0, 9), (10, 20)])]
+    found = [fingerprint(W) for W in others]
+    assert len(set(found)) == len(found) and fingerprint(wl.all_range(64)) not in found
+    assert fingerprint(Dense(np.eye(4))) is None

@@ -122,6 +122,76 @@ def test_cancel_stops_the_worker_which_then_builds_the_next_strategy():
     assert result["A"].shape[1] == 32
 
 
+def test_a_second_session_gets_the_kept_strategy_at_once_as_its_own_copy():
+    """Two sessions' workloads built from the same blocks: one optimisation, server-wide."""
+    noise = dpx.Laplace(1.0)
+    first, second = [], []
+    with dpx.optimization.progress(lambda *a: first.append(a)):
+        A = _entry(dpx.workloads.all_range(96), "opt0", noise)[0]
+    with dpx.optimization.progress(lambda *a: second.append(a)):
+        B = _entry(dpx.workloads.all_range(96), "opt0", dpx.Gaussian(1.0, 1e-6))[0]  # L2: anew
+        C = _entry(dpx.workloads.all_range(96), "opt0", dpx.Laplace(0.1))[0]  # same norm: kept
+    assert first and second, "the first and the Gaussian builds optimise"
+    reports = len(second)
+    with dpx.optimization.progress(lambda *a: second.append(a)):
+        D = _entry(dpx.workloads.all_range(96), "opt0", noise)[0]
+    assert len(second) == reports, "the kept strategy is not optimised again"
+    assert C is not A and D is not A and C.optimization is not A.optimization
+    np.testing.assert_array_equal(C.dense(), A.dense())
+    assert C.optimization.objective == A.optimization.objective
+    C.name = "renamed"
+    C.optimization.info["note"] = "annotated"
+    assert D.name == "opt0" and "note" not in D.optimization.info
+    assert B.optimization.objective != A.optimization.objective
+    # other parameters are another strategy
+    with dpx.optimization.progress(lambda *a: second.append(a)):
+        _entry(dpx.workloads.all_range(96), "opt0", noise, {"restarts": 1})
+    assert len(second) > reports
+
+
+def test_a_workload_without_a_spec_is_optimised_for_each_session():
+    W = dpx.matrix.Dense(dpx.workloads.prefix(24).dense())  # no spec: equal only to itself
+    counts = []
+    for _ in range(2):
+        reports = []
+        with dpx.optimization.progress(lambda *a, reports=reports: reports.append(a)):
+            _entry(dpx.matrix.Dense(W.dense()), "opt0", dpx.Laplace(1.0))
+        counts.append(len(reports))
+    assert all(counts), counts
+
+
+def test_a_session_waits_for_another_sessions_build_and_may_stop_waiting():
+    W, noise = dpx.workloads.all_range(256), dpx.Laplace(1.0)
+    held, release, result = threading.Event(), threading.Event(), {}
+
+    def first_report(*report):  # the first session's page is slow to take its reports
+        held.set()
+        release.wait(60)
+
+    def first_session():
+        with dpx.optimization.progress(first_report):
+            result["A"] = _entry(W, "opt0", noise)[0]
+
+    thread = threading.Thread(target=first_session, daemon=True)
+    thread.start()
+    assert held.wait(60), "the first session's optimiser never reported"
+    # a second session asks for the same strategy: it waits (no second optimisation), and
+    # its Cancel ends the wait
+    waiting = _StopAfter(0)
+    waiting.stop = lambda: time.perf_counter() - t0 > 1.0  # Cancel after 1 s
+    t0 = time.perf_counter()
+    with pytest.raises(Cancelled), dpx.optimization.progress(waiting):
+        _entry(dpx.workloads.all_range(256), "opt0", noise)
+    assert 1.0 < time.perf_counter() - t0 < 30
+    assert waiting.reports == 0, "the second session optimised instead of waiting"
+    release.set()
+    thread.join(120)
+    reports = []
+    with dpx.optimization.progress(lambda *a: reports.append(a)):
+        B = _entry(dpx.workloads.all_range(256), "opt0", noise)[0]
+    assert reports == [] and B.optimization.objective == result["A"].optimization.objective
+
+
 def test_a_callback_that_raises_stops_the_build_with_its_exception():
     def refuse(*report):
         raise Cancelled("the workload changed")

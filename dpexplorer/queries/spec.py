@@ -38,6 +38,7 @@ for (``attributes``, ``cells``, ``factors``) and each block's own limits
 from __future__ import annotations
 
 import copy
+import hashlib
 import inspect
 import json
 import math
@@ -52,7 +53,7 @@ import yaml
 from . import limits, workloads
 from .matrix import Kronecker, Matrix, RangeQueries, VStack, Weighted
 
-__all__ = ["VERSION", "from_spec", "to_spec", "dumps", "loads", "save", "load", "factor",
+__all__ = ["VERSION", "from_spec", "to_spec", "fingerprint", "dumps", "loads", "save", "load", "factor",
            "parse_attributes", "format_attributes", "parse_orders", "format_orders",
            "parse_ranges", "format_ranges", "factor_text", "parse_whole"]
 
@@ -568,6 +569,34 @@ def to_spec(W: Matrix) -> dict:
         out["attributes"] = [str(a) for a in attributes]
     out["products"] = products
     return out
+
+
+def fingerprint(W: Matrix) -> str | None:
+    """A digest two workloads share when :func:`to_spec` describes them as the same matrix.
+
+    The canonical spec without its ``name`` and ``attributes`` (they label the
+    matrix, they do not change it), as sorted JSON, hashed (SHA-256, hex).
+    Matrix objects compare by identity; this lets a cache of strategies serve
+    two objects built from the same blocks (two sessions' ``all_range(256)``).
+
+    Parameters
+    ----------
+    W : Matrix
+        ``(m, n)`` workload.
+
+    Returns
+    -------
+    str or None
+        64 hex digits, or ``None`` when ``W`` has no spec (a ``Dense`` matrix
+        built by hand, ...): such a workload is only ever equal to itself.
+    """
+    try:
+        spec = to_spec(W)
+    except (ValueError, TypeError):
+        return None
+    spec.pop("name", None)
+    spec.pop("attributes", None)
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
 # ---------------------------------------------------------------- text / IO

@@ -35,11 +35,21 @@ worker when its builder is a module-level function of an importable module
 (not ``__main__``, not a closure, a lambda or a callable object); otherwise
 it is built in the calling thread, as any other mechanism, and a warning
 says so once per name (:func:`in_worker`).
+
+An optimised strategy depends only on the public workload, the noise's norm and
+the mechanism's parameters, so the server keeps the last :data:`MEMO_SIZE` of
+them for every session: a second tab, or a second page, on a workload already
+optimised gets its strategy at once (workloads compared by
+:func:`dpexplorer.queries.spec.fingerprint`; one without a spec is never shared).
+A session asking for a strategy another session is optimising waits for that
+build instead of starting its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import importlib
 import itertools
 import logging
@@ -47,15 +57,17 @@ import os
 import queue
 import threading
 import time
+from collections import OrderedDict
 from multiprocessing.managers import SyncManager
 
 import dpexplorer as dpx
+from dpexplorer.queries.spec import fingerprint
 
 from .optimize_view import SHUTDOWN, Cancelled
 from .remote import _DONE, _remote_build, _start_worker, _Stopped, _watch_parent, lower_threads
 
-__all__ = ["build", "in_worker", "lower_threads", "optimizers", "shutdown", "warm_up", "MAX_WORKERS",
-           "WORKER_NICE"]
+__all__ = ["build", "forget", "in_worker", "lower_threads", "optimizers", "shutdown", "warm_up",
+           "MAX_WORKERS", "MEMO_SIZE", "WORKER_NICE"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +78,8 @@ MAX_WORKERS = max(1, min(2, os.cpu_count() or 1))
 WORKER_NICE = 10
 #: Seconds between two checks of the worker's progress reports and of the page's Cancel.
 POLL_SECONDS = 0.05
+#: Optimised strategies the server keeps for every session (least recently used dropped).
+MEMO_SIZE = 16
 
 
 def optimizers() -> tuple[str, ...]:
@@ -240,6 +254,58 @@ def shutdown() -> None:
             pool.manager.shutdown()
 
 
+_memo: OrderedDict = OrderedDict()  # (mechanism, builder, workload, norm, params) -> strategy
+_building: dict[tuple, threading.Lock] = {}  # keys being optimised now, one lock each
+_memo_lock = threading.Lock()
+
+
+def forget() -> None:
+    """Drop every strategy the server keeps (:data:`MEMO_SIZE`): the next builds optimise anew."""
+    with _memo_lock:
+        _memo.clear()
+
+
+def _memo_key(mechanism, W, noise, params: dict) -> tuple | None:
+    workload = fingerprint(W)
+    if workload is None:
+        return None
+    key = (mechanism.name, mechanism.build, workload, noise.norm, tuple(sorted(params.items())))
+    try:
+        hash(key)
+    except TypeError:  # a list-valued parameter
+        return None
+    return key
+
+
+def _own_copy(A):
+    """A shallow copy of a kept strategy (and of its ``optimization`` record): the caller may
+    rename or annotate it without touching the one kept."""
+    B = copy.copy(A)
+    record = getattr(A, "optimization", None)
+    if dataclasses.is_dataclass(record):
+        B.optimization = dataclasses.replace(record, strategy=B, info=dict(record.info))
+    return B
+
+
+@contextlib.contextmanager
+def _only_build_of(key: tuple, name: str):
+    """Hold ``key``'s lock: one optimisation per key at a time, server-wide.  The wait for
+    another session's build of it ends early, with :class:`Cancelled`, when the page stops."""
+    with _memo_lock:
+        lock = _building.setdefault(key, threading.Lock())
+    callback = dpx.optimization.current()
+    while not lock.acquire(timeout=POLL_SECONDS):
+        if SHUTDOWN.is_set() or _stop_requested(callback):
+            raise Cancelled(f"{name} stopped")
+    try:
+        yield
+    finally:
+        with _memo_lock:
+            if _building.get(key) is lock:
+                del _building[key]
+        lock.release()
+
+
 def build(mechanism, W, noise, params: dict):
     """Build ``mechanism``'s strategy for ``W``, an optimiser in a worker process.
 
@@ -249,6 +315,8 @@ def build(mechanism, W, noise, params: dict):
     that callback asks to stop (it raises, or its ``stop()`` says so) the
     worker is told to stop and the callback's exception (or
     :class:`~dpexplorer.ui.optimize_view.Cancelled`) is raised here.
+    A strategy the server keeps (:data:`MEMO_SIZE`) is returned at once, as a copy
+    of its own; one another session is optimising is waited for.
 
     Raises
     ------
@@ -259,6 +327,25 @@ def build(mechanism, W, noise, params: dict):
     if not in_worker(mechanism):
         return mechanism.strategy(W, noise, **params)
     mechanism.check_params(params)  # refuse bad parameters here, before any process work
+    key = _memo_key(mechanism, W, noise, params)
+    if key is None:
+        return _build_in_worker(mechanism, W, noise, params)
+    with _only_build_of(key, mechanism.name):
+        with _memo_lock:
+            A = _memo.get(key)
+            if A is not None:
+                _memo.move_to_end(key)
+        if A is None:
+            A = _build_in_worker(mechanism, W, noise, params)
+            with _memo_lock:
+                _memo[key] = A
+                while len(_memo) > MEMO_SIZE:
+                    _memo.popitem(last=False)
+    return _own_copy(A)
+
+
+def _build_in_worker(mechanism, W, noise, params: dict):
+    """:func:`build` in a worker process: submit, relay the reports, return or raise."""
     callback = dpx.optimization.current()
     pool = _get_pool()
     task, inbox, stop = pool.open()
