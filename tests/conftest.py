@@ -85,10 +85,12 @@ def _no_optimiser_reporting():
     yield
 
 
-@pytest.fixture(autouse=True)
-def _no_kept_strategies():
-    """Each test starts with no strategy kept server-wide (``ui.workers.MEMO_SIZE``): a test
-    that optimises (progress, Cancel) must not get an earlier test's strategy at once."""
+@pytest.fixture
+def fresh_strategies():
+    """No strategy kept server-wide (``ui.workers.MEMO_SIZE``) at the test's start: for tests
+    that watch an optimiser run (progress, Cancel), which an earlier test's strategy for the
+    same workload would answer at once.  Other tests share the kept strategies, as a server's
+    sessions do (the UI tests then optimise the default workload once per worker)."""
     module = sys.modules.get("dpexplorer.ui.workers")
     if module is not None:
         module.forget()

@@ -4,9 +4,9 @@ test-artifacts/), never asserted.
 Performance lives in ``benchmarks/bench_browser.py`` (run by hand, with the
 machine's load); this test runs the same steps once so CI shows the figures and
 checks that each step *works*: the Compare table fills, every ε change reaches
-the table with RMSE ∝ 1/ε, the CPS preset shows its structure, a collapsed card
-opens, and a second
-session's work does not stop the first from answering.
+the table with RMSE ∝ 1/ε, the CPS preset shows its structure and a collapsed card
+opens.  The bench's sessions at once (``--sessions``) are left to the run by hand: two
+sessions working at once are tested in ``test_browser_new_user.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.xdist_group("br
 
 
 def test_timings_are_reported(server):  # noqa: F811
-    figures = bench.measure(server, ns=(256,), sessions=2)
+    figures = bench.measure(server, ns=(256,), sessions=0)
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "browser-timings.json").write_text(json.dumps(figures, indent=1))
     print("browser timings:", json.dumps(figures))
@@ -34,4 +34,3 @@ def test_timings_are_reported(server):  # noqa: F811
         e["table"] > 0 and e["chart"] > 0 for e in first["epsilon"])
     assert figures["cps_structure"] > 0
     assert figures["card_expand"]["seconds"] > 0 and figures["card_expand"]["longest_task_ms"] >= 0
-    assert len(figures["concurrent"]["epsilon"]) == 4

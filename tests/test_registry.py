@@ -132,6 +132,7 @@ def toy():
 
 
 @pytest.mark.slow  # a worker process, an audit and an optimiser run: 10-80 s under load on 2 cores (the full suite runs it)
+@pytest.mark.usefixtures("fresh_strategies")  # its optimiser's progress is checked
 def test_a_new_mechanism_is_compared_audited_and_optimised_in_a_worker(toy):
     W, noise = dpx.workloads.all_range(16), dpx.Laplace(1.0)
     table = dpx.compare(W, noise).set_index("mechanism")

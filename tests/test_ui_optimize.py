@@ -30,7 +30,8 @@ from dpexplorer.ui.optimize_view import (  # noqa: E402
 
 # the explorer in process (pages, their background work and threads): the full suite runs these;
 # the quick tier has the smoke tests of tests/test_ui_smoke.py
-pytestmark = pytest.mark.slow
+# each test optimises anew (its progress and Cancel are what it checks)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fresh_strategies")]
 
 
 # ------------------------------------------------------------------ progress

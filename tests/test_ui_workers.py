@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # the explorer in process (pages, their background work and threads): the full suite runs these;
 # the quick tier has the smoke tests of tests/test_ui_smoke.py
-pytestmark = pytest.mark.slow
+# each test optimises anew (its progress and Cancel are what it checks)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fresh_strategies")]
 
 
 @pytest.fixture(scope="module", autouse=True)
