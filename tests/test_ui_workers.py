@@ -161,38 +161,6 @@ def test_a_workload_without_a_spec_is_optimised_for_each_session():
     assert all(counts), counts
 
 
-def test_a_session_waits_for_another_sessions_build_and_may_stop_waiting():
-    W, noise = dpx.workloads.all_range(256), dpx.Laplace(1.0)
-    held, release, result = threading.Event(), threading.Event(), {}
-
-    def first_report(*report):  # the first session's page is slow to take its reports
-        held.set()
-        release.wait(60)
-
-    def first_session():
-        with dpx.optimization.progress(first_report):
-            result["A"] = _entry(W, "opt0", noise)[0]
-
-    thread = threading.Thread(target=first_session, daemon=True)
-    thread.start()
-    assert held.wait(60), "the first session's optimiser never reported"
-    # a second session asks for the same strategy: it waits (no second optimisation), and
-    # its Cancel ends the wait
-    waiting = _StopAfter(0)
-    waiting.stop = lambda: time.perf_counter() - t0 > 1.0  # Cancel after 1 s
-    t0 = time.perf_counter()
-    with pytest.raises(Cancelled), dpx.optimization.progress(waiting):
-        _entry(dpx.workloads.all_range(256), "opt0", noise)
-    assert 1.0 < time.perf_counter() - t0 < 30
-    assert waiting.reports == 0, "the second session optimised instead of waiting"
-    release.set()
-    thread.join(120)
-    reports = []
-    with dpx.optimization.progress(lambda *a: reports.append(a)):
-        B = _entry(dpx.workloads.all_range(256), "opt0", noise)[0]
-    assert reports == [] and B.optimization.objective == result["A"].optimization.objective
-
-
 def test_a_callback_that_raises_stops_the_build_with_its_exception():
     def refuse(*report):
         raise Cancelled("the workload changed")
