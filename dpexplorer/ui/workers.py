@@ -42,10 +42,8 @@ them for every session: a second tab, or a second page, on a workload already
 optimised gets its strategy at once (workloads compared by
 :func:`dpexplorer.queries.spec.fingerprint`; one without a spec is never shared).
 A session never waits for another session's build: two sessions asking at once
-each optimise.  (With such waits, a served page in the browser tests showed no
-optimiser's row for 4 minutes in 2 of 3 runs of the whole suite on a loaded
-2-core machine, and in none of the runs without them: a page waiting behind
-another page's build cannot cancel it, nor see its progress.)
+each optimise, as before (a page waiting behind another page's build could
+neither cancel it nor show its progress).
 """
 
 from __future__ import annotations
