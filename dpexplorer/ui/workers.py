@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import importlib
 import itertools
 import logging
@@ -63,6 +62,7 @@ from multiprocessing.managers import SyncManager
 
 import dpexplorer as dpx
 from dpexplorer.queries.spec import fingerprint
+from dpexplorer.strategies.templates import fresh
 
 from .optimize_view import SHUTDOWN, Cancelled
 from .remote import _DONE, _remote_build, _start_worker, _Stopped, _watch_parent, lower_threads
@@ -278,13 +278,13 @@ def _memo_key(mechanism, W, noise, params: dict) -> tuple | None:
 
 
 def _own_copy(A):
-    """A shallow copy of a kept strategy (and of its ``optimization`` record): the caller may
-    rename or annotate it without touching the one kept."""
-    B = copy.copy(A)
+    """A shallow copy of a kept strategy (and of its ``optimization`` record, as the
+    registered builders return theirs: :func:`~dpexplorer.strategies.templates.fresh`): the
+    caller may rename or annotate it without touching the one kept."""
     record = getattr(A, "optimization", None)
-    if dataclasses.is_dataclass(record):
-        B.optimization = dataclasses.replace(record, strategy=B, info=dict(record.info))
-    return B
+    if record is not None and getattr(record, "strategy", None) is A:
+        return fresh(record)
+    return copy.copy(A)
 
 
 def build(mechanism, W, noise, params: dict):
