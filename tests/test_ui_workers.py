@@ -150,6 +150,46 @@ def test_a_second_session_gets_the_kept_strategy_at_once_as_its_own_copy():
     assert len(second) > reports
 
 
+def test_a_second_sessions_first_table_has_the_kept_optimisers_rows(monkeypatch):
+    """The optimisers the server keeps are built with the other mechanisms, not after them:
+    their rows landing a moment after the table joined a served page were dropped by the
+    browser's table (Panel's Tabulator, still initialising), which said "optimising…" for good."""
+    from dpexplorer.ui.compare_view import ComparePage
+    from dpexplorer.ui.session import Session
+
+    def page_of():
+        session = Session()
+        session.workload = dpx.workloads.prefix(32)
+        page = ComparePage(session)
+        page._loaded.set()  # no browser here: nothing to wait for
+        assert page.wait(300)
+        return page
+
+    first = page_of().table
+    optimisers = [n for n, rmse in zip(first["mechanism"], first["rmse"], strict=True)
+                  if dpx.registry.get(n).optimizer and np.isfinite(rmse)]  # those that apply
+    assert {"opt0", "hdmm"} <= set(optimisers)
+    shown = []
+    original = ComparePage._job_done
+
+    def first_table(self, token, key, base, running=False):
+        shown.append((base, running))
+        return original(self, token, key, base, running)
+
+    monkeypatch.setattr(ComparePage, "_job_done", first_table)
+    second = page_of()
+    (base, running), = shown
+    rows = base.frame.set_index("mechanism")
+    assert not running and base.pending == []
+    assert np.isfinite(rows.loc[optimisers, "unit_tse"]).all(), rows.loc[optimisers, "note"]
+    assert np.isfinite(second.table.set_index("mechanism").loc[optimisers, "rmse"]).all()
+    # a workload no session optimised: its optimisers come after the first table, as before
+    shown.clear()
+    second.session.workload = dpx.workloads.prefix(48)
+    assert second.wait(300)
+    assert shown[0][1] and set(optimisers) <= set(shown[0][0].pending)
+
+
 def test_a_workload_without_a_spec_is_optimised_for_each_session():
     W = dpx.matrix.Dense(dpx.workloads.prefix(24).dense())  # no spec: equal only to itself
     counts = []

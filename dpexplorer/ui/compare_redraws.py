@@ -23,6 +23,8 @@ class CompareRedraws:
 
     #: Seconds between the table's first rows and the page's first figures (served pages
     #: only): the browser builds the table before the four figures, instead of after them.
+    #: The table's next rows wait as long: Panel 1.9's Tabulator drops a data update that
+    #: reaches the browser while it is still initialising the table.
     #: Measured in headless chromium (an A/B of the Compare table's time, 2 cores, 4
     #: pages each, medians): n = 256 4.6-4.9 s at once, 3.4 s with the per-query and
     #: privacy–accuracy figures 1.5 s later, 2.9-3.0 s with the bars too (0.8-1.5 s later);

@@ -28,6 +28,7 @@ import pandas as pd
 import dpexplorer as dpx
 from dpexplorer.accuracy import EPSILON_GRID
 
+from . import workers
 from .optimize_view import SHUTDOWN, Cancelled, ProgressRelay
 from .serving import no_connection
 from .tasks import OPTIMIZER_THREADS, build_lock
@@ -132,12 +133,23 @@ class CompareWork:
         self._cancel = False
         indep = [n for n in key[2] if not dpx.registry.get(n).data_dependent
                  and self._not_built(W, n, noise) is None]
-        later = [n for n in indep if self._is_optimizer(n)
-                 and cached_entry(self.cache, W, n, noise) is None]
+        later = [n for n in indep if self._built_later(W, n, noise, key[3])]
         self._set(busy=True, progress=0, total=max(1, len(indep) - len(later)),
                   status=f"Building strategies for {W.name} ({W.m:,} queries × {W.n:,} cells)…")
         self._submit(self._compare_job, self._token, key, W, noise, list(key[2]),
                      self.auto_optimize)
+
+    def _built_later(self, W, name: str, noise, objective: str) -> bool:
+        """Whether ``name`` is an optimiser built after the comparison of the others: neither
+        the session's cache nor the server (:func:`~dpexplorer.ui.workers.kept`) has its
+        strategy.  One the server keeps joins the first table, built at once: landing a moment
+        after the table joined the page, its row was dropped by the browser's table (see
+        :meth:`~dpexplorer.ui.compare_view.ComparePage.panel`)."""
+        if not self._is_optimizer(name) or cached_entry(self.cache, W, name, noise) is not None:
+            return False
+        mech = dpx.registry.get(name)
+        return not (self.cache.build is workers.build
+                    and workers.kept(mech, W, noise, _params(mech, objective)))
 
     def _stopped(self, token) -> bool:
         """Whether the build under ``token`` must stop: superseded, cancelled by the user, or
@@ -250,7 +262,7 @@ class CompareWork:
                 if reason is not None:
                     rows[name] = _row(dpx.registry.get(name), math.nan, reason)
             indep = [n for n in indep if n not in rows]
-            later = [n for n in indep if self._is_optimizer(n) and cached_entry(cache, W, n, noise) is None]
+            later = [n for n in indep if self._built_later(W, n, noise, key[3])]
             now = [n for n in indep if n not in later]
             t1 = time.perf_counter()
             with build_lock(cache, ("svdb", W)):

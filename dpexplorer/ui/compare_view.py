@@ -544,6 +544,11 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
         def on_results(*_):
             # no pn.io.hold here: a live plot replaced (new key) and updated in one held
             # message left the browser a dangling model reference ('reference … isn't known')
+            if len(table_slot) and self._later("results", on_results):
+                # the table joined the page a moment ago and the browser may still be
+                # initialising it, dropping new rows (see table_slot): they wait too.  Seen with
+                # optimisers the server kept for another session, landing 0.06 s after the table
+                return
             options = {dpx.registry.get(n).label: n for n in self.mechanisms()}
             if options != select.options:  # mechanisms registered since
                 select.options = options

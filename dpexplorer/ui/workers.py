@@ -67,7 +67,7 @@ from dpexplorer.strategies.templates import fresh
 from .optimize_view import SHUTDOWN, Cancelled
 from .remote import _DONE, _remote_build, _start_worker, _Stopped, _watch_parent, lower_threads
 
-__all__ = ["build", "forget", "in_worker", "lower_threads", "optimizers", "shutdown", "warm_up",
+__all__ = ["build", "forget", "in_worker", "kept", "lower_threads", "optimizers", "shutdown", "warm_up",
            "MAX_WORKERS", "MEMO_SIZE", "WORKER_NICE"]
 
 log = logging.getLogger(__name__)
@@ -275,6 +275,18 @@ def _memo_key(mechanism, W, noise, params: dict) -> tuple | None:
     except TypeError:  # a list-valued parameter
         return None
     return key
+
+
+def kept(mechanism, W, noise, params: dict) -> bool:
+    """Whether :func:`build` would return ``mechanism``'s strategy for ``W`` at once: the
+    server keeps it (:data:`MEMO_SIZE`), built for another session or an earlier comparison."""
+    if not in_worker(mechanism):
+        return False
+    key = _memo_key(mechanism, W, noise, params)
+    if key is None:
+        return False
+    with _memo_lock:
+        return key in _memo
 
 
 def _own_copy(A):
