@@ -246,10 +246,11 @@ def test_answers_plot_and_layout(session, view):
     assert len(scatter) == len(view.last.shown)
     np.testing.assert_allclose(np.sort(scatter.dimension_values("released")),
                                np.sort(view.last.release.answers[view.last.shown]))
-    # the ledger table lists the release
-    assert len(ledger_tables[0].value) == 1
-    assert ledger_tables[0].value["mode"].iloc[0] == "release"
-    assert "seed" not in ledger_tables[0].value.columns
+    # the ledger table lists the release (a new table: see table_release.show_ledger)
+    shown = [t for t in layout.select(pn.widgets.Tabulator) if "mode" in t.value.columns][-1]
+    assert shown is not ledger_tables[0] and len(shown.value) == 1
+    assert shown.value["mode"].iloc[0] == "release"
+    assert "seed" not in shown.value.columns
     assert "ε = 1" in view.ledger_text()
     assert layout.get_root() is not None
 
@@ -265,14 +266,16 @@ def test_ledger_table_follows_the_dataset(session, view):
     from dpexplorer.ui.data_view import DataView
 
     layout = view.panel()
-    table = [t for t in layout.select(pn.widgets.Tabulator) if "mode" in t.value.columns][-1]
-    assert len(table.value) == 0
+
+    def table():  # the dataset's ledger table, last on the page
+        return [t for t in layout.select(pn.widgets.Tabulator) if "mode" in t.value.columns][-1]
+    assert len(table().value) == 0
     assert DataView(session).run()  # the Data page is a simulation: nothing spent
-    assert len(table.value) == 0
+    assert len(table().value) == 0
     assert view.run_release(trials=0)
-    assert len(table.value) == 1 and "ε = 1" in view.ledger_text()
+    assert len(table().value) == 1 and "ε = 1" in view.ledger_text()
     session.dataset = dpx.datasets.DEFAULT_2D  # another dataset, another ledger
-    assert len(table.value) == 0
+    assert len(table().value) == 0
 
 
 def test_sidebar_budget_controls(session):

@@ -281,6 +281,7 @@ def test_table_ledger_table_lists_the_stored_history_of_every_session(session, b
     assert row["label"].startswith("residual_planner"), row["label"]
     assert row["time"].startswith("20") and row["rho"] > 0 and row["delta"] > 0
     table_view.tables._ledger_changed()  # what a release of this tab does: the shown table follows
+    shown = [t for t in layout.select(pn.widgets.Tabulator) if "mode" in t.value.columns][0]
     assert len(shown.value) == 1 and shown.value["label"].iloc[0] == row["label"]
     # the sidebar says what the table spent too, under the dataset's line
     assert "**Spent on the table `superstore_orders`:** ε = " in session._ledger_text()

@@ -314,6 +314,18 @@ def test_every_thread_of_a_worker_runs_at_the_workers_priority():
         assert len(nices) > 1 and min(nices) >= workers.WORKER_NICE, (pid, nices)
 
 
+def test_the_workers_priority_is_set_by_the_environment_or_refused_in_words(monkeypatch):
+    # read once, when the module is imported (the served explorer's start)
+    assert workers.WORKER_NICE == workers._nice_from_environment()
+    for value, nice in (("", 10), ("0", 0), (" 19 ", 19)):
+        monkeypatch.setenv("DPEXPLORER_WORKER_NICE", value)
+        assert workers._nice_from_environment() == nice
+    for bad in ("20", "-1", "low", "2.5"):
+        monkeypatch.setenv("DPEXPLORER_WORKER_NICE", bad)
+        with pytest.raises(ValueError, match=f"from 0 .* to 19 .*got {bad!r}"):
+            workers._nice_from_environment()
+
+
 _EXIT_WHILE_OPTIMISING = """
 import time
 import dpexplorer as dpx

@@ -56,7 +56,7 @@ from .serving import LABEL as _LABEL
 from .serving import on_session_loop
 from .session import Page, Session, download_bytes, readable_headers, release_stamp, side_by_side
 from .session import exception_message as _message
-from .table_release import LEDGER_COLUMNS, TABLE_MECHANISM, TableRelease, ledger_table
+from .table_release import LEDGER_COLUMNS, TABLE_MECHANISM, TableRelease, ledger_slot, show_ledger
 from .tasks import Task
 
 __all__ = ["ReleaseView", "ReleaseRecord", "Simulation", "SimulationFailed", "DataDependentRelease",
@@ -667,13 +667,13 @@ class ReleaseView(Page, param.Parameterized):
 
     def ledger_card(self) -> pn.Card:
         text = pn.pane.Markdown(self.ledger_text(), sizing_mode="stretch_width")
-        table = ledger_table(self.ledger_frame())
+        table = ledger_slot(self.ledger_frame())
         refresh = pn.widgets.Button(**{_LABEL: "Refresh"}, **{_BUTTON: "light"}, width=100)
 
         def update(*_):
             with pn.io.hold():  # one message to the browser for all its changes
                 text.object = self.ledger_text()
-                table.value = self.ledger_frame()
+                show_ledger(table, self.ledger_frame())
         refresh.on_click(lambda *_: on_session_loop(update))
         self._ledger_hooks.append(update)
         return pn.Card(text, table, refresh, title="Privacy ledger (the selected dataset, every session)",

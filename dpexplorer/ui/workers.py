@@ -75,8 +75,27 @@ log = logging.getLogger(__name__)
 #: Worker processes shared by every session of the server (at most this many optimisers run
 #: at once; more wait their turn, their progress bars saying so).
 MAX_WORKERS = max(1, min(2, os.cpu_count() or 1))
+def _nice_from_environment(default: int = 10) -> int:
+    """``DPEXPLORER_WORKER_NICE`` if set (a whole number 0-19), else ``default``.
+
+    Raises
+    ------
+    ValueError
+        If the variable is set to anything else (the explorer does not start).
+    """
+    text = os.environ.get("DPEXPLORER_WORKER_NICE", "").strip()
+    if not text:
+        return default
+    if not (text.isdigit() and 0 <= int(text) <= 19):
+        raise ValueError(f"DPEXPLORER_WORKER_NICE must be a whole number from 0 (the server's "
+                         f"own priority) to 19 (the lowest), got {text!r}")
+    return int(text)
+
+
 #: CPU priority (nice) of the worker processes: the server's own process keeps the processor.
-WORKER_NICE = 10
+#: ``DPEXPLORER_WORKER_NICE`` sets another (0: the optimisers share the processor equally with
+#: the server and with every other program on the machine).
+WORKER_NICE = _nice_from_environment()
 #: Seconds between two checks of the worker's progress reports and of the page's Cancel.
 POLL_SECONDS = 0.05
 #: Optimised strategies the server keeps for every session (least recently used dropped).
