@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import types
 
 import numpy as np
 
@@ -103,7 +104,12 @@ def wait_for(predicate, timeout: float = 30.0, step: float = 0.01) -> bool:
 
 
 class FakeSessionContext:
-    """Stands for a Bokeh server session's context: a document holding one counts as served."""
+    """Stands for a Bokeh server session's context: a document holding one counts as served.
+
+    Its ``request`` has no arguments (Panel reads them when a widget is made in the session).
+    """
+
+    request = types.SimpleNamespace(arguments={})
 
 
 def served_document():
