@@ -314,12 +314,23 @@ def stop_server(proc, log) -> None:
 PANEL_TEARDOWN_RACE = "'DocumentCallbackManager' object has no attribute '_change_callbacks'"
 
 
+#: Tornado's own log of a message written to a websocket the browser had closed (a tab
+#: closed, e.g. the previous test's, while the server still wrote to it): "Task exception was
+#: never retrieved ... WebSocketClosedError", from tornado's ``write_message`` wrapper.
+TORNADO_CLOSED_SOCKET = "raise WebSocketClosedError()\ntornado.websocket.WebSocketClosedError"
+
+
 def server_tracebacks(text: str) -> list[str]:
     """The tracebacks in a served explorer's log ``text`` (each from its "Traceback" line),
-    less Panel's known teardown race (:data:`PANEL_TEARDOWN_RACE`).  Every other one counts,
-    Panel's and pandas' included: a traceback the user's clicks caused is a defect."""
+    less Panel's known teardown race (:data:`PANEL_TEARDOWN_RACE`) and Tornado's write to a
+    closed websocket (:data:`TORNADO_CLOSED_SOCKET`, which comes with two tracebacks).  Every
+    other one counts, Panel's and pandas' included: a traceback the user's clicks caused is a
+    defect."""
     found = ["Traceback" + t for t in text.split("Traceback")[1:]]
-    return [t for t in found if PANEL_TEARDOWN_RACE not in t]
+    closed = [i for i, t in enumerate(found) if TORNADO_CLOSED_SOCKET in t]
+    closed += [i - 1 for i in closed if i > 0 and "tornado.iostream.StreamClosedError: Stream is "
+               "closed\n\nDuring handling" in found[i - 1]]
+    return [t for i, t in enumerate(found) if PANEL_TEARDOWN_RACE not in t and i not in closed]
 
 
 class ServerLog:

@@ -75,3 +75,23 @@ def test_an_epsilon_change_reaches_the_compare_table(app):
     finally:
         app.session.epsilon = 0.5
         page.wait(120)
+
+
+def test_a_served_explorers_log_counts_every_traceback_but_two_known_ones_not_ours():
+    """What the browser tests count as a server defect (``conftest.server_tracebacks``): every
+    traceback but Panel's teardown race and Tornado's write to a websocket the browser had
+    closed (two chained tracebacks); a chain that ends in another error still counts."""
+    from conftest import PANEL_TEARDOWN_RACE, server_tracebacks
+
+    closed = ("Task exception was never retrieved\nTraceback (most recent call last):\n"
+              '  File "tornado/websocket.py", line 1140, in wrapper\n    await fut\n'
+              "tornado.iostream.StreamClosedError: Stream is closed\n\nDuring handling of the "
+              "above exception, another exception occurred:\n\nTraceback (most recent call "
+              'last):\n  File "tornado/websocket.py", line 1142, in wrapper\n'
+              "    raise WebSocketClosedError()\ntornado.websocket.WebSocketClosedError\n")
+    race = f"Traceback (most recent call last):\n  File x\nAttributeError: {PANEL_TEARDOWN_RACE}\n"
+    ours = "Traceback (most recent call last):\n  File y\nValueError: could not convert\n"
+    assert server_tracebacks(closed + race) == []
+    assert server_tracebacks(closed + ours + race) == [ours]
+    first_of_closed = closed[closed.index("Traceback"):closed.index("Traceback", 50)]
+    assert len(server_tracebacks(first_of_closed + ours)) == 2  # closed, then an error of ours
