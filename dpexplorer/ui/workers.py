@@ -67,14 +67,12 @@ from dpexplorer.strategies.templates import fresh
 from .optimize_view import SHUTDOWN, Cancelled
 from .remote import _DONE, _remote_build, _start_worker, _Stopped, _watch_parent, lower_threads
 
-__all__ = ["build", "forget", "in_worker", "kept", "lower_threads", "optimizers", "shutdown", "warm_up",
-           "MAX_WORKERS", "MEMO_SIZE", "WORKER_NICE"]
+__all__ = ["build", "forget", "in_worker", "kept", "lower_threads", "optimizers", "shutdown",
+           "warm_up", "MAX_WORKERS", "MEMO_SIZE", "WORKER_NICE"]
 
 log = logging.getLogger(__name__)
 
-#: Worker processes shared by every session of the server (at most this many optimisers run
-#: at once; more wait their turn, their progress bars saying so).
-MAX_WORKERS = max(1, min(2, os.cpu_count() or 1))
+
 def _nice_from_environment(default: int = 10) -> int:
     """``DPEXPLORER_WORKER_NICE`` if set (a whole number 0-19), else ``default``.
 
@@ -92,6 +90,9 @@ def _nice_from_environment(default: int = 10) -> int:
     return int(text)
 
 
+#: Worker processes shared by every session of the server (at most this many optimisers run
+#: at once; more wait their turn, their progress bars saying so).
+MAX_WORKERS = max(1, min(2, os.cpu_count() or 1))
 #: CPU priority (nice) of the worker processes: the server's own process keeps the processor.
 #: ``DPEXPLORER_WORKER_NICE`` sets another (0: the optimisers share the processor equally with
 #: the server and with every other program on the machine).
