@@ -318,6 +318,8 @@ PANEL_TEARDOWN_RACE = "'DocumentCallbackManager' object has no attribute '_chang
 #: closed, e.g. the previous test's, while the server still wrote to it): "Task exception was
 #: never retrieved ... WebSocketClosedError", from tornado's ``write_message`` wrapper.
 TORNADO_CLOSED_SOCKET = "raise WebSocketClosedError()\ntornado.websocket.WebSocketClosedError"
+#: The first of its two chained tracebacks ends so.
+TORNADO_STREAM_CLOSED = "tornado.iostream.StreamClosedError: Stream is closed\n\nDuring handling"
 
 
 def server_tracebacks(text: str) -> list[str]:
@@ -328,8 +330,7 @@ def server_tracebacks(text: str) -> list[str]:
     defect."""
     found = ["Traceback" + t for t in text.split("Traceback")[1:]]
     closed = [i for i, t in enumerate(found) if TORNADO_CLOSED_SOCKET in t]
-    closed += [i - 1 for i in closed if i > 0 and "tornado.iostream.StreamClosedError: Stream is "
-               "closed\n\nDuring handling" in found[i - 1]]
+    closed += [i - 1 for i in closed if i > 0 and TORNADO_STREAM_CLOSED in found[i - 1]]
     return [t for i, t in enumerate(found) if PANEL_TEARDOWN_RACE not in t and i not in closed]
 
 

@@ -507,7 +507,10 @@ _LEDGER_GROW = {"time": 2, "label": 4, "noise": 3}
 
 
 def ledger_slot(frame: pd.DataFrame, page_size: int = 10) -> pn.Column:
-    """A ledger's table (:func:`ledger_table` of ``frame``) in a slot :func:`show_ledger` refills."""
+    """A ledger's table (:func:`ledger_table` of ``frame``) in a slot :func:`show_ledger` refills.
+
+    ``frame``: one row per ledger entry, the :data:`LEDGER_COLUMNS`; ``page_size``: rows per page.
+    """
     return pn.Column(ledger_table(frame, page_size), sizing_mode="stretch_width")
 
 
