@@ -12,7 +12,13 @@ from types import SimpleNamespace
 import pytest
 from bokeh.document import Document
 
-from dpexplorer.ui.serving import HOLD_SECONDS, SessionOrderedPool, document_of, install
+from dpexplorer.ui.serving import (
+    HOLD_SECONDS,
+    SessionOrderedPool,
+    document_of,
+    install,
+    install_echo_guard,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -175,6 +181,62 @@ def test_install_replaces_panels_pool_once_keeping_its_size():
     assert install(SimpleNamespace(_thread_pool=None)) is None
     with pytest.raises(RuntimeError, match="_thread_pool"):
         install(SimpleNamespace())
+
+
+def _handled_then_pending(handled, pending, echoed=None):
+    """A MultiChoice whose browser sent ``handled`` (being handled on a thread) and then
+    ``pending`` (already on the server's model, waiting in Panel's queue); Panel's update of
+    the model for ``handled`` (or for ``echoed``, a value a handler set) comes from the loop."""
+    import panel as pn
+
+    names = ["Ship Mode", "Segment", "Region", "State"]
+    w = pn.widgets.MultiChoice(options=names, value=list(pending))
+    doc = Document()
+    model = w.get_root(doc)
+    w._events = {"value": list(pending)}
+    msg = w._process_param_change({"value": list(echoed or handled)})  # labels: a new list
+    w._scheduled_update_model({}, msg, model, model, doc, None, {"value": list(handled)})
+    return w, model
+
+
+def test_a_widgets_echo_does_not_undo_the_browsers_newer_value():
+    # Panel 1.9 matched the echo by identity: the selection widget's new list was taken for a
+    # Python change, the pending newer value dropped and the older one sent to the browser
+    install(SimpleNamespace(_thread_pool=ThreadPoolExecutor(max_workers=1))).shutdown()
+    w, model = _handled_then_pending(["Segment", "Region", "State"], ["Segment", "Region"])
+    assert model.value == ["Segment", "Region"]           # not the older value sent back
+    assert w._events == {"value": ["Segment", "Region"]}  # the newer one still to be handled
+
+
+def test_a_value_a_handler_changed_is_still_sent_to_the_browser():
+    install_echo_guard()
+    w, model = _handled_then_pending(["Segment", "Region", "State"], ["Segment", "Region"],
+                                     echoed=["Segment"])
+    assert model.value == ["Segment"]
+
+
+def test_the_echo_guard_installs_once_and_says_when_panel_moved():
+    from panel.reactive import Syncable
+
+    install_echo_guard()
+    guarded = Syncable._scheduled_update_model
+    install_echo_guard()
+    assert Syncable._scheduled_update_model is guarded and guarded.keeps_browser_values
+    with pytest.raises(RuntimeError, match="_scheduled_update_model"):
+        install_echo_guard(type("OtherSyncable", (), {}))
+
+    class Fake:
+        def _scheduled_update_model(self, events, msg, root, model, doc, comm, curdoc_events):
+            self.msg = dict(msg)
+
+    install_echo_guard(Fake)
+    fake, sent = Fake(), [1.0, 2.0]
+    import numpy as np
+
+    fake._scheduled_update_model({}, {"value": [1.0, 2.0], "x": np.ones(2)}, None, None, None,
+                                 None, {"value": sent, "x": np.ones(2)})
+    assert fake.msg["value"] is sent          # equal: the browser's own object, Panel drops it
+    assert isinstance(fake.msg["x"], np.ndarray)  # arrays: no ambiguous truth value raised
 
 
 def test_the_app_script_installs_it():

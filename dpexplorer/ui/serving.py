@@ -70,6 +70,11 @@ script or a test every page draws and computes at once, in the caller's thread.
    served page, so a Panel upgrade that moves it fails a test instead of silently
    bringing the race back).
 
+   With a pool, :func:`install` also puts in :func:`install_echo_guard`: Panel
+   1.9 sent a selection widget's older value back over a newer one the browser
+   had sent meanwhile (five attributes removed quickly from a MultiChoice, one
+   came back), because it matched its echo by identity.
+
 The rules' tests: ``tests/test_ui_redraws.py``, ``tests/test_ui_shown.py`` and
 ``tests/test_ui_event_order.py`` (the last one also in a served page in headless
 Chromium, with Panel's own pool beside this one).
@@ -120,6 +125,7 @@ __all__ = [
     "HOLD_SECONDS",
     "SessionOrderedPool",
     "document_of",
+    "install_echo_guard",
     "install",
 ]
 
@@ -746,18 +752,79 @@ class SessionOrderedPool(ThreadPoolExecutor):
         super().shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
+def _equal(a, b) -> bool:
+    """``a == b`` as one bool, False when the comparison fails or is ambiguous (arrays)."""
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - e.g. numpy's "truth value of an array is ambiguous"
+        return False
+
+
+def _keep_browser_values(update):
+    """Wrap Panel's ``Syncable._scheduled_update_model``: a value equal to the one the browser
+    sent is passed on as that very object, so Panel drops the echo (see :func:`install`)."""
+
+    @functools.wraps(update)
+    def scheduled_update_model(self, events, msg, root, model, doc, comm, curdoc_events):
+        for attr, sent in (curdoc_events or {}).items():
+            if attr in msg and msg[attr] is not sent and _equal(msg[attr], sent):
+                msg[attr] = sent
+        return update(self, events, msg, root, model, doc, comm, curdoc_events)
+
+    scheduled_update_model.keeps_browser_values = True
+    return scheduled_update_model
+
+
+def install_echo_guard(syncable=None) -> None:
+    """Stop Panel sending a widget's own older value back over a newer one the browser sent.
+
+    With a thread pool, Panel sends a widget's model update made on a worker
+    thread later, from the event loop, with the values the browser had sent
+    (``curdoc_events``) so that it can drop their echo -- matched by identity
+    (``is``).  Selection widgets (``Select``, ``MultiChoice``, ...) map the
+    browser's labels to values and back, so the echo is an equal but new object
+    and is not dropped; when the browser has meanwhile sent a newer value (a
+    second attribute removed from a MultiChoice a moment after the first), Panel
+    1.9 takes that pending value for a stale one, drops it, and sends the older
+    value back: the removed attribute reappears in the browser and the server
+    never sees the second removal.  Seen in a served page under load (3 of 12
+    rounds of five quick removals, Chromium on 2 cores at load 5).
+
+    The wrapper passes an equal value on as the browser's own object, so
+    Panel's own echo rule applies; a different value (a handler that changed the
+    widget's value) is sent as before.  Calling it again changes nothing.
+
+    Raises
+    ------
+    RuntimeError
+        If Panel's ``Syncable`` has no ``_scheduled_update_model`` (the private
+        method this relies on has moved).
+    """
+    if syncable is None:
+        from panel.reactive import Syncable as syncable
+    update = getattr(syncable, "_scheduled_update_model", None)
+    if update is None:
+        raise RuntimeError("this Panel version has no Syncable._scheduled_update_model; the "
+                           "guard against a widget's echoed older value cannot be installed")
+    if not getattr(update, "keeps_browser_values", False):
+        syncable._scheduled_update_model = _keep_browser_values(update)
+
+
 def install(state=None) -> SessionOrderedPool | None:
     """Replace Panel's widget-callback pool by a :class:`SessionOrderedPool` of the same size.
 
     Call after ``pn.extension(nthreads=N)``.  Returns the pool in place, or
     None when Panel runs callbacks on the event loop (no ``nthreads``: already
-    in order).  Calling it again changes nothing.
+    in order).  With a pool it also installs :func:`install_echo_guard` (a
+    widget's echoed older value, a defect of Panel's threaded mode).  Calling it
+    again changes nothing.
 
     Raises
     ------
     RuntimeError
         If this Panel keeps no ``_thread_pool`` on ``pn.state`` (the private
-        attribute this relies on has moved).
+        attribute this relies on has moved), or :func:`install_echo_guard` cannot
+        be installed.
     """
     if state is None:
         from panel.io.state import state
@@ -765,6 +832,8 @@ def install(state=None) -> SessionOrderedPool | None:
         raise RuntimeError("this Panel version keeps no pn.state._thread_pool; the "
                            "session-ordered event pool cannot be installed")
     pool = state._thread_pool
+    if pool is not None:
+        install_echo_guard()
     if pool is None or isinstance(pool, SessionOrderedPool):
         return pool
     ordered = SessionOrderedPool(max_workers=pool._max_workers)
