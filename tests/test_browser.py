@@ -453,7 +453,15 @@ def _wait_cell(pg, label, field, expected, timeout=90.0):
         except ValueError:
             pass
         pg.wait_for_timeout(100)
-    raise AssertionError(f"{label}'s {field} is {_cell_of(pg, label, field)!r}, expected {expected}")
+    # what the page showed, for a failure seen once in a loaded tier: the table's fields and rows,
+    # and which of the Compare page's buttons were active
+    fields = sorted(set(pg.locator(".tabulator-col[tabulator-field]").evaluate_all(
+        "cols => cols.map(c => c.getAttribute('tabulator-field'))")))
+    active = pg.locator(".bk-btn.bk-active").all_inner_texts()
+    _shot(pg, f"wait-cell-{label}-{field}")
+    raise AssertionError(f"{label}'s {field} is {_cell_of(pg, label, field)!r}, expected {expected}; "
+                         f"the tables' fields {fields}, rows {sorted(bench.table_column(pg, 'label'))}, "
+                         f"active buttons {active}")
 
 
 def test_accuracy_first_switch_and_sidebar_sentence(page):

@@ -478,7 +478,7 @@ def test_page_layout_renders_and_updates(compare_page):
     layout = page.panel()
     assert layout.get_root() is not None
     tabs = layout.select(pn.widgets.Tabulator)  # the comparison, and the ε-for-error table
-    assert len(tabs) == 2 and page._panes["target_table"] in tabs
+    assert len(tabs) == 2 and page._panes["target_table"].table in tabs
     tabs = [page._panes["table"]]
     assert list(tabs[0].value.columns) == compare_view.TABLE_COLUMNS
     chart = page.bars()

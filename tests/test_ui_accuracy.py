@@ -144,14 +144,15 @@ def test_target_changes_without_rebuilding_and_the_mode_switches_views(page):
     results = [c for c in page.panel().objects if isinstance(c, pn.Column)  # table: in a slot
                and any(t is panes["table"] for t in c.select(pn.widgets.Tabulator))][0]
     assert by_epsilon.visible and not results.visible
-    old = first.table.set_index("mechanism")["epsilon"]
+    old, old_table = first.table.set_index("mechanism")["epsilon"], panes["target_table"].table
     first.target = first.target * 2                       # doubles the tolerated error
     assert page.wait(120)
     new = first.table.set_index("mechanism")["epsilon"]
     lap = _finite(first.table)["mechanism"]
     # Laplace intervals are linear in 1/ε except the discrete single-measurement rule (a step)
     np.testing.assert_allclose(new[lap] / old[lap], 0.5, rtol=0.05)
-    assert panes["target_table"].value["epsilon"].tolist() == pytest.approx(
+    assert panes["target_table"].table is not old_table  # new rows in a new table (TableSlot)
+    assert panes["target_table"].table.value["epsilon"].tolist() == pytest.approx(
         first.table["epsilon"].tolist(), nan_ok=True)
     first.mode = "error"
     assert results.visible and not by_epsilon.visible

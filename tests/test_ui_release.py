@@ -246,7 +246,7 @@ def test_answers_plot_and_layout(session, view):
     assert len(scatter) == len(view.last.shown)
     np.testing.assert_allclose(np.sort(scatter.dimension_values("released")),
                                np.sort(view.last.release.answers[view.last.shown]))
-    # the ledger table lists the release (a new table: see table_release.show_ledger)
+    # the ledger table lists the release (a new table: see serving.TableSlot)
     shown = [t for t in layout.select(pn.widgets.Tabulator) if "mode" in t.value.columns][-1]
     assert shown is not ledger_tables[0] and len(shown.value) == 1
     assert shown.value["mode"].iloc[0] == "release"

@@ -315,3 +315,23 @@ def test_a_lazy_card_draws_its_contents_when_first_expanded():
     assert list(card.objects) == [button, text]
     open_card = LazyCard(button, title="Open", collapsed=False)
     assert list(open_card.objects) == [button]
+
+
+def test_a_table_slot_shows_new_rows_in_a_new_table():
+    import pandas as pd
+
+    from dpexplorer.ui.serving import TableSlot
+
+    made = []
+
+    def make(frame):
+        made.append(pn.widgets.Tabulator(frame, disabled=True))
+        return made[-1]
+    slot = TableSlot(make, pd.DataFrame({"a": [1]}), visible=False)
+    first = slot.table
+    assert not slot.visible and slot.sizing_mode == "stretch_width" and list(slot) == [first]
+    assert first.get_root() is not None
+    slot.show(pd.DataFrame({"a": [1, 2]}))
+    # the browser gets a table with its rows from the start, never rows for a table it renders
+    assert slot.table is made[-1] and slot.table is not first and list(slot) == [slot.table]
+    assert slot.table.value["a"].tolist() == [1, 2] and first.value["a"].tolist() == [1]

@@ -300,7 +300,7 @@ def test_release_is_charged_to_the_datasets_ledger(session, view):
     _release(view)
     rel = view.last_release
     assert "mode: **release**" in card[1].object and card[2].visible
-    assert list(card[2].value["answer"]) == list(rel.answers)
+    assert list(card[2].table.value["answer"]) == list(rel.answers)  # a new table per release
     assert view.error == "" and rel.mode == "release" and rel.seed is None
     assert rel.truth is None and rel.epsilon == pytest.approx(0.5)
     led = session.ledgers["superstore"]

@@ -72,6 +72,7 @@ from .live_plot import LivePlot
 from .optimize_view import SHUTDOWN, OptimizationProgress
 from .serving import COLOR as _COLOR
 from .serving import LABEL as _LABEL
+from .serving import TableSlot
 from .session import Page, Session, readable_headers
 from .tasks import OPTIMIZER_THREADS, Jobs, build_lock
 from .tasks import task_message as _message
@@ -602,14 +603,14 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
         target_shown = self.gate.mirror(first, ["busy", "mode"])
         t_summary = pn.pane.Markdown(first.summary(), sizing_mode="stretch_width")
         t_bars = LivePlot(epsilon_bars, first.table, self._target_key(), height=380)
-        t_table = first.table_widget()
+        t_table = TableSlot(first.table_widget, first.table_value())
         t_curve = LivePlot(target_curve_plot, first.curve, self._target_key(), height=400)
         self._panes.update(target_summary=t_summary, target_bars=t_bars, target_table=t_table,
                            target_curve=t_curve)
 
         def on_target(*_):
             t_summary.object = first.summary()
-            t_table.value = first.table_value()
+            t_table.show(first.table_value())
             key = self._target_key()
             t_bars.update(first.table, key)
             t_curve.update(first.curve, key)

@@ -53,10 +53,10 @@ from .compare_view import too_large
 from .exports import FigureExport
 from .serving import COLOR as _BUTTON
 from .serving import LABEL as _LABEL
-from .serving import on_session_loop
+from .serving import TableSlot, on_session_loop
 from .session import Page, Session, download_bytes, readable_headers, release_stamp, side_by_side
 from .session import exception_message as _message
-from .table_release import LEDGER_COLUMNS, TABLE_MECHANISM, TableRelease, ledger_slot, show_ledger
+from .table_release import LEDGER_COLUMNS, TABLE_MECHANISM, TableRelease, ledger_table
 from .tasks import Task
 
 __all__ = ["ReleaseView", "ReleaseRecord", "Simulation", "SimulationFailed", "DataDependentRelease",
@@ -610,13 +610,11 @@ class ReleaseView(Page, param.Parameterized):
     def results(self) -> pn.Column:
         summary = pn.pane.Markdown(self._summary(), sizing_mode="stretch_width")
         plot = pn.pane.HoloViews(self.answers_plot(), sizing_mode="stretch_width", height=400)
-        rmse_frame = self.rmse_table()
-        rmse = pn.widgets.Tabulator(rmse_frame, show_index=False, disabled=True,
-                                    sizing_mode="stretch_width", layout="fit_data_stretch",
-                                    titles={"rmse": "RMSE (counts)"},
-                                    configuration=readable_headers(rmse_frame.columns,
-                                                                   {"rmse": "RMSE (counts)"}),
-                                    formatters={"rmse": NumberFormatter(format="0,0.000")})
+        rmse = TableSlot(lambda frame: pn.widgets.Tabulator(
+            frame, show_index=False, disabled=True, sizing_mode="stretch_width",
+            layout="fit_data_stretch", titles={"rmse": "RMSE (counts)"},
+            configuration=readable_headers(frame.columns, {"rmse": "RMSE (counts)"}),
+            formatters={"rmse": NumberFormatter(format="0,0.000")}), self.rmse_table())
         csv = pn.widgets.FileDownload(callback=lambda: self._download(self.csv_text),
                                       filename=self._filename("csv"), **{_LABEL: "Download CSV"},
                                       **{_BUTTON: "default"}, disabled=self.last is None)
@@ -624,22 +622,22 @@ class ReleaseView(Page, param.Parameterized):
                                      filename=self._filename("json"), **{_LABEL: "Download JSON"},
                                      **{_BUTTON: "default"}, disabled=self.last is None)
         number = NumberFormatter(format="0,0.000")
-        shown = self._answers_shown()
         answer_titles = {"answer": "released answer", "std": "std error", "ci_low": "95 % low",
                          "ci_high": "95 % high", "ci_method": "interval"}
-        answers = pn.widgets.Tabulator(
-            shown, show_index=False, disabled=True, sizing_mode="stretch_width",
+        answers = TableSlot(lambda frame: pn.widgets.Tabulator(
+            frame, show_index=False, disabled=True, sizing_mode="stretch_width",
             layout="fit_columns", pagination="local", page_size=10,  # every column on screen
-            titles=answer_titles, configuration=readable_headers(shown.columns, answer_titles),
+            titles=answer_titles, configuration=readable_headers(frame.columns, answer_titles),
             formatters={**{c: number for c in ("answer", "std", "ci_low", "ci_high")},
-                        "label": {"type": "textarea"}, "ci_method": {"type": "textarea"}})
+                        "label": {"type": "textarea"}, "ci_method": {"type": "textarea"}}),
+            self._answers_shown())
 
         def redraw(*_):
             with pn.io.hold():  # one message to the browser for all its changes
                 summary.object = self._summary()
                 plot.object = self.answers_plot()
-                rmse.value = self.rmse_table()
-                answers.value = self._answers_shown()
+                rmse.show(self.rmse_table())
+                answers.show(self._answers_shown())
                 for w, ext in ((csv, "csv"), (js, "json")):
                     w.filename = self._filename(ext)
                     w.disabled = self.last is None
@@ -667,13 +665,13 @@ class ReleaseView(Page, param.Parameterized):
 
     def ledger_card(self) -> pn.Card:
         text = pn.pane.Markdown(self.ledger_text(), sizing_mode="stretch_width")
-        table = ledger_slot(self.ledger_frame())
+        table = TableSlot(ledger_table, self.ledger_frame())
         refresh = pn.widgets.Button(**{_LABEL: "Refresh"}, **{_BUTTON: "light"}, width=100)
 
         def update(*_):
             with pn.io.hold():  # one message to the browser for all its changes
                 text.object = self.ledger_text()
-                show_ledger(table, self.ledger_frame())
+                table.show(self.ledger_frame())
         refresh.on_click(lambda *_: on_session_loop(update))
         self._ledger_hooks.append(update)
         return pn.Card(text, table, refresh, title="Privacy ledger (the selected dataset, every session)",

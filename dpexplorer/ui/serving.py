@@ -24,7 +24,8 @@ script or a test every page draws and computes at once, in the caller's thread.
    redraws waiting for background results, and a page has at most one redraw
    waiting (a newer one replaces it: it reads the page's latest state).
 
-2. **A hidden page waits** (:class:`ShownGate`, :class:`LazyCard`).
+2. **A hidden page waits** (:class:`ShownGate`, :class:`LazyCard`; and
+   :class:`TableSlot`, new rows in a new table, as a table being drawn drops them).
    Every page of the explorer reacts to the shared :class:`~dpexplorer.ui.session.Session`
    (the sidebar, the workload built on another page).  A page in a hidden tab
    that redraws its plots anyway costs the server a second per redraw (building
@@ -120,6 +121,7 @@ __all__ = [
     "held_on_loop",
     "on_event_loop",
     "LazyCard",
+    "TableSlot",
     "ShownGate",
     "run_redraws",
     "HOLD_SECONDS",
@@ -525,6 +527,43 @@ def run_redraws(pending: dict[str, Callable[[], None]]) -> None:
             fn()
         except Exception:  # noqa: BLE001 - one failed redraw must not stop the others
             log.exception("deferred update %r failed", key)
+
+
+class TableSlot(pn.Column):
+    """One table in a column, replaced by a new table on each :meth:`show` of new rows.
+
+    Panel 1.9's Tabulator drops a data update that reaches the browser while it
+    is (re)rendering the table -- just after the table joins the page or its
+    container is shown -- and shows the old rows for good: the table release's
+    ledger missed the release (1 run in 5), the "ε for this error" table stayed
+    empty after the mode switch (once in a loaded browser tier).  A new table
+    carries its rows from the start.  For read-only tables of results, whose
+    rows all change together.
+
+    Parameters
+    ----------
+    make : callable
+        ``make(frame) -> pn.widgets.Tabulator``: the table of a ``pandas.DataFrame``.
+    frame : pandas.DataFrame
+        The first rows.
+    **params
+        ``pn.Column`` parameters (``visible``, ...); ``sizing_mode`` defaults to
+        ``"stretch_width"``.
+    """
+
+    def __init__(self, make, frame, **params):
+        params.setdefault("sizing_mode", "stretch_width")
+        super().__init__(make(frame), **params)
+        self._make = make
+
+    @property
+    def table(self) -> pn.widgets.Tabulator:
+        """The table shown now."""
+        return self.objects[0]
+
+    def show(self, frame) -> None:
+        """Show the rows of ``frame`` (a ``pandas.DataFrame``) in a new table."""
+        self.objects = [self._make(frame)]
 
 
 class LazyCard(pn.Card):

@@ -61,6 +61,7 @@ from .optimize_view import (
     marginal_weights_plot,
     optimization_of,
 )
+from .serving import TableSlot
 from .session import Page, Session
 from .tasks import Task, build_lock
 
@@ -445,10 +446,10 @@ class StrategyView(Page, pn.viewable.Viewer):
         note = pn.pane.Alert(self.messages(side), alert_type="info",
                              visible=bool(self.messages(side)), sizing_mode="stretch_width")
         blocks = self.info(side).blocks if self.info(side) is not None else None
-        btable = pn.widgets.Tabulator(blocks if blocks is not None else pd.DataFrame(),
-                                      disabled=True, show_index=False,
-                                      visible=blocks is not None, sizing_mode="stretch_width",
-                                      layout="fit_data_table", height=200)
+        btable = TableSlot(lambda frame: pn.widgets.Tabulator(
+            frame, disabled=True, show_index=False, sizing_mode="stretch_width",
+            layout="fit_data_table", height=200),
+            blocks if blocks is not None else pd.DataFrame(), visible=blocks is not None)
         # visibility toggles on a wrapping Column: toggling a rendered HoloViews pane's own
         # `visible` raises in Panel 1.9 (its Bokeh stylesheets are re-validated as strings)
         plot = self.plot(side)
@@ -476,7 +477,7 @@ class StrategyView(Page, pn.viewable.Viewer):
             note.object, note.visible = msg, bool(msg)
             b = info.blocks if info is not None else None
             if b is not None:
-                btable.value = b
+                btable.show(b)
             btable.visible = b is not None
             rebuild.visible = bool(info is not None and info.error)
             p = self.plot(side)

@@ -73,7 +73,7 @@ from dpexplorer.sums.thresholds import SVTParams
 from .exports import FigureExport
 from .serving import COLOR as _BUTTON
 from .serving import LABEL as _LABEL
-from .serving import LazyCard
+from .serving import LazyCard, TableSlot
 from .session import Page, Session, error_alert, side_by_side
 from .session import exception_message as _message
 from .tasks import percent
@@ -480,14 +480,14 @@ class SumsView(Page, pn.viewable.Viewer):
                                    disabled=self.param.busy)
         button.on_click(lambda _: self.release())
         text = pn.pane.Markdown(self.release_text(), sizing_mode="stretch_width")
-        table = pn.widgets.Tabulator(pd.DataFrame(), show_index=False, disabled=True,
-                                     sizing_mode="stretch_width", layout="fit_data_stretch",
-                                     visible=False)
+        table = TableSlot(lambda frame: pn.widgets.Tabulator(
+            frame, show_index=False, disabled=True, sizing_mode="stretch_width",
+            layout="fit_data_stretch"), pd.DataFrame(), visible=False)
 
         def redraw(*_):
             text.object = self.release_text()
             if self.last_release is not None:
-                table.value = self.last_release.to_frame()
+                table.show(self.last_release.to_frame())
                 table.visible = True
         self.param.watch(redraw, ["last_release", "release_mechanism", "attribute"])
         self.session.param.watch(lambda *_: setattr(text, "object", self.release_text()),

@@ -48,7 +48,7 @@ from dpexplorer.privacy import PrivacyLedger
 from .exports import FigureExport
 from .serving import COLOR as _BUTTON
 from .serving import LABEL as _LABEL
-from .serving import on_session_loop
+from .serving import TableSlot, on_session_loop
 from .session import Page, Session, download_bytes, error_alert, readable_headers, release_stamp
 from .session import exception_message as _message
 from .tasks import Task
@@ -429,12 +429,11 @@ class TableRelease(param.Parameterized):
         number = NumberFormatter(format="0,0.000")
         cell_titles = {"answer": "released answer", "std": "std error", "ci_low": "95 % low",
                        "ci_high": "95 % high", "ci_method": "interval"}
-        first = self.frame()
-        cells = pn.widgets.Tabulator(
-            first, show_index=False, disabled=True, sizing_mode="stretch_width",
+        cells = TableSlot(lambda frame: pn.widgets.Tabulator(
+            frame, show_index=False, disabled=True, sizing_mode="stretch_width",
             layout="fit_data_stretch", pagination="local", page_size=10, titles=cell_titles,
-            configuration=readable_headers(first.columns, cell_titles),
-            formatters={c: number for c in ("answer", "std", "ci_low", "ci_high")})
+            configuration=readable_headers(frame.columns, cell_titles),
+            formatters={c: number for c in ("answer", "std", "ci_low", "ci_high")}), self.frame())
         csv = pn.widgets.FileDownload(callback=lambda: self._download(self.csv_text),
                                       filename=self.filename("csv"),
                                       **{_LABEL: "Download table release (CSV)"},
@@ -444,7 +443,7 @@ class TableRelease(param.Parameterized):
                                      **{_LABEL: "Download table release (JSON)"},
                                      **{_BUTTON: "default"}, disabled=self.last is None)
         ledger = pn.pane.Markdown(self.ledger_text(), sizing_mode="stretch_width")
-        table = ledger_slot(self.ledger_frame(), page_size=5)
+        table = TableSlot(lambda frame: ledger_table(frame, page_size=5), self.ledger_frame())
 
         def redraw(*_):
             # one redraw per change, each model replaced once (two replacements of the chart in
@@ -457,7 +456,7 @@ class TableRelease(param.Parameterized):
                     options = self._options()
                     if options != pick.options:
                         pick.options = options
-                    cells.value = self.frame()
+                    cells.show(self.frame())
                     for w, ext in ((csv, "csv"), (js, "json")):
                         w.filename = self.filename(ext)
                         w.disabled = self.last is None
@@ -469,7 +468,7 @@ class TableRelease(param.Parameterized):
         def ledger_update():
             with pn.io.hold():
                 ledger.object = self.ledger_text()
-                show_ledger(table, self.ledger_frame(), page_size=5)
+                table.show(self.ledger_frame())
         self._hooks.append(ledger_update)
         # held and drawn on the event loop, never from the thread that set `last`
         self.param.watch(lambda *_: self.gate.run("table", lambda: on_session_loop(redraw)),
@@ -504,25 +503,6 @@ LEDGER_COLUMNS = ["id", "time", "label", "kind", "part_of", "mode", "epsilon", "
 #: Their shares of the width left over once each has its header's width (they fill the
 #: width and long text wraps: nothing, e.g. the time, is cut off).
 _LEDGER_GROW = {"time": 2, "label": 4, "noise": 3}
-
-
-def ledger_slot(frame: pd.DataFrame, page_size: int = 10) -> pn.Column:
-    """A ledger's table (:func:`ledger_table` of ``frame``) in a slot :func:`show_ledger` refills.
-
-    ``frame``: one row per ledger entry, the :data:`LEDGER_COLUMNS`; ``page_size``: rows per page.
-    """
-    return pn.Column(ledger_table(frame, page_size), sizing_mode="stretch_width")
-
-
-def show_ledger(slot: pn.Column, frame: pd.DataFrame, page_size: int = 10) -> None:
-    """Show ``frame`` in the ``slot`` of :func:`ledger_slot`: a new table, not new rows in the old.
-
-    Panel 1.9's Tabulator drops a data update that reaches the browser while it is
-    (re)rendering the table: in 1 run of 5 of a release after a domain discovery, the
-    browser's table model held the release's entry and the table showed only the three
-    entries before it, for good.  A new table carries its rows from the start.
-    """
-    slot.objects = [ledger_table(frame, page_size)]
 
 
 def ledger_table(frame: pd.DataFrame, page_size: int = 10) -> pn.widgets.Tabulator:
