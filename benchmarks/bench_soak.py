@@ -203,7 +203,11 @@ def epsilon_change(session: SoakSession, rng: np.random.Generator) -> float | No
         return bench._wait(pg, lambda: abs(bench.rmse_of(pg, "Identity") - expected)
                            <= 1e-3 * expected, f"Identity RMSE at ε = {value}")
     except Exception as exc:  # noqa: BLE001 - recorded, the soak goes on
-        session.problems.append(f"epsilon change: {exc}")
+        try:
+            state = bench._table_state(pg)  # what the browser shows and holds of the table
+        except Exception as err:  # noqa: BLE001 - the page itself may be gone
+            state = f"table state unread: {type(err).__name__}"
+        session.problems.append(f"epsilon change: {exc}; {state}")
         return None
 
 
@@ -221,15 +225,19 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def soak(sessions: int = 8, minutes: float = 10.0, seed: int = 0, sample: float = 5.0,
-         settle: float = 60.0) -> dict:
-    """Run the soak described in the module docstring; the figures as a dict."""
+         settle: float = 60.0, server_log: str = "") -> dict:
+    """Run the soak described in the module docstring; the figures as a dict.
+
+    ``server_log``: a file to keep the server's log in (with ``DPEXPLORER_LOG_LEVEL=debug``
+    in the environment, the explorer's own debug log too); by default it is thrown away.
+    """
     from playwright.sync_api import sync_playwright
 
     rng = np.random.default_rng(seed)
     out: dict = {"sessions": sessions, "minutes": minutes, "seed": seed, "cpus": os.cpu_count(),
                  "load_before": os.getloadavg()}
     with tempfile.TemporaryDirectory() as tmp:
-        log_path = Path(tmp) / "server.log"
+        log_path = Path(server_log) if server_log else Path(tmp) / "server.log"
         env = {"DPEXPLORER_LEDGER": str(Path(tmp) / "ledgers.sqlite")}
         with bench.serve_process(log_path, env) as (url, proc), sync_playwright() as p:
             browser = p.chromium.launch(executable_path=bench.CHROMIUM, args=bench.FLAGS)
@@ -296,8 +304,9 @@ def main(argv=None) -> None:
     ap.add_argument("--settle", type=float, default=60.0,
                     help="seconds to wait for Panel to destroy closed sessions")
     ap.add_argument("--json", default="")
+    ap.add_argument("--server-log", default="", help="keep the server's log in this file")
     args = ap.parse_args(argv)
-    out = soak(args.sessions, args.minutes, args.seed, args.sample, args.settle)
+    out = soak(args.sessions, args.minutes, args.seed, args.sample, args.settle, args.server_log)
     text = json.dumps(out, indent=1)
     print(text)
     if args.json:
