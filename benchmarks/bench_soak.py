@@ -176,6 +176,17 @@ class SoakSession:
         self.ctx.close()
 
 
+def compare_epsilon(pg) -> float | None:
+    """The ε of the Laplace noise in the shown Compare summary ("**noise** Laplace(ε=0.25)"),
+    drawn in the same redraw as the table; None when none is shown."""
+    summary = pg.locator("p:visible", has_text=re.compile(r"Laplace\(ε=")).first
+    try:
+        found = re.search(r"Laplace\(ε=([^)]+)\)", summary.inner_text(timeout=1000))
+        return float(found.group(1)) if found else None
+    except Exception:  # noqa: BLE001 - none shown now, or the page is redrawing it
+        return None
+
+
 def epsilon_change(session: SoakSession, rng: np.random.Generator) -> float | None:
     """Seconds from Enter on a new ε until the Compare table's Identity RMSE is the one for it."""
     pg = session.pg
@@ -186,28 +197,38 @@ def epsilon_change(session: SoakSession, rng: np.random.Generator) -> float | No
         # under Laplace noise Identity's RMSE is exactly RMSE(ε = 1) / ε
         pg.locator(".bk-btn", has_text="Laplace").first.click(timeout=STEP_MS)
         seen = [float("nan")]
-
-        def settled() -> bool:
-            seen.append(bench.rmse_of(pg, "Identity"))
-            pg.wait_for_timeout(500)
-            return seen[-1] > 0 and seen[-1] == bench.rmse_of(pg, "Identity")
-
-        bench._wait(pg, settled, "a settled Identity RMSE under Laplace noise")
         box = pg.locator("input").first
         current = float(box.input_value())
+
+        def settled() -> bool:
+            # the table must be the one for the ε in the box: a page shown again draws the
+            # redraws it kept while hidden (dpexplorer.ui.serving), seconds later under load,
+            # and an older table read as the base made the check wait for a wrong RMSE
+            if compare_epsilon(pg) != current:
+                return False
+            seen.append(bench.rmse_of(pg, "Identity"))
+            pg.wait_for_timeout(500)
+            return (seen[-1] > 0 and seen[-1] == bench.rmse_of(pg, "Identity")
+                    and compare_epsilon(pg) == current)
+
+        bench._wait(pg, settled, f"the Compare table for Laplace noise at ε = {current}")
         base = seen[-1] * current
         value = str(rng.choice([e for e in EPSILONS if float(e) != current]))
         expected = base / float(value)
         box.fill(value)
         box.press("Enter")
+        entered = time.strftime("%H:%M:%S")  # to find the change in the server's debug log
         return bench._wait(pg, lambda: abs(bench.rmse_of(pg, "Identity") - expected)
-                           <= 1e-3 * expected, f"Identity RMSE at ε = {value}")
+                           <= 1e-3 * expected,
+                           f"Identity RMSE at ε = {value} ({expected:.4g}: {seen[-1]:.4g} shown at "
+                           f"ε = {current})")
     except Exception as exc:  # noqa: BLE001 - recorded, the soak goes on
         try:
             state = bench._table_state(pg)  # what the browser shows and holds of the table
         except Exception as err:  # noqa: BLE001 - the page itself may be gone
             state = f"table state unread: {type(err).__name__}"
-        session.problems.append(f"epsilon change: {exc}; {state}")
+        session.problems.append(f"epsilon change: {exc}; {state}; "
+                                f"entered at {locals().get('entered', 'never')}")
         return None
 
 

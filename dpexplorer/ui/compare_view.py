@@ -414,6 +414,8 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
             # a change to the comparison shown (ε, δ, noise, objective), not the page's first
             # one: redrawn before the redraws waiting for background results (REDRAWS)
             self._urgent = urgent and self._shown is not None
+            log.debug("Compare shows %s at ε = %s, %s noise%s", W.name, self.session.epsilon,
+                      self.session.noise, " (urgent)" if self._urgent else "")
             try:
                 self._show(key, base, noise)
             finally:

@@ -655,6 +655,7 @@ class Session(param.Parameterized):
                 dpx.Laplace(eps)
                 dpx.Gaussian(eps, delta, "zcdp")
             setattr(self, name, value)
+            log.debug("sidebar input %s = %r used", name, value)
         except (ValueError, TypeError) as exc:
             rule = _INPUT_RULES.get(name)
             self.report(f"{label} = {_shown(value)} was not used{rule}; it stays "
