@@ -574,8 +574,8 @@ class AccuracyFirst(param.Parameterized):
     def table_widget(self, frame: pd.DataFrame | None = None) -> pn.widgets.Tabulator:
         """Read-only table of ``frame`` (default :meth:`table_value`, the rows of :attr:`table`)."""
         return pn.widgets.Tabulator(
-            self.table_value() if frame is None else frame, show_index=False, disabled=True, sizing_mode="stretch_width",
-            layout="fit_data_table",
+            self.table_value() if frame is None else frame, show_index=False, disabled=True,
+            sizing_mode="stretch_width", layout="fit_data_table",
             titles={"label": "mechanism", "epsilon": "ε needed", "rho": "ρ (zCDP)",
                     "error": "error at that ε", "ratio": "ε / SVD-bound ε"},
             formatters={"epsilon": NumberFormatter(format="0.0000"),

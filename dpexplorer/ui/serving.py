@@ -94,11 +94,15 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import panel as pn
 import param
 from bokeh.document import Document
 from panel.io.state import set_curdoc
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Keyword of a widget's caption: ``label`` since Panel 1.9 (``name`` is deprecated there).
 LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
@@ -551,7 +555,8 @@ class TableSlot(pn.Column):
         ``"stretch_width"``.
     """
 
-    def __init__(self, make, frame, **params):
+    def __init__(self, make: Callable[[pd.DataFrame], pn.widgets.Tabulator], frame: pd.DataFrame,
+                 **params):
         params.setdefault("sizing_mode", "stretch_width")
         super().__init__(make(frame), **params)
         self._make = make
@@ -561,7 +566,7 @@ class TableSlot(pn.Column):
         """The table shown now."""
         return self.objects[0]
 
-    def show(self, frame) -> None:
+    def show(self, frame: pd.DataFrame) -> None:
         """Show the rows of ``frame`` (a ``pandas.DataFrame``) in a new table."""
         self.objects = [self._make(frame)]
 
@@ -801,7 +806,7 @@ def _equal(a, b) -> bool:
 
 def _keep_browser_values(update):
     """Wrap Panel's ``Syncable._scheduled_update_model``: a value equal to the one the browser
-    sent is passed on as that very object, so Panel drops the echo (see :func:`install`)."""
+    sent is passed on as that very object, so Panel drops the echo (see :func:`install_echo_guard`)."""
 
     @functools.wraps(update)
     def scheduled_update_model(self, events, msg, root, model, doc, comm, curdoc_events):
