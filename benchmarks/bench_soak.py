@@ -192,6 +192,7 @@ def epsilon_change(session: SoakSession, rng: np.random.Generator) -> float | No
     pg = session.pg
     if session.tab != "Compare":
         session.open_tab("Compare")
+    entered = "never"  # when the new ε was entered, to find the change in the server's debug log
     try:
         pg.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=bench.READY_MS)
         # under Laplace noise Identity's RMSE is exactly RMSE(ε = 1) / ε
@@ -217,7 +218,7 @@ def epsilon_change(session: SoakSession, rng: np.random.Generator) -> float | No
         expected = base / float(value)
         box.fill(value)
         box.press("Enter")
-        entered = time.strftime("%H:%M:%S")  # to find the change in the server's debug log
+        entered = time.strftime("%H:%M:%S")
         return bench._wait(pg, lambda: abs(bench.rmse_of(pg, "Identity") - expected)
                            <= 1e-3 * expected,
                            f"Identity RMSE at ε = {value} ({expected:.4g}: {seen[-1]:.4g} shown at "
@@ -228,7 +229,7 @@ def epsilon_change(session: SoakSession, rng: np.random.Generator) -> float | No
         except Exception as err:  # noqa: BLE001 - the page itself may be gone
             state = f"table state unread: {type(err).__name__}"
         session.problems.append(f"epsilon change: {exc}; {state}; "
-                                f"entered at {locals().get('entered', 'never')}")
+                                f"entered at {entered}")
         return None
 
 
