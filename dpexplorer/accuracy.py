@@ -312,13 +312,20 @@ def _solve_std(fam: _Family, std: float) -> _Solved:
 
 
 def _guard(fam: _Family, eps: float, std: float, ok=None) -> float:
-    """Nudge ``eps`` up by solver round-off until its noise std is at most ``std`` (or ``ok(eps)``)."""
+    """Nudge ``eps`` up by solver round-off until its noise std is at most ``std`` (or ``ok(eps)``).
+
+    Steps of one unit in the last place, doubling: the ε returned is within twice the
+    round-off of the smallest one that meets the target (Laplace's ``√2/std``, one rounding
+    away, comes back within a few ulps, not the 1e-12 of a fixed relative step).
+    """
     ok = (lambda e: fam.std(e) <= std) if ok is None else ok
+    step = math.ulp(eps)
     for _ in range(64):
         if ok(eps):
             return eps
-        eps *= 1.0 + 1e-12
-    return eps  # pragma: no cover - the solvers are far more accurate than 64 steps
+        eps += step
+        step *= 2.0
+    return eps  # pragma: no cover - 2**64 ulps: far beyond any solver's round-off
 
 
 def noise_for_std(std: float, noise=None, delta: float | None = None,
