@@ -54,7 +54,7 @@ import dpexplorer as dpx
 
 from .serving import COLOR as _COLOR
 from .serving import LABEL as _LABEL
-from .tasks import Jobs, TaskCancelled, build_lock
+from .tasks import Jobs, TaskCancelled, build_lock, percent
 
 __all__ = ["AccuracyFirst", "PrivacySentence", "MODES", "TARGET_METRICS", "epsilon_bars", "target_curve_plot"]
 
@@ -546,8 +546,9 @@ class AccuracyFirst(param.Parameterized):
                                             "nothing is released or spent)")
         cancel = pn.widgets.Button(**{_LABEL: "Cancel simulation"}, **{_COLOR: "light"},
                                    visible=False)
-        progress = pn.indicators.Progress(value=0, max=1, visible=False, width=240,
-                                          bar_color="primary")
+        progress = pn.indicators.Progress(
+            value=pn.bind(percent, self.param.sim_done, self.param.sim_total), max=100,
+            visible=False, width=240, bar_color="primary")
         status = pn.pane.Markdown(self.sim_status, sizing_mode="stretch_width",
                                   styles={"font-size": "90%"})
         run.on_click(lambda e: self.simulate())
@@ -556,8 +557,6 @@ class AccuracyFirst(param.Parameterized):
         def follow(*_):
             run.disabled = self.sim_busy
             cancel.visible = progress.visible = self.sim_busy
-            progress.max = max(self.sim_total, 1)
-            progress.value = min(self.sim_done, progress.max)
             status.object = self.sim_status
         self.param.watch(follow, ["sim_busy", "sim_done", "sim_total", "sim_status"])
         self.session.param.watch(

@@ -272,7 +272,9 @@ class CompareWork:
                 if token != self._token or self._closed():
                     return  # superseded or tab closed: the strategies built so far stay cached
                 mech = dpx.registry.get(name)
-                self._post_status(post, token, key, progress=i,
+                # the total with the count: an optimiser another session finished since
+                # _start is built now, not later, so there may be more than _start counted
+                self._post_status(post, token, key, progress=i, total=max(1, len(now)),
                                   status=f"Building {mech.label} ({i + 1}/{len(now)})…")
                 t1 = time.perf_counter()
                 try:

@@ -74,7 +74,7 @@ from .serving import COLOR as _COLOR
 from .serving import LABEL as _LABEL
 from .serving import TableSlot
 from .session import Page, Session, readable_headers
-from .tasks import OPTIMIZER_THREADS, Jobs, build_lock
+from .tasks import OPTIMIZER_THREADS, Jobs, build_lock, percent
 from .tasks import task_message as _message
 
 __all__ = ["ComparePage", "Jobs", "build_lock", "check_workload", "structured_1d", "table_patch",
@@ -487,8 +487,10 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
         # in the browser, every change of a layout's `visible` or CSS classes re-lays out the
         # whole page (Bokeh 3.9 `invalidate_layout`, 0.1-0.2 s each with the Compare page's
         # figures, measured in headless chromium), a style change does not
+        # one bound value over a fixed max: a bar bound to two parameters rejects a value above
+        # the max it has not received yet (a soak of 4 sessions logged five such tracebacks)
         progress = pn.indicators.Progress(
-            value=shown.param.progress, max=shown.param.total,
+            value=pn.bind(percent, shown.param.progress, shown.param.total), max=100,
             styles=pn.bind(_hidden_unless, shown.param.busy),
             bar_color="primary", sizing_mode="stretch_width", height=20)
         status = pn.pane.Markdown(shown.param.status, sizing_mode="stretch_width")

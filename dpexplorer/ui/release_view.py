@@ -57,7 +57,7 @@ from .serving import TableSlot, on_session_loop
 from .session import Page, Session, download_bytes, readable_headers, release_stamp, side_by_side
 from .session import exception_message as _message
 from .table_release import LEDGER_COLUMNS, TABLE_MECHANISM, TableRelease, ledger_table
-from .tasks import Task
+from .tasks import Task, percent
 
 __all__ = ["ReleaseView", "ReleaseRecord", "Simulation", "SimulationFailed", "DataDependentRelease",
            "MAX_SHOWN", "TRIAL_SEED_TAG"]
@@ -577,17 +577,13 @@ class ReleaseView(Page, param.Parameterized):
         sim.on_click(lambda _: self.run_trials())
         self.param.watch(lambda e: [setattr(b, "disabled", e.new) for b in (run, sim)], "busy")
         self.tables.param.watch(lambda e: [setattr(b, "disabled", e.new) for b in (run, sim)], "busy")
-        progress = pn.indicators.Progress(value=0, max=max(self.trials, 1), active=False,
-                                          sizing_mode="stretch_width", visible=False)
-
-        def on_progress(*_):
-            progress.max = max(self.trials, 1)
-            progress.value = min(self.progress, progress.max)
+        progress = pn.indicators.Progress(
+            value=pn.bind(percent, self.param.progress, self.param.trials), max=100,
+            active=False, sizing_mode="stretch_width", visible=False)
 
         def on_busy(e):
             progress.visible = e.new
             progress.active = e.new and self.progress == 0
-        self.param.watch(on_progress, "progress")
         self.param.watch(on_busy, "busy")
         return pn.Column(pn.pane.Markdown("### Release"), mech, about, self.tables.controls(),
                          trials, run, sim, progress, width=300)
