@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from conftest import fill_input as _fill
 from conftest import labelled_input as _input
+from conftest import toast_text
 from test_browser import (  # noqa: F401
     READY_MS,
     _shot,
@@ -43,16 +44,13 @@ def _problems(pg, where: str) -> None:
     assert not found, (where, found)
 
 
-def _toast(pg, pattern: str):
+def _toast(pg, pattern: str) -> str:
     """Wait for a notification matching ``pattern`` (a regular expression); return its text."""
-    loc = pg.locator(".notyf__message", has_text=re.compile(pattern)).first
     try:
-        loc.wait_for(timeout=READY_MS)
-    except Exception:
+        return toast_text(pg, pattern, READY_MS)
+    except AssertionError:
         _shot(pg, "first-contact-no-message")
-        raise AssertionError(f"no message matching {pattern!r}; messages shown: "
-                             f"{pg.locator('.notyf__message').all_inner_texts()}") from None
-    return loc.inner_text()
+        raise
 
 
 def _tab(pg, title: str, ready) -> None:

@@ -21,6 +21,7 @@ import pytest
 from conftest import ServerLog, reference_errors, start_server, stop_server
 from conftest import fill_input as _fill
 from conftest import labelled_input as _input
+from conftest import toast_text
 from test_browser import READY_MS, _shot, browser, page, unexpected_problems  # noqa: F401
 
 expect = pytest.importorskip("playwright.sync_api").expect  # (skips without playwright)
@@ -58,13 +59,7 @@ def _tab(pg, title: str, ready) -> None:
 
 
 def _toast(pg, pattern: str) -> str:
-    loc = pg.locator(".notyf__message", has_text=re.compile(pattern)).first
-    try:
-        loc.wait_for(timeout=READY_MS // 4)
-    except Exception:  # noqa: BLE001 - playwright's TimeoutError: say what was shown
-        raise AssertionError(f"no message matching {pattern!r}; messages shown: "
-                             f"{pg.locator('.notyf__message').all_inner_texts()}") from None
-    return loc.inner_text()
+    return toast_text(pg, pattern, READY_MS // 4)
 
 
 # ------------------------------------------------------------------ Strategy page
