@@ -193,3 +193,27 @@ def test_bars_with_other_categories_are_redrawn():
     assert live.counts["holoviews"] == 2 and live.key == 2
     live.update(None, None)
     assert live.pane.object is None
+
+
+def test_an_option_tree_holoviews_leaves_behind_does_not_keep_the_chart():
+    # HoloViews keeps each element's custom options (here the drawn-view hook) in a tree of its
+    # process-wide Store, dropped when the last element using it is collected -- except while
+    # any thread is inside an options context, when the drop is skipped for good.  In a served
+    # explorer (sessions drawing in several threads) such trees outlived every closed session,
+    # and through the hook's bound method kept its Compare page, session and figures alive.
+    import gc
+    import weakref
+
+    from holoviews.core.options import Store
+
+    live = LivePlot(_curves, _data(1.0), key="k")
+    element = live._frame(_data(2.0))  # a frame as the pane draws it
+    assert element.id in Store.custom_options(backend="bokeh")  # the hook is in a tree
+    chart = weakref.ref(live)
+    Store._options_context = True  # another thread inside an options context
+    try:
+        del live, element
+        gc.collect()
+    finally:
+        Store._options_context = False
+    assert chart() is None, [type(r).__name__ for r in gc.get_referrers(chart())]

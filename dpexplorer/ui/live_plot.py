@@ -36,6 +36,29 @@ from .serving import freeze_models
 __all__ = ["LivePlot", "copy_plan"]
 
 
+class _WeakHook:
+    """A HoloViews plot hook calling a bound method without keeping its object alive.
+
+    ``element.opts(hooks=[...])`` stores the hook in a custom option tree of
+    HoloViews' process-wide ``Store``, which is meant to be dropped when the last
+    element using it is collected; in the served explorer some trees outlived their
+    elements (a server soak: every closed session's Compare page, its session and
+    its figures stayed in memory, reached only from such trees through
+    ``LivePlot._drawn``).  Holding the method weakly, a tree left behind keeps a
+    few bytes, not a closed session.
+    """
+
+    __slots__ = ("_method",)
+
+    def __init__(self, method) -> None:
+        self._method = weakref.WeakMethod(method)
+
+    def __call__(self, plot, element) -> None:
+        method = self._method()
+        if method is not None:
+            method(plot, element)
+
+
 class LivePlot:
     """A HoloViews pane drawing ``make(data)``, updated in place while ``key`` stays the same.
 
@@ -81,7 +104,7 @@ class LivePlot:
         return self._map
 
     def _frame(self, data):
-        return self.make(data).opts(hooks=[self._drawn])
+        return self.make(data).opts(hooks=[_WeakHook(self._drawn)])
 
     def _drawn(self, plot, element) -> None:
         self._plots.add(plot)
