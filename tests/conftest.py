@@ -1,6 +1,7 @@
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ def pytest_configure(config):
     no test ever reads or writes the user's data folder (``ui.session.ledger_store_path``).
     """
     folder = tempfile.mkdtemp(prefix="dpexplorer-test-ledgers-")
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))  # none left in /tmp
     os.environ["DPEXPLORER_LEDGER"] = os.path.join(folder, "ledgers.sqlite")
     # Under pytest-xdist (-n 2), tests marked xdist_group("name") run on one worker, in order,
     # as with --dist loadgroup: the README's examples share one namespace, a browser module's
@@ -48,6 +50,15 @@ def pytest_collection_modifyitems(config, items):
                     if item.get_closest_marker("slow") is not None and getattr(item, "module", None)}
     items.sort(key=lambda item: getattr(item, "module", None) is None
                or item.module.__name__ not in slow_modules)  # stable: the order within stays
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the test item (``item.rep_setup``, ``item.rep_call``): the
+    browser tests' ``page`` fixture screenshots the page of a failed test."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import importlib.util
+import os
 import re
 import time
 from pathlib import Path
@@ -115,7 +116,7 @@ def _explain_reference(error: str, frames) -> None:
 
 
 @pytest.fixture
-def page(browser, server):
+def page(browser, server, request):
     ctx = browser.new_context(viewport={"width": 1500, "height": 1100}, accept_downloads=True)
     # every implicit wait (a click, a locator's text) as generous as READY_MS, not Playwright's
     # 30 s: under load 13-15 on 2 cores a click and a text read each timed out at 30 s
@@ -132,12 +133,32 @@ def page(browser, server):
     pg.wait_for_selector("text=Compare", timeout=READY_MS)
     pg.load_seconds = time.perf_counter() - t0
     yield pg
+    report = getattr(request.node, "rep_call", None)  # conftest.pytest_runtest_makereport
+    if report is not None and report.failed:
+        try:
+            _shot(pg, f"failed-{re.sub(r'[^A-Za-z0-9_.-]+', '-', request.node.name)}")
+        except Exception as exc:  # noqa: BLE001 - the test's own failure is what counts
+            print(f"no screenshot of the failed page: {exc}")
     ctx.close()
 
 
 def _shot(pg, name):
+    """A full-page screenshot of ``pg`` in ``test-artifacts/name.png`` (a failure's evidence)."""
     ARTIFACTS.mkdir(exist_ok=True)
     pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True, timeout=120_000)
+
+
+#: Screenshots of what a passing step showed are taken only with DPEXPLORER_TEST_SCREENSHOTS=1:
+#: a full-page screenshot re-lays out and rasterises the whole page in Chromium, which shares the
+#: suite's 2 cores.  A failing test's page is always kept (``page`` fixture), and so is the page
+#: where a helper gives up waiting (:func:`_shot`).
+RECORD_SHOTS = os.environ.get("DPEXPLORER_TEST_SCREENSHOTS") == "1"
+
+
+def _record(pg, name):
+    """Keep a screenshot of a passing step (``test-artifacts/name.png``) if :data:`RECORD_SHOTS`."""
+    if RECORD_SHOTS:
+        _shot(pg, name)
 
 
 def _open_card(pg, title, inside, tries=4):
@@ -197,7 +218,7 @@ def test_every_page_loads_without_console_errors(page):
     for title in ["Workload", "Compare", "Strategy", "Data & DAWA", "Release", "Learn"]:
         _tab(page, title)
         assert page.locator(".alert-danger:has-text('could not be built')").count() == 0, title
-        _shot(page, f"page-{title.replace(' & ', '-').lower()}")
+        _record(page, f"page-{title.replace(' & ', '-').lower()}")
     assert not unexpected_problems(page), page.problems
     print(f"page load: {page.load_seconds:.2f} s")
 
@@ -248,7 +269,7 @@ def test_epsilon_change_updates_compare_table(page):
     assert backends and set(backends) == {"canvas"}, backends
     seconds = _set_epsilon(page, "0.5", "Identity", 2 * first)  # RMSE ∝ 1/ε
     halved = bench.shown_rmse(page, "Identity")  # the row, once drawn
-    _shot(page, "compare-eps-0.5")
+    _record(page, "compare-eps-0.5")
     print(f"ε change → table: {seconds:.2f} s")
     # an invalid ε is refused with a notification and the table stays
     box = page.locator("input").first
@@ -313,7 +334,7 @@ def test_build_workload(page):
     page.get_by_role("button", name="Add term").click()
     m1 = _wait_queries(page, m0)
     assert m1 == m0 + 256  # Prefix over the 256 cells of the bundled histogram
-    _shot(page, "workload-added-prefix")
+    _record(page, "workload-added-prefix")
     assert not unexpected_problems(page), page.problems
 
 
@@ -322,7 +343,7 @@ def test_brush_a_range(page):
     m0 = _queries(page)
     _brush(page, 0.35, 0.55)
     m1 = _wait_queries(page, m0)
-    _shot(page, "workload-brushed")
+    _record(page, "workload-brushed")
     assert m1 == m0 + 1  # one custom range added
 
 
@@ -358,7 +379,7 @@ def test_release_and_download(page):
     doc = json.loads(Path(_download(page, "Download JSON").path()).read_text())
     assert doc["epsilon"] == 1.0 and "answers" in doc and "workload_spec" in doc
     assert "seed" not in doc and doc["mode"] == "release" and len(doc["ci_high"]) == len(doc["answers"])
-    _shot(page, "release")
+    _record(page, "release")
     assert not unexpected_problems(page), page.problems
 
 
@@ -383,7 +404,7 @@ def test_optimisers_in_compare_strategy_and_a_large_preset(page):
     ratio = bench.table_column(page, "ratio")
     assert {"OPT0", "HDMM", "OPT_M"} <= set(ratio), ratio
     assert float(ratio["HDMM"]) >= 1.0  # no strategy beats the SVD bound
-    _shot(page, "compare-optimisers")
+    _record(page, "compare-optimisers")
     t1 = time.perf_counter()
 
     _tab(page, "Strategy")
@@ -398,7 +419,7 @@ def test_optimisers_in_compare_strategy_and_a_large_preset(page):
     left.select_option(label="OPT0")
     page.wait_for_selector("text=objective (unit-noise TSE)", timeout=READY_MS)
     wait_count(page, ".bk-Canvas:visible", canvases + 1)  # the convergence plot
-    _shot(page, "strategy-convergence")
+    _record(page, "strategy-convergence")
     t2 = time.perf_counter()
 
     _tab(page, "Workload")
@@ -413,11 +434,11 @@ def test_optimisers_in_compare_strategy_and_a_large_preset(page):
         t_structure = time.perf_counter() - t_click
         assert page.locator("text=/Too large to draw: W is 618,120 × 280,000/").count() >= 1
     finally:
-        _shot(page, "workload-cps-preset")
+        _record(page, "workload-cps-preset")
     _tab(page, "Compare")
     page.locator("text=/618,120 queries over n = 280,000 cells/").first.wait_for(timeout=READY_MS)
     _wait_for_row(page, "OPT_M")
-    _shot(page, "compare-cps")
+    _record(page, "compare-cps")
     t3 = time.perf_counter()
     print(f"HDMM row after {seconds:.2f} s; compare {t1 - t0:.1f} s, strategy {t2 - t1:.1f} s, "
           f"CPS preset {t3 - t2:.1f} s (click → structure shown {t_structure:.1f} s)")
@@ -435,7 +456,7 @@ def test_narrow_window_wraps_instead_of_squashing(browser, server):
         table.wait_for(timeout=READY_MS)
         box = table.bounding_box()
         assert box["width"] >= 400, box  # below the controls, at nearly the full width
-        _shot(pg, "workload-800px")
+        _record(pg, "workload-800px")
     finally:
         ctx.close()
 
@@ -479,7 +500,7 @@ def test_accuracy_first_switch_and_sidebar_sentence(page):
     box.press("Enter")
     _wait_cell(page, "HB", "epsilon", dpx.epsilon_for(W, "hb", 20, "ci95").epsilon)
     assert page.locator("text=/the least is/").count() >= 1
-    _shot(page, "compare-epsilon-for-error")
+    _record(page, "compare-epsilon-for-error")
     page.locator(".bk-btn", has_text="Error at this ε").first.click()
     page.wait_for_selector(".tabulator-cell[tabulator-field='rmse']", timeout=READY_MS)
     assert not unexpected_problems(page), page.problems
@@ -546,7 +567,7 @@ def test_two_tabs_share_the_stored_ledger_and_its_budget(browser, tmp_path):
         assert labels.first.inner_text().startswith("hb")  # the first tab's HB release
         assert card.locator(".tabulator-cell[tabulator-field='mode']").first.inner_text() == "release"
         assert card.locator(".tabulator-cell[tabulator-field='time']").first.inner_text().startswith("20")
-        _shot(second, "release-second-tab-ledger")
+        _record(second, "release-second-tab-ledger")
         import dpexplorer as dpx
 
         led = dpx.PrivacyLedger.open(store, dpx.datasets.DEFAULT_1D)  # what the store holds

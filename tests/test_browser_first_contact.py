@@ -21,6 +21,7 @@ from conftest import labelled_input as _input
 from conftest import toast_text
 from test_browser import (  # noqa: F401
     READY_MS,
+    _record,
     _shot,
     browser,
     page,
@@ -170,7 +171,7 @@ def test_odd_links_and_every_sidebar_control(page, server):  # noqa: F811
     page.get_by_role("button", name="analytic (study)").first.click()
     page.get_by_role("button", name="Laplace").first.click()
     _text(page, "Laplace noise at ε = 0.5")
-    _shot(page, "first-contact-sidebar")
+    _record(page, "first-contact-sidebar")
     # a valid link applies
     _open(page, server + "?eps=0.25&noise=Gaussian&data=airports_elevation")
     _text(page, "at ε = 0.25")
@@ -245,7 +246,7 @@ def test_workload_and_compare_controls(page):  # noqa: F811
     assert "cancelled" in end or done.group(1) == done.group(2), end
     if int(done.group(1)) >= 1:                   # the finished mechanisms' rows stay
         _text(page, "simulation \\(seed 0, 20 trials\\) on airports_elevation")
-    _shot(page, "first-contact-compare")
+    _record(page, "first-contact-compare")
     page.locator(".bk-btn", has_text="Error at this ε").first.click()
     page.locator(".tabulator-cell[tabulator-field='rmse']").first.wait_for(timeout=READY_MS)
     _problems(page, "workload and compare")
@@ -282,7 +283,7 @@ def test_strategy_data_and_odd_uploads(page):  # noqa: F811
     _click_until(page, page.get_by_role("button", name="Run DAWA"),  # the defect above
                  page.locator("text=/Dataset mine \\(n = 256 cells\\)/ >> visible=true"),
                  retry_ms=20_000)
-    _shot(page, "first-contact-data")
+    _record(page, "first-contact-data")
     _problems(page, "strategy, data and uploads")
 
 
@@ -311,11 +312,11 @@ def test_release_sums_and_learn(page):  # noqa: F811
     page.wait_for_selector(".tabulator-cell[tabulator-field='small median']", timeout=READY_MS)
     wait_count(page, ".bk-Canvas:visible", 4)
     wait_count(page, ".tabulator-cell[tabulator-field='small median']", 5)
-    _shot(page, "page-sum-queries")
+    _record(page, "page-sum-queries")
     _tab(page, "Learn", page.locator(".bk-tab", has_text="2."))
     page.locator(".bk-tab", has_text="2.").first.click()
     page.locator(".figure-export:visible").first.wait_for(timeout=READY_MS)
-    _shot(page, "first-contact-release-learn")
+    _record(page, "first-contact-release-learn")
     _problems(page, "release, sums and learn")
 
 
@@ -336,7 +337,7 @@ def test_audit_page_runs_an_audit_and_the_teaching_example(page):  # noqa: F811
     # the bound chart and the histograms are drawn, each with its download control
     page.locator(".bk-Canvas:visible").nth(1).wait_for(state="visible", timeout=READY_MS)
     page.locator(".figure-export:visible").first.wait_for(timeout=READY_MS)
-    _shot(page, "page-audit-identity")
+    _record(page, "page-audit-identity")
     # one click: DAWA as its authors' code draws the partition -- refuted
     page.get_by_role("button", name="Teaching example: DAWA as published").click()
     page.locator("text=refuted at this confidence").first.wait_for(state="visible",
@@ -347,5 +348,5 @@ def test_audit_page_runs_an_audit_and_the_teaching_example(page):  # noqa: F811
     # the buttons are enabled again once the audit is done
     page.get_by_role("button", name="Run audit").wait_for(state="visible", timeout=READY_MS)
     assert page.get_by_role("button", name="Run audit").is_enabled()
-    _shot(page, "page-audit-dawa-as-published")
+    _record(page, "page-audit-dawa-as-published")
     _problems(page, "audit")

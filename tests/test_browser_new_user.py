@@ -15,13 +15,10 @@ time: the machine running the suite is shared and may be loaded.
 
 from __future__ import annotations
 
-import re
-
 import pytest
-from conftest import ServerLog, reference_errors, start_server, stop_server
+from conftest import ServerLog, reference_errors, start_server, stop_server, toast_text
 from conftest import fill_input as _fill
 from conftest import labelled_input as _input
-from conftest import toast_text
 from test_browser import READY_MS, _shot, browser, page, unexpected_problems  # noqa: F401
 
 expect = pytest.importorskip("playwright.sync_api").expect  # (skips without playwright)

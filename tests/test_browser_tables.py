@@ -16,6 +16,7 @@ from test_browser import (  # noqa: F401
     READY_MS,
     _open_card,
     _queries,
+    _record,
     _shot,
     _tab,
     _wait_queries,
@@ -80,7 +81,7 @@ def test_table_marginals_compare_objective_and_release(page):  # noqa: F811
     page.get_by_role("button", name="Worst query (max std)").click()
     page.wait_for_selector(".tabulator-cell[tabulator-field='max_std']", timeout=READY_MS)
     page.locator("text=/best worst-query std.* ResidualPlanner/").first.wait_for(timeout=READY_MS)
-    _shot(page, "compare-table-max-objective")
+    _record(page, "compare-table-max-objective")
     _no_problems(page, "compare")
 
     # all 2-way marginals of the whole table: 28 marginals, 7,078 queries over 9.2e7 cells
@@ -112,7 +113,7 @@ def test_table_marginals_compare_objective_and_release(page):  # noqa: F811
     page.locator("text=/Segment × Region: 12 released cells, drawn as a heatmap/").first.wait_for(
         timeout=READY_MS)
     page.wait_for_timeout(1000)
-    _shot(page, "release-table-heatmap")
+    _record(page, "release-table-heatmap")
     _no_problems(page, "heatmap")
     with page.expect_download(timeout=READY_MS) as info:
         page.get_by_role("button", name="Download table release (CSV)").click()
@@ -190,7 +191,7 @@ def test_own_csv_release_is_refused_until_its_domain_is_discovered_with_a_visibl
     assert any(t.startswith("domain discovery of 2 attribute") for t in texts), texts
     assert any(t.startswith("residual_planner") for t in texts), texts
     assert page.locator("text=ceo-only-dept >> visible=true").count() == 0  # dropped: below the selection threshold
-    _shot(page, "release-own-table-ledger")
+    _record(page, "release-own-table-ledger")
     _no_problems(page, "release after discovery")
 
 

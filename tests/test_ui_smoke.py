@@ -95,3 +95,21 @@ def test_a_served_explorers_log_counts_every_traceback_but_two_known_ones_not_ou
     assert server_tracebacks(closed + ours + race) == [ours]
     first_of_closed = closed[closed.index("Traceback"):closed.index("Traceback", 50)]
     assert len(server_tracebacks(first_of_closed + ours)) == 2  # closed, then an error of ours
+
+
+def test_each_phases_report_is_kept_on_the_test_item():
+    """The browser tests' ``page`` fixture screenshots a failed test's page by reading
+    ``item.rep_call`` (``conftest.pytest_runtest_makereport``)."""
+    import types
+
+    from conftest import pytest_runtest_makereport
+
+    item = types.SimpleNamespace()
+    for when, failed in (("setup", False), ("call", True)):
+        hook = pytest_runtest_makereport(item, None)
+        next(hook)
+        report = types.SimpleNamespace(when=when, failed=failed)
+        with pytest.raises(StopIteration) as done:
+            hook.send(report)
+        assert done.value.value is report and getattr(item, f"rep_{when}") is report
+    assert item.rep_call.failed and not item.rep_setup.failed
