@@ -213,7 +213,6 @@ class WorkloadBuilder(param.Parameterized):
         self.session = session if session is not None else Session()
         self._lock = threading.RLock()
         self._syncing = False
-        self._domain_for_params: tuple[int, ...] | None = None  # a link's domain while checking it
         self._domain: tuple[int, ...] = (256,)
         self._names: tuple[str, ...] = ()
         self._workload: Matrix | None = None

@@ -333,10 +333,6 @@ simulated; they use the sidebar's noise, ε and δ."""
         return [pn.widgets.RadioButtonGroup.from_param(self.param.n_max),
                 pn.widgets.RadioButtonGroup.from_param(self.param.example_n)]
 
-    def ns(self) -> list[int]:
-        """Domain sizes of the curve: 16, 32, ..., :attr:`n_max`."""
-        return lessons.domain_sizes(self.n_max)
-
     def compute(self) -> dict:
         return lessons.strategy_lesson(self.session.noise_model(), self.n_max, int(self.example_n))
 
@@ -629,10 +625,6 @@ class LearnView(pn.viewable.Viewer, Page):
         if lesson.stale:  # e.g. already the active tab but never drawn
             lesson.refresh()
         return lesson
-
-    def refresh_all(self) -> bool:
-        """Recompute every lesson now; ``True`` if all succeeded."""
-        return all([ls.refresh() for ls in self.lessons.values()])
 
     @param.depends("active", watch=True)
     def _active_changed(self) -> None:
