@@ -35,6 +35,7 @@ from dpexplorer.ui.server import (  # noqa: E402
     freeze_startup_objects,
     log_from_env,
     one_blas_thread,
+    return_freed_memory,
 )
 from dpexplorer.ui.serving import install as install_event_order  # noqa: E402
 from dpexplorer.ui.tasks import lower_native_helper_threads  # noqa: E402
@@ -45,6 +46,7 @@ exit_promptly_on_sigterm()  # SIGTERM ends the server within seconds, even while
 warm_up()  # the optimisers' worker processes start now, not at the first optimiser
 freeze_startup_objects()  # full garbage collections (they stop every session) skip the modules
 one_blas_thread()  # the sessions' threads compute at once: OpenBLAS serves them best with one each
+return_freed_memory()  # glibc gives back what closed sessions freed (fewer arenas, heap trimmed)
 lower_native_helper_threads()  # BLAS helper threads yield to the event loop, as the job threads
 
 pn.extension("tabulator", "filedropper", notifications=True, nthreads=2)

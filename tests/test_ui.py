@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -1278,6 +1279,54 @@ def test_the_served_app_gives_blas_one_thread_once():
     assert before and all(t == 2 for t in before) and same
     assert len(now) == len(before) and all(t == 1 for t in now)
     assert "one_blas_thread()" in (ROOT / "apps" / "explorer.py").read_text()
+
+
+_FREED_MEMORY_CODE = """
+import sys, numpy as np
+from dpexplorer.ui.server import return_freed_memory
+tuned = return_freed_memory() if sys.argv[1] == "tuned" else None
+def rss():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS")) / 1024
+a = np.ones(2**21); del a           # 16 MiB freed: glibc by default then serves up to 16 MiB from its heap
+base = rss()
+arrays, pins = [], []
+for _ in range(64):
+    arrays.append(np.ones(2**18))    # 2 MiB each, 128 MiB in all
+    pins.append(bytearray(200_000))  # a small block after each, kept (12 MiB): the arrays leave holes
+del arrays
+print(tuned, round(rss() - base))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+def test_the_served_app_gives_freed_arrays_back_to_the_system():
+    """A closed session's arrays are freed; the served process must also give their memory back
+    (``dpexplorer.ui.server.return_freed_memory``): glibc's defaults kept 2 MiB arrays in its heap
+    once a larger one had been freed (the server grew with every visitor)."""
+    def kept(mode):
+        out = subprocess.run([sys.executable, "-c", _FREED_MEMORY_CODE, mode], capture_output=True,
+                             text=True, cwd=ROOT, check=True, timeout=120).stdout.split()
+        return out[0], float(out[1])
+
+    default, tuned = kept("default"), kept("tuned")
+    if tuned[0] != "True":
+        pytest.skip("the C library is not glibc")
+    assert default[1] > 100          # glibc's defaults keep most of the 128 MiB (not vacuous)
+    assert tuned[1] < 30             # tuned: only the 12 MiB still in use
+    assert "return_freed_memory()" in (ROOT / "apps" / "explorer.py").read_text()
+
+
+def test_the_heap_is_trimmed_a_while_after_a_session_ends(monkeypatch):
+    from tornado.ioloop import IOLoop
+
+    from dpexplorer.ui import server
+
+    scheduled = []
+    monkeypatch.setattr(IOLoop, "current", staticmethod(lambda: SimpleNamespace(
+        call_later=lambda delay, fn: scheduled.append((delay, fn)))))
+    server._trim_later(None)  # what Bokeh calls when a session's document is destroyed
+    assert scheduled == [(server.TRIM_DELAY, server.trim_heap)]
+    assert server.trim_heap() in (True, False)
 
 
 def test_the_explorers_log_level_comes_from_the_environment(compare_page, caplog):
