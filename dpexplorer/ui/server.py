@@ -55,14 +55,14 @@ minutes (``python benchmarks/bench_soak.py --sessions 4 --minutes 3``, 2 cores,
 quiet) left the server at 629 MiB a minute after the sessions closed, over a
 warm level of 419 MiB; with at most :data:`ARENA_MAX` arenas and a fixed
 threshold of :data:`MMAP_THRESHOLD` (arrays of 1 MiB and more are mapped and
-unmapped one by one) 561 MiB, and with ``malloc_trim`` once the sessions were
-gone 520 MiB of 411 (ε → Compare unchanged: median 0.79 s vs 0.76 s).
-:func:`return_freed_memory` sets both and trims the heap
-:data:`TRIM_DELAY` seconds after each session ends.  Python's own objects of the
-closed sessions are freed (``tests/test_ui_sessions_freed.py``; 11 MiB of
-Python allocations made during that soak were still alive after it, the
-kept strategies among them); what remains above the warm level is native
-memory touched once (numba's compiled functions, BLAS buffers).
+unmapped one by one) 561 MiB over 411.  :func:`return_freed_memory` sets both
+and trims the heap (``malloc_trim``) :data:`TRIM_DELAY` seconds after each
+session ends: 525 MiB over 408 (ε → Compare unchanged: median 0.73 s vs
+0.76 s).  Python's own objects of the closed sessions are freed
+(``tests/test_ui_sessions_freed.py``; 11 MiB of Python allocations made during
+that soak were still alive after it, the kept strategies among them); what
+remains above the warm level is native memory touched once (numba's compiled
+functions, BLAS buffers).
 """
 
 from __future__ import annotations
