@@ -379,38 +379,3 @@ def reference_errors(problems) -> list[str]:
     """Bokeh's "reference pNNNN isn't known" among a page's recorded problems: the server sent
     a change of a model the browser never received."""
     return [p for p in problems if re.search(r"reference p\d+ isn't known", p)]
-
-
-def labelled_input(pg, label: str):
-    """The first ``<input>`` of the served page's widget captioned ``label`` (Playwright locator)."""
-    return pg.locator(".bk-input-group", has_text=label).locator("input").first
-
-
-def fill_input(pg, label: str, value: str) -> None:
-    """Type ``value`` in the widget captioned ``label`` and press Enter."""
-    box = labelled_input(pg, label)
-    box.fill(value)
-    box.press("Enter")
-
-
-# the text of the first notification whose text matches a regular expression, read in the
-# page in one step: a notification lasts 8 s, and a wait-then-read in two Playwright calls
-# lost one that vanished in between on a loaded CI machine (the read then waited 240 s)
-_TOAST_TEXT_JS = """(pattern) => {
-  const re = new RegExp(pattern);
-  for (const el of document.querySelectorAll('.notyf__message')) {
-    if (re.test(el.innerText)) return el.innerText;
-  }
-  return null;
-}"""
-
-
-def toast_text(pg, pattern: str, timeout_ms: float) -> str:
-    """Wait up to ``timeout_ms`` for a notification of the served page matching ``pattern``
-    (a JavaScript regular expression) and return its text; AssertionError, with the messages
-    shown, if none comes."""
-    try:
-        return pg.wait_for_function(_TOAST_TEXT_JS, arg=pattern, timeout=timeout_ms).json_value()
-    except Exception:  # noqa: BLE001 - playwright's TimeoutError: say what was shown
-        raise AssertionError(f"no message matching {pattern!r}; messages shown: "
-                             f"{pg.locator('.notyf__message').all_inner_texts()}") from None

@@ -16,9 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import fill_input as _fill
-from conftest import labelled_input as _input
-from conftest import toast_text
 from test_browser import (  # noqa: F401
     READY_MS,
     _record,
@@ -26,9 +23,12 @@ from test_browser import (  # noqa: F401
     browser,
     page,
     server,
+    toast_text,
     unexpected_problems,
     wait_count,
 )
+from test_browser import fill_input as _fill
+from test_browser import labelled_input as _input
 
 import dpexplorer as dpx
 

@@ -16,10 +16,10 @@ time: the machine running the suite is shared and may be loaded.
 from __future__ import annotations
 
 import pytest
-from conftest import ServerLog, reference_errors, start_server, stop_server, toast_text
-from conftest import fill_input as _fill
-from conftest import labelled_input as _input
-from test_browser import READY_MS, _shot, browser, page, unexpected_problems  # noqa: F401
+from conftest import ServerLog, reference_errors, start_server, stop_server
+from test_browser import READY_MS, _shot, browser, page, toast_text, unexpected_problems  # noqa: F401
+from test_browser import fill_input as _fill
+from test_browser import labelled_input as _input
 
 expect = pytest.importorskip("playwright.sync_api").expect  # (skips without playwright)
 
