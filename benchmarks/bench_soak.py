@@ -22,7 +22,7 @@ Recorded (JSON on standard output, ``--json FILE`` too):
 * ``epsilon_to_compare``: seconds from Enter on a new ε until the Compare
   table's Identity row shows the RMSE for it (median, p95, all);
 * ``memory``: the server process's resident memory (MiB) when warm (one
-  session has opened every page and closed), during the soak (every
+  session has opened every page, taken every scripted action once and closed), during the soak (every
   ``--sample`` seconds) and after the sessions close (``--settle`` seconds later,
   once Panel has destroyed them); ``returned_within`` is the final level over
   the warm one minus 1.
@@ -264,10 +264,18 @@ def soak(sessions: int = 8, minutes: float = 10.0, seed: int = 0, sample: float 
         with bench.serve_process(log_path, env) as (url, proc), sync_playwright() as p:
             browser = p.chromium.launch(executable_path=bench.CHROMIUM, args=bench.FLAGS)
             try:
-                warm = SoakSession(0, browser, url)  # every page once, then closed
-                for title in PAGES:
+                # warm: one session opens every page and takes every scripted action once, then
+                # closes, so that one-time costs (modules imported on first use, numba kernels
+                # compiled by the first release, caches of the default workload) are in the warm
+                # level and what the soak adds after it is what its sessions keep
+                warm = SoakSession(0, browser, url)
+                warm_rng = np.random.default_rng([seed, 1])
+                for step in [("page", title) for title in PAGES] + [("act", a) for a in ACTIONS]:
                     with contextlib.suppress(Exception):
-                        warm.open_tab(title)
+                        if step[0] == "page":
+                            warm.open_tab(step[1])
+                        else:
+                            warm.act(step[1], warm_rng)
                         warm.pg.wait_for_timeout(2000)
                 warm.close()
                 time.sleep(settle)
