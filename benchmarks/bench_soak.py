@@ -22,16 +22,20 @@ Recorded (JSON on standard output, ``--json FILE`` too):
 * ``epsilon_to_compare``: seconds from Enter on a new ε until the Compare
   table's Identity row shows the RMSE for it (median, p95, all);
 * ``memory``: the server process's resident memory (MiB) when warm (one
-  session has opened every page, taken every scripted action once and closed), during the soak (every
-  ``--sample`` seconds) and after the sessions close (``--settle`` seconds later,
-  once Panel has destroyed them); ``returned_within`` is the final level over
-  the warm one minus 1.
+  session has opened every page, taken every scripted action once and closed),
+  during the soak (every ``--sample`` seconds) and after its sessions close
+  (``--settle`` seconds later, once Panel has destroyed them); ``returned_within``
+  is the final level over the warm one minus 1.  With ``--soaks K`` the soak is
+  repeated K times on the same server (new sessions each time) and
+  ``added_by_each_soak`` gives what each one left behind: a server whose memory
+  levels off adds nothing after the first.
 
 Run by hand (figures depend on the machine and its load; report ``uptime``
 and the commit with them)::
 
     python benchmarks/bench_soak.py                       # 8 sessions, 10 minutes
     python benchmarks/bench_soak.py --sessions 2 --minutes 2 --json soak.json
+    python benchmarks/bench_soak.py --sessions 4 --minutes 3 --soaks 3   # does memory level off?
 
 This is a simulation on bundled data: its releases spend a throwaway ledger.
 """
@@ -247,7 +251,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def soak(sessions: int = 8, minutes: float = 10.0, seed: int = 0, sample: float = 5.0,
-         settle: float = 60.0, server_log: str = "") -> dict:
+         settle: float = 60.0, server_log: str = "", soaks: int = 1) -> dict:
     """Run the soak described in the module docstring; the figures as a dict.
 
     ``server_log``: a file to keep the server's log in (with ``DPEXPLORER_LOG_LEVEL=debug``
@@ -256,7 +260,8 @@ def soak(sessions: int = 8, minutes: float = 10.0, seed: int = 0, sample: float 
     from playwright.sync_api import sync_playwright
 
     rng = np.random.default_rng(seed)
-    out: dict = {"sessions": sessions, "minutes": minutes, "seed": seed, "cpus": os.cpu_count(),
+    out: dict = {"sessions": sessions, "minutes": minutes, "soaks": soaks, "seed": seed,
+                 "cpus": os.cpu_count(),
                  "load_before": os.getloadavg()}
     with tempfile.TemporaryDirectory() as tmp:
         log_path = Path(server_log) if server_log else Path(tmp) / "server.log"
@@ -280,29 +285,33 @@ def soak(sessions: int = 8, minutes: float = 10.0, seed: int = 0, sample: float 
                 warm.close()
                 time.sleep(settle)
                 out["memory_warm"] = rss_mib(proc.pid)
+                opened: list[SoakSession] = []
+                eps_seconds: list[float] = []
+                rounds = 0
+                out["memory_closed"], out["memory_settled"] = [], []
                 with Sampler(proc.pid, sample) as sampler:
-                    opened = [SoakSession(i, browser, url) for i in range(sessions)]
-                    eps_seconds: list[float] = []
-                    end = time.monotonic() + 60 * minutes
-                    rounds = 0
-                    while time.monotonic() < end:
-                        for s in opened:
+                    for _ in range(soaks):
+                        these = [SoakSession(i, browser, url) for i in range(sessions)]
+                        opened += these
+                        end = time.monotonic() + 60 * minutes
+                        while time.monotonic() < end:
+                            for s in these:
+                                s.poll_loading()
+                                try:
+                                    s.act(str(rng.choice(ACTIONS)), rng)
+                                except Exception as exc:  # noqa: BLE001 - a step not taken
+                                    s.problems.append(f"step skipped: {type(exc).__name__}")
+                            rounds += 1
+                            if rounds % 5 == 0:
+                                seconds = epsilon_change(these[0], rng)
+                                if seconds is not None:
+                                    eps_seconds.append(seconds)
+                        for s in these:
                             s.poll_loading()
-                            try:
-                                s.act(str(rng.choice(ACTIONS)), rng)
-                            except Exception as exc:  # noqa: BLE001 - a step not taken
-                                s.problems.append(f"step skipped: {type(exc).__name__}")
-                        rounds += 1
-                        if rounds % 5 == 0:
-                            seconds = epsilon_change(opened[0], rng)
-                            if seconds is not None:
-                                eps_seconds.append(seconds)
-                    for s in opened:
-                        s.poll_loading()
-                        s.close()
-                    out["memory_closed"] = rss_mib(proc.pid)
-                    time.sleep(settle)
-                out["memory_settled"] = rss_mib(proc.pid)
+                            s.close()
+                        out["memory_closed"].append(rss_mib(proc.pid))
+                        time.sleep(settle)
+                        out["memory_settled"].append(rss_mib(proc.pid))
                 out["memory_samples"] = sampler.samples
             finally:
                 browser.close()
@@ -319,7 +328,9 @@ def soak(sessions: int = 8, minutes: float = 10.0, seed: int = 0, sample: float 
                     "over_10s": sum(t > LONG_LOADING_S for t in spells)},
         "epsilon_to_compare": {"median": statistics.median(eps_seconds) if eps_seconds else None,
                                "p95": _percentile(eps_seconds, 95), "all": eps_seconds},
-        "returned_within": out["memory_settled"] / out["memory_warm"] - 1,
+        "returned_within": out["memory_settled"][-1] / out["memory_warm"] - 1,
+        "added_by_each_soak": [b - a for a, b in zip([out["memory_warm"]] + out["memory_settled"],
+                                                      out["memory_settled"])],
         "load_after": os.getloadavg(),
     })
     return out
@@ -333,10 +344,14 @@ def main(argv=None) -> None:
     ap.add_argument("--sample", type=float, default=5.0, help="seconds between memory samples")
     ap.add_argument("--settle", type=float, default=60.0,
                     help="seconds to wait for Panel to destroy closed sessions")
+    ap.add_argument("--soaks", type=int, default=1,
+                    help="soaks one after the other on the same server (memory settled after each: "
+                         "a server that levels off adds nothing after the first)")
     ap.add_argument("--json", default="")
     ap.add_argument("--server-log", default="", help="keep the server's log in this file")
     args = ap.parse_args(argv)
-    out = soak(args.sessions, args.minutes, args.seed, args.sample, args.settle, args.server_log)
+    out = soak(args.sessions, args.minutes, args.seed, args.sample, args.settle, args.server_log,
+               args.soaks)
     text = json.dumps(out, indent=1)
     print(text)
     if args.json:
