@@ -1334,8 +1334,6 @@ def test_the_heap_is_trimmed_a_while_after_a_session_ends(monkeypatch):
 
 def test_the_explorers_log_level_comes_from_the_environment(compare_page, caplog):
     # DPEXPLORER_LOG_LEVEL=debug shows where a comparison's time goes; a bad value is refused
-    import logging
-
     from dpexplorer.ui.server import log_from_env
 
     logger = logging.getLogger("dpexplorer")
