@@ -62,7 +62,7 @@ def test_singular_and_bad_columns_are_refused():
         LowerToeplitz([1.0, np.nan])
     with pytest.raises(ValueError, match="non-empty 1D"):
         LowerToeplitz([])
-    with pytest.raises(ValueError, match="positive integer"):
+    with pytest.raises(ValueError, match=r"T \(the number of steps\) must be"):
         sqrt_prefix_column(0)
 
 

@@ -41,7 +41,7 @@ import numpy as np
 import scipy.linalg
 import scipy.signal
 
-from .matrix import Identity, Matrix, Prefix, _check_p
+from .matrix import Identity, Matrix, Prefix, _check_cells, _check_p
 
 __all__ = ["LowerToeplitz", "causal_convolve", "series_inverse", "sqrt_prefix_column"]
 
@@ -123,11 +123,11 @@ def sqrt_prefix_column(T: int) -> np.ndarray:
     Raises
     ------
     ValueError
-        If ``T`` is not a positive integer.
+        If ``T`` is not a positive whole number; ``LimitExceededError`` (a ValueError) above
+        the ``cells`` limit of :mod:`dpexplorer.queries.limits`.
     """
-    if isinstance(T, bool) or not isinstance(T, int | np.integer) or T < 1:
-        raise ValueError(f"T (the number of steps) must be a positive integer, got {T!r}")
-    k = np.arange(1, int(T), dtype=float)
+    T = _check_cells(T, "T (the number of steps)")
+    k = np.arange(1, T, dtype=float)
     return np.concatenate([[1.0], np.cumprod(1.0 - 1.0 / (2.0 * k))])
 
 
