@@ -197,7 +197,6 @@ def toast_text(pg, pattern: str, timeout_ms: float) -> str:
                              f"{pg.locator('.notyf__message').all_inner_texts()}") from None
 
 
-
 def _open_card(pg, title, inside, tries=4):
     """Expand the card ``title`` until ``inside`` (a locator in it) is visible.
 
