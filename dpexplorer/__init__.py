@@ -20,6 +20,8 @@ Layers, lowest first; a module imports only from its own layer or below
                     Eigen-Design, Fourier, ResidualPlanner)
 ``adaptive/``       data-dependent mechanisms (DAWA, MWEM, EFPA, Uniform)
 ``sums/``           sum queries on numerical attributes
+``streaming/``      continual counting: running totals released step by
+                    step (matrix factorisations, online trees)
 top level           ``mechanism`` (release, simulate, run), ``compare``,
                     ``accuracy`` (ε for an error target), ``evaluate``,
                     ``datasets``, ``audit`` (lower bounds on ε), ``lessons``
@@ -33,7 +35,7 @@ reachable by their short names (``dpx.matrix``, ``dpx.dawa``, ``dpx.marginals``,
 """
 
 # the layers, lowest first (importing them registers every mechanism), then the top level
-from . import queries, privacy, core, strategies, adaptive, sums  # noqa: I001
+from . import queries, privacy, core, strategies, adaptive, sums, streaming  # noqa: I001
 from . import datasets, evaluate, mechanism
 from . import accuracy, docs, figures, lessons
 from . import audit  # noqa: I001  (after evaluate and mechanism, which it runs)
@@ -56,7 +58,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     # layers
-    "queries", "privacy", "core", "strategies", "adaptive", "sums",
+    "queries", "privacy", "core", "strategies", "adaptive", "sums", "streaming",
     # modules by their short names
     "limits", "matrix", "spec", "workloads", "gram_ops", "intervals", "trees", "accounting", "noise",
     "samplers", "error", "spectra", "optimization", "registry", "templates", "kron_stack", "hdmm",

@@ -115,7 +115,7 @@ from .queries.matrix import Dense, Matrix, as_matrix
 __all__ = ["audit", "AuditResult", "AuditCase", "Event", "Score", "Weakened", "cases",
            "clopper_pearson", "epsilon_lower_bound", "select_event", "select_feature_event",
            "fit_logistic", "STATISTICS", "FEATURES", "CASE_DELTA", "CASE_KINDS", "DEFAULT_RUNS",
-           "DEFAULT_CONFIDENCE", "DEFAULT_CHUNK"]
+           "DEFAULT_CONFIDENCE", "DEFAULT_CHUNK", "case_workload"]
 
 #: Runs per data vector in the second (bound) batch.
 DEFAULT_RUNS = 10_000
@@ -1260,6 +1260,19 @@ def _one_record_cases(mech: registry.Mechanism, spec: registry.AuditSpec) -> tup
                       why="one record on a tiny domain: the noisy total moves by one"),)
 
 
+def case_workload(spec: registry.AuditSpec) -> Matrix:
+    """The small workload of a ``"one_cell"`` case: ``spec.workload`` over ``spec.cells`` cells.
+
+    All Range (``"ranges"``), the 1-way marginal of a 2 × 2 table
+    (``"marginals"``) or the prefix workload (``"prefix"``, continual counting).
+    """
+    if spec.workload == "marginals":
+        return _workloads.marginals((2, 2), [1])
+    if spec.workload == "prefix":
+        return _workloads.prefix(spec.cells)
+    return _workloads.all_range(spec.cells)
+
+
 def _one_cell_cases(mech: registry.Mechanism, spec: registry.AuditSpec) -> tuple[AuditCase, ...]:
     """A data-independent strategy: one record in the cell of its largest column norm.
 
@@ -1269,8 +1282,7 @@ def _one_cell_cases(mech: registry.Mechanism, spec: registry.AuditSpec) -> tuple
     """
     if mech.data_dependent:
         raise ValueError(f"the 'one_cell' audit case needs a strategy; {mech.name!r} is data-dependent")
-    W = (_workloads.marginals((2, 2), [1]) if spec.workload == "marginals"
-         else _workloads.all_range(spec.cells))
+    W = case_workload(spec)
     gaussian = spec.noise == "gaussian"
     delta = CASE_DELTA if gaussian else 0.0
     noise = Gaussian(1.0, CASE_DELTA) if gaussian else Laplace(1.0)

@@ -21,7 +21,9 @@ from .core import error, registry, spectra
 from .privacy import PrivateData, check_noise, validate_counts
 from .privacy.noise import NoiseModel
 from .queries import limits
-from .queries.matrix import Matrix, MatrixTooLargeError, as_matrix
+from .queries.matrix import Matrix, MatrixTooLargeError, Prefix, as_matrix
+from .streaming.bounds import max_std_lower_bound
+from .streaming.workload import is_causal
 
 __all__ = ["compare", "scale_comparison", "StrategyCache", "OBJECTIVES", "UNIT_COLUMNS"]
 
@@ -200,10 +202,18 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
         data-dependent mechanisms on ``x``), ``ratio`` (rmse over the SVD
         bound), ``seconds`` (time to build the strategy, or per empirical
         run), ``rows`` (strategy queries), ``sensitivity`` (in the noise's
-        norm), ``data_dependent``, ``description``, ``source``, ``note``.
+        norm), ``data_dependent``, ``online`` (whether the mechanism releases
+        the answers step by step: only on a causal workload -- square and
+        lower-triangular, such as the running total
+        :func:`dpexplorer.streaming.continual` -- and only for the
+        mechanisms registered ``online``), ``description``, ``source``,
+        ``note``.
         ``df.attrs`` holds ``svd_bound`` (RMSE lower bound, NaN if the
-        workload is too large), ``noise`` (label), ``m``, ``n``, ``workload``,
-        ``objective``.
+        workload is too large), ``max_std_bound`` (a lower bound on
+        ``max_std`` for the running total, the prefix workload, from the
+        factorisation norm: :func:`dpexplorer.streaming.bounds.max_std_lower_bound`;
+        NaN for other workloads), ``noise`` (label), ``m``, ``n``,
+        ``workload``, ``objective``.
 
     Raises
     ------
@@ -234,10 +244,12 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
         x = validate_counts(x, "x", domain=W.domain)
     # SVD bound on the RMSE: sqrt(v · SVDB(W) / m) (HDMM Def. 11); SVDB is cached per workload
     bound = math.sqrt(noise.variance_per_unit * cache.svdb(W) / W.m)
+    causal = is_causal(W)
     rows = []
     for name in mechanisms:
         mech = registry.get(name)
         row = {"mechanism": name, "label": mech.label, "data_dependent": mech.data_dependent,
+               "online": bool(causal and mech.online),
                "description": mech.description, "source": mech.source,
                "rows": np.nan, "sensitivity": np.nan}
         if mech.data_dependent:
@@ -258,14 +270,15 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
         row["ratio"] = r / bound if bound and not math.isnan(bound) else math.nan
         rows.append(row)
     cols = ["mechanism", "label", "rmse", "kind", "ratio", "seconds", "rows", "sensitivity",
-            "data_dependent", "description", "source", "note"]
+            "data_dependent", "online", "description", "source", "note"]
     if objective == "max":
         cols.insert(3, "max_std")
     df = pd.DataFrame(rows, columns=cols)
     key = "max_std" if objective == "max" else "rmse"
     df = df.sort_values(key, na_position="last", kind="stable").reset_index(drop=True)
-    df.attrs.update(svd_bound=bound, noise=noise.label, m=W.m, n=W.n, workload=W.name,
-                    objective=objective)
+    max_bound = max_std_lower_bound(W.n, noise) if isinstance(W, Prefix) else math.nan
+    df.attrs.update(svd_bound=bound, max_std_bound=max_bound, noise=noise.label, m=W.m, n=W.n,
+                    workload=W.name, objective=objective)
     return df
 
 

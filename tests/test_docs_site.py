@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
 #: the engine modules the API reference documents (one page each, subpackages with their modules)
-API_MODULES = ("queries", "privacy", "core", "strategies", "adaptive", "sums", "compare", "accuracy",
-               "mechanism", "evaluate", "audit", "figures", "datasets", "lessons", "sums.study")
+API_MODULES = ("queries", "privacy", "core", "strategies", "adaptive", "sums", "streaming", "compare",
+               "accuracy", "mechanism", "evaluate", "audit", "figures", "datasets", "lessons", "sums.study")
 
 _MISSING = [name for name in ("sphinx", "pydata_sphinx_theme", "myst_nb", "numpydoc")
             if importlib.util.find_spec(name) is None]

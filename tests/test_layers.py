@@ -1,6 +1,6 @@
 """The package's layers: a module imports only from its own layer or the layers below it.
 
-queries < privacy < core < strategies < adaptive, sums < top level < ui, and ``ui/``
+queries < privacy < core < strategies < adaptive, sums, streaming < top level < ui, and ``ui/``
 uses only the public API (no underscore-prefixed module or name).  Walks every
 import statement of every module (module level and inside functions).
 """
@@ -17,9 +17,10 @@ PKG = Path(__file__).resolve().parents[1] / "dpexplorer"
 
 #: Rank of every layer; a module may import a layer of lower or equal rank.
 LAYERS = {"queries": 0, "privacy": 1, "core": 2, "strategies": 3, "adaptive": 4, "sums": 4,
-          "": 5, "ui": 6}
+          "streaming": 4, "": 5, "ui": 6}
 #: Families of equal rank stay independent of each other.
-INDEPENDENT = {frozenset({"adaptive", "sums"})}
+INDEPENDENT = {frozenset({"adaptive", "sums"}), frozenset({"adaptive", "streaming"}),
+               frozenset({"sums", "streaming"})}
 
 
 def _layer(dotted: str) -> str:

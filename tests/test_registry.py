@@ -34,8 +34,7 @@ STRUCTURED_PEAK_BYTES = 2**28
 def _audit_setting(mech: registry.Mechanism):
     """The small workload and unit noise the entry's audit facts name."""
     spec = mech.audit_spec()
-    W = (dpx.workloads.marginals((2, 2), [1]) if spec.workload == "marginals"
-         else dpx.workloads.all_range(spec.cells))
+    W = aud.case_workload(spec)
     noise = dpx.Gaussian(1.0, aud.CASE_DELTA) if spec.noise == "gaussian" else dpx.Laplace(1.0)
     return W, noise
 
@@ -67,11 +66,14 @@ def test_every_entrys_facts_hold(name):
     # structured 1D path: All Range over 2**16 cells, strategy and error, no n × n matrix
     if mech.structured_1d is not False:
         assert mech.structured_reason(BIG) is None and name in compare_view.structured_mechanisms()
+        noise = _audit_setting(mech)[1]  # Gaussian for (ε,δ)-only mechanisms
         W = dpx.workloads.all_range(BIG)
+        if mech.not_applicable(W, noise):  # streaming mechanisms: the running total
+            W = dpx.workloads.prefix(BIG)
         tracemalloc.start()
         try:
-            A = mech.strategy(W, dpx.Laplace(1.0))
-            tse = dpx.error.unit_tse(W, A, 1)
+            A = mech.strategy(W, noise)
+            tse = dpx.error.unit_tse(W, A, noise.norm)
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()

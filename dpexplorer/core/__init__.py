@@ -8,6 +8,7 @@
 ``spectra``       closed-form and structured spectra of range workloads: the
                   SVD bound without an ``n × n`` eigendecomposition
 ``reconstruct``   RECONSTRUCT: least squares ``x̂ = A⁺ y`` for any strategy
+``confidence``    interval half-widths of the answers from their analytic error
 ``optimization``  results and progress reporting of the strategy optimisers
 ``parallel``      BLAS thread limits for long numerical runs
 ================  ============================================================
@@ -16,6 +17,6 @@ Imports only :mod:`dpexplorer.queries` and :mod:`dpexplorer.privacy` (noise
 models) below it; the families above import it.
 """
 
-from . import error, optimization, parallel, reconstruct, registry, spectra  # spectra: SVD bound rule
+from . import confidence, error, optimization, parallel, reconstruct, registry, spectra  # spectra: SVD bound
 
-__all__ = ["error", "optimization", "parallel", "reconstruct", "registry", "spectra"]
+__all__ = ["confidence", "error", "optimization", "parallel", "reconstruct", "registry", "spectra"]

@@ -34,7 +34,7 @@ class NotApplicableError(ValueError):
 
 
 #: Workloads a standard audit case may run a data-independent mechanism on (:class:`AuditSpec`).
-AUDIT_WORKLOADS = ("ranges", "marginals")
+AUDIT_WORKLOADS = ("ranges", "marginals", "prefix")
 #: Noise a standard audit case may run a mechanism under (:class:`AuditSpec`).
 AUDIT_NOISES = ("laplace", "gaussian")
 
@@ -58,13 +58,14 @@ class AuditSpec:
         whole run and partition alone), ``"mwem"``, ``"efpa"``.  ``None``:
         ``"one_record"`` for a data-dependent mechanism, ``"one_cell"``
         otherwise.
-    workload : {"ranges", "marginals"}
+    workload : {"ranges", "marginals", "prefix"}
         Workload of a ``"one_cell"`` case: All Range over :attr:`cells`
-        cells, or the 1-way marginal of a 2 × 2 table (mechanisms whose scope
-        is marginal workloads: DataCube, Fourier, OPT_M, ResidualPlanner).
+        cells, the 1-way marginal of a 2 × 2 table (mechanisms whose scope
+        is marginal workloads: DataCube, Fourier, OPT_M, ResidualPlanner),
+        or the prefix workload over :attr:`cells` steps (continual counting).
     cells : int
-        Domain size of a ``"ranges"`` case (trees need 8 cells to have more
-        than one level of inner nodes).
+        Domain size of a ``"ranges"`` or ``"prefix"`` case (trees need 8
+        cells to have more than one level of inner nodes).
     noise : {"laplace", "gaussian"}
         Noise of a ``"one_cell"`` case: ``"gaussian"`` (at δ =
         :data:`dpexplorer.audit.CASE_DELTA`) for (ε,δ)-only mechanisms.
@@ -140,8 +141,9 @@ class Mechanism:
         Compare page builds it last, or on request.
     structured_1d : bool or callable
         Whether the strategy and its error are built without an ``n × n``
-        matrix for a 1D workload of intervals (All Range, Prefix, Width-k,
-        ranges, with Identity and Total; see
+        matrix for the 1D workloads of intervals in its scope (All Range,
+        Prefix, Width-k, ranges, with Identity and Total; streaming
+        mechanisms: Prefix and Identity; see
         :func:`dpexplorer.gram_ops.gram_operator`), so that the pages compare
         it up to 2**16 cells.  A callable ``why_not(n) -> str | None`` says
         it for a domain of ``n`` cells (None: it is; else why not, in plain
@@ -156,6 +158,17 @@ class Mechanism:
     audit : AuditSpec or None
         How the standard audit cases are built (:func:`dpexplorer.audit.cases`);
         None: the defaults (:meth:`audit_spec`).
+    online : bool
+        Whether the mechanism can release a count over time step by step: on
+        a causal workload (square, lower-triangular ``W``, one answer per
+        step) its answers are ``B (A x + z) = W x + B z`` with ``B A = W``,
+        and answer ``t`` depends on the counts of steps ``0..t`` only, so it
+        can be published at step ``t`` (e.g. a factorisation ``W = B A`` with
+        ``B`` and ``A`` lower-triangular; trees with an online decoder).  The
+        noise ``z`` is independent of the data, so it may be drawn before the
+        stream starts (:class:`dpexplorer.privacy.PrivateStream`).  Least
+        squares over a tree (H2, HB) is not online: later counts enter
+        earlier answers.  See ``dpexplorer/docs/continual.md``.
     """
 
     name: str
@@ -172,6 +185,7 @@ class Mechanism:
     structured_1d: bool | Callable[[int], str | None] = False
     tables: bool = False
     audit: AuditSpec | None = None
+    online: bool = False
 
     def structured_reason(self, n: int) -> str | None:
         """None if :attr:`structured_1d` holds on a 1D interval workload of ``n`` cells, else why not.
@@ -320,7 +334,8 @@ def register(mechanism: Mechanism, replace: bool = False) -> Mechanism:
         wrong type: ``optimizer`` not a bool (or set on a mechanism without a
         builder), ``structured_1d`` neither a bool nor callable (or set
         without a builder), ``tables`` not a bool (or set without a
-        builder), ``audit`` neither None nor an :class:`AuditSpec`.
+        builder), ``audit`` neither None nor an :class:`AuditSpec`,
+        ``online`` not a bool.
     """
     if not isinstance(mechanism, Mechanism):
         raise TypeError(f"register takes a registry.Mechanism, got {type(mechanism).__name__}")
@@ -340,6 +355,8 @@ def register(mechanism: Mechanism, replace: bool = False) -> Mechanism:
     if mechanism.audit is not None and not isinstance(mechanism.audit, AuditSpec):
         raise TypeError(f"{mechanism.name!r}: audit must be a registry.AuditSpec or None, "
                         f"got {type(mechanism.audit).__name__}")
+    if not isinstance(mechanism.online, bool):
+        raise TypeError(f"{mechanism.name!r}: online must be a bool, got {mechanism.online!r}")
     if mechanism.name in REGISTRY and not replace:
         raise ValueError(f"a mechanism named {mechanism.name!r} is already registered")
     REGISTRY[mechanism.name] = mechanism
@@ -366,10 +383,11 @@ def get(name: str) -> Mechanism:
 
 
 def names(data_dependent: bool | None = None, private: bool | None = None,
-          optimizer: bool | None = None, tables: bool | None = None) -> list[str]:
+          optimizer: bool | None = None, tables: bool | None = None,
+          online: bool | None = None) -> list[str]:
     """Registered names in registration order, optionally only those with the given facts.
 
-    ``data_dependent``, ``private``, ``optimizer``, ``tables``: keep only the
+    ``data_dependent``, ``private``, ``optimizer``, ``tables``, ``online``: keep only the
     mechanisms whose :class:`Mechanism` attribute of that name has this
     value (None: any).
     """
@@ -377,4 +395,5 @@ def names(data_dependent: bool | None = None, private: bool | None = None,
             if (data_dependent is None or m.data_dependent == data_dependent)
             and (private is None or m.private == private)
             and (optimizer is None or m.optimizer == optimizer)
-            and (tables is None or m.tables == tables)]
+            and (tables is None or m.tables == tables)
+            and (online is None or m.online == online)]

@@ -317,6 +317,21 @@ class _Boundary:
     def _noisy(self, A: Matrix, noise: NoiseModel, source: RandomSource, label: str, discrete: bool,
                exact_fn: Callable[[], npt.ArrayLike]) -> npt.NDArray[np.float64]:
         """``exact_fn() + z`` for strategy ``A`` (its sensitivity scales ``z``); see :meth:`PrivateData.measure`."""
+        scale = self._charge(A, noise, source, label, discrete)
+        exact = exact_fn()
+        if isinstance(noise, Laplace):
+            return samplers.laplace(exact, scale, source, discrete)
+        return samplers.gaussian(exact, scale, source, discrete)
+
+    def _charge(self, A: Matrix, noise: NoiseModel, source: RandomSource, label: str,
+                discrete: bool) -> float:
+        """Check and record the cost of measuring ``A`` with ``noise``; return the noise scale.
+
+        Everything :meth:`_noisy` does before it draws: the noise, source and
+        size checks, opendp's privacy map (release mode), the spend recorded
+        against the budget.  The caller draws ``A.m`` noise values of this
+        scale, and no more.
+        """
         check_noise(noise)
         samplers.check_source(source)
         limits.check("strategy_rows", A.m, f"measure: rows of strategy {A.name!r}")
@@ -343,10 +358,7 @@ class _Boundary:
                              "ρ")
             text = f"{kind}Gaussian(σ = {scale:.4g}), {cast(Gaussian, noise).calibration} calibration"
         self._record(label, source, noise.epsilon, noise.delta, rho, text, A.m, sens)
-        exact = exact_fn()
-        if isinstance(noise, Laplace):
-            return samplers.laplace(exact, scale, source, discrete)
-        return samplers.gaussian(exact, scale, source, discrete)
+        return float(scale)
 
 
 class PrivateData(_Boundary):

@@ -408,7 +408,7 @@ ADULT = ("capital_gain:100, capital_loss:100, fnlwgt:100, hours_per_week:99, age
          "native_country:42, education:16, occupation:15, workclass:9, marital_status:7, "
          "relationship:6, race:5, sex:2, income:2")
 
-#: Presets of the papers' multi-attribute workloads: key -> :class:`Preset`.
+#: Presets of the papers' workloads (multi-attribute schemas, and a count over time): key -> :class:`Preset`.
 PRESETS = {
     "cps_all_marginals": Preset(
         "CPS: All Marginals (⊗ [I; 1ᵀ])", CPS, (("identity_total", {}, 1.0),),
@@ -426,6 +426,11 @@ PRESETS = {
         "Adult: all 0–3-way marginals", ADULT, (("marginals", {"k": [0, 1, 2, 3]}, 1.0),),
         "HDMM Sec. 11.2 and Tables 6–7 ('3D Marginals': the 470 marginals on at most 3 of the "
         "14 attributes; Identity RMSE 5,352,117.26 for Laplace ε = 1)"),
+    "counts_over_time": Preset(
+        "Counts over time: running total of 1,024 days", "day:1024", (("prefix", {}, 1.0),),
+        "Continual counting: the total so far, published every day from the counts up to that "
+        "day (Fichtenberger, Henzinger & Upadhyay, ICML 2023; Denisov et al., NeurIPS 2022); "
+        "Compare marks the mechanisms that release it day by day as online"),
 }
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 import scipy.signal
+import scipy.sparse.linalg
 
 from .matrix import Identity, Matrix, Prefix, _check_cells, _check_p
 
@@ -183,6 +184,19 @@ class LowerToeplitz(Matrix):
     def inverse(self) -> LowerToeplitz:
         """``C⁻¹``, again lower-triangular Toeplitz (ValueError if ``column[0] == 0``)."""
         return LowerToeplitz(series_inverse(self.column), name=f"{self.name}⁻¹")
+
+    def reconstructor(self):
+        """Least squares ``x̂ = C⁺ y`` as a function of ``y: (T,)`` (RECONSTRUCT).
+
+        ``C`` invertible (``column[0] != 0``): ``C⁻¹ y`` by one FFT convolution
+        with the power-series inverse, ``O(T log T)``.  Singular ``C``: the
+        minimum-norm least-squares solution by scipy's lsmr.
+        """
+        if self.column[0] == 0:
+            op = self.as_linear_operator()
+            return lambda y: scipy.sparse.linalg.lsmr(op, y, atol=1e-10, btol=1e-10,
+                                                      maxiter=max(10 * self.n, 1000))[0]
+        return self.inverse().matvec
 
     def _answer_column(self, W: Matrix) -> np.ndarray | None:
         """First column ``b`` of ``B = W C⁻¹`` when ``W`` is Prefix or Identity over ``T`` cells."""

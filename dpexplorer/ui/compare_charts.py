@@ -24,7 +24,7 @@ from .compare_tasks import EPS_GRID, OPTIMIZING
 __all__ = ["CompareCharts", "rmse_chart", "table_patch", "TABLE_COLUMNS"]
 
 #: Columns of the comparison shown in the table widget.
-TABLE_COLUMNS = ["label", "rmse", "ratio", "seconds", "description", "source", "note"]
+TABLE_COLUMNS = ["label", "rmse", "ratio", "online", "seconds", "description", "source", "note"]
 
 def rmse_chart(df: pd.DataFrame, title: str = "", slots=()) -> hv.Overlay:
     """hv.Bars of the finite ``rmse`` per mechanism (log y), the SVD bound as an hv.HLine.
@@ -241,9 +241,10 @@ class CompareCharts:
         analytic = df[~df["data_dependent"].astype(bool)] if "data_dependent" in df else df
         skipped = analytic[analytic["rmse"].isna() & ~analytic["mechanism"].isin(self.pending)
                            & (analytic["note"] != OPTIMIZING)]
-        if len(skipped):
+        if len(skipped):  # one reason once, with every mechanism it applies to
+            reasons = skipped.groupby("note", sort=False)["label"].agg(", ".join)
             text += "\n\n**No analytic error:** " + "; ".join(
-                f"{r.label} — {r.note}" for r in skipped.itertuples())
+                f"{labels} — {note}" for note, labels in reasons.items())
         running = analytic[analytic["note"] == OPTIMIZING]
         if len(running):
             text += ("\n\n**Optimising** (rows fill in when built): "

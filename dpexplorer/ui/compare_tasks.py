@@ -95,12 +95,13 @@ def _params(mech, objective: str) -> dict:
     """The builder parameters of ``mech`` for ``objective`` (as :func:`dpexplorer.compare` passes them)."""
     return {"objective": objective} if "objective" in mech.params else {}
 
-def _row(mech, unit_tse: float, note: str) -> pd.DataFrame:
-    """A :func:`dpexplorer.compare` row without an analytic error (failed, not run, ...)."""
+def _row(mech, unit_tse: float, note: str, W) -> pd.DataFrame:
+    """A :func:`dpexplorer.compare` row of ``W`` without an analytic error (failed, not run, ...)."""
     return pd.DataFrame([{
         "mechanism": mech.name, "label": mech.label, "rmse": math.nan, "kind": "analytic",
         "ratio": math.nan, "seconds": math.nan, "rows": math.nan, "sensitivity": math.nan,
-        "data_dependent": False, "description": mech.description, "source": mech.source,
+        "data_dependent": False, "online": bool(mech.online and dpx.streaming.is_causal(W)),
+        "description": mech.description, "source": mech.source,
         "note": note, "unit_tse": unit_tse, "unit_max": math.nan}])
 
 
@@ -232,7 +233,7 @@ class CompareWork:
         except Exception as exc:  # noqa: BLE001 - one mechanism failing is reported
             if not isinstance(exc, ValueError):
                 log.exception("mechanism %s failed", name)
-            return _row(mech, math.nan, f"failed: {_message(exc)}"), f"{mech.label}: {_message(exc)}"
+            return _row(mech, math.nan, f"failed: {_message(exc)}", W), f"{mech.label}: {_message(exc)}"
         finally:
             post(lambda: progress.end(serial))
 
@@ -260,7 +261,7 @@ class CompareWork:
             for name in indep:  # rows not built, with the reason (see _not_built)
                 reason = self._not_built(W, name, noise)
                 if reason is not None:
-                    rows[name] = _row(dpx.registry.get(name), math.nan, reason)
+                    rows[name] = _row(dpx.registry.get(name), math.nan, reason, W)
             indep = [n for n in indep if n not in rows]
             later = [n for n in indep if self._built_later(W, n, noise, key[3])]
             now = [n for n in indep if n not in later]
@@ -284,13 +285,13 @@ class CompareWork:
                 except Cancelled:
                     if token != self._token:
                         return  # superseded (new workload or noise norm)
-                    rows[name] = _row(mech, math.nan, CANCELLED)
+                    rows[name] = _row(mech, math.nan, CANCELLED, W)
                     later.append(name)
                     continue
                 if failure:
                     failures.append(failure)
             for name in later:
-                rows[name] = _row(dpx.registry.get(name), math.nan, OPTIMIZING if auto else NOT_RUN)
+                rows[name] = _row(dpx.registry.get(name), math.nan, OPTIMIZING if auto else NOT_RUN, W)
             frames = [rows[n] for n in names if n in rows]
             if dep:
                 try:
@@ -479,7 +480,7 @@ class CompareWork:
                 final_failure = "; ".join(unreported) or None
             for name in rest:
                 done[name] = _row(dpx.registry.get(name), math.nan,
-                                  CANCELLED if token == self._token else NOT_RUN)
+                                  CANCELLED if token == self._token else NOT_RUN, base.W)
             final = merged(rest)
         except Exception as exc:  # noqa: BLE001 - never a traceback in the page
             log.exception("running the optimisers failed")

@@ -67,6 +67,7 @@ from .compare_charts import (
 )
 from .compare_redraws import CompareRedraws
 from .compare_tasks import EPS_GRID, OPTIMIZING, CompareWork, _Base, cached_entry
+from .continual_view import StepErrors
 from .exports import FigureExport
 from .live_plot import LivePlot
 from .optimize_view import SHUTDOWN, OptimizationProgress
@@ -97,7 +98,7 @@ def comparison_table(frame: pd.DataFrame) -> pn.widgets.Tabulator:
     # adding it never pushes ``note`` off the right edge), the text columns taking more
     grow = {"description": 4, "source": 2, "note": 3}
     titles = {"label": "mechanism", "rmse": "RMSE", "ratio": "RMSE / SVD bound",
-              "seconds": "build (s)", "max_std": "worst query std"}
+              "seconds": "build (s)", "max_std": "worst query std", "online": "online"}
     # every header readable: wrapped between words, columns no narrower than its longest word
     columns = list(dict.fromkeys([*frame.columns, "max_std"]))  # the objective may add max_std
     return pn.widgets.Tabulator(
@@ -108,6 +109,8 @@ def comparison_table(frame: pd.DataFrame) -> pn.widgets.Tabulator:
                     "max_std": NumberFormatter(format="0,0.000"),
                     "ratio": NumberFormatter(format="0.000"),
                     "seconds": NumberFormatter(format="0.0000"),
+                    # ✓ for a mechanism that releases a count over time step by step
+                    "online": {"type": "tickCross", "crossElement": False},
                     "description": {"type": "textarea"}, "source": {"type": "textarea"},
                     "note": {"type": "textarea"}})
 
@@ -351,6 +354,8 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
         #: The "ε for this error" mode (accuracy first): fed every comparison shown.
         self.accuracy_first = AccuracyFirst(self.session, submit=self._submit, lock=self._lock,
                                             report=self.session.report)
+        #: "Error over time" (a count over time): per-step errors of the compared strategies.
+        self.step_errors = StepErrors(self, submit=self._submit)
         self.param.watch(lambda e: e.new and self.run_optimizers(), "auto_optimize")
         if self.mechanism not in self.mechanisms():
             self.mechanism = self.mechanisms()[0]
@@ -363,6 +368,11 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
     @property
     def cache(self) -> dpx.StrategyCache:
         return self.session.cache
+
+    @property
+    def shown_workload(self):
+        """The workload of the comparison shown (None before the first)."""
+        return None if self._shown is None else self._shown[0]
 
     @property
     def svd_bound(self) -> float:
@@ -657,8 +667,8 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
                          first.controls(),
                          pn.Row(objective, objective_note, sizing_mode="stretch_width"),
                          pn.Row(auto, run, sizing_mode="stretch_width"),
-                         progress, status, optimizing, results, by_epsilon, per_query, accuracy,
-                         sizing_mode="stretch_width")
+                         progress, status, optimizing, results, by_epsilon, per_query,
+                         self.step_errors.panel(), accuracy, sizing_mode="stretch_width")
         self._panes["root"] = root
         return root
 

@@ -434,13 +434,15 @@ class ReleaseView(Page, param.Parameterized):
         shown = rec.shown
         true = rec.true_answers[shown]
         released = np.asarray(rec.release.answers)[shown]
-        order = np.argsort(true, kind="stable")
+        # a count over time (the running total): drawn in time order, its band widening
+        over_time = dpx.streaming.is_causal(rec.release.workload)
+        order = np.argsort(shown if over_time else true, kind="stable")
         rank = np.arange(len(shown))
         df = pd.DataFrame({"rank": rank, "query": shown[order], "true": true[order],
                            "released": released[order]})
         sample = "" if len(shown) == rec.true_answers.size else (
             f" (random sample of {len(shown):,} of {rec.true_answers.size:,} queries)")
-        kd = hv.Dimension("rank", label="query, sorted by true answer")
+        kd = hv.Dimension("rank", label="step" if over_time else "query, sorted by true answer")
         layers = []
         if self._matches(sim, rec):
             band = pd.DataFrame({"rank": rank, "q05": sim.q05[order], "q95": sim.q95[order]})
@@ -525,6 +527,13 @@ class ReleaseView(Page, param.Parameterized):
         if not rec.data_dependent:
             methods = sorted(set(r.confidence_intervals(0.95)["ci_method"]))
             text += ("  95 % intervals: " + "; ".join(r.CI_METHODS[m] for m in methods) + ".")
+        if dpx.streaming.is_causal(r.workload):  # a count over time: could it be published daily?
+            online = registry.get(r.mechanism).online
+            text += ("  **Online:** answer t uses only the counts up to step t, so these answers "
+                     "could be published step by step (in Python, `dpx.streaming.release`)."
+                     if online else
+                     "  **Not online:** least squares lets later steps correct earlier answers, "
+                     "so these answers exist only once the whole stream is in.")
         if self.simulation is not None:
             text += (f"  *Simulation: {self.simulation.trials} trials with seeds derived from the "
                      f"simulation seed {self.simulation.seed}, outside the ledger.*")

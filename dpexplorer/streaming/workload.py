@@ -1,0 +1,97 @@
+"""Continual-counting workloads and the scope check of the streaming mechanisms.
+
+A running total published at every step ``t = 0 .. T−1`` is the prefix
+workload ``L: (T, T)`` (row ``t`` sums the counts of steps ``0..t``) answered
+one row at a time: the answer at step ``t`` may use only what was measured up
+to step ``t``.  More generally a workload is *causal* when it is square and
+lower-triangular with a non-zero diagonal: answer ``t`` depends on the counts
+up to ``t`` only and on step ``t``'s own count (Identity -- each step's own
+count -- is one).  Such a ``W`` is invertible, so least squares over an
+invertible lower-triangular strategy ``A`` answers ``W A⁻¹ y``: row ``t``
+uses the measurements up to ``t`` only.  The streaming mechanisms
+(:mod:`dpexplorer.streaming`) apply to causal workloads only; their scope check
+(:func:`scope`) says so before anything is built.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.registry import NotApplicableError
+from ..privacy.noise import NoiseModel
+from ..queries.matrix import DENSE_LIMIT, Identity, Matrix, Prefix, Weighted, _check_cells, as_matrix
+from ..queries.toeplitz import LowerToeplitz
+
+__all__ = ["continual", "is_causal", "scope", "steps"]
+
+
+def continual(T: int) -> Matrix:
+    """The continual-counting workload: the running total after each of ``T`` steps.
+
+    The prefix workload ``L: (T, T)``, ``L[t, s] = 1`` for ``s ≤ t``, named
+    ``"continual"``; answer ``t`` is released at step ``t``.
+
+    Raises
+    ------
+    ValueError
+        If ``T`` is not a positive whole number; ``LimitExceededError`` above the
+        ``cells`` limit (:mod:`dpexplorer.queries.limits`).
+    """
+    return Prefix(_check_cells(T, "continual: T (the number of steps)"), name="continual")
+
+
+def _base(W: Matrix) -> Matrix | None:
+    """The matrix under scalar weights, or None if a weight is 0."""
+    while isinstance(W, Weighted):
+        if W.weight == 0:
+            return None
+        W = W.base
+    return W
+
+
+def is_causal(W) -> bool:
+    """Whether ``W`` is square, lower-triangular with a non-zero diagonal, over one attribute.
+
+    Answer ``t`` then uses the counts of steps ``0..t`` only.  Prefix,
+    Identity and lower-triangular Toeplitz matrices (and their non-zero
+    scalar multiples) are recognised by type, at any size; any other 1D
+    matrix is checked entry by entry when it has at most the dense limit's
+    entries, and is not causal above it.
+    """
+    W = as_matrix(W)
+    if W.shape[0] != W.shape[1] or len(W.domain) != 1:
+        return False
+    base = _base(W)
+    if base is None:
+        return False
+    if isinstance(base, Prefix | Identity):
+        return True
+    if isinstance(base, LowerToeplitz):
+        return bool(base.column[0] != 0)
+    if W.n * W.n > DENSE_LIMIT:
+        return False
+    M = W.dense()
+    return not np.any(np.triu(M, 1)) and bool(np.all(np.diag(M) != 0))
+
+
+def scope(W: Matrix, noise: NoiseModel) -> None:
+    """Refuse, before any build, a workload that is not a continual count.
+
+    Raises
+    ------
+    NotApplicableError
+        If ``W`` is not square and lower-triangular with a non-zero diagonal over a 1D
+        domain of steps.
+    """
+    W = as_matrix(W)
+    if not is_causal(W):
+        raise NotApplicableError(
+            f"streaming mechanisms answer a count over time: one answer per step over one ordered "
+            f"attribute, answer t using the counts of steps 0..t and step t's own (a square, "
+            f"lower-triangular workload with a non-zero diagonal), such as the running total "
+            f"(Prefix); {W.name!r} has shape {W.shape} over the domain {W.domain}")
+
+
+def steps(W: Matrix) -> int:
+    """``T``, the number of steps of a causal workload (its number of cells)."""
+    return as_matrix(W).n

@@ -1,0 +1,125 @@
+"""The Compare page's "Error over time": each mechanism's standard deviation against the step.
+
+Shown when the compared workload is a count over time (square and
+lower-triangular: the preset *Counts over time*, Prefix, Identity).  The
+numbers are :func:`dpexplorer.streaming.analysis.step_errors` (tested without
+Panel), from the strategies the comparison built (the page's cache): one line
+per mechanism with an analytic error, solid for the online ones, dashed for
+those that are not (least squares over a tree), with the factorisation lower
+bound on the worst step for the running total.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import holoviews as hv
+import pandas as pd
+import panel as pn
+import param
+
+import dpexplorer as dpx
+
+from .messages import exception_message
+
+__all__ = ["StepErrors", "step_plot"]
+
+log = logging.getLogger(__name__)
+
+HEADER = ("### Error over time\nThe standard deviation of each step's answer (counts): how the "
+          "noise of the running total grows as the days go by.  Solid lines: **online** "
+          "mechanisms, which can publish each day's answer that day; dashed: least squares over "
+          "all the days, known only at the end.")
+
+
+def step_plot(frame: pd.DataFrame | None, bound: float = math.nan) -> hv.Overlay:
+    """hv.Curve per mechanism of ``frame`` (:func:`~dpexplorer.streaming.analysis.step_errors`)."""
+    if frame is None or not len(frame):
+        return hv.Overlay([hv.Curve([], "step", "std")]).opts(
+            title="No count over time compared yet", responsive=True, height=360)
+    curves = []
+    for label, part in frame.groupby("label", sort=False):
+        curves.append(hv.Curve(part, hv.Dimension("step", label="step"),
+                               [hv.Dimension("std", label="std of the answer (counts)")],
+                               label=str(label)).opts(
+            line_dash="solid" if bool(part["online"].iloc[0]) else "dashed", line_width=2,
+            tools=["hover"]))
+    if math.isfinite(bound):
+        curves.append(hv.HLine(bound, label="bound on the worst step").opts(
+            color="#d62728", line_dash="dotted", line_width=2))
+    return hv.Overlay(curves).opts(
+        title=f"Per-step error over {frame.attrs.get('T', 0):,} steps, {frame.attrs.get('noise', '')}",
+        responsive=True, height=360, legend_position="top_left", logy=True, shared_axes=False)
+
+
+class StepErrors(param.Parameterized):
+    """The per-step errors of the compared strategies, recomputed when the comparison changes.
+
+    ``page``: the :class:`~dpexplorer.ui.compare_view.ComparePage` (its
+    ``table``, ``shown_workload``, ``objective``, ``session`` and ``cache``);
+    ``submit``: how it runs a background job ``fn(post, *args)``.
+    """
+
+    frame = param.DataFrame(default=None, allow_None=True, constant=True, precedence=-1)
+    bound = param.Number(default=math.nan, constant=True, precedence=-1)
+    note = param.String(default="", constant=True, precedence=-1)
+
+    def __init__(self, page, submit, **params):
+        super().__init__(**params)
+        self.page, self._submit = page, submit
+        page.param.watch(lambda *_: self.refresh(), "table")
+
+    def _update(self, **values) -> None:
+        with param.edit_constant(self):
+            self.param.update(**values)
+
+    def refresh(self) -> None:
+        """Start computing the chart's data for the page's current table (a background job)."""
+        page, table = self.page, self.page.table
+        W = page.shown_workload
+        if table is None or W is None or not dpx.streaming.is_causal(W):
+            self._update(frame=None, note="")
+            return
+        try:
+            noise = page.session.noise_model()
+        except ValueError:
+            return  # the page reports it
+        names = [r.mechanism for r in table.itertuples()
+                 if not r.data_dependent and isinstance(r.rmse, float) and math.isfinite(r.rmse)]
+        self._submit(self._job, W, noise, names, table)
+
+    def _job(self, post, W, noise, names, table) -> None:
+        try:
+            strategies = {}
+            for name in names:
+                params = {"objective": self.page.objective} if "objective" in dpx.registry.get(
+                    name).params else {}
+                A = self.page.cache.entry(W, name, noise, params)[0]
+                if A is not None:
+                    strategies[name] = A
+            frame = dpx.streaming.analysis.step_errors(W, noise, strategies)
+            bound = (dpx.streaming.bounds.max_std_lower_bound(W.n, noise)
+                     if isinstance(W, dpx.matrix.Prefix) else math.nan)
+            note = ""
+        except Exception as exc:  # noqa: BLE001 - shown as a note, never a traceback
+            log.info("per-step errors failed: %s", exc)
+            frame, bound, note = None, math.nan, f"Error over time unavailable: {exception_message(exc)}"
+
+        def done():
+            if self.page.table is table:  # not superseded meanwhile
+                self._update(frame=frame, bound=bound, note=note)
+        post(done)
+
+    @param.depends("frame", "bound")
+    def plot(self) -> hv.Overlay:
+        return step_plot(self.frame, self.bound)
+
+    def panel(self) -> pn.Column:
+        return pn.Column(pn.pane.Markdown(HEADER, sizing_mode="stretch_width"),
+                         pn.pane.Alert(self.param.note, alert_type="info",
+                                       visible=pn.bind(bool, self.param.note)),
+                         pn.pane.HoloViews(self.plot, sizing_mode="stretch_width", height=380),
+                         visible=pn.bind(lambda f, n: f is not None or bool(n),
+                                         self.param.frame, self.param.note),
+                         sizing_mode="stretch_width")

@@ -1,0 +1,140 @@
+"""Stream releases (dpx.streaming.release / simulate through dpx.privacy.PrivateStream): the whole
+stream charged before the first draw, answers equal to the matrix mechanism's, causal, with the
+analytic per-step error."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import dpexplorer as dpx
+from dpexplorer.privacy import PrivateStream
+
+GAUSS = dpx.Gaussian(1.0, 1e-6)
+ZCDP = dpx.Gaussian(1.0, 1e-6, calibration="zcdp")
+
+
+def _counts(T, seed=0):
+    return np.random.default_rng(seed).integers(0, 20, T)
+
+
+def test_the_whole_stream_is_charged_before_the_first_step_and_refused_over_budget():
+    ledger = dpx.PrivacyLedger(epsilon_budget=1.5)
+    pulled = []
+
+    def counts():
+        for value in _counts(32):
+            pulled.append(value)
+            yield int(value)
+
+    lap = dpx.Laplace(1.0)
+    s = dpx.streaming.simulate(counts(), 32, "toeplitz_sqrt", lap, seed=0, ledger=ledger)
+    assert len(ledger.entries) == 1 and ledger.totals()[0] == pytest.approx(1.0) and pulled == []
+    assert ledger.entries[0].queries == 32 and ledger.entries[0].mode == "simulation"
+    next(s)
+    assert len(pulled) == 1 and len(ledger.entries) == 1  # one count read per step, no new charge
+    with pytest.raises(dpx.BudgetExceededError):
+        dpx.streaming.simulate(counts(), 32, "toeplitz_sqrt", lap, seed=0, ledger=ledger)
+    assert len(ledger.entries) == 1
+
+
+@pytest.mark.parametrize("name", ["toeplitz_sqrt", "identity", "workload", "tree_online", "kary_tree"])
+def test_stream_answers_are_the_matrix_mechanisms_answers(name):
+    """Same seed, same noise draws: the stream's answers equal dpx.simulate's W x̂ (the batch
+    release of the same strategy), so the stream adds exactly the audited mechanism's noise."""
+    T = 64
+    x = _counts(T, 1)
+    noise = dpx.Laplace(0.7) if name != "toeplitz_sqrt" else GAUSS
+    stream = [s.answer for s in dpx.streaming.simulate(x, T, name, noise, seed=5, counts_only=False)]
+    batch = dpx.simulate(x, dpx.streaming.continual(T), name, noise, seed=5, counts=False).answers
+    np.testing.assert_allclose(stream, batch, rtol=1e-9, atol=1e-7)
+
+
+def test_an_answer_never_depends_on_later_counts():
+    T, k = 48, 20
+    x = _counts(T, 2)
+    y = x.copy()
+    y[k + 1:] += 7
+    a = [s.answer for s in dpx.streaming.simulate(x, T, "toeplitz_sqrt", GAUSS, seed=9)]
+    b = [s.answer for s in dpx.streaming.simulate(y, T, "toeplitz_sqrt", GAUSS, seed=9)]
+    assert a[:k + 1] == b[:k + 1] and a[k + 1:] != b[k + 1:]
+
+
+def test_mechanisms_that_are_not_online_are_refused():
+    with pytest.raises(ValueError, match="not online.*toeplitz_sqrt"):
+        dpx.streaming.simulate([1, 2], 2, "h2", GAUSS, seed=0)
+    with pytest.raises(ValueError, match="zCDP"):
+        dpx.streaming.release([1, 2], 2, "toeplitz_sqrt", GAUSS)
+    with pytest.raises(ValueError, match="seed"):
+        dpx.streaming.simulate([1, 2], 2, "toeplitz_sqrt", GAUSS)
+    with pytest.raises(ValueError, match="noise"):
+        dpx.streaming.simulate([1, 2], 2, "toeplitz_sqrt", seed=0)
+    with pytest.raises(ValueError, match="answers"):
+        dpx.streaming.simulate([1, 2], 2, "toeplitz_sqrt", GAUSS, seed=0, answers="totals")
+
+
+def test_a_release_uses_the_os_csprng_and_says_so():
+    ledger = dpx.PrivacyLedger()
+    s = dpx.streaming.release(_counts(16), 16, "toeplitz_sqrt", ZCDP, ledger=ledger)
+    steps = list(s)
+    assert s.mode == "release" and s.seed is None and ledger.entries[0].mode == "release"
+    assert len(steps) == 16 and all(st.low < st.answer < st.high for st in steps)
+    assert list(s.to_frame().columns) == ["t", "answer", "std", "low", "high"]
+
+
+def test_counts_are_checked_and_the_stream_ends_where_it_was_opened():
+    s = dpx.streaming.simulate(iter([1, 2, -1]), 3, "identity", GAUSS, seed=0)
+    next(s), next(s)
+    with pytest.raises(ValueError, match=r"the count of step 2 has 1 negative entry") as info:
+        next(s)
+    assert "-1" not in str(info.value)  # messages name the step, never a value
+    short = list(dpx.streaming.simulate([1, 2], 5, "identity", GAUSS, seed=0))
+    assert len(short) == 2  # the counts ran out: the whole stream was charged all the same
+    long = dpx.streaming.simulate([1, 2, 3], 2, "identity", GAUSS, seed=0)
+    next(long), next(long)
+    with pytest.raises(ValueError, match="more counts"):
+        next(long)
+    kernel = PrivateStream([5, 6], 2)
+    assert "5" not in repr(kernel) and "6" not in repr(kernel)
+    kernel.release(dpx.streaming.toeplitz_sqrt(2), GAUSS, np.random.default_rng(0),
+                   decode=lambda z: z)
+    with pytest.raises(RuntimeError, match="released once"):
+        kernel.release(dpx.streaming.toeplitz_sqrt(2), GAUSS, np.random.default_rng(0), decode=lambda z: z)
+
+
+def test_stream_errors_have_the_analytic_standard_deviation_per_step():
+    """300 seeded simulations at T = 128: the per-step standardised errors e_t/std_t have mean
+    square 1.  Over 300·128 standardised Gaussian values (correlated across steps, independent
+    across trials), the mean square's standard error is estimated from the 300 per-trial means;
+    |mean − 1| < 6 standard errors fails by chance with probability about 2e-9."""
+    T, trials = 128, 300
+    x = _counts(T, 3)
+    truth = np.cumsum(x)
+    per_trial = []
+    for seed in range(trials):
+        s = dpx.streaming.simulate(x, T, "toeplitz_sqrt", GAUSS, seed=seed)
+        z = (np.array([st.answer for st in s]) - truth) / s.std
+        per_trial.append(np.mean(z * z))
+    per_trial = np.asarray(per_trial)
+    se = per_trial.std(ddof=1) / math.sqrt(trials)
+    assert abs(per_trial.mean() - 1.0) < 6 * se, (per_trial.mean(), se)
+    A = dpx.registry.get("toeplitz_sqrt").strategy(dpx.streaming.continual(T), GAUSS)
+    np.testing.assert_allclose(s.std, dpx.per_query_rmse(dpx.streaming.continual(T), A, GAUSS))
+
+
+def test_blt_noise_is_generated_step_by_step_and_equals_the_batch_release():
+    """A BLT stream draws one z_t per step through its d-buffer filter (memory independent of T);
+    its answers equal the batch matrix mechanism's on the same seed (numpy draws the same
+    normals one at a time as at once)."""
+    T = 200
+    x = _counts(T, 4)
+    s = dpx.streaming.simulate(x, T, "blt", GAUSS, seed=11, params={"buffers": 2}, counts_only=False)
+    assert s.noise_generation == "step by step"
+    stream = [st.answer for st in s]
+    batch = dpx.simulate(x, dpx.streaming.continual(T), "blt", GAUSS, seed=11, counts=False,
+                         params={"buffers": 2}).answers
+    np.testing.assert_allclose(stream, batch, rtol=1e-9, atol=1e-6)
+    s = dpx.streaming.simulate(x, T, "blt", GAUSS, seed=11, params={"buffers": 2}, answers="counts")
+    assert s.noise_generation == "at once"  # the filter is for the running total only
