@@ -159,3 +159,19 @@ def test_step_errors_are_each_strategys_per_step_std_at_the_kept_steps():
     assert list(analysis.sampled_steps(5, 100)) == [0, 1, 2, 3, 4]
     with pytest.raises(ValueError, match="count over time"):
         analysis.step_errors(dpx.workloads.all_range(4), GAUSS, {})
+
+
+def test_blt_memory_against_error_approaches_the_square_root():
+    """BLT with more buffers is never worse on the worst step and approaches √L (within 1 % of its
+    std with 4-5 buffers at T = 4096; FOCS 2024's claim that a few buffers suffice)."""
+    from dpexplorer.streaming import analysis
+
+    df = analysis.blt_tradeoff(4096, GAUSS)
+    assert list(df["buffers"]) == [1, 2, 3, 4, 5] and list(df["memory"]) == [2, 3, 4, 5, 6]
+    assert (np.diff(df["max_std"]) <= 1e-9 * df["max_std"].iloc[0]).all()
+    assert df["ratio"].iloc[-1] < 1.01 and df["ratio"].iloc[0] > 1.05
+    A = registry.get("blt").strategy(dpx.streaming.continual(4096), GAUSS, buffers=3)
+    worst = math.sqrt(dpx.error.per_query_variance(dpx.streaming.continual(4096), A, GAUSS).max())
+    assert df.loc[df["buffers"] == 3, "max_std"].item() == pytest.approx(worst, rel=1e-12)
+    with pytest.raises(ValueError, match="Gaussian"):
+        analysis.blt_tradeoff(64, dpx.Laplace(1.0))

@@ -138,3 +138,26 @@ def test_blt_noise_is_generated_step_by_step_and_equals_the_batch_release():
     np.testing.assert_allclose(stream, batch, rtol=1e-9, atol=1e-6)
     s = dpx.streaming.simulate(x, T, "blt", GAUSS, seed=11, params={"buffers": 2}, answers="counts")
     assert s.noise_generation == "at once"  # the filter is for the running total only
+
+
+def test_banded_noise_is_generated_step_by_step_in_the_memory_of_its_bands():
+    from dpexplorer.queries.toeplitz import BandedNoiseFilter, LowerToeplitz
+
+    rng = np.random.default_rng(8)
+    column = np.concatenate([[1.0], 0.5 ** np.arange(1, 6)])
+    C = LowerToeplitz(np.concatenate([column, np.zeros(94)]))
+    f = C.noise_filter(dpx.streaming.continual(100))
+    assert isinstance(f, BandedNoiseFilter) and f._past.size == 5
+    z = rng.normal(size=100)
+    got = [f.step(v) for v in z]
+    np.testing.assert_allclose(got, np.cumsum(np.linalg.solve(C.dense(), z)), rtol=1e-10, atol=1e-10)
+    assert C.noise_filter(dpx.workloads.identity(100)) is None
+    assert dpx.streaming.toeplitz_sqrt(100).noise_filter(dpx.streaming.continual(100)) is None  # full column
+    T = 300
+    x = _counts(T, 6)
+    s = dpx.streaming.simulate(x, T, "banded", GAUSS, seed=2, params={"bands": 4}, counts_only=False)
+    assert s.noise_generation == "step by step"
+    stream = [st.answer for st in s]
+    batch = dpx.simulate(x, dpx.streaming.continual(T), "banded", GAUSS, seed=2, counts=False,
+                         params={"bands": 4}).answers
+    np.testing.assert_allclose(stream, batch, rtol=1e-9, atol=1e-6)

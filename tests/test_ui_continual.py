@@ -55,3 +55,21 @@ def test_a_count_over_time_draws_every_mechanisms_error_by_step(reported):
     session.workload = dpx.workloads.all_range(64)
     assert page.wait(300)
     assert view.frame is None and not view.panel().visible
+
+
+def test_blt_memory_against_error_is_drawn_under_gaussian_noise(reported):
+    session = Session()
+    session.noise = "Gaussian"
+    session.workload = dpx.streaming.continual(512)
+    page = ComparePage(session, auto_optimize=False)
+    assert page.wait(300) and not reported
+    view = page.step_errors
+    assert view.tradeoff is not None and list(view.tradeoff["buffers"]) == [1, 2, 3, 4, 5]
+    want = dpx.streaming.analysis.blt_tradeoff(512, session.noise_model())
+    np.testing.assert_allclose(view.tradeoff["max_std"], want["max_std"], rtol=1e-9)
+    from dpexplorer.ui.continual_view import memory_plot
+
+    assert len(memory_plot(view.tradeoff)) == 3
+    session.noise = "Laplace"  # BLT is a Gaussian mechanism: no trade-off drawn
+    assert page.wait(300)
+    assert view.tradeoff is None and view.frame is not None

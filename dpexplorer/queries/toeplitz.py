@@ -44,7 +44,12 @@ import scipy.sparse.linalg
 
 from .matrix import Identity, Matrix, Prefix, _check_cells, _check_p
 
-__all__ = ["LowerToeplitz", "causal_convolve", "series_inverse", "sqrt_prefix_column"]
+__all__ = ["LowerToeplitz", "BandedNoiseFilter", "causal_convolve", "series_inverse", "sqrt_prefix_column",
+           "FILTER_BANDS"]
+
+#: Most non-zero diagonals of a strategy whose release noise is generated step by step
+#: (:meth:`LowerToeplitz.noise_filter`): each step costs ``O(b)``.
+FILTER_BANDS = 4096
 
 
 def _column(values, what: str) -> np.ndarray:
@@ -198,6 +203,21 @@ class LowerToeplitz(Matrix):
                                                       maxiter=max(10 * self.n, 1000))[0]
         return self.inverse().matvec
 
+    def noise_filter(self, W: Matrix) -> BandedNoiseFilter | None:
+        """The noise of a stream release of the running total step by step, for a banded ``C``.
+
+        When ``C`` has fewer than ``T`` and at most :data:`FILTER_BANDS` non-zero
+        diagonals (``column[b:] == 0``) and ``W`` is the prefix matrix over its ``T``
+        steps: a :class:`BandedNoiseFilter` (memory ``O(b)``, whatever ``T``);
+        None otherwise (the noise is then drawn whole and decoded).
+        """
+        nonzero = np.flatnonzero(self.column)
+        bands = int(nonzero[-1]) + 1 if nonzero.size else 0
+        if (not isinstance(W, Prefix) or W.shape != self.shape or self.column[0] == 0
+                or bands > FILTER_BANDS or bands >= self.n):  # a full column: one FFT at once
+            return None
+        return BandedNoiseFilter(self.column[:bands])
+
     def _answer_column(self, W: Matrix) -> np.ndarray | None:
         """First column ``b`` of ``B = W C⁻¹`` when ``W`` is Prefix or Identity over ``T`` cells."""
         if W.shape != self.shape or type(W) not in (Prefix, Identity):
@@ -225,3 +245,42 @@ class LowerToeplitz(Matrix):
         if b is None:
             return NotImplemented
         return np.cumsum(b * b)
+
+
+class BandedNoiseFilter:
+    """``(L C⁻¹ z)_t`` step by step for a banded lower-triangular Toeplitz ``C``, in ``O(b)`` memory.
+
+    ``u = C⁻¹ z`` by forward substitution, ``u_t = (z_t − Σ_{1≤j<b} c_j
+    u_{t−j}) / c_0``, keeping the last ``b − 1`` values of ``u``, and a running
+    sum of ``u`` (``L u``): the correlated noise of the running total when the
+    release measures ``C x + z`` (:class:`dpexplorer.privacy.PrivateStream`;
+    banded strategies: Choquette-Choo et al., NeurIPS 2023).  Public: it sees
+    only the noise.
+
+    Parameters
+    ----------
+    column : array, shape (b,)
+        The non-zero head of ``C``'s first column; ``column[0] != 0``.
+
+    Raises
+    ------
+    ValueError
+        If ``column`` is not a finite non-empty 1D array or ``column[0] == 0``.
+    """
+
+    def __init__(self, column):
+        self.column = _column(column, "the band of the first column")
+        if self.column[0] == 0:
+            raise ValueError("a banded filter needs column[0] != 0 (an invertible strategy)")
+        self._past = np.zeros(self.column.size - 1)  # u_{t-1}, u_{t-2}, ...
+        self._total = 0.0
+
+    def step(self, z: float) -> float:
+        """``(L C⁻¹ z)_t`` given this step's noise ``z_t``."""
+        u = (float(z) - float(np.dot(self.column[1:], self._past))) / self.column[0]
+        if self._past.size:
+            self._past = np.roll(self._past, 1)
+            self._past[0] = u
+        self._total += u
+        return self._total
+

@@ -16,9 +16,10 @@ import pandas as pd
 from ..core import error, registry
 from ..privacy.noise import NoiseModel, check_noise
 from ..queries.matrix import Matrix, as_matrix
-from .workload import is_causal
+from .factorisations import toeplitz_sqrt
+from .workload import continual, is_causal
 
-__all__ = ["step_errors", "sampled_steps"]
+__all__ = ["step_errors", "sampled_steps", "blt_tradeoff"]
 
 
 def sampled_steps(T: int, max_points: int = 2000) -> np.ndarray:
@@ -83,3 +84,55 @@ def step_errors(W: Matrix, noise: NoiseModel, strategies: Mapping[str, Matrix],
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
     df.attrs.update(T=W.n, noise=noise.label, worst=worst)
     return df
+
+
+def blt_tradeoff(T: int, noise: NoiseModel, buffers=(1, 2, 3, 4, 5), objective: str = "max") -> pd.DataFrame:
+    """Memory against error of BLT factorisations of the running total over ``T`` steps.
+
+    For each number of buffers ``d``, the BLT optimised for ``objective``
+    (:func:`dpexplorer.streaming.blt.blt`; Dvijotham, McMahan, Pillutla,
+    Steinke & Thakurta, FOCS 2024): the numbers its release keeps between
+    steps (``d`` buffers and the running sum, :class:`~dpexplorer.streaming.blt.StreamingNoise`),
+    its worst-step and mean error, and the ratio of its worst-step standard
+    deviation to the square root's (:func:`~dpexplorer.streaming.toeplitz_sqrt`,
+    which keeps ``T`` numbers: all the noise).
+
+    Parameters
+    ----------
+    T : int
+    noise : NoiseModel
+        Gaussian (BLT is a Gaussian-noise mechanism).
+    buffers : iterable of int
+        Numbers of buffers, each in 1..:data:`~dpexplorer.streaming.blt.MAX_BUFFERS`.
+    objective : {"max", "sum"}
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``buffers``, ``memory`` (numbers kept), ``max_std``, ``rmse``
+        (counts), ``ratio`` (``max_std`` over the square root's); ``attrs``:
+        ``sqrt_max_std``, ``sqrt_rmse``, ``T``, ``noise``.
+
+    Raises
+    ------
+    ValueError
+        For Laplace noise, a bad ``T``, number of buffers or objective.
+    """
+    from . import blt as _blt
+
+    check_noise(noise)
+    if noise.norm != 2:
+        raise ValueError("BLT is optimised for Gaussian noise (L2 sensitivity); choose Gaussian noise")
+    W = continual(T)
+    std = error.per_query_rmse(W, toeplitz_sqrt(W.n), noise)
+    ref_max, ref_rmse = float(std.max()), float(np.sqrt(np.mean(std ** 2)))
+    rows = []
+    for d in buffers:
+        A = _blt.blt(W.n, int(d), objective)
+        s = error.per_query_rmse(W, A, noise)
+        rows.append({"buffers": int(d), "memory": int(d) + 1, "max_std": float(s.max()),
+                     "rmse": float(np.sqrt(np.mean(s ** 2))), "ratio": float(s.max()) / ref_max})
+    df = pd.DataFrame(rows, columns=["buffers", "memory", "max_std", "rmse", "ratio"])
+    df.attrs.update(sqrt_max_std=ref_max, sqrt_rmse=ref_rmse, T=W.n, noise=noise.label)
+    return df
+

@@ -23,7 +23,7 @@ import dpexplorer as dpx
 
 from .messages import exception_message
 
-__all__ = ["StepErrors", "step_plot"]
+__all__ = ["StepErrors", "step_plot", "memory_plot"]
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,12 @@ HEADER = ("### Error over time\nThe standard deviation of each step's answer (co
           "noise of the running total grows as the days go by.  Solid lines: **online** "
           "mechanisms, which can publish each day's answer that day; dashed: least squares over "
           "all the days, known only at the end.")
+
+
+MEMORY_TEXT = ("**BLT: memory against error.**  A BLT release makes each step's correlated "
+               "noise from that step's fresh noise and a few numbers kept from the step before; "
+               "√L needs all the noise drawn so far.  Each point is a BLT optimised for the worst "
+               "step with 1–5 buffers.")
 
 
 def step_plot(frame: pd.DataFrame | None, bound: float = math.nan) -> hv.Overlay:
@@ -53,6 +59,24 @@ def step_plot(frame: pd.DataFrame | None, bound: float = math.nan) -> hv.Overlay
         responsive=True, height=360, legend_position="top_left", logy=True, shared_axes=False)
 
 
+def memory_plot(tradeoff: pd.DataFrame | None) -> hv.Overlay:
+    """BLT's worst-step std against the numbers its release keeps, beside the square root's."""
+    if tradeoff is None or not len(tradeoff):
+        return hv.Overlay([hv.Curve([], "memory", "max_std")]).opts(
+            title="BLT: Gaussian noise only", responsive=True, height=300)
+    x = hv.Dimension("memory", label="numbers kept between steps (buffers + 1)")
+    y = hv.Dimension("max_std", label="worst-step std (counts)")
+    curve = hv.Curve(tradeoff, x, [y, "buffers", "ratio"], label="BLT").opts(
+        line_width=2, tools=["hover"])
+    points = hv.Scatter(tradeoff, x, [y, "buffers", "ratio"], label="BLT").opts(size=8, tools=["hover"])
+    ref = hv.HLine(tradeoff.attrs["sqrt_max_std"], label="√L (keeps all T)").opts(
+        color="#2ca02c", line_dash="dashed", line_width=2)
+    return (curve * points * ref).opts(
+        title=f"Memory against error: BLT over {tradeoff.attrs['T']:,} steps (√L keeps all "
+              f"{tradeoff.attrs['T']:,})", responsive=True, height=300, legend_position="top_right",
+        shared_axes=False)
+
+
 class StepErrors(param.Parameterized):
     """The per-step errors of the compared strategies, recomputed when the comparison changes.
 
@@ -63,6 +87,7 @@ class StepErrors(param.Parameterized):
 
     frame = param.DataFrame(default=None, allow_None=True, constant=True, precedence=-1)
     bound = param.Number(default=math.nan, constant=True, precedence=-1)
+    tradeoff = param.DataFrame(default=None, allow_None=True, constant=True, precedence=-1)
     note = param.String(default="", constant=True, precedence=-1)
 
     def __init__(self, page, submit, **params):
@@ -79,7 +104,7 @@ class StepErrors(param.Parameterized):
         page, table = self.page, self.page.table
         W = page.shown_workload
         if table is None or W is None or not dpx.streaming.is_causal(W):
-            self._update(frame=None, note="")
+            self._update(frame=None, tradeoff=None, note="")
             return
         try:
             noise = page.session.noise_model()
@@ -99,27 +124,40 @@ class StepErrors(param.Parameterized):
                 if A is not None:
                     strategies[name] = A
             frame = dpx.streaming.analysis.step_errors(W, noise, strategies)
-            bound = (dpx.streaming.bounds.max_std_lower_bound(W.n, noise)
-                     if isinstance(W, dpx.matrix.Prefix) else math.nan)
+            running_total = isinstance(W, dpx.matrix.Prefix)
+            bound = dpx.streaming.bounds.max_std_lower_bound(W.n, noise) if running_total else math.nan
+            # BLT's memory against its error: the running total under Gaussian noise (milliseconds
+            # to a second of optimisation per number of buffers at T ≤ 4096)
+            tradeoff = (dpx.streaming.analysis.blt_tradeoff(W.n, noise)
+                        if running_total and noise.norm == 2 else None)
             note = ""
         except Exception as exc:  # noqa: BLE001 - shown as a note, never a traceback
             log.info("per-step errors failed: %s", exc)
-            frame, bound, note = None, math.nan, f"Error over time unavailable: {exception_message(exc)}"
+            frame, bound, tradeoff = None, math.nan, None
+            note = f"Error over time unavailable: {exception_message(exc)}"
 
         def done():
             if self.page.table is table:  # not superseded meanwhile
-                self._update(frame=frame, bound=bound, note=note)
+                self._update(frame=frame, bound=bound, tradeoff=tradeoff, note=note)
         post(done)
 
     @param.depends("frame", "bound")
     def plot(self) -> hv.Overlay:
         return step_plot(self.frame, self.bound)
 
+    @param.depends("tradeoff")
+    def memory(self) -> hv.Overlay:
+        return memory_plot(self.tradeoff)
+
     def panel(self) -> pn.Column:
         return pn.Column(pn.pane.Markdown(HEADER, sizing_mode="stretch_width"),
                          pn.pane.Alert(self.param.note, alert_type="info",
                                        visible=pn.bind(bool, self.param.note)),
                          pn.pane.HoloViews(self.plot, sizing_mode="stretch_width", height=380),
+                         pn.Column(pn.pane.Markdown(MEMORY_TEXT, sizing_mode="stretch_width"),
+                                   pn.pane.HoloViews(self.memory, sizing_mode="stretch_width", height=320),
+                                   visible=pn.bind(lambda t: t is not None, self.param.tradeoff),
+                                   sizing_mode="stretch_width"),
                          visible=pn.bind(lambda f, n: f is not None or bool(n),
                                          self.param.frame, self.param.note),
                          sizing_mode="stretch_width")
