@@ -3,10 +3,10 @@
 Shown when the compared workload is a count over time (square and
 lower-triangular: the preset *Counts over time*, Prefix, Identity).  The
 numbers are :func:`dpexplorer.streaming.analysis.step_errors` (tested without
-Panel), from the strategies the comparison built (the page's cache): one line
-per mechanism with an analytic error, solid for the online ones, dashed for
-those that are not (least squares over a tree), with the factorisation lower
-bound on the worst step for the running total.
+Panel), from the strategies the comparison built (the page's cache): one solid
+line per online mechanism with an analytic error, H2 dashed (least squares over
+a tree: not online), and the factorisation lower bound on the worst step for
+the running total.
 """
 
 from __future__ import annotations
@@ -28,9 +28,12 @@ __all__ = ["StepErrors", "step_plot", "memory_plot"]
 log = logging.getLogger(__name__)
 
 HEADER = ("### Error over time\nThe standard deviation of each step's answer (counts): how the "
-          "noise of the running total grows as the days go by.  Solid lines: **online** "
-          "mechanisms, which can publish each day's answer that day; dashed: least squares over "
-          "all the days, known only at the end.")
+          "noise of the running total grows as the days go by.  Solid lines: the **online** "
+          "mechanisms, which can publish each day's answer that day; dashed: H2, least squares "
+          "over the binary tree of all the days, known only at the end.")
+
+#: The mechanism drawn beside the online ones: the classic tree with least squares (not online).
+REFERENCE = "h2"
 
 
 MEMORY_TEXT = ("**BLT: memory against error.**  A BLT release makes each step's correlated "
@@ -56,7 +59,7 @@ def step_plot(frame: pd.DataFrame | None, bound: float = math.nan) -> hv.Overlay
             color="#d62728", line_dash="dotted", line_width=2))
     return hv.Overlay(curves).opts(
         title=f"Per-step error over {frame.attrs.get('T', 0):,} steps, {frame.attrs.get('noise', '')}",
-        responsive=True, height=360, legend_position="top_left", logy=True, shared_axes=False)
+        responsive=True, height=360, legend_position="right", logy=True, shared_axes=False)
 
 
 def memory_plot(tradeoff: pd.DataFrame | None) -> hv.Overlay:
@@ -110,8 +113,10 @@ class StepErrors(param.Parameterized):
             noise = page.session.noise_model()
         except ValueError:
             return  # the page reports it
+        # the online mechanisms, and H2 (least squares over the binary tree) as the classic reference
         names = [r.mechanism for r in table.itertuples()
-                 if not r.data_dependent and isinstance(r.rmse, float) and math.isfinite(r.rmse)]
+                 if (bool(r.online) or r.mechanism == REFERENCE) and not r.data_dependent
+                 and isinstance(r.rmse, float) and math.isfinite(r.rmse)]
         self._submit(self._job, W, noise, names, table)
 
     def _job(self, post, W, noise, names, table) -> None:
