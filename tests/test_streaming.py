@@ -175,3 +175,22 @@ def test_blt_memory_against_error_approaches_the_square_root():
     assert df.loc[df["buffers"] == 3, "max_std"].item() == pytest.approx(worst, rel=1e-12)
     with pytest.raises(ValueError, match="Gaussian"):
         analysis.blt_tradeoff(64, dpx.Laplace(1.0))
+
+
+@pytest.mark.parametrize("objective", ["sum", "max"])
+def test_lt_opt_is_at_or_below_every_online_mechanism_on_its_own_objective(objective):
+    """LT-Opt (the optimal lower-triangular factorisation, Denisov et al., NeurIPS 2022) against
+    every registered online mechanism on the running total, Gaussian noise, T = 64: the total
+    (objective "sum") or the worst step's variance ("max")."""
+    T = 64
+    W = dpx.streaming.continual(T)
+    A = registry.get("lt_opt").strategy(W, GAUSS, objective=objective)
+    best = dpx.error.per_query_variance(W, A, GAUSS)
+    value = best.sum() if objective == "sum" else best.max()
+    others = [n for n in registry.names(online=True) if n != "lt_opt"]
+    assert {"toeplitz_sqrt", "blt", "banded", "tree_online", "kary_tree", "identity"} <= set(others)
+    for name in others:
+        mech = registry.get(name)
+        params = {"objective": objective} if "objective" in mech.params else {}
+        var = dpx.error.per_query_variance(W, mech.strategy(W, GAUSS, **params), GAUSS)
+        assert value <= (var.sum() if objective == "sum" else var.max()) * (1 + 1e-6), name

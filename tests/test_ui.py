@@ -916,7 +916,7 @@ def test_big_prefix_compares_structured_mechanisms_and_gives_reasons(reported):
     table = page.table.set_index("mechanism")
     noise = session.noise_model()
     structured = list(compare_view.structured_mechanisms())
-    assert structured == ["identity", "h2", "hb", "wavelet", "greedy_h", "banded", "blt", "toeplitz_sqrt",
+    assert structured == ["identity", "h2", "hb", "wavelet", "greedy_h", "toeplitz_sqrt", "blt", "banded",
                           "tree_online", "kary_tree"]
     want = dpx.compare(W, noise, structured).set_index("mechanism")
     for name in structured:

@@ -37,6 +37,8 @@ private continual counting", SODA 2023).
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import numpy as np
 import scipy.linalg
 import scipy.signal
@@ -44,7 +46,7 @@ import scipy.sparse.linalg
 
 from .matrix import Identity, Matrix, Prefix, _check_cells, _check_p
 
-__all__ = ["LowerToeplitz", "BandedNoiseFilter", "causal_convolve", "series_inverse", "sqrt_prefix_column",
+__all__ = ["LowerToeplitz", "BandedNoiseFilter", "StepFilter", "causal_convolve", "series_inverse", "sqrt_prefix_column",
            "FILTER_BANDS"]
 
 #: Most non-zero diagonals of a strategy whose release noise is generated step by step
@@ -203,7 +205,7 @@ class LowerToeplitz(Matrix):
                                                       maxiter=max(10 * self.n, 1000))[0]
         return self.inverse().matvec
 
-    def noise_filter(self, W: Matrix) -> BandedNoiseFilter | None:
+    def noise_filter(self, W: Matrix) -> StepFilter | None:
         """The noise of a stream release of the running total step by step, for a banded ``C``.
 
         When ``C`` has fewer than ``T`` and at most :data:`FILTER_BANDS` non-zero
@@ -245,6 +247,14 @@ class LowerToeplitz(Matrix):
         if b is None:
             return NotImplemented
         return np.cumsum(b * b)
+
+
+class StepFilter(Protocol):
+    """A public causal linear filter of noise: ``step(z_t)`` returns the correlated noise of step ``t``."""
+
+    def step(self, z: Any) -> Any:
+        """The correlated noise of the next step from that step's i.i.d. noise ``z`` (same shape)."""
+        ...  # pragma: no cover - a protocol
 
 
 class BandedNoiseFilter:

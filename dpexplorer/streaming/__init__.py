@@ -30,7 +30,9 @@ Every mechanism here is registered (:mod:`dpexplorer.core.registry`) with
 privacy, core, strategies).
 """
 
-from . import analysis, banded, blt, bounds, factorisations, lt_opt, participation, releases, trees, workload
+# registration order (the order of the comparison's rows): √L, LT-Opt, BLT, banded, the trees
+from . import workload, factorisations, lt_opt, blt, banded, trees  # noqa: I001
+from . import analysis, bounds, participation, releases
 from .blt import BLT, StreamingNoise
 from .factorisations import toeplitz_sqrt
 from .participation import Participation, participation_sensitivity

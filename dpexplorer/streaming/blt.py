@@ -83,7 +83,7 @@ import scipy.signal
 from ..core import optimization, registry
 from ..privacy.noise import NoiseModel
 from ..queries.matrix import Matrix, Prefix, _check_cells
-from ..queries.toeplitz import LowerToeplitz
+from ..queries.toeplitz import LowerToeplitz, StepFilter
 from . import workload
 
 __all__ = ["BLT", "blt", "blt_column", "blt_inverse_parameters", "blt_scales", "StreamingNoise",
@@ -290,7 +290,7 @@ class BLT(LowerToeplitz):
         theta_hat, omega_hat = self.inverse_parameters()
         return BLT(theta_hat, omega_hat, self.n, name=f"{self.name}⁻¹")
 
-    def noise_filter(self, W: Matrix) -> StreamingNoise | None:
+    def noise_filter(self, W: Matrix) -> StepFilter | None:
         """The noise of a stream release step by step (:class:`dpexplorer.privacy.PrivateStream`).
 
         For the running total over this BLT's ``T`` steps: a unit-scale
