@@ -267,11 +267,11 @@ def test_analytic_error_matches_a_seeded_simulation():
     _check_simulation(errors, analytic, cov, sds=5.0, alpha=1e-6)
 
 
-@pytest.mark.slow  # 10000 simulated releases: ~20-40 s on 2 shared cores
+@pytest.mark.slow  # 3000 simulated releases: ~3 s
 def test_analytic_error_matches_a_long_seeded_simulation():
-    # 10000 trials at T = 12: false-failure rate about 6e-7 (5 sd) + 1e-6 (χ² at level 1e-6); the
-    # χ² test then resolves a covariance scaled by ~1.4 % (5 sd of sqrt(2/120000))
-    errors, analytic, cov = _simulated_errors(12, 10000)
+    # 3000 trials at T = 12: false-failure rate about 6e-7 (5 sd) + 1e-6 (χ² at level 1e-6); the
+    # χ² test then resolves a covariance scaled by ~2.6 % (5 sd of sqrt(2/36000))
+    errors, analytic, cov = _simulated_errors(12, 3000)
     _check_simulation(errors, analytic, cov, sds=5.0, alpha=1e-6)
 
 
