@@ -48,7 +48,7 @@ def _entry(W, name, noise, params=None, build=workers.build):
 
 def test_the_optimisers_and_only_they_run_in_a_worker(monkeypatch):
     assert workers.optimizers() == ("opt0", "opt_kron", "opt_plus", "opt_m", "hdmm", "eigen_design",
-                                   "banded", "blt", "lt_opt")
+                                   "lt_opt", "blt", "banded")
     for name in workers.optimizers():
         assert workers.in_worker(dpx.registry.get(name)), name
     for name in ("identity", "h2", "hb", "greedy_h"):
