@@ -124,19 +124,24 @@ def test_stream_errors_have_the_analytic_standard_deviation_per_step():
     np.testing.assert_allclose(s.std, dpx.per_query_rmse(dpx.streaming.continual(T), A, GAUSS))
 
 
+def _step_by_step_equals_the_batch_release(name: str, params: dict, T: int, seed: int) -> None:
+    """The stream's noise is made step by step and its answers equal the batch release's."""
+    x = _counts(T, 4)
+    s = dpx.streaming.simulate(x, T, name, GAUSS, seed=seed, params=params, counts_only=False)
+    assert s.noise_generation == "step by step"
+    stream = [st.answer for st in s]
+    batch = dpx.simulate(x, dpx.streaming.continual(T), name, GAUSS, seed=seed, counts=False,
+                         params=params).answers
+    np.testing.assert_allclose(stream, batch, rtol=1e-9, atol=1e-6)
+
+
 def test_blt_noise_is_generated_step_by_step_and_equals_the_batch_release():
     """A BLT stream draws one z_t per step through its d-buffer filter (memory independent of T);
     its answers equal the batch matrix mechanism's on the same seed (numpy draws the same
     normals one at a time as at once)."""
-    T = 200
-    x = _counts(T, 4)
-    s = dpx.streaming.simulate(x, T, "blt", GAUSS, seed=11, params={"buffers": 2}, counts_only=False)
-    assert s.noise_generation == "step by step"
-    stream = [st.answer for st in s]
-    batch = dpx.simulate(x, dpx.streaming.continual(T), "blt", GAUSS, seed=11, counts=False,
-                         params={"buffers": 2}).answers
-    np.testing.assert_allclose(stream, batch, rtol=1e-9, atol=1e-6)
-    s = dpx.streaming.simulate(x, T, "blt", GAUSS, seed=11, params={"buffers": 2}, answers="counts")
+    _step_by_step_equals_the_batch_release("blt", {"buffers": 2}, T=200, seed=11)
+    s = dpx.streaming.simulate(_counts(200, 4), 200, "blt", GAUSS, seed=11, params={"buffers": 2},
+                               answers="counts")
     assert s.noise_generation == "at once"  # the filter is for the running total only
 
 
@@ -153,11 +158,4 @@ def test_banded_noise_is_generated_step_by_step_in_the_memory_of_its_bands():
     np.testing.assert_allclose(got, np.cumsum(np.linalg.solve(C.dense(), z)), rtol=1e-10, atol=1e-10)
     assert C.noise_filter(dpx.workloads.identity(100)) is None
     assert dpx.streaming.toeplitz_sqrt(100).noise_filter(dpx.streaming.continual(100)) is None  # full column
-    T = 300
-    x = _counts(T, 6)
-    s = dpx.streaming.simulate(x, T, "banded", GAUSS, seed=2, params={"bands": 4}, counts_only=False)
-    assert s.noise_generation == "step by step"
-    stream = [st.answer for st in s]
-    batch = dpx.simulate(x, dpx.streaming.continual(T), "banded", GAUSS, seed=2, counts=False,
-                         params={"bands": 4}).answers
-    np.testing.assert_allclose(stream, batch, rtol=1e-9, atol=1e-6)
+    _step_by_step_equals_the_batch_release("banded", {"bands": 4}, T=300, seed=2)
