@@ -40,7 +40,7 @@ def test_the_whole_stream_is_charged_before_the_first_step_and_refused_over_budg
     assert len(ledger.entries) == 1
 
 
-@pytest.mark.parametrize("name", ["toeplitz_sqrt", "identity", "workload", "tree_online", "kary_tree"])
+@pytest.mark.parametrize("name", ["toeplitz_sqrt", "identity", "workload", "tree_online"])
 def test_stream_answers_are_the_matrix_mechanisms_answers(name):
     """Same seed, same noise draws: the stream's answers equal dpx.simulate's W x̂ (the batch
     release of the same strategy), so the stream adds exactly the audited mechanism's noise."""
@@ -63,8 +63,9 @@ def test_an_answer_never_depends_on_later_counts():
 
 
 def test_mechanisms_that_are_not_online_are_refused():
-    with pytest.raises(ValueError, match="not online.*toeplitz_sqrt"):
-        dpx.streaming.simulate([1, 2], 2, "h2", GAUSS, seed=0)
+    for name in ("h2", "kary_tree"):  # least squares over a tree; subtracted nodes closing later
+        with pytest.raises(ValueError, match="not online.*toeplitz_sqrt"):
+            dpx.streaming.simulate([1, 2], 2, name, GAUSS, seed=0)
     with pytest.raises(ValueError, match="zCDP"):
         dpx.streaming.release([1, 2], 2, "toeplitz_sqrt", GAUSS)
     with pytest.raises(ValueError, match="seed"):

@@ -159,16 +159,17 @@ class Mechanism:
         How the standard audit cases are built (:func:`dpexplorer.audit.cases`);
         None: the defaults (:meth:`audit_spec`).
     online : bool
-        Whether the mechanism can release a count over time step by step: on
-        a causal workload (square, lower-triangular ``W``, one answer per
-        step) its answers are ``B (A x + z) = W x + B z`` with ``B A = W``,
-        and answer ``t`` depends on the counts of steps ``0..t`` only, so it
-        can be published at step ``t`` (e.g. a factorisation ``W = B A`` with
-        ``B`` and ``A`` lower-triangular; trees with an online decoder).  The
-        noise ``z`` is independent of the data, so it may be drawn before the
-        stream starts (:class:`dpexplorer.privacy.PrivateStream`).  Least
-        squares over a tree (H2, HB) is not online: later counts enter
-        earlier answers.  See ``dpexplorer/docs/continual.md``.
+        Whether the mechanism releases a count over time step by step: on a
+        causal workload (square, lower-triangular ``W``, one answer per step)
+        answer ``t`` is computed from the measurements taken up to step ``t``
+        -- its decoder ``B`` (``B A = W``) uses no strategy row that closes
+        after ``t`` (a factorisation ``W = B A`` with ``B`` and ``A``
+        lower-triangular; a tree with Honaker's online estimator).  That is
+        what a release whose later counts may depend on earlier answers needs
+        (Denisov, McMahan, Rush, Smith & Thakurta, NeurIPS 2022).  Least
+        squares over a tree (H2, HB) and the k-ary tree with subtraction are
+        not online: their answer at ``t`` uses nodes that close later.  See
+        ``dpexplorer/docs/continual.md``.
     """
 
     name: str

@@ -60,13 +60,14 @@ entirely after it (no data can reach it) is neither measured nor used.
 
 **Online, and in which sense.**  ``tree_online`` is online in the strict sense: answer ``t`` is
 a function of the nodes closed by step ``t`` (its decoder row has no entry on a later node).
-``kary_tree`` is online in the sense of the mechanism: ``B A = L`` is lower-triangular, so the
-release at step ``t`` is ``L_t x + B_t z`` -- the exact running total up to ``t`` plus a fixed
-combination of node noises that can all be drawn before the stream starts -- and depends on the
-counts of steps ``0..t`` only.  But the blocks counting past ``N`` and those taking the excess
-back close after ``t`` (some lie entirely after it; their data parts cancel), so ``B`` itself is
-not supported on closed nodes: ``answer(W, y)`` computes the same numbers from the measured
-``y``, which in a live stream would not all be measured yet.  No strictly online subtraction
+``kary_tree`` is **not** registered as online: ``B A = L``, so its answer at step ``t`` is
+``L_t x + B_t z`` -- the exact running total up to ``t`` plus a fixed combination of node noises
+-- and depends on the counts of steps ``0..t`` only (as least squares over any tree does), but
+the blocks counting past ``N`` and those taking the excess back close after ``t`` (some lie
+entirely after it; their data parts cancel), so the answer is not computed from the
+measurements taken by step ``t``.  That is what a release whose later counts may depend on
+earlier answers needs, and what the registry's ``online`` fact means; the explorer compares the
+k-ary tree (its error is exact) and releases it at once, not step by step.  No strictly online subtraction
 can help on a k-ary tree: aligned blocks nest, so every block inside ``[0, N)`` lies in exactly
 one maximal block of the standard decomposition of ``[0, N)``; a signed combination of closed
 blocks equal to one on ``[0, N)`` restricts to a combination equal to one on each maximal block,
@@ -523,11 +524,11 @@ registry.register(registry.Mechanism(
     "combined with its children by inverse variance (Honaker's online estimator).",
     "Dwork, Naor, Pitassi & Rothblum, STOC 2010; Chan, Shi & Song, ACM TISSEC 2011; Honaker, "
     "TPDP 2015; docs: continual",
-    scope=workload.scope, structured_1d=True, online=True, audit=_AUDIT))
+    scope=workload.running_total_scope, structured_1d=True, online=True, audit=_AUDIT))
 
 registry.register(registry.Mechanism(
     "kary_tree", "k-ary tree", _build_kary_tree,
     "k-ary tree for pure ε: each running total adds or subtracts whole nodes by the balanced "
-    "base-k digits of the step (online: the subtracted noise is drawn in advance).",
+    "base-k digits of the step (not online: a subtracted node may close after the step).",
     "Andersson, Pagh, Steiner & Torkamani, FORC 2025, Sec. 3, Theorem 1; docs: continual",
-    params={"k": DEFAULT_K}, scope=workload.scope, structured_1d=True, online=True, audit=_AUDIT))
+    params={"k": DEFAULT_K}, scope=workload.running_total_scope, structured_1d=True, audit=_AUDIT))

@@ -22,7 +22,7 @@ from ..privacy.noise import NoiseModel
 from ..queries.matrix import DENSE_LIMIT, Identity, Matrix, Prefix, Weighted, _check_cells, as_matrix
 from ..queries.toeplitz import LowerToeplitz
 
-__all__ = ["continual", "is_causal", "scope", "steps"]
+__all__ = ["continual", "is_causal", "scope", "running_total_scope", "steps"]
 
 
 def continual(T: int) -> Matrix:
@@ -90,6 +90,25 @@ def scope(W: Matrix, noise: NoiseModel) -> None:
             f"attribute, answer t using the counts of steps 0..t and step t's own (a square, "
             f"lower-triangular workload with a non-zero diagonal), such as the running total "
             f"(Prefix); {W.name!r} has shape {W.shape} over the domain {W.domain}")
+
+
+def running_total_scope(W: Matrix, noise: NoiseModel) -> None:
+    """Refuse, before any build, a workload that is not the running total (Prefix).
+
+    For mechanisms whose decoder is built for the running total (the online
+    trees): on another causal workload they would answer by least squares,
+    which is not online.
+
+    Raises
+    ------
+    NotApplicableError
+        If ``W`` is not the prefix matrix (or a non-zero multiple of it).
+    """
+    scope(W, noise)
+    if not isinstance(_base(as_matrix(W)), Prefix):
+        raise NotApplicableError(
+            f"this tree answers the running total (Prefix: answer t sums the counts of steps "
+            f"0..t) with its own online decoder; {as_matrix(W).name!r} is another count over time")
 
 
 def steps(W: Matrix) -> int:
