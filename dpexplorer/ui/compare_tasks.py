@@ -95,12 +95,13 @@ def _params(mech, objective: str) -> dict:
     """The builder parameters of ``mech`` for ``objective`` (as :func:`dpexplorer.compare` passes them)."""
     return {"objective": objective} if "objective" in mech.params else {}
 
-def _row(mech, unit_tse: float, note: str, W) -> pd.DataFrame:
-    """A :func:`dpexplorer.compare` row of ``W`` without an analytic error (failed, not run, ...)."""
+def _row(mech, unit_tse: float, note: str, causal: bool) -> pd.DataFrame:
+    """A :func:`dpexplorer.compare` row without an analytic error (failed, not run, ...);
+    ``causal``: whether the workload is a count over time (:func:`dpexplorer.streaming.is_causal`)."""
     return pd.DataFrame([{
         "mechanism": mech.name, "label": mech.label, "rmse": math.nan, "kind": "analytic",
         "ratio": math.nan, "seconds": math.nan, "rows": math.nan, "sensitivity": math.nan,
-        "data_dependent": False, "online": bool(mech.online and dpx.streaming.is_causal(W)),
+        "data_dependent": False, "online": bool(mech.online and causal),
         "description": mech.description, "source": mech.source,
         "note": note, "unit_tse": unit_tse, "unit_max": math.nan}])
 
@@ -233,7 +234,8 @@ class CompareWork:
         except Exception as exc:  # noqa: BLE001 - one mechanism failing is reported
             if not isinstance(exc, ValueError):
                 log.exception("mechanism %s failed", name)
-            return _row(mech, math.nan, f"failed: {_message(exc)}", W), f"{mech.label}: {_message(exc)}"
+            failed = _row(mech, math.nan, f"failed: {_message(exc)}", dpx.streaming.is_causal(W))
+            return failed, f"{mech.label}: {_message(exc)}"
         finally:
             post(lambda: progress.end(serial))
 
@@ -258,10 +260,11 @@ class CompareWork:
             indep = [n for n in names if not dpx.registry.get(n).data_dependent]
             dep = [n for n in names if dpx.registry.get(n).data_dependent]
             rows, failures = {}, []
+            causal = dpx.streaming.is_causal(W)
             for name in indep:  # rows not built, with the reason (see _not_built)
                 reason = self._not_built(W, name, noise)
                 if reason is not None:
-                    rows[name] = _row(dpx.registry.get(name), math.nan, reason, W)
+                    rows[name] = _row(dpx.registry.get(name), math.nan, reason, causal)
             indep = [n for n in indep if n not in rows]
             later = [n for n in indep if self._built_later(W, n, noise, key[3])]
             now = [n for n in indep if n not in later]
@@ -285,13 +288,14 @@ class CompareWork:
                 except Cancelled:
                     if token != self._token:
                         return  # superseded (new workload or noise norm)
-                    rows[name] = _row(mech, math.nan, CANCELLED, W)
+                    rows[name] = _row(mech, math.nan, CANCELLED, causal)
                     later.append(name)
                     continue
                 if failure:
                     failures.append(failure)
             for name in later:
-                rows[name] = _row(dpx.registry.get(name), math.nan, OPTIMIZING if auto else NOT_RUN, W)
+                rows[name] = _row(dpx.registry.get(name), math.nan, OPTIMIZING if auto else NOT_RUN,
+                                  causal)
             frames = [rows[n] for n in names if n in rows]
             if dep:
                 try:
@@ -480,7 +484,8 @@ class CompareWork:
                 final_failure = "; ".join(unreported) or None
             for name in rest:
                 done[name] = _row(dpx.registry.get(name), math.nan,
-                                  CANCELLED if token == self._token else NOT_RUN, base.W)
+                                  CANCELLED if token == self._token else NOT_RUN,
+                                  dpx.streaming.is_causal(base.W))
             final = merged(rest)
         except Exception as exc:  # noqa: BLE001 - never a traceback in the page
             log.exception("running the optimisers failed")
