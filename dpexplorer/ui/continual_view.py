@@ -32,6 +32,9 @@ HEADER = ("### Error over time\nThe standard deviation of each step's answer (co
           "mechanisms, which can publish each day's answer that day; dashed: H2, least squares "
           "over the binary tree of all the days, known only at the end.")
 
+#: Most steps for which BLT's memory against error is drawn (its five optimisations run here).
+MAX_TRADEOFF_STEPS = 4096
+
 #: The mechanism drawn beside the online ones: the classic tree with least squares (not online).
 REFERENCE = "h2"
 
@@ -117,6 +120,7 @@ class StepErrors(param.Parameterized):
         names = [r.mechanism for r in table.itertuples()
                  if (bool(r.online) or r.mechanism == REFERENCE) and not r.data_dependent
                  and isinstance(r.rmse, float) and math.isfinite(r.rmse)]
+        self._update(note="Computing the error over time…" if self.frame is None else self.note)
         self._submit(self._job, W, noise, names, table)
 
     def _job(self, post, W, noise, names, table) -> None:
@@ -131,10 +135,11 @@ class StepErrors(param.Parameterized):
             frame = dpx.streaming.analysis.step_errors(W, noise, strategies)
             running_total = isinstance(W, dpx.matrix.Prefix)
             bound = dpx.streaming.bounds.max_std_lower_bound(W.n, noise) if running_total else math.nan
-            # BLT's memory against its error: the running total under Gaussian noise (milliseconds
-            # to a second of optimisation per number of buffers at T ≤ 4096)
+            # BLT's memory against its error: the running total under Gaussian noise, up to
+            # MAX_TRADEOFF_STEPS (0.02-0.35 s of optimisation per number of buffers at 4,096 steps,
+            # measured; at 2**16 it would be seconds in this thread, not in an optimiser's worker)
             tradeoff = (dpx.streaming.analysis.blt_tradeoff(W.n, noise)
-                        if running_total and noise.norm == 2 else None)
+                        if running_total and noise.norm == 2 and W.n <= MAX_TRADEOFF_STEPS else None)
             note = ""
         except Exception as exc:  # noqa: BLE001 - shown as a note, never a traceback
             log.info("per-step errors failed: %s", exc)
