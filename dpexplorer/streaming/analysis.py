@@ -25,6 +25,11 @@ __all__ = ["step_errors", "sampled_steps", "blt_tradeoff"]
 def sampled_steps(T: int, max_points: int = 2000) -> np.ndarray:
     """At most ``max_points`` steps of ``0..T−1``, evenly spaced, first and last included.
 
+    Returns
+    -------
+    ndarray of int64, shape (min(T, max_points),) or fewer (rounding may merge two)
+        Increasing step indices.
+
     Raises
     ------
     ValueError

@@ -110,6 +110,7 @@ from ..core import optimization, registry
 from ..core.parallel import blas_limit
 from ..core.registry import NotApplicableError
 from ..privacy.noise import NoiseModel
+from ..queries import limits
 from ..queries.matrix import Dense, Identity, Matrix, Prefix, as_matrix
 from . import workload
 
@@ -146,12 +147,6 @@ def _check_objective(objective) -> str:
         raise ValueError(f"objective must be one of {OBJECTIVES} (total squared error, or the largest "
                          f"per-step variance), got {objective!r}")
     return objective
-
-
-def _check_count(value, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{what} must be a whole number >= 1, got {value!r}")
-    return int(value)
 
 
 def _check_tol(tol) -> float:
@@ -579,11 +574,11 @@ def lt_opt(W, objective: str = "sum", *, tol: float = DEFAULT_TOL, maxiter: int 
     t0 = time.perf_counter()
     objective = _check_objective(objective)
     tol = _check_tol(tol)
-    maxiter = _check_count(maxiter, "maxiter")
+    maxiter = limits.whole_number(maxiter, "maxiter")
     if max_steps is not None:
-        max_steps = _check_count(max_steps, "max_steps")
+        max_steps = limits.whole_number(max_steps, "max_steps")
     if blas_threads is not None:
-        blas_threads = _check_count(blas_threads, "blas_threads")
+        blas_threads = limits.whole_number(blas_threads, "blas_threads")
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     if not isinstance(W, Matrix | np.ndarray | list | tuple):

@@ -89,7 +89,7 @@ import scipy.sparse
 from ..core import registry
 from ..core.reconstruct import reconstruct
 from ..privacy.noise import NoiseModel
-from ..queries.matrix import Matrix, Prefix, Sparse, Weighted, _check_cells, _check_limit, as_matrix
+from ..queries.matrix import Matrix, Prefix, Sparse, _check_cells, _check_limit, as_matrix
 from . import workload
 
 __all__ = ["DEFAULT_K", "OnlineTree", "OnlineBinaryTree", "KaryTree", "tree_online", "kary_tree",
@@ -177,10 +177,7 @@ class OnlineTree(Sparse):
 
     def _prefix_weight(self, W: Matrix) -> float | None:
         """``c`` when ``W`` is ``c ·`` the ``T × T`` running total (``Prefix``), else None."""
-        c = 1.0
-        while isinstance(W, Weighted):
-            c *= W.weight
-            W = W.base
+        c, W = workload.unweighted(W)
         if type(W) is Prefix and W.shape == (self.steps, self.steps):
             return c
         return None

@@ -22,7 +22,7 @@ from ..privacy.noise import NoiseModel
 from ..queries.matrix import DENSE_LIMIT, Identity, Matrix, Prefix, Weighted, _check_cells, as_matrix
 from ..queries.toeplitz import LowerToeplitz
 
-__all__ = ["continual", "is_causal", "scope", "running_total_scope", "steps"]
+__all__ = ["continual", "is_causal", "scope", "running_total_scope", "steps", "unweighted"]
 
 
 def continual(T: int) -> Matrix:
@@ -40,13 +40,23 @@ def continual(T: int) -> Matrix:
     return Prefix(_check_cells(T, "continual: T (the number of steps)"), name="continual")
 
 
-def _base(W: Matrix) -> Matrix | None:
-    """The matrix under scalar weights, or None if a weight is 0."""
+def unweighted(W: Matrix) -> tuple[float, Matrix]:
+    """``(c, B)`` with ``W = c · B`` and ``B`` not a :class:`~dpexplorer.queries.matrix.Weighted`.
+
+    Unwraps nested scalar weights (their product is ``c``), so that a
+    weighted running total is recognised as one.
+    """
+    c = 1.0
     while isinstance(W, Weighted):
-        if W.weight == 0:
-            return None
+        c *= W.weight
         W = W.base
-    return W
+    return c, W
+
+
+def _base(W: Matrix) -> Matrix | None:
+    """The matrix under scalar weights, or None if the weight is 0."""
+    c, base = unweighted(W)
+    return None if c == 0 else base
 
 
 def is_causal(W) -> bool:
@@ -57,8 +67,13 @@ def is_causal(W) -> bool:
     scalar multiples) are recognised by type, at any size; any other 1D
     matrix is checked entry by entry when it has at most the dense limit's
     entries, and is not causal above it.
+
+    Raises
+    ------
+    TypeError
+        If ``W`` is neither a :class:`~dpexplorer.queries.matrix.Matrix` nor an array.
     """
-    W = as_matrix(W)
+    W = as_matrix(W)  # TypeError for what is not a matrix
     if W.shape[0] != W.shape[1] or len(W.domain) != 1:
         return False
     base = _base(W)
@@ -112,5 +127,11 @@ def running_total_scope(W: Matrix, noise: NoiseModel) -> None:
 
 
 def steps(W: Matrix) -> int:
-    """``T``, the number of steps of a causal workload (its number of cells)."""
+    """``T``, the number of steps of a causal workload ``W: (T, T)`` (its number of cells).
+
+    Raises
+    ------
+    TypeError
+        If ``W`` is not a matrix.
+    """
     return as_matrix(W).n

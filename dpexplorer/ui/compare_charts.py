@@ -109,10 +109,8 @@ def _limits(values, log: bool = False, pad: float = 1.5):
     return (min(0.0, lo), hi * 1.08 if hi > 0 else 1.0)
 
 def _sample(size: int, limit: int) -> np.ndarray:
-    """Indices of at most ``limit`` evenly spaced rows out of ``size``."""
-    if size <= limit:
-        return np.arange(size)
-    return np.unique(np.linspace(0, size - 1, limit).round().astype(np.int64))
+    """Indices of at most ``limit`` evenly spaced rows out of ``size`` (first and last kept)."""
+    return np.arange(size) if size <= limit else dpx.streaming.analysis.sampled_steps(size, limit)
 
 
 class CompareCharts:
