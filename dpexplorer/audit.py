@@ -660,6 +660,27 @@ class AuditResult:
 
 
 # ============================================================== what one run does
+def _check_pattern(diff: np.ndarray, changed: np.ndarray, participations, mechanism) -> None:
+    """Refuse a pair that is not one person's participation pattern (up to k steps >= b apart)."""
+    if isinstance(mechanism, str):
+        raise ValueError("participations= audits a function that measures with "
+                         "dpx.streaming.Participation(A, k, b); a registered mechanism is calibrated "
+                         "to one cell")
+    try:
+        k, b = (int(v) for v in participations)
+    except (TypeError, ValueError):
+        raise ValueError(f"participations must be (k, b), two whole numbers >= 1, got {participations!r}") from None
+    if k < 1 or b < 1:
+        raise ValueError(f"participations must be (k, b), two whole numbers >= 1, got {participations!r}")
+    values = diff[changed]
+    gaps = np.diff(changed)
+    if not (1 <= changed.size <= k and (np.all(values == 1) or np.all(values == -1))
+            and np.all(gaps >= b)):
+        raise ValueError(f"x0 and x1 must differ by one person's records: +1 (or -1) at 1 to {k} "
+                         f"cells at least {b} apart; they differ at {changed.tolist()[:10]} by "
+                         f"{values.tolist()[:10]}")
+
+
 def _first_difference(x0: np.ndarray, x1: np.ndarray) -> int:
     return int(np.flatnonzero(x0.ravel() != x1.ravel())[0])
 
@@ -1326,7 +1347,8 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
           seed: int = 0, claim: float | None = None, client=None, n_jobs: int | None = None,
           params: dict | None = None, progress: bool = True,
           callback: Callable[[int, int], None] | None = None, chunk: int = DEFAULT_CHUNK,
-          counts: bool = True, features: str | Callable | None = None) -> AuditResult:
+          counts: bool = True, features: str | Callable | None = None,
+          participations: tuple[int, int] | None = None) -> AuditResult:
     """Audit a mechanism's privacy claim on a neighbouring pair: a lower bound on its ε.
 
     Parameters
@@ -1341,7 +1363,7 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
     x0, x1 : array_like, shape (n,)
         Neighbouring data vectors: counts that differ by one record in one
         cell (add/remove-one-record, the neighbouring relation of every
-        mechanism here).
+        mechanism here), or by one person's records under ``participations``.
     epsilon : float
         ε the mechanism runs with (> 0); the claim unless ``claim`` is given.
     delta : float
@@ -1399,6 +1421,13 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
         on the statistic, on every feature, on a logistic-regression score
         (DP-Sniper, Bichsel et al. 2021) and on the likelihood-ratio score of
         the feature vector, all fitted on the first batch only.
+    participations : (k, b), optional
+        Audit the neighbouring relation of a stream in which one person adds
+        1 to the counts of up to ``k`` steps, any two at least ``b`` apart
+        (:mod:`dpexplorer.streaming.participation`): ``x1 − x0`` is then such a
+        pattern (all +1 or all −1).  Only for a function ``mechanism`` (one
+        that measures with :class:`dpexplorer.streaming.Participation`): a
+        registered mechanism is calibrated to one cell.
 
     Returns
     -------
@@ -1408,7 +1437,8 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
     ------
     ValueError
         If ``x0`` and ``x1`` are not neighbours (shapes differ, or they do not
-        differ by exactly 1 in exactly one cell), ε, δ, the claim, the runs or
+        differ by exactly 1 in exactly one cell, or by a pattern of
+        ``participations``), ε, δ, the claim, the runs or
         the confidence are out of range, the statistic or the features are
         unknown or do not apply to the output, or the mechanism is unknown.
     TypeError
@@ -1437,7 +1467,9 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
         raise ValueError(f"x0 and x1 must have the same shape, got {x0.shape} and {x1.shape}")
     diff = (x1 - x0).ravel()
     changed = np.flatnonzero(diff)
-    if changed.size != 1 or abs(diff[changed[0]]) != 1:
+    if participations is not None:
+        _check_pattern(diff, changed, participations, mechanism)
+    elif changed.size != 1 or abs(diff[changed[0]]) != 1:
         raise ValueError("x0 and x1 must be neighbours: differ by exactly one record (±1) in exactly "
                          f"one cell; they differ in {changed.size} cell(s)"
                          + (f" by {diff[changed].tolist()}" if 0 < changed.size <= 5 else ""))

@@ -23,6 +23,7 @@ from .privacy.noise import NoiseModel
 from .queries import limits
 from .queries.matrix import Matrix, MatrixTooLargeError, Prefix, as_matrix
 from .streaming.bounds import max_std_lower_bound
+from .streaming.participation import max_participations, sensitivity_details
 from .streaming.workload import is_causal
 
 __all__ = ["compare", "scale_comparison", "StrategyCache", "OBJECTIVES", "UNIT_COLUMNS"]
@@ -153,7 +154,8 @@ def _build_here(mechanism, W, noise: NoiseModel, params: dict) -> Matrix:
 
 def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
             cache: StrategyCache | None = None, x=None, trials: int = 20,
-            seed: int = 0, objective: str = "sum") -> pd.DataFrame:
+            seed: int = 0, objective: str = "sum", participations: int = 1,
+            separation: int = 1) -> pd.DataFrame:
     """RMSE of every (or the named) registered mechanism for ``W``, against the SVD bound.
 
     Data-independent mechanisms get their analytic RMSE (HDMM Prop. 4).
@@ -191,6 +193,17 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
         by it.  Mechanisms with an ``objective`` parameter (ResidualPlanner)
         are built for the chosen objective; OPT0, OPT⊗, OPT+, OPT_M, HDMM and
         Eigen-Design keep optimising the total squared error.
+    participations, separation : int
+        The privacy unit for counts over time (or any cells): one person adds 1
+        to up to ``participations`` cells, any two at least ``separation``
+        apart (default 1, 1: one cell).  Every strategy's error is then scaled
+        by its participation sensitivity
+        (:func:`dpexplorer.streaming.participation_sensitivity`, exact for
+        Toeplitz and banded strategies, a safe upper bound otherwise;
+        Choquette-Choo et al., NeurIPS 2023, Sec. 2); the data-dependent
+        mechanisms, calibrated to one cell, are listed with NaN and a note.
+        The SVD and factorisation bounds stay those of one cell: still lower
+        bounds, since a person's sensitivity is at least one cell's.
 
     Returns
     -------
@@ -213,18 +226,20 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
         ``max_std`` for the running total, the prefix workload, from the
         factorisation norm: :func:`dpexplorer.streaming.bounds.max_std_lower_bound`;
         NaN for other workloads), ``noise`` (label), ``m``, ``n``,
-        ``workload``, ``objective``.
+        ``workload``, ``objective``, ``participations``, ``separation``.
 
     Raises
     ------
     KeyError
         If a named mechanism is not registered.
     TypeError
-        If ``noise`` is not a noise model, ``cache`` not a :class:`StrategyCache`
-        or a mechanism name not a string.
+        If ``noise`` is not a noise model, ``cache`` not a :class:`StrategyCache`,
+        a mechanism name not a string, or ``participations`` / ``separation``
+        not a whole number.
     ValueError
         If ``x`` is not valid counts over the workload's domain, ``trials`` or
-        ``seed`` is not a whole number (>= 1, >= 0), or the objective is unknown.
+        ``seed`` is not a whole number (>= 1, >= 0), the objective is unknown,
+        or ``participations`` / ``separation`` is below 1.
     """
     check_noise(noise)
     if objective not in OBJECTIVES:
@@ -242,6 +257,7 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
     seed = limits.whole_number(seed, "compare: seed", minimum=0)
     if x is not None:
         x = validate_counts(x, "x", domain=W.domain)
+    several = max_participations(W.n, participations, separation) > 1
     # SVD bound on the RMSE: sqrt(v · SVDB(W) / m) (HDMM Def. 11); SVDB is cached per workload
     bound = math.sqrt(noise.variance_per_unit * cache.svdb(W) / W.m)
     causal = is_causal(W)
@@ -252,19 +268,26 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
                "online": bool(causal and mech.online),
                "description": mech.description, "source": mech.source,
                "rows": np.nan, "sensitivity": np.nan}
-        if mech.data_dependent:
+        if mech.data_dependent and several:
+            row.update(rmse=math.nan, kind="", seconds=math.nan,
+                       note=f"calibrated to one cell: not for {participations} participations")
+        elif mech.data_dependent:
             r, seconds, note = _empirical(name, W, noise, x, trials, seed)
             row.update(rmse=r, kind="simulation" if x is not None else "", seconds=seconds, note=note)
         else:
             params = {"objective": objective} if "objective" in mech.params else {}
             A, value, seconds, note = cache.entry(W, name, noise, params)
-            r = error.rmse_from_unit(value, W.m, noise) if A is not None else math.nan
+            scale = 1.0  # (Δ_k / Δ_1)²: the unit error of a person's k cells over one cell's
+            if A is not None and several:
+                scale, why = _participation_scale(A, participations, separation, noise.norm)
+                note = note or why
+            r = error.rmse_from_unit(value * scale, W.m, noise) if A is not None else math.nan
             row.update(rmse=r, kind="analytic", seconds=seconds, note=note)
             if A is not None:
-                row.update(rows=A.m, sensitivity=A.sensitivity(noise.norm))
+                row.update(rows=A.m, sensitivity=A.sensitivity(noise.norm) * math.sqrt(scale))
             if objective == "max":
                 worst, why = cache.max_variance(W, name, noise, params)
-                row["max_std"] = math.sqrt(noise.variance_per_unit * worst)
+                row["max_std"] = math.sqrt(noise.variance_per_unit * worst * scale)
                 if why and not note:
                     row["note"] = why
         row["ratio"] = r / bound if bound and not math.isnan(bound) else math.nan
@@ -278,8 +301,20 @@ def compare(W, noise: NoiseModel, mechanisms: Iterable[str] | None = None,
     df = df.sort_values(key, na_position="last", kind="stable").reset_index(drop=True)
     max_bound = max_std_lower_bound(W.n, noise) if isinstance(W, Prefix) else math.nan
     df.attrs.update(svd_bound=bound, max_std_bound=max_bound, noise=noise.label, m=W.m, n=W.n,
-                    workload=W.name, objective=objective)
+                    workload=W.name, objective=objective, participations=int(participations),
+                    separation=int(separation))
     return df
+
+
+def _participation_scale(A: Matrix, k: int, b: int, p: int) -> tuple[float, str]:
+    """``(Δ_k(A)/Δ_1(A))²`` and a note (an upper bound, or why it is unknown: NaN)."""
+    try:
+        details = sensitivity_details(A, k, b, p)
+    except (MatrixTooLargeError, MemoryError) as exc:
+        return math.nan, f"sensitivity for {k} participations not computed: {exc}"
+    scale = (details.value / A.sensitivity(p)) ** 2
+    return scale, "" if details.exact else (
+        f"sensitivity for {k} participations is an upper bound ({details.method}): error at most this")
 
 
 def scale_comparison(table: pd.DataFrame, noise: NoiseModel, svdb: float, m: int, *,

@@ -25,6 +25,10 @@ from dpexplorer.sums.thresholds import SVTParams, svt_threshold
 
 CONFIDENCE = 1 - 1e-4
 RUNS = 2000  # per data vector in the bound batch (+ 500 to choose the event)
+#: Worker processes per audit: one (inline).  pytest-xdist already runs the tests on every core, and
+#: a pool per audit only adds forks and pickling (about a fifth more CPU on 2 cores); an audit's
+#: result depends on its seed and chunk, not on n_jobs (test_audit_is_reproducible_and_independent_of_workers).
+JOBS = 1
 #: Audits of private mechanisms that assert ``epsilon_lb ≤ claim`` (for the false-alarm budget).
 PRIVATE_AUDITS = [(name, i) for name in registry.names(private=True)
                   for i in range(len(aud.cases(name)))] + [("svt", 0), ("dawa-partition-eps10", 1)]
@@ -147,7 +151,7 @@ def test_audit_result_contents_and_progress():
 @pytest.mark.slow  # tens of seconds on 2 cores: the full suite's
 def test_audit_is_not_vacuous_on_the_laplace_mechanism():
     # identity on one cell is exactly ε-DP: the bound gets close to the claim, never above it
-    r = aud.audit("identity", [0], [1], 1.0, runs=20_000, seed=3, confidence=CONFIDENCE)
+    r = aud.audit("identity", [0], [1], 1.0, runs=20_000, seed=3, confidence=CONFIDENCE, n_jobs=JOBS)
     assert 0.85 < r.epsilon_lb <= 1.0, r.summary()
 
 
@@ -177,7 +181,7 @@ QUICK_AUDITS = {"identity", "mwem", "uniform"}
     for n, i in PRIVATE_AUDITS if n in registry.REGISTRY], ids=_case_ids())
 def test_registered_mechanism_passes_its_audit(name, i):
     case = aud.cases(name)[i]
-    r = case.run(name, 1.0, runs=RUNS, confidence=CONFIDENCE, seed=2024)
+    r = case.run(name, 1.0, runs=RUNS, confidence=CONFIDENCE, seed=2024, n_jobs=JOBS)
     print(r.summary())
     assert r.epsilon_lb <= r.claim, r.summary()
     assert r.ledger_epsilon == pytest.approx(1.0)  # the kernel recorded the whole run's ε
@@ -197,7 +201,8 @@ def _half_scale_laplace(data, rng):
 
 
 def test_half_laplace_scale_is_caught():
-    r = aud.audit(_half_scale_laplace, [0], [1], 1.0, runs=5000, confidence=CONFIDENCE, seed=5)
+    r = aud.audit(_half_scale_laplace, [0], [1], 1.0, runs=5000, confidence=CONFIDENCE, seed=5,
+                 n_jobs=JOBS)
     assert r.ledger_epsilon == pytest.approx(1.0)  # the kernel believes the claim ...
     assert r.violated and r.epsilon_lb > 1.0, r.summary()  # ... the audit refutes it (true ε = 2)
 
@@ -216,7 +221,7 @@ def test_sum_query_svt_passes_its_audit():
     # candidates θ = 1, 2, 4; on x0 the first query c₀ − ρN = 2 − 2 sits exactly at the threshold 0
     # (a large ε_SVT keeps the noise, Laplace(2Δ/ε) and Laplace(4Δ/ε) with Δ = ½, near the change)
     x0, x1 = [2, 0, 0, 2], [3, 0, 0, 2]
-    r = aud.audit(_svt_index, x0, x1, 4.0, runs=RUNS, confidence=CONFIDENCE, seed=7)
+    r = aud.audit(_svt_index, x0, x1, 4.0, runs=RUNS, confidence=CONFIDENCE, seed=7, n_jobs=JOBS)
     print(r.summary())
     assert r.ledger_epsilon == pytest.approx(4.0)
     assert r.epsilon_lb <= r.claim, r.summary()
@@ -257,7 +262,7 @@ def _published_partition_size(data, rng, epsilon=0.1, ratio=0.25):
 def test_simulation_agrees_with_the_exact_probabilities():
     # all singletons ⟺ k ≥ 4; the exact values must lie in the simulated 99.99 % intervals
     r = aud.audit(_published_partition_size, X0, X1, 0.025, event=aud.Event(">=", 4),
-                  runs=20_000, confidence=CONFIDENCE, seed=9)
+                  runs=20_000, confidence=CONFIDENCE, seed=9, n_jobs=JOBS)
     for (est, lo, hi), x in ((r.p0, X0), (r.p1, X1)):
         exact = dawa.published_all_singletons_probability(x, 0.1, 0.25)
         assert lo <= exact <= hi, (est, lo, hi, exact)
@@ -267,7 +272,7 @@ def test_simulation_agrees_with_the_exact_probabilities():
 def test_audit_catches_dawa_as_published():
     # ε = 4, ratio 0.25: the partition claims ε₁ = 1; its loss on this pair is ≈ 2.1·ε₁
     r = aud.audit("dawa_as_published", X0, X1, 4.0, statistic="buckets", claim=1.0, runs=4000,
-                  confidence=CONFIDENCE, seed=1)
+                  confidence=CONFIDENCE, seed=1, n_jobs=JOBS)
     print(r.summary())
     assert r.violated and r.epsilon_lb > 1.0, r.summary()
     exact = math.log(dawa.published_all_singletons_probability(X1, 4.0)
@@ -276,7 +281,7 @@ def test_audit_catches_dawa_as_published():
     # the private default on the same pair and statistic: no violation of ε₁
     ok = aud.audit("dawa", X0, X1, 4.0, statistic="buckets",
                    claim=4.0 * registry.get("dawa").params["ratio"], runs=4000,
-                   confidence=CONFIDENCE, seed=1)
+                   confidence=CONFIDENCE, seed=1, n_jobs=JOBS)
     assert not ok.violated, ok.summary()
 
 

@@ -291,3 +291,32 @@ def test_bad_arguments_are_refused_with_what_is_allowed():
         Participation(Participation(C, 2, 1), 2, 1)
     with pytest.raises(ValueError, match="finite non-empty"):
         best_pattern_sum([np.nan], 1, 1)
+
+
+def test_compare_scales_every_strategy_to_a_persons_participations():
+    """``dpx.compare(..., participations=k, separation=b)``: each data-independent mechanism's RMSE
+    and worst step are those of ``Participation(A, k, b)`` (its strategy with the participation
+    sensitivity), the data-dependent ones are refused in words, and the bounds stay one cell's
+    (lower bounds still: a person's sensitivity is at least one cell's)."""
+    T, k, b = 64, 3, 16
+    W = dpx.streaming.continual(T)
+    noise = dpx.Gaussian(1.0, 1e-6)
+    one = dpx.compare(W, noise, ["toeplitz_sqrt", "h2", "dawa"], objective="max").set_index("mechanism")
+    several = dpx.compare(W, noise, ["toeplitz_sqrt", "h2", "dawa"], objective="max",
+                          participations=k, separation=b)
+    assert several.attrs["participations"] == k and several.attrs["separation"] == b
+    assert several.attrs["svd_bound"] == pytest.approx(one.attrs["svd_bound"])
+    several = several.set_index("mechanism")
+    for name in ("toeplitz_sqrt", "h2"):
+        A = dpx.registry.get(name).strategy(W, noise)
+        P = Participation(A, k, b)
+        assert several.loc[name, "rmse"] == pytest.approx(dpx.error.rmse(W, P, noise), rel=1e-9)
+        assert several.loc[name, "max_std"] == pytest.approx(dpx.per_query_rmse(W, P, noise).max(), rel=1e-9)
+        assert several.loc[name, "sensitivity"] == pytest.approx(P.sensitivity(2), rel=1e-12)
+        assert several.loc[name, "rmse"] > one.loc[name, "rmse"]
+    assert several.loc["toeplitz_sqrt", "note"] == ""  # exact: a monotone Toeplitz column
+    assert math.isnan(several.loc["dawa", "rmse"]) and "participations" in several.loc["dawa", "note"]
+    same = dpx.compare(W, noise, ["toeplitz_sqrt"], participations=4, separation=T)  # one fits
+    assert same.loc[0, "rmse"] == pytest.approx(one.loc["toeplitz_sqrt", "rmse"])
+    with pytest.raises(ValueError, match="participations"):
+        dpx.compare(W, noise, ["toeplitz_sqrt"], participations=0)

@@ -452,6 +452,10 @@ def participation_sensitivity(C, k: int, b: int, p: int = 2) -> float:
     return sensitivity_details(C, k, b, p).value
 
 
+#: Hooks of the base strategy a :class:`Participation` offers as its own (public decoders).
+_DELEGATED = frozenset({"answer", "noise_filter", "reconstructor"})
+
+
 class Participation(Matrix):
     """Strategy ``C`` whose sensitivity counts ``k`` participations ``≥ b`` steps apart; shape of ``C``.
 
@@ -508,6 +512,15 @@ class Participation(Matrix):
 
     def __repr__(self) -> str:
         return f"<Participation {self.name!r} shape={self.shape} k={self.k} b={self.b}>"
+
+    def __getattr__(self, attr: str):
+        # The base's decoders, which do not depend on the sensitivity: its own answers
+        # (``answer(W, y)``), its streaming noise filter (``noise_filter(W)``: the kernel scales
+        # the noise by this wrapper's sensitivity) and its reconstructor.  Nothing else: a hook
+        # that measures (``marginal_measure``) would calibrate to the base's smaller sensitivity.
+        if attr in _DELEGATED:
+            return getattr(self.__dict__["base"], attr)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
 
     def _matmat(self, X):
         return self.base._matmat(X)

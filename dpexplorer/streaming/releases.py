@@ -35,6 +35,7 @@ from ..privacy.noise import Gaussian, NoiseModel, check_noise
 from ..queries import limits
 from ..queries.matrix import Identity, Matrix
 from . import workload
+from .participation import Participation, max_participations
 
 __all__ = ["StreamStep", "StreamRelease", "release", "simulate"]
 
@@ -87,6 +88,12 @@ class StreamRelease:
     noise_generation : {"step by step", "at once"}
         Whether the noise was generated with memory independent of ``T``.
     ledger : PrivacyLedger
+    confidence : float
+    participations, separation : int
+        The privacy unit: a person's counts at up to ``participations`` steps,
+        ``separation`` or more apart.
+    sensitivity : float
+        The strategy's sensitivity for that unit, in the noise's norm (what the noise is scaled to).
     steps : list of StreamStep
         The steps published so far.
     """
@@ -103,6 +110,9 @@ class StreamRelease:
     noise_generation: str
     ledger: PrivacyLedger
     confidence: float
+    participations: int
+    separation: int
+    sensitivity: float
     steps: list[StreamStep] = field(default_factory=list)
     _source: Iterator[float] | None = field(default=None, repr=False)
 
@@ -137,8 +147,8 @@ def _decoder(A: Matrix, W: Matrix):
 
 def _open(counts: Iterable[Any], T: int, mechanism: str, noise: NoiseModel | None, source, seed,
           ledger: PrivacyLedger | None, params: dict | None, answers: Literal["running_total", "counts"],
-          confidence: float,
-          counts_only: bool) -> StreamRelease:
+          confidence: float, counts_only: bool, participations: int,
+          separation: int) -> StreamRelease:
     if noise is None:
         raise ValueError("a stream release needs a noise model: noise=dpx.Laplace(ε) or "
                          "dpx.Gaussian(ε, δ, calibration='zcdp')")
@@ -156,12 +166,17 @@ def _open(counts: Iterable[Any], T: int, mechanism: str, noise: NoiseModel | Non
     if not mech.private:
         raise ValueError(f"{mechanism!r} is a non-private variant kept for study; it is not released")
     A = mech.strategy(W, noise, **(params or {}))  # public: SELECT before any data is read
+    if max_participations(T, participations, separation) > 1:
+        # the neighbouring relation: one person's counts at up to k steps >= b apart; the kernel
+        # scales the noise to the participation sensitivity of A (exact, or a safe upper bound)
+        A = Participation(A, participations, separation)
     std = error.per_query_rmse(W, A, noise)
     half, method = confidence_half_widths(W, A, noise, "continuous", confidence)
     make_filter = getattr(A, "noise_filter", None)
     noise_filter = make_filter(W) if make_filter is not None else None
     data = PrivateStream(counts, T, ledger, counts_only=counts_only)
-    label = f"stream {mechanism} ({answers.replace('_', ' ')}, {T} steps)"
+    who = f", up to {participations} steps {separation} apart" if isinstance(A, Participation) else ""
+    label = f"stream {mechanism} ({answers.replace('_', ' ')}, {T} steps{who})"
     if noise_filter is not None:
         source_iter = data.release(A, noise, source, answers=answers, noise_filter=noise_filter, label=label)
     else:
@@ -169,14 +184,15 @@ def _open(counts: Iterable[Any], T: int, mechanism: str, noise: NoiseModel | Non
     return StreamRelease(mechanism, T, answers, noise, "simulation" if seed is not None else "release",
                          seed, std, half, str(method[0]) if len(set(method)) == 1 else "mixed",
                          "step by step" if noise_filter is not None else "at once", data.ledger,
-                         float(confidence), _source=source_iter)
+                         float(confidence), participations, separation,
+                         A.sensitivity(noise.norm), _source=source_iter)
 
 
 def release(counts: Iterable[Any], T: int, mechanism: str = "toeplitz_sqrt",
             noise: NoiseModel | None = None, *, ledger: PrivacyLedger | None = None,
             params: dict | None = None,
             answers: Literal["running_total", "counts"] = "running_total", confidence: float = 0.95,
-            counts_only: bool = True) -> StreamRelease:
+            counts_only: bool = True, participations: int = 1, separation: int = 1) -> StreamRelease:
     """Open a **release** of a count over ``T`` steps; iterate it to publish each step.
 
     Parameters
@@ -201,6 +217,14 @@ def release(counts: Iterable[Any], T: int, mechanism: str = "toeplitz_sqrt",
         Interval coverage in (2/3, 1).
     counts_only : bool
         Refuse counts that are not non-negative whole numbers (default).
+    participations, separation : int
+        The privacy unit: one person may add 1 to the counts of up to
+        ``participations`` steps, any two at least ``separation`` steps apart
+        (default 1, 1: one step).  The noise is scaled to the strategy's
+        sensitivity over every such pattern
+        (:func:`dpexplorer.streaming.participation_sensitivity`: exact for the
+        Toeplitz and banded strategies, a safe upper bound otherwise;
+        Choquette-Choo et al., NeurIPS 2023, Sec. 2).
 
     Returns
     -------
@@ -211,7 +235,10 @@ def release(counts: Iterable[Any], T: int, mechanism: str = "toeplitz_sqrt",
     ------
     ValueError
         If the mechanism is not online or not private, the noise is missing, ``T``
-        or ``answers`` is invalid, or the mechanism's scope refuses the workload.
+        or ``answers`` is invalid, ``participations`` or ``separation`` is below 1,
+        or the mechanism's scope refuses the workload.
+    TypeError
+        If ``participations`` or ``separation`` is not a whole number.
     KeyError
         If no mechanism has that name.
     BudgetExceededError
@@ -221,14 +248,14 @@ def release(counts: Iterable[Any], T: int, mechanism: str = "toeplitz_sqrt",
         raise ValueError(f"a release with Gaussian noise is accounted in zCDP: use "
                          f"dpx.Gaussian({noise.epsilon:g}, {noise.delta:g}, calibration='zcdp')")
     return _open(counts, T, mechanism, noise, OS_CSPRNG, None, ledger, params, answers, confidence,
-                 counts_only)
+                 counts_only, participations, separation)
 
 
 def simulate(counts: Iterable[Any], T: int, mechanism: str = "toeplitz_sqrt",
              noise: NoiseModel | None = None, *, seed: int | None = None,
              ledger: PrivacyLedger | None = None, params: dict | None = None,
              answers: Literal["running_total", "counts"] = "running_total", confidence: float = 0.95,
-             counts_only: bool = True) -> StreamRelease:
+             counts_only: bool = True, participations: int = 1, separation: int = 1) -> StreamRelease:
     """A **simulation** of :func:`release`: the same stream with a seeded numpy Generator.
 
     Reproducible from ``seed`` (recorded), ``mode = "simulation"``: for
@@ -244,4 +271,4 @@ def simulate(counts: Iterable[Any], T: int, mechanism: str = "toeplitz_sqrt",
         raise ValueError("a simulation needs an explicit seed, a whole number >= 0 (seed=0, 1, ...)")
     seed = limits.whole_number(seed, "stream simulate: seed", minimum=0)
     return _open(counts, T, mechanism, noise, np.random.default_rng(seed), seed, ledger, params,
-                 answers, confidence, counts_only)
+                 answers, confidence, counts_only, participations, separation)
