@@ -1,39 +1,15 @@
 """Accuracy first on the Compare page: the ε each mechanism needs for an error the user states.
 
-The Compare page shows "the error at this ε".  Its switch turns the question
-around ("ε for this error"): the user types a target -- "±50 counts on 95 %
-of queries" (the half-widths of the 95 % confidence intervals a release
-reports), an RMSE per query, or a standard deviation of at most t counts on
-every query (the worst query's) -- and :class:`AccuracyFirst` gives every
-mechanism's smallest ε meeting it, with the SVD bound's ε as the floor
-(RMSE and worst query: the bound limits the mean squared error, which neither
-exceeds, but not a percentile of the interval widths), a bar chart of those ε
-and the privacy–accuracy curve of the chosen metric with the target marked.
-
-The numbers are :mod:`dpexplorer.accuracy`'s, exact for every
-data-independent mechanism:
-
-* RMSE: ``rmse(ε) = sqrt(unit TSE/m) · s(ε)`` from the comparison's stored
-  unit-noise TSE (HDMM Prop. 4), inverted in closed form for the sidebar's
-  noise (:func:`dpexplorer.accuracy.noise_for_std`) -- arithmetic only.
-* ±t on 95 % of queries, and the worst query's std (``max_i sqrt(Var_i)``,
-  metric ``"max"``): each mechanism's
-  :func:`dpexplorer.accuracy.error_profile` (its per-query interval
-  half-widths or variances, computed once per workload, mechanism, metric and
-  noise family in a background job, strategies from the session's cache),
-  then ``ErrorProfile.epsilon_for`` per target.
-
-Data-dependent mechanisms (DAWA, MWEM, ...) have no formula for their error,
-so none for ε: their rows say so until the user asks for a study on the
-session's dataset (:meth:`AccuracyFirst.simulate`, the button "Estimate by
-simulation on <dataset>"): :func:`dpexplorer.epsilon_for` with ``x`` the
-dataset's counts, treated as public benchmark data, ``seed`` the sidebar's
-simulation seed and :attr:`AccuracyFirst.sim_trials` seeded runs per ε, which
-gives ε and a 95 % band for it.  It runs in a background job, one mechanism
-after another with the progress shown, and can be cancelled (it stops
-within one seeded run); the rows of the mechanisms simulated say
-"simulation (seed …, … trials) on <dataset>".
-Nothing is released and nothing is spent.
+The user states a target -- ±t counts on 95 % of queries (the half-widths of the 95 %
+intervals a release reports), an RMSE per query, or a std of at most t on every query --
+and :class:`AccuracyFirst` gives each mechanism's smallest ε meeting it, the SVD bound's ε
+as a floor (RMSE and worst query only: it limits the mean squared error), a bar chart of
+those ε and the metric over ε.  The numbers are :mod:`dpexplorer.accuracy`'s: the RMSE
+inverts ``rmse(ε) = sqrt(unit TSE/m) · s(ε)`` (HDMM Prop. 4) in closed form, the others
+use each mechanism's :func:`~dpexplorer.accuracy.error_profile` (a background job).
+Data-dependent mechanisms have no formula: :meth:`AccuracyFirst.simulate` estimates their ε
+with :func:`dpexplorer.epsilon_for` on the session's dataset, treated as public benchmark
+data (seeded, cancellable, nothing released or spent).
 """
 
 from __future__ import annotations
@@ -67,8 +43,8 @@ MODES = {"Error at this ε": "error", "ε for this error": "epsilon"}
 TARGET_METRICS = {"± counts on 95 % of queries": "ci95", "RMSE per query": "rmse",
                   "Std on every query (worst query)": "max"}
 
-#: Columns of the target table (:func:`dpexplorer.accuracy.target_table`).
-TARGET_COLUMNS = dpx.accuracy.TARGET_COLUMNS
+#: Read-only outputs.
+_OUT = {"constant": True, "precedence": -1}
 
 ADAPTIVE_NOTE = ("adapts to the data: its error has no formula, so the ε it needs depends on "
                  "the data ('Estimate by simulation' studies it on the selected dataset)")
@@ -81,22 +57,29 @@ def _family_key(noise) -> tuple:
     return (type(noise).__name__, getattr(noise, "delta", 0.0), getattr(noise, "calibration", None))
 
 
+def _keep(cache: OrderedDict, key, value, size: int) -> None:
+    """Store ``value`` as the newest entry of ``cache``, dropping the oldest beyond ``size``."""
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > size:
+        cache.popitem(last=False)
+
+
 class AccuracyFirst(param.Parameterized):
     """State and numbers of the Compare page's "ε for this error" mode.
 
-    The page hands it every comparison it shows (:meth:`refresh`: the
-    unit-noise figures and the sidebar's noise); it computes :attr:`table`
-    and :attr:`curve` when the mode is ``"epsilon"``.
+    The page hands it every comparison it shows (:meth:`refresh`: the unit-noise
+    figures and the sidebar's noise); it computes :attr:`table` and :attr:`curve`
+    while the mode is ``"epsilon"``.
 
     Parameters
     ----------
     mode : {"error", "epsilon"}
         The page's question: the error at the sidebar's ε, or the ε for :attr:`target`.
     metric : {"ci95", "rmse", "max"}
-        ``"ci95"``: ±target counts on ``share`` of the queries, each a
-        ``level`` confidence interval of a release; ``"rmse"``: RMSE per
-        query; ``"max"``: the worst query's standard deviation (every query's
-        std at most the target).
+        ``"ci95"``: ±target counts on ``share`` of the queries, each a ``level``
+        confidence interval of a release; ``"rmse"``: RMSE per query; ``"max"``: the
+        worst query's standard deviation (every query's std at most the target).
     target : float
         The error to meet, in counts (> 0).
     """
@@ -108,50 +91,36 @@ class AccuracyFirst(param.Parameterized):
         'max': the worst query's standard deviation.""")
     target = param.Number(default=50.0, bounds=(0, None), inclusive_bounds=(False, True),
                           doc="The error to meet, in counts (> 0).")
-    table = param.DataFrame(default=None, allow_None=True, constant=True, precedence=-1, doc="""
+    table = param.DataFrame(None, allow_None=True, **_OUT, doc="""
         Per mechanism: label, epsilon, rho, error (the metric at that ε), ratio (ε over the
         floor's ε), exact, note; attrs floor_epsilon, floor_note, target, metric, noise.""")
-    curve = param.DataFrame(default=None, allow_None=True, constant=True, precedence=-1, doc="""
+    curve = param.DataFrame(None, allow_None=True, **_OUT, doc="""
         The chosen metric over ε per mechanism: mechanism, label, epsilon, error
         (the floor as mechanism 'svd_bound' for the RMSE); attrs target, metric.""")
-    busy = param.Boolean(default=False, constant=True, precedence=-1,
-                         doc="True while error profiles are being computed.")
-    error = param.String(default="", constant=True, precedence=-1,
-                         doc="Last error of this mode ('' after a success).")
-    sim_busy = param.Boolean(default=False, constant=True, precedence=-1,
-                             doc="True while a simulation of the data-dependent mechanisms runs.")
-    sim_done = param.Integer(default=0, constant=True, precedence=-1,
-                             doc="Data-dependent mechanisms simulated so far in the running study.")
-    sim_total = param.Integer(default=0, constant=True, precedence=-1,
-                              doc="Data-dependent mechanisms the running study simulates.")
-    sim_status = param.String(default="", constant=True, precedence=-1,
-                              doc="What the simulation study is doing, or why it cannot run.")
+    busy = param.Boolean(False, **_OUT, doc="True while error profiles are being computed.")
+    error = param.String("", **_OUT, doc="Last error of this mode ('' after a success).")
+    sim_busy = param.Boolean(False, **_OUT, doc="True while a study of data-dependent mechanisms runs.")
+    sim_done = param.Integer(0, **_OUT, doc="Data-dependent mechanisms simulated so far in the study.")
+    sim_total = param.Integer(0, **_OUT, doc="Data-dependent mechanisms the running study simulates.")
+    sim_status = param.String("", **_OUT, doc="What the simulation study is doing, or why it cannot run.")
 
     #: Share of queries and confidence level of the "ci95" target.
     share = 0.95
     level = 0.95
     #: Interval profiles kept (least recently used dropped).
     keep = 64
-    #: Seeded runs per ε of a simulation (enough for the 95 % quantile of "ci95"), and the
-    #: relative precision of its ε (dpx.epsilon_for's ``trials`` and ``rtol``).
+    #: Seeded runs per ε of a simulation and the relative precision of its ε (epsilon_for's).
     sim_trials = 20
     sim_rtol = 0.02
     #: Largest workload (cells) a simulation study is offered for.
     sim_max_cells = 4096
 
     def __init__(self, session, submit, lock, report, **params):
-        self.session = session
-        self._submit = submit
-        self._lock = lock
-        self._report = report
-        self._base = None
-        self._noise = None
+        self.session, self._submit, self._lock, self._report = session, submit, lock, report
+        self._base = self._noise = self._pending = self._done = None
         self._profiles: OrderedDict = OrderedDict()
-        self._pending = None
-        self._done = None
         self._sims: OrderedDict = OrderedDict()
-        self._sim_jobs = None
-        self._sim_cancel = None
+        self._sim_jobs, self._sim_cancel = Jobs(lock), None
         super().__init__(**params)
         self.param.watch(lambda *_: self.update(), ["mode", "metric", "target"])
         # a simulation study is of one dataset and seed: their rows follow the sidebar
@@ -182,22 +151,17 @@ class AccuracyFirst(param.Parameterized):
     def update(self) -> None:
         """Recompute :attr:`table` and :attr:`curve` if the mode asks for them and an input changed."""
         with self._lock:
-            base, noise = self._base, self._noise
+            base, noise, metric = self._base, self._noise, self.metric
             if self.mode != "epsilon" or base is None or noise is None:
                 return
-            key = (id(base), base.W, _family_key(noise), self.metric, self.target,
+            key = (id(base), base.W, _family_key(noise), metric, self.target,
                    self.session.dataset, self.session.seed)
             if key == self._done or key == self._pending:
                 return
-            if self.metric == "rmse":
-                self._show(key, *self._rmse(base, noise, self.target))
-                return
-            metric = self.metric
-            names = self._built(base)
-            missing = [n for n in names
-                       if self._profile_key(base, n, noise, metric) not in self._profiles]
+            missing = [] if metric == "rmse" else [n for n in self._built(base) if self._profile_key(
+                base, n, noise, metric) not in self._profiles]
             if not missing:
-                self._show(key, *self._profiled(base, noise, self.target, metric))
+                self._show(key, base, noise, self.target, metric)
                 return
             self._pending = key
             self._set(busy=True)
@@ -209,27 +173,21 @@ class AccuracyFirst(param.Parameterized):
         return list(base.frame["mechanism"][np.isfinite(units)])
 
     @staticmethod
-    def _params(base, name) -> dict:
-        """The builder parameters of the strategy the comparison shows (its objective)."""
-        mech = dpx.registry.get(name)
-        objective = getattr(base, "objective", "sum")
-        return {"objective": objective} if "objective" in mech.params else {}
-
-    @staticmethod
     def _profile_key(base, name, noise, metric) -> tuple:
         return (base.W, name, type(noise).__name__, metric, getattr(base, "objective", "sum"))
 
     def _profile_job(self, post, key, base, noise, names, metric) -> None:
         """Worker: the ``metric`` profile of every built mechanism (strategies from the cache)."""
-
-        made = {}
-        cache = self.session.cache
+        made, cache = {}, self.session.cache
         for name in names:
+            # the builder parameters of the strategy the comparison shows (its objective)
             try:
+                params = ({"objective": getattr(base, "objective", "sum")}
+                          if "objective" in dpx.registry.get(name).params else None)
                 with build_lock(cache, (base.W, name, noise.norm)):
                     made[name] = dpx.accuracy.error_profile(
                         base.W, name, noise, metric, level=self.level, share=self.share,
-                        params=self._params(base, name) or None, cache=cache)
+                        params=params, cache=cache)
             except Exception as exc:  # noqa: BLE001 - one mechanism failing is shown in its row
                 if not isinstance(exc, ValueError):
                     log.exception("error profile of %s failed", name)
@@ -237,75 +195,50 @@ class AccuracyFirst(param.Parameterized):
 
         def done():
             for name, prof in made.items():
-                self._profiles[self._profile_key(base, name, noise, metric)] = prof
-            while len(self._profiles) > self.keep:
-                self._profiles.popitem(last=False)
+                _keep(self._profiles, self._profile_key(base, name, noise, metric), prof, self.keep)
             if self._pending == key:
                 self._pending = None
             self._set(busy=False)
             self.update()
         post(done)
 
-    def _rows(self, base, solve) -> list[dict]:
-        """One row per mechanism of the comparison; ``solve(name, row)`` gives the analytic ones.
+    def _show(self, key, base, noise, t: float, metric: str) -> None:
+        """Set :attr:`table` and :attr:`curve` from the profiles (RMSE: closed form from the unit TSE).
 
-        Data-dependent rows take the simulation study of the current
-        workload, target, noise, dataset and seed, if one was run.
+        The SVD bound's floor holds for the worst query's std too (``max_i Var_i ≥ TSE/m``);
+        data-dependent rows take the study of this workload, target, noise, dataset and seed.
         """
-        sims = self._sims.get(self._sim_key(base))
-        rows = []
+        W = base.W
+        if metric == "rmse":
+            profs, failed = dpx.accuracy.rmse_profiles(base.frame, W.m, noise), {}
+        else:
+            found = {n: self._profiles.get(self._profile_key(base, n, noise, metric))
+                     for n in self._built(base)}
+            failed = {n: p for n, p in found.items() if isinstance(p, str)}
+            profs = {n: p for n, p in found.items() if p is not None and n not in failed}
+        sims, rows = self._sims.get(self._sim_key(base)) or {}, []
         for r in base.frame.itertuples():
             row = {"mechanism": r.mechanism, "label": r.label, "epsilon": math.nan,
                    "rho": math.nan, "error": math.nan, "exact": True, "note": "",
                    "kind": "analytic", "epsilon_low": math.nan, "epsilon_high": math.nan}
             if bool(getattr(r, "data_dependent", False)):
                 row.update(exact=False, kind="simulation", note=ADAPTIVE_NOTE)
-                row.update(self._simulated_row(r.mechanism, sims))
+                if sims.get(r.mechanism) is not None:
+                    row.update(dpx.accuracy.simulated_target_row(sims[r.mechanism], self.session.dataset))
             elif not math.isfinite(float(r.unit_tse)):
                 row["note"] = r.note or "no analytic error for this workload"
             else:
-                row.update(solve(r), epsilon_low=math.nan, epsilon_high=math.nan)
-                if math.isfinite(row["epsilon"]):
-                    row.update(epsilon_low=row["epsilon"], epsilon_high=row["epsilon"])
+                row.update(dpx.accuracy.analytic_target_row(
+                    profs.get(r.mechanism), t, noise, failed.get(r.mechanism, "")))
+                e = row["epsilon"] if math.isfinite(row["epsilon"]) else math.nan
+                row.update(epsilon_low=e, epsilon_high=e)  # exact: a band of zero width
             rows.append(row)
-        return rows
-
-    def _rmse(self, base, noise, t: float):
-        """ε for an RMSE target: each mechanism's profile from its unit TSE (closed form)."""
-        profs = dpx.accuracy.rmse_profiles(base.frame, base.W.m, noise)
-        return self._solved(base, noise, t, "rmse", profs, {})
-
-    def _profiled(self, base, noise, t: float, metric: str):
-        """ε for '±t on 95 % of queries' or the worst query's std from each mechanism's profile.
-
-        The worst query's std has the SVD bound's floor too: ``max_i Var_i``
-        is at least the mean variance ``TSE/m``, which the bound limits.
-        """
-        profs, failed = {}, {}
-        for name in self._built(base):
-            prof = self._profiles.get(self._profile_key(base, name, noise, metric))
-            if isinstance(prof, str):
-                failed[name] = prof
-            elif prof is not None:
-                profs[name] = prof
-        return self._solved(base, noise, t, metric, profs, failed)
-
-    def _solved(self, base, noise, t: float, metric: str, profs: dict, failed: dict):
-        """Rows, floor and curves of the profiles (``dpx.accuracy``'s solvers, SVD-bound floor)."""
-        rows = self._rows(base, lambda r: dpx.accuracy.analytic_target_row(
-            profs.get(r.mechanism), t, noise, failed.get(r.mechanism, "")))
-        W = base.W
         floor, _, note = dpx.accuracy.svd_floor(base.svdb, W.m, t, noise, metric)
-        if metric == "ci95":
-            note = NO_FLOOR
         curves = dict(profs)
         if math.isfinite(floor):
             curves["svd_bound"] = dpx.accuracy.svd_bound_profile(base.svdb, W.m, noise)
-        return rows, floor, note, curves
-
-    def _show(self, key, rows, floor, floor_note, curves) -> None:
-        t, metric, noise = self.target, self.metric, self._noise
-        df = dpx.accuracy.target_table(rows, floor, floor_note, t, metric, noise, self._base.W)
+        df = dpx.accuracy.target_table(rows, floor, NO_FLOOR if metric == "ci95" else note, t, metric,
+                                       noise, W)
         grid = dpx.accuracy.epsilon_grid(df["epsilon"].to_numpy(dtype=float), floor)
         try:
             cv = dpx.accuracy.error_curves(curves, noise, grid)
@@ -323,12 +256,6 @@ class AccuracyFirst(param.Parameterized):
             return None
         return (base.W, self.session.dataset, self.metric, self.target,
                 _family_key(self._noise), self.session.seed, self.sim_trials, self.sim_rtol)
-
-    def _data_dependent(self, base) -> list[str]:
-        frame = base.frame
-        if "data_dependent" not in frame:
-            return []
-        return list(frame["mechanism"][frame["data_dependent"].astype(bool)])
 
     def simulation_data(self):
         """``(name, x)`` of the session's dataset for a study on the shown workload.
@@ -360,15 +287,12 @@ class AccuracyFirst(param.Parameterized):
         return f"Estimate by simulation on {self.session.dataset}"
 
     def simulate(self, names=None) -> bool:
-        """Start the simulation study of the data-dependent mechanisms (background job).
+        """Start the study of ``names`` (default: the data-dependent mechanisms) in the background.
 
-        For each mechanism, :func:`dpexplorer.epsilon_for` with the
-        session's dataset as ``x`` (treated as public benchmark data), the
-        sidebar's simulation seed and :attr:`sim_trials` runs per ε: its ε
-        for the current target with a 95 % band.  Nothing is released or
-        spent.  ``names`` restricts the study (default every data-dependent
-        mechanism of the comparison).  ``False`` and a message if it cannot
-        start (no comparison, a dataset that does not fit, a study running).
+        Each one's ε for the target, with a 95 % band: :func:`dpexplorer.epsilon_for` on the
+        session's dataset, the sidebar's seed and :attr:`sim_trials` runs per ε.  ``False``
+        and a message if it cannot start (no comparison, a dataset that does not fit, a
+        study running).
         """
         with self._lock:
             if self.sim_busy:
@@ -381,18 +305,17 @@ class AccuracyFirst(param.Parameterized):
                 dataset, x = self.simulation_data()
             except Exception as exc:  # noqa: BLE001 - a dataset that cannot be loaded, too
                 return self._sim_refuse(f"Simulation not started: {exc}")
-            todo = self._data_dependent(base) if names is None else list(names)
+            frame = base.frame
+            adaptive = frame["data_dependent"].astype(bool) if "data_dependent" in frame else []
+            todo = list(frame["mechanism"][adaptive] if names is None else names)
             if not todo:
                 return self._sim_refuse("Simulation not started: the comparison has no "
                                         "data-dependent mechanism")
-            key = self._sim_key(base)
             cancel = self._sim_cancel = threading.Event()
             self._set(sim_busy=True, sim_done=0, sim_total=len(todo),
                       sim_status=f"Simulating {len(todo)} mechanisms on {dataset} "
                                  f"(seed {self.session.seed}, {self.sim_trials} runs per ε)…")
-            if self._sim_jobs is None:
-                self._sim_jobs = Jobs(self._lock)
-            self._sim_jobs.submit(self._sim_job, key, base, noise, dataset, x, todo,
+            self._sim_jobs.submit(self._sim_job, self._sim_key(base), base, noise, dataset, x, todo,
                                   self.target, self.metric, self.session.seed, cancel)
             return True
 
@@ -402,31 +325,23 @@ class AccuracyFirst(param.Parameterized):
         return False
 
     def cancel_simulation(self) -> None:
-        """Stop the study within one seeded run of the mechanism being simulated (the rows
-        of the mechanisms finished before stay; that mechanism is not simulated)."""
+        """Stop the study within one seeded run (the mechanisms finished before keep their rows)."""
         if self._sim_cancel is not None and self.sim_busy:
             self._sim_cancel.set()
             self._set(sim_status="Cancelling the simulation…")
 
     def stop(self) -> None:
-        """The page's session ended: a study under way stops within its current run (nothing
-        is shown any more; a closed tab's study held the server's threads for minutes)."""
+        """The page's session ended: a study under way stops within its current run."""
         if self._sim_cancel is not None:
             self._sim_cancel.set()
 
     def wait_simulation(self, timeout: float = 600.0) -> bool:
         """Block until the simulation study is done (tests, scripts)."""
-        return True if self._sim_jobs is None else self._sim_jobs.wait(timeout)
+        return self._sim_jobs.wait(timeout)
 
     def _sim_job(self, post, key, base, noise, dataset, x, names, target, metric, seed,
                  cancel) -> None:
-        """Worker: :func:`dpexplorer.epsilon_for` by simulation, one mechanism after another.
-
-        ``cancel`` (a :class:`threading.Event`) is checked before every seeded run, through
-        ``epsilon_for``'s ``callback``: a mechanism's study is :attr:`sim_trials` runs at
-        each of the ε its bisection tries (hundreds of runs), so a Cancel waits for one run,
-        not for the whole mechanism.
-        """
+        """Worker: :func:`dpexplorer.epsilon_for` per mechanism; ``cancel`` checked before each run."""
         def check(_runs: int) -> None:
             if cancel.is_set():
                 raise TaskCancelled("simulation study")
@@ -448,31 +363,17 @@ class AccuracyFirst(param.Parameterized):
                 found[name] = f"simulation failed: {exc}"
 
             def progress(i=i, results=dict(found)):
-                self._sims[key] = results
-                self._sims.move_to_end(key)
-                while len(self._sims) > 8:
-                    self._sims.popitem(last=False)
+                _keep(self._sims, key, results, 8)
                 self._set(sim_done=i + 1)
                 self._done = None  # the same target, new rows
                 self.update()
             post(progress)
-        stopped = cancel.is_set() and len(found) < len(names)
-
-        def done():
-            label = dpx.registry.get
-            text = (f"Simulated {len(found)} of {len(names)} mechanisms on {dataset} "
-                    f"(seed {seed}, {self.sim_trials} runs per ε)"
-                    + (": cancelled." if stopped else ".")
-                    + (" Not simulated: " + ", ".join(label(n).label for n in names
-                                                        if n not in found) + "."
-                       if stopped else ""))
-            self._set(sim_busy=False, sim_status=text)
-        post(done)
-
-    def _simulated_row(self, name: str, sims: dict | None) -> dict:
-        """The row of a data-dependent mechanism from the matching study, or nothing."""
-        res = None if sims is None else sims.get(name)
-        return {} if res is None else dpx.accuracy.simulated_target_row(res, self.session.dataset)
+        missed = [dpx.registry.get(n).label for n in names if n not in found]
+        stopped = cancel.is_set() and bool(missed)
+        text = (f"Simulated {len(found)} of {len(names)} mechanisms on {dataset} "
+                f"(seed {seed}, {self.sim_trials} runs per ε)"
+                + (f": cancelled. Not simulated: {', '.join(missed)}." if stopped else "."))
+        post(lambda: self._set(sim_busy=False, sim_status=text))
 
     # ------------------------------------------------------------- text
     def summary(self) -> str:
@@ -487,8 +388,7 @@ class AccuracyFirst(param.Parameterized):
             best = ok.iloc[0]
             text += f"the least is **{best['label']}** with **ε = {best['epsilon']:.3g}**"
             if len(ok) > 1:
-                worst = ok.iloc[-1]
-                text += f"; the most, {worst['label']} with ε = {worst['epsilon']:.3g}"
+                text += f"; the most, {ok.iloc[-1]['label']} with ε = {ok.iloc[-1]['epsilon']:.3g}"
             text += ". Less ε is more private, so a smaller bar is better."
         else:
             text += "no mechanism has a computable ε yet."
@@ -498,26 +398,22 @@ class AccuracyFirst(param.Parameterized):
                      f"ε = {floor:.3g} (the SVD bound).")
         else:
             text += f" ({df.attrs.get('floor_note', '')}.)"
-        sims = self._sims.get(self._sim_key(self._base))
-        if sims:
+        if self._sims.get(self._sim_key(self._base)):
             text += (f" Data-dependent mechanisms: ε estimated by simulation on "
                      f"{self.session.dataset} (seed {self.session.seed}, {self.sim_trials} "
                      "trials), a study on data treated as public.")
-        if self.busy:
-            text += " Updating…"
-        return text
+        return text + (" Updating…" if self.busy else "")
 
     # --------------------------------------------------------------- UI
     def controls(self) -> pn.Row:
         """The mode switch, the target's kind and the target box."""
         mode = pn.widgets.RadioButtonGroup(options=MODES, value=self.mode, **{_LABEL: "Question"})
         mode.link(self, value="mode", bidirectional=True)
-        metric = pn.widgets.RadioButtonGroup(options=TARGET_METRICS, value=self.metric,
-                                             visible=self.mode == "epsilon",
+        asked = pn.bind(lambda m: m == "epsilon", self.param.mode)
+        metric = pn.widgets.RadioButtonGroup(options=TARGET_METRICS, value=self.metric, visible=asked,
                                              **{_LABEL: "Target kind"})
         metric.link(self, value="metric", bidirectional=True)
-        box = pn.widgets.FloatInput(value=self.target, start=None, step=5.0, width=160,
-                                    visible=self.mode == "epsilon",
+        box = pn.widgets.FloatInput(value=self.target, start=None, step=5.0, width=160, visible=asked,
                                     **{_LABEL: "Target error (counts)"})
 
         def typed(event):
@@ -531,43 +427,31 @@ class AccuracyFirst(param.Parameterized):
             self.set_target(event.new)
         box.param.watch(typed, "value")
         self.param.watch(lambda e: setattr(box, "value", e.new), "target")
-
-        def shown(e):
-            metric.visible = box.visible = e.new == "epsilon"
-        self.param.watch(shown, "mode")
         self._widgets = {"mode": mode, "metric": metric, "target": box}
         return pn.Row(mode, metric, box, sizing_mode="stretch_width")
 
     def simulation_panel(self) -> pn.Column:
         """The study of the data-dependent mechanisms: button, cancel, progress and status."""
-        run = pn.widgets.Button(**{_LABEL: self.simulation_label()}, **{_COLOR: "primary"},
+        busy, small = self.param.sim_busy, {"font-size": "90%"}
+        label = pn.bind(lambda _: self.simulation_label(), self.session.param.dataset)
+        run = pn.widgets.Button(**{_LABEL: label, _COLOR: "primary"}, disabled=busy,
                                 description="Runs DAWA, MWEM, … on the selected dataset with "
                                             "seeded noise to estimate the ε each needs (a study: "
                                             "nothing is released or spent)")
-        cancel = pn.widgets.Button(**{_LABEL: "Cancel simulation"}, **{_COLOR: "light"},
-                                   visible=False)
+        cancel = pn.widgets.Button(**{_LABEL: "Cancel simulation", _COLOR: "light"}, visible=busy)
         progress = pn.indicators.Progress(
             value=pn.bind(percent, self.param.sim_done, self.param.sim_total), max=100,
-            visible=False, width=240, bar_color="primary")
-        status = pn.pane.Markdown(self.sim_status, sizing_mode="stretch_width",
-                                  styles={"font-size": "90%"})
+            visible=busy, width=240, bar_color="primary")
+        status = pn.pane.Markdown(self.param.sim_status, sizing_mode="stretch_width", styles=small)
         run.on_click(lambda e: self.simulate())
         cancel.on_click(lambda e: self.cancel_simulation())
-
-        def follow(*_):
-            run.disabled = self.sim_busy
-            cancel.visible = progress.visible = self.sim_busy
-            status.object = self.sim_status
-        self.param.watch(follow, ["sim_busy", "sim_done", "sim_total", "sim_status"])
-        self.session.param.watch(
-            lambda *_: setattr(run, _LABEL, self.simulation_label()), "dataset")
         self._widgets_sim = {"run": run, "cancel": cancel, "progress": progress, "status": status}
         return pn.Column(
             pn.pane.Markdown(
                 "**Data-dependent mechanisms** (DAWA, MWEM, …): their ε depends on the data. "
                 "A seeded simulation on the selected dataset estimates it, with a 95 % band "
                 "(a study on data treated as public: nothing is released or spent).",
-                sizing_mode="stretch_width", styles={"font-size": "90%"}),
+                sizing_mode="stretch_width", styles=small),
             pn.Row(run, cancel, progress), status, sizing_mode="stretch_width")
 
     def table_widget(self, frame: pd.DataFrame | None = None) -> pn.widgets.Tabulator:
@@ -586,12 +470,11 @@ class AccuracyFirst(param.Parameterized):
 
     def table_value(self) -> pd.DataFrame:
         """The columns of :attr:`table` the table widget shows."""
-        df = self.table
         cols = ["label", "epsilon", "rho", "error", "ratio", "note"]
-        if df is None:
-            return pd.DataFrame({c: pd.Series(dtype=float if c not in ("label", "note")
-                                              else object) for c in cols})
-        return df[cols]
+        if self.table is None:
+            return pd.DataFrame({c: pd.Series(dtype=object if c in ("label", "note") else float)
+                                 for c in cols})
+        return self.table[cols]
 
 
 def epsilon_bars(df: pd.DataFrame | None) -> hv.Overlay:
@@ -603,14 +486,15 @@ def epsilon_bars(df: pd.DataFrame | None) -> hv.Overlay:
     a = df.attrs
     ok = df[np.isfinite(df["epsilon"].to_numpy(dtype=float)) & (df["epsilon"] > 0)]
     floor = float(a.get("floor_epsilon", math.nan))
-    values = list(ok["epsilon"]) + ([floor] if math.isfinite(floor) and floor > 0 else [])
+    has_floor = math.isfinite(floor) and floor > 0
+    values = list(ok["epsilon"]) + ([floor] if has_floor else [])
+    what = dpx.accuracy.target_words(a.get("target", 0), a.get("metric", "rmse"), 0.95, 0.95)
     bars = hv.Bars(ok, hv.Dimension("label", label="Mechanism"),
                    [hv.Dimension("epsilon", label="ε needed"), "error"]).opts(
         logy=True, tools=["hover"], color="#2ca02c", responsive=True, height=360,
         default_tools=["save", "reset"], shared_axes=False, framewise=True,
-        ylim=(min(values) / 1.5, max(values) * 1.5),
-        title=f"ε needed for {dpx.accuracy.target_words(a.get('target', 0), a.get('metric', 'rmse'), 0.95, 0.95)}")
-    if not (math.isfinite(floor) and floor > 0):
+        ylim=(min(values) / 1.5, max(values) * 1.5), title=f"ε needed for {what}")
+    if not has_floor:
         return hv.Overlay([bars])
     line = hv.HLine(floor, label=f"SVD bound's ε {floor:.3g}").opts(
         color="#d62728", line_dash="dashed", line_width=2)
@@ -622,48 +506,36 @@ def target_curve_plot(df: pd.DataFrame | None) -> hv.Overlay:
     if df is None or df.empty:
         return hv.Overlay([hv.Curve([], "epsilon", "error")])
     t = float(df.attrs.get("target", math.nan))
-    metric = df.attrs.get("metric", "rmse")
     ylabel = {"rmse": "RMSE (counts)", "max": "worst query's std (counts)"}.get(
-        metric, "± counts on 95 % of queries")
+        df.attrs.get("metric", "rmse"), "± counts on 95 % of queries")
+    eps, err = hv.Dimension("epsilon", label="ε"), hv.Dimension("error", label=ylabel)
     elems = []
     for name, part in df.groupby("mechanism", sort=False):
-        c = hv.Curve(part, hv.Dimension("epsilon", label="ε"),
-                     [hv.Dimension("error", label=ylabel)], label=part["label"].iloc[0]).opts(
+        c = hv.Curve(part, eps, [err], label=part["label"].iloc[0]).opts(
             logx=True, logy=True, tools=["hover"], line_width=2, framewise=True)
-        if name == "svd_bound":
-            c = c.opts(color="#d62728", line_dash="dashed")
-        elems.append(c)
+        elems.append(c.opts(color="#d62728", line_dash="dashed") if name == "svd_bound" else c)
     elems.append(hv.HLine(t).opts(color="black", line_dash="dotted", line_width=2))
     points = df.attrs.get("points")
     if points is not None and len(points):
-        elems.append(hv.Scatter(points, hv.Dimension("epsilon", label="ε"),
-                                [hv.Dimension("error", label=ylabel), "label"],
-                                label="ε needed").opts(color="black", size=7, tools=["hover"]))
-    elems.append(hv.Text(float(df["epsilon"].min()), t * 1.25, f"target {t:g}").opts(
-        text_align="left", text_font_size="10pt"))
-    err = df["error"].to_numpy(dtype=float)
-    ylim = (min(err[err > 0].min(), t) / 1.5, max(err.max(), t) * 1.5) if (err > 0).any() \
-        else (None, None)
+        elems.append(hv.Scatter(points, eps, [err, "label"], label="ε needed").opts(
+            color="black", size=7, tools=["hover"]))
+    lo, hi = float(df["epsilon"].min()), float(df["epsilon"].max())
+    elems.append(hv.Text(lo, t * 1.25, f"target {t:g}").opts(text_align="left", text_font_size="10pt"))
+    e = df["error"].to_numpy(dtype=float)
+    ylim = (min(e[e > 0].min(), t) / 1.5, max(e.max(), t) * 1.5) if (e > 0).any() else (None, None)
     return hv.Overlay(elems).opts(
         responsive=True, height=380, legend_position="right", logx=True, logy=True,
-        shared_axes=False, ylim=ylim,
-        xlim=(float(df["epsilon"].min()) / 1.2, float(df["epsilon"].max()) * 1.2),
+        shared_axes=False, ylim=ylim, xlim=(lo / 1.2, hi * 1.2),
         title=f"{ylabel} over ε; the target (dotted) is met where each curve crosses it")
 
 
 class PrivacySentence:
     """The sidebar's plain words: what ε (and δ) mean, and what they buy on the current workload.
 
-    :func:`dpexplorer.accuracy.describe_privacy` for the settings, then one
-    sentence in the manner of :func:`dpexplorer.accuracy.accuracy_sentence`:
-    "With HB and Laplace noise at ε = 1, 95 % of your 32,896 range answers
-    are within ±43 counts of the truth (each with 95 % confidence)."  The
-    number is the ``ci95`` metric of HB's :class:`~dpexplorer.accuracy.ErrorProfile`
-    (Identity where HB does not apply), computed once per workload and noise
-    family in the background (the sentence follows when it is ready), so a
-    change of ε or δ is arithmetic.  Workloads larger than
-    :attr:`max_queries` queries or :attr:`max_cells` cells get the first part
-    only (their interval widths are not worth computing on every change).
+    :func:`dpexplorer.accuracy.describe_privacy`, then how close 95 % of the answers are
+    from HB's (else Identity's) ``ci95`` :class:`~dpexplorer.accuracy.ErrorProfile`,
+    computed once per workload and noise family in the background (a change of ε or δ is
+    arithmetic); none above :attr:`max_queries` queries or :attr:`max_cells` cells.
     """
 
     #: Mechanisms tried, in order, for the sentence.
@@ -707,9 +579,7 @@ class PrivacySentence:
 
         def done():
             self._pending.discard(key)
-            self._profiles[key] = prof
-            while len(self._profiles) > 4:
-                self._profiles.popitem(last=False)
+            _keep(self._profiles, key, prof, 4)
             if self.on_ready is not None:
                 self.on_ready()
         post(done)

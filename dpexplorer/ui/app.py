@@ -1,24 +1,13 @@
 """The explorer app: one sidebar of shared controls, one tab per page.
 
-``ExplorerApp(session).template()`` is what ``apps/explorer.py`` serves; in a
-notebook, display ``ExplorerApp()`` (or any single page) after
-``pn.extension("tabulator", inline=True)`` (inline: Bokeh's and Panel's files in the
-notebook itself, so it works offline; Panel's notebook default fetches them from a CDN).  The main selections (ε, δ, noise, dataset, simulation
-seed, page, and the workload: its domain and terms) are synced to the URL so a
-view can be shared and reloaded; a link's value that cannot be used is named
-in a notification, with what is allowed, and the current value is kept.
-
-Pages are views on the one :class:`~dpexplorer.ui.session.Session`, each
-built the first time its tab is opened (the first page at once): the browser
-first draws only the sidebar and that page.  A page needed earlier (a shared
-link's workload builds the Workload page) is built then but drawn only when
-its tab is first opened.  A page, once drawn, stays in the
-document (``pn.Tabs(dynamic=False)``); while its tab is hidden its redraws
-wait in its :class:`~dpexplorer.ui.serving.ShownGate` and run when it is shown
-again.  Panel 1.9's *dynamic* tabs were tried instead and measured: they draw
-a page again (seconds for the Compare or Workload page) every time its tab is
-opened, and a Card drawn again no longer expanded on click (its header
-button had no effect in headless Chromium).
+``ExplorerApp(session).template()`` is what ``apps/explorer.py`` serves; in a notebook,
+display ``ExplorerApp()`` (or one page) after ``pn.extension("tabulator", inline=True)``
+(inline: works offline).  ε, δ, noise, dataset, seed, page and the workload are synced to
+the URL; a link's value that cannot be used is named in a notification and the current
+value kept.  Each page is built when its tab is first opened (or when needed earlier, e.g. a
+link's workload) and stays in the document (``pn.Tabs(dynamic=False)``: Panel 1.9's dynamic
+tabs drew a page again, seconds for Compare, at every opening); while hidden, its redraws
+wait in its :class:`~dpexplorer.ui.serving.ShownGate`.
 """
 
 from __future__ import annotations
@@ -56,12 +45,8 @@ URL_PARAMS = {"epsilon": "eps", "delta": "delta", "noise": "noise", "dataset": "
 class ExplorerApp(pn.viewable.Viewer):
     """All pages around one :class:`Session` (displays itself in a notebook).
 
-    Attributes
-    ----------
-    pages : dict
-        Tab title -> page, for the pages built so far (see :meth:`page_for`).
-    tabs : pn.Tabs
-        One tab per page; each holds a slot filled with its page on first opening.
+    ``pages``: tab title -> page, for the pages built so far; ``tabs``: one tab per page, each
+    a slot filled with its page on first opening.
     """
 
     page = param.Integer(default=0, bounds=(0, len(PAGES) - 1), doc="Index of the open page.")
@@ -81,41 +66,27 @@ class ExplorerApp(pn.viewable.Viewer):
         self.page_for(PAGES[self.tabs.active][0])  # drawn when the app is displayed
 
     def page_for(self, title: str):
-        """The page called ``title``, built (and put in its tab) on first use.
-
-        Raises
-        ------
-        KeyError
-            If there is no page of that title.
-        """
+        """The page called ``title``, built on first use (KeyError if there is none)."""
         if title not in self._slots:
             raise KeyError(f"no page {title!r}; pages: {[t for t, _, _ in PAGES]}")
         if title not in self.pages:
             module, cls = next((m, c) for t, m, c in PAGES if t == title)
             page = self.pages[title] = _build(title, module, cls, self.session)
-            gate = getattr(page, "gate", None)
-            if gate is not None:
+            if (gate := getattr(page, "gate", None)) is not None:
                 gate.show(PAGES[self.tabs.active][0] == title)
             if self._url_synced:
                 self._sync_page_url(page)
         return self.pages[title]
 
-    def _show(self, title: str) -> None:
-        """Put a built page in its tab (once), when the app is displayed or the tab opened:
-        a page built but never opened (e.g. the Workload page of a shared link opened on
-        Compare) is not drawn at load."""
-        slot = self._slots[title]
-        if not slot.objects:
-            slot.objects = [self.pages[title]]
-
     def _open(self, index: int) -> None:
-        """Build the page of tab ``index`` the first time it is opened; tell every page's gate."""
+        """Build and draw the page of tab ``index`` on its first opening (a page built earlier,
+        e.g. for a link's workload, is not drawn at load); tell every page's gate."""
         if 0 <= index < len(PAGES):
-            self.page_for(PAGES[index][0])
-            self._show(PAGES[index][0])
+            title = PAGES[index][0]
+            if not (slot := self._slots[title]).objects:
+                slot.objects = [self.page_for(title)]
         for i, (title, _, _) in enumerate(PAGES):
-            gate = getattr(self.pages.get(title), "gate", None)
-            if gate is not None:
+            if (gate := getattr(self.pages.get(title), "gate", None)) is not None:
                 gate.show(i == index)
 
     def sync_url(self) -> None:
@@ -140,19 +111,17 @@ class ExplorerApp(pn.viewable.Viewer):
             pn.state.location.sync(page, params, on_error=self._url_refused(page, params))
 
     def _url_refused(self, target: param.Parameterized, names: dict[str, str]):
-        """``on_error`` of Panel's URL sync: apply what is valid, say what was not used.
-
-        Panel applies a link's values in one update and drops them all when
-        one is invalid; this applies them one by one and reports each refused
-        ``key=value`` with the values allowed (also kept in ``url_problems``).
-        """
+        """``on_error`` of Panel's URL sync (which drops all of a link's values when one is
+        invalid): apply them one by one, and report each refused ``key=value`` with the values
+        allowed (also kept in ``url_problems``)."""
         def on_error(mapped: dict) -> None:
             refused = []
             for pname, value in mapped.items():
                 try:
                     target.param.update(**{pname: value})
                 except Exception as exc:  # noqa: BLE001 - reported to the user
-                    refused.append(f"{names.get(pname, pname)}={value!r}: {_allowed(target, pname, exc)}")
+                    why = _allowed(target, pname, exc)
+                    refused.append(f"{names.get(pname, pname)}={value!r}: {why}")
             if refused:
                 message = ("This link's " + "; ".join(refused)
                            + ". The explorer kept its current value instead.")
@@ -163,14 +132,9 @@ class ExplorerApp(pn.viewable.Viewer):
     def template(self) -> pn.template.BootstrapTemplate:
         """The served page (Bootstrap template: no web fonts, all resources local).
 
-        Without Panel's busy indicator: Panel keeps one ``busy`` state for the whole
-        server process and sets every session's indicator from it, so each event of
-        any session (an ε typed, a page opened) changed the indicator of every other
-        open page, and sent each of them a message built on the server's event loop
-        (with eight sessions: 18 indicator updates for one ε change, 0.5 s of the
-        handler's 0.6 s; ``python benchmarks/bench_browser.py --n 1024 --sessions 8``, 2 cores).
-        The pages show their own work (progress bars,
-        dimmed results, the optimisers' panel).
+        Without Panel's busy indicator, which is one state per process: every session's event
+        updated every open page (eight sessions: 0.5 s of a 0.6 s ε change;
+        ``benchmarks/bench_browser.py --n 1024 --sessions 8``).  Pages show their own work.
         """
         self.sync_url()
         self._open(self.tabs.active)  # the page the link opens, not the default first one
@@ -211,6 +175,4 @@ def _allowed(target: param.Parameterized, pname: str, exc: BaseException) -> str
         names = list(target.param["dataset"].objects)
         shown = ", ".join(names[:8]) + (", …" if len(names) > 8 else "")
         return f"there is no dataset of that name (datasets: {shown})"
-    if pname in _ALLOWED:
-        return _ALLOWED[pname]
-    return str(exc).replace(f"{type(target).__name__}.", "")
+    return _ALLOWED.get(pname) or str(exc).replace(f"{type(target).__name__}.", "")

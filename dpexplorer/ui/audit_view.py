@@ -1,21 +1,13 @@
 """AuditView: the "Audit" page -- check a mechanism's privacy claim by simulation.
 
-Pick a registered mechanism, ε and what to audit (the whole output, or a part
-with its own guarantee such as DAWA's partition); the page runs
-:func:`dpexplorer.audit.audit` on the mechanism's standard neighbouring pair
-(:func:`dpexplorer.audit.cases`: the pair where its privacy is tightest) in a
-background thread, with a progress bar and a Stop button, and shows the
-audited lower bound on ε against the claim, the event and its two
-Clopper–Pearson intervals, and the distribution of the audited statistic under
-``x₀`` and ``x₁``.  Every run is a simulation with the sidebar's seed: nothing
-touches a dataset's budget.
-
-The **teaching example** is one click away: DAWA as its authors' code draws the
-partition noise (``dawa_as_published``: half the noise, none on single cells,
-costs clamped at ``1/ε₂``) fails its claim -- the partition is not ε₁-DP -- while
-the private default passes on the same pair.
-
-Driven without a browser::
+Runs :func:`dpexplorer.audit.audit` for a registered mechanism, ε and case (the
+whole output, or a part with its own claim such as DAWA's partition) on the
+mechanism's tightest neighbouring pair (:func:`dpexplorer.audit.cases`) as a
+task with progress and Stop, and shows the audited lower bound on ε against the
+claim, the event with its Clopper–Pearson intervals and the statistic's
+distribution under ``x₀`` and ``x₁``.  A simulation seeded by the sidebar: no
+budget is spent.  The teaching example: DAWA as its authors' code draws the
+partition noise (``dawa_as_published``) fails its claim.  Without a browser::
 
     view = AuditView(session, background=False)
     view.mechanism = "identity"; view.epsilon = 1.0; view.runs = 2000
@@ -26,9 +18,11 @@ Driven without a browser::
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
+from collections.abc import Callable
 
 import holoviews as hv
 import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh backend for .opts)
@@ -65,15 +59,14 @@ PUBLISHED_NOTE = (
 HEADER = f"""\
 ## Audit
 
-An **audit** checks a privacy claim by simulation.  It runs the mechanism many times
-on two neighbouring datasets x₀ and x₁ (one record added), picks on a first batch
-of runs the event (a threshold on a statistic of the output) whose probabilities
-differ most, then, on a second, independent batch, bounds both probabilities with
-Clopper–Pearson intervals.  Differential privacy requires P₀(E) ≤ e^ε·P₁(E) + δ for
-every event, so ln((P₀_low − δ)/P₁_high) is a **lower bound on the true ε** at the
-stated confidence.  Above the claim, the claim is refuted; below it, nothing is
-proved -- only that no violation was found on this pair.  Every run is a simulation
-seeded by the sidebar's seed; no dataset's budget is touched.
+An **audit** checks a privacy claim by simulation.  It runs the mechanism many times on two
+neighbouring datasets x₀ and x₁ (one record added), picks on a first batch of runs the event (a
+threshold on a statistic of the output) whose probabilities differ most, then, on a second,
+independent batch, bounds both probabilities with Clopper–Pearson intervals.  Differential
+privacy requires P₀(E) ≤ e^ε·P₁(E) + δ for every event, so ln((P₀_low − δ)/P₁_high) is a
+**lower bound on the true ε** at the stated confidence.  Above the claim, the claim is refuted;
+below it, nothing is proved -- only that no violation was found on this pair.  Every run is a
+simulation seeded by the sidebar's seed; no dataset's budget is touched.
 
 **Teaching example.**  {PUBLISHED_NOTE}  One click below audits its partition at
 ε = 4 (claim ε₁ = 1): a small implementation change breaks the proof.
@@ -120,7 +113,6 @@ class AuditView(Page, param.Parameterized):
         super().__init__(**params)
         self.param.watch(self._clamp_case, "mechanism")
 
-    # ================================================================ engine
     def cases(self):
         """The standard cases of the selected mechanism."""
         return cases(self.mechanism)
@@ -129,31 +121,32 @@ class AuditView(Page, param.Parameterized):
         if self.case >= len(self.cases()):
             self.case = 0
 
+    def _case(self):
+        return self.cases()[min(self.case, len(self.cases()) - 1)]
+
     def claim(self) -> float:
         """The ε claimed for what the selected case audits."""
-        return self.cases()[min(self.case, len(self.cases()) - 1)].claim_share * float(self.epsilon)
+        return self._case().claim_share * float(self.epsilon)
 
     def run_audit(self) -> bool:
-        """Start the audit (in the background unless ``background=False``).
-
-        Returns ``False`` (and reports why) if an audit is already running or
-        the inputs are refused; ``True`` once started (background) or done.
-        """
+        """Start the audit (in the background unless ``background=False``): ``True`` once
+        started (background) or done; ``False`` (reported) if one runs or inputs are refused."""
         with self._lock:
             if self.busy:
                 self._fail(RuntimeError("an audit is already running; stop it or wait"))
                 return False
             try:
-                todo = self._inputs()
+                audit, total = self._inputs()
             except Exception as exc:  # noqa: BLE001 - reported on the page
                 self._fail(exc)
                 return False
-            self._set(busy=True, done=0, total=todo["total"], error="")
-            task = self.start_task(self._work, todo, name="audit", on_end=self._ended)
+            self._set(busy=True, done=0, total=total, error="")
+            task = self.start_task(self._work, audit, name="audit", on_end=self._ended)
             self._set(task=task)
         return task.status == "done" if not self.background else True
 
-    def _inputs(self) -> dict:
+    def _inputs(self) -> tuple[Callable[..., AuditResult], int]:
+        """The audit to run (``audit(callback=...)``) and its number of runs in all."""
         mech = registry.get(self.mechanism)
         eps = float(self.epsilon)
         if not (math.isfinite(eps) and eps > 0):
@@ -162,13 +155,12 @@ class AuditView(Page, param.Parameterized):
         if not 0 <= self.case < len(all_cases):
             raise ValueError(f"{mech.label} has {len(all_cases)} audit case(s); got case {self.case}")
         runs = int(self.runs)
-        selection = max(100, runs // 4)
-        return {"name": mech.name, "case": all_cases[self.case], "epsilon": eps, "runs": runs,
-                "confidence": float(self.confidence), "seed": int(self.session.seed),
-                "total": 2 * (runs + selection)}
+        audit = functools.partial(all_cases[self.case].run, mech.name, eps, runs=runs, n_jobs=1,
+                                  confidence=float(self.confidence), seed=int(self.session.seed),
+                                  progress=False)
+        return audit, 2 * (runs + max(100, runs // 4))
 
-    def _work(self, task: Task, todo) -> AuditResult:
-        """The audit itself (a task: a worker thread in the app); its end is :meth:`_ended`."""
+    def _work(self, task: Task, audit) -> AuditResult:
         last = [0.0]
 
         def progress(done, total):
@@ -180,12 +172,9 @@ class AuditView(Page, param.Parameterized):
                 task.report(done / max(total, 1), f"{int(done):,} of {int(total):,} runs…")
                 task.post(lambda: self._set(done=int(done), total=int(total)))
 
-        return todo["case"].run(todo["name"], todo["epsilon"], runs=todo["runs"],
-                                confidence=todo["confidence"], seed=todo["seed"], n_jobs=1,
-                                progress=False, callback=progress)
+        return audit(callback=progress)
 
     def _ended(self, task: Task) -> None:
-        """The audit task ended (on the page's event loop): show its result or why it did not."""
         if task.status == "done":
             self._set(result=task.result, busy=False, error="")
         elif task.status == "cancelled":
@@ -204,12 +193,11 @@ class AuditView(Page, param.Parameterized):
         self.param.update(**TEACHING)
         return self.run_audit()
 
-    # ============================================================== outputs
     def summary(self) -> str:
         """The verdict of the last audit, in words (markdown)."""
         r = self.result
         if r is None:
-            c = self.cases()[min(self.case, len(self.cases()) - 1)]
+            c = self._case()
             return (f"No audit yet. **Run audit** checks {registry.get(self.mechanism).label} at "
                     f"ε = {float(self.epsilon):g} on x₀ = {_vec(c.x0)}, x₁ = {_vec(c.x1)} "
                     f"({c.label}; claim ε = {self.claim():g}).")
@@ -284,12 +272,10 @@ class AuditView(Page, param.Parameterized):
             responsive=True, height=300, legend_position="top_right", xlabel=r.statistic,
             ylabel="runs")
 
-    # =============================================================== layout
     def controls(self) -> pn.Column:
         mech = pn.widgets.Select(**{_LABEL: "Mechanism"}, options=_mechanism_options(),
                                  value=self.mechanism)
-        mech.param.watch(lambda e: setattr(self, "mechanism", e.new), "value")
-        self.param.watch(lambda e: setattr(mech, "value", e.new), "mechanism")
+        mech.link(self, value="mechanism", bidirectional=True)
         eps = pn.widgets.FloatInput(**{_LABEL: "ε"}, value=self.epsilon, step=0.5, start=None)
 
         def set_eps(e):
@@ -339,8 +325,7 @@ class AuditView(Page, param.Parameterized):
 
     def _about(self) -> str:
         try:
-            m = registry.get(self.mechanism)
-            c = self.cases()[min(self.case, len(self.cases()) - 1)]
+            m, c = registry.get(self.mechanism), self._case()
         except (KeyError, ValueError):
             return ""
         warn = "**NOT PRIVATE** (study only). " if not m.private else ""
@@ -377,7 +362,6 @@ class AuditView(Page, param.Parameterized):
                 sizing_mode="stretch_width")
         return self._layout
 
-    # ================================================================ state
 
 def _vec(x) -> str:
     return "(" + ", ".join(f"{float(v):g}" for v in np.asarray(x).ravel()) + ")"

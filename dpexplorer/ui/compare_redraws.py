@@ -18,17 +18,14 @@ __all__ = ["CompareRedraws"]
 
 log = logging.getLogger("dpexplorer.ui.compare_view")  # the page's log (DPEXPLORER_LOG_LEVEL)
 
+
 class CompareRedraws:
     """The Compare page's redraw scheduling (a mixin of :class:`ComparePage`)."""
 
-    #: Seconds between the table's first rows and the page's first figures (served pages
-    #: only): the browser builds the table before the four figures, instead of after them.
-    #: The table's next rows wait as long: Panel 1.9's Tabulator drops a data update that
-    #: reaches the browser while it is still initialising the table.
-    #: Measured in headless chromium (an A/B of the Compare table's time, 2 cores, 4
-    #: pages each, medians): n = 256 4.6-4.9 s at once, 3.4 s with the per-query and
-    #: privacy–accuracy figures 1.5 s later, 2.9-3.0 s with the bars too (0.8-1.5 s later);
-    #: n = 1024 4.4-4.7 s, 3.1-3.2 s, 2.8-3.0 s.
+    #: Seconds between the table's first rows and the page's first figures (served pages only),
+    #: and the table's next rows wait as long: Panel 1.9's Tabulator drops a data update that
+    #: reaches the browser while it is still initialising.  The Compare table's time in headless
+    #: chromium (2 cores, medians) fell from 4.4-4.9 s to 2.8-3.0 s at n = 256 and 1024.
     first_figures_delay = 1.0
 
     def _forget_redraws(self) -> None:
@@ -38,36 +35,22 @@ class CompareRedraws:
     def _redraw(self, key: str, fn) -> None:
         """Run the redraw ``fn`` (it reads the page's current state) once the page is shown.
 
-        In a server session the redraws run on the session's event loop, one per
-        turn, in the order they were asked, each in a
-        :func:`~dpexplorer.ui.serving.models_batch`: a HoloViews redraw
-        freezes the document's model index, and Bokeh walks the document's
-        models once at the end instead of once per plot; a redraw that only
-        copies numbers into the drawn figures
-        (:class:`~dpexplorer.ui.live_plot.LivePlot`) and patches the table
-        walks nothing.  A redraw of a ``key`` already waiting replaces it: both
-        read the latest state.  The server's loop takes the pages' redraws one
-        at a time, those of a user's own change first
-        (:data:`dpexplorer.ui.serving.REDRAWS`), so a page drawing its first
-        figures holds the loop for one redraw, not for all of them.
+        In a server session the redraws run on the session's event loop, one per turn, in
+        order, each in a :func:`~dpexplorer.ui.serving.models_batch`; a redraw of a ``key``
+        already waiting replaces it.  The loop takes the pages' redraws one at a time, those
+        of a user's own change first (:data:`dpexplorer.ui.serving.REDRAWS`).
         """
         self.gate.run(key, lambda: self._on_loop(key, fn))
 
     def _draw_each(self, name: str, charts) -> None:
         """Update the live plots ``charts``, one HoloViews redraw per turn of the server's loop.
 
-        ``charts``: ``[(plot, data, key), ...]``, a :class:`LivePlot` with two
-        callables reading the page's current state: ``data()`` what the plot
-        draws, ``key()`` its structure (see :meth:`LivePlot.update`).
-
-        Updates that only copy numbers (an ε change) are done at once; of those that
-        need HoloViews (a first draw, a new structure), the first is done now and
-        each other one is its own redraw (``name:i``), reading the page's state when
-        it runs.  A HoloViews figure takes 0.1-0.3 s on a quiet machine and several
-        times that with eight sessions drawing (2 cores,
-        ``python benchmarks/bench_browser.py --n 1024 --sessions 8``), and another user's ε
-        change waits for whatever the loop is running.  Outside a server every
-        redraw runs at once, as before.
+        ``charts``: ``[(plot, data, key), ...]``, a :class:`LivePlot` with two callables
+        reading the page's current state: ``data()`` what it draws, ``key()`` its structure.
+        Updates that only copy numbers are done at once; of those needing HoloViews, the first
+        is done now and each other one is its own redraw (``name:i``).  A HoloViews figure
+        takes 0.1-0.3 s, several times that with eight sessions drawing
+        (``python benchmarks/bench_browser.py --n 1024 --sessions 8``).
         """
         drawn = False
         for i, (plot, data, key) in enumerate(charts):
@@ -86,11 +69,10 @@ class CompareRedraws:
             self._figures_after = time.monotonic() + self.first_figures_delay
 
     def _later(self, key: str, fn) -> bool:
-        """Put off the redraw ``fn`` until :attr:`first_figures_delay` after the table's first rows.
+        """Put off ``fn`` until :attr:`first_figures_delay` after the table's first rows.
 
-        Only the page's first figures wait (the window opened by :meth:`_figures_wait` when
-        the table joins a served page): ``True`` when ``fn`` was put off, and it is then
-        requested again (:meth:`_redraw`, reading the page's state then) when the time comes.
+        ``True`` when ``fn`` was put off (inside the window opened by :meth:`_figures_wait`):
+        it is then requested again (:meth:`_redraw`) when the time comes.
         """
         after = self._figures_after
         if after is None:
@@ -124,10 +106,8 @@ class CompareRedraws:
         posted = time.perf_counter()
 
         def run():
-            # the page's redraws one per turn on the loop (the oldest first): a page drawing
-            # its first four figures holds the loop for one redraw at a time, and another
-            # user's ε change goes in between (the explorer's target: no session's work holds another's
-            # ε change for more than 1 s; the first figures took 0.6-4 s in one turn, 2 cores)
+            # one redraw per turn (the oldest first), so that another user's ε change goes in
+            # between (the first figures took 0.6-4 s in one turn, 2 cores)
             with self._queued_guard:
                 if not self._queued:  # an earlier run took them
                     return
@@ -145,9 +125,7 @@ class CompareRedraws:
                       "posted (%d other pages waiting)", key,
                       " (urgent)" if urgent else "", time.perf_counter() - t0, t0 - posted,
                       REDRAWS.pending())
-            if more:  # the next waits its turn (a user's own change: before other pages')
+            if more:  # the next waits its turn
                 REDRAWS.submit(self, doc, run, urgent=urgent)
-        # one page's redraw at a time on the server's loop, the user's own changes first (a
-        # redraw of this page already waiting is replaced in its place, or moved to the front
-        # if urgent; submitted every time, so that no lost run can hold this page's redraws)
+        # submitted every time, so that no lost run can hold this page's redraws
         REDRAWS.submit(self, doc, run, urgent=urgent)

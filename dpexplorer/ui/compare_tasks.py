@@ -1,18 +1,13 @@
 """The Compare page's work as tasks: the comparison's builds, the optimisers, per-query errors.
 
-:class:`CompareWork` is mixed into :class:`~dpexplorer.ui.compare_view.ComparePage`.
-Strategies are built once per (workload, mechanism, noise norm) on the page's
-task runner (:class:`~dpexplorer.ui.tasks.Jobs`) and kept in ``session.cache``;
-what is stored is unit-noise figures (:class:`_Base`, :class:`_PerQuery`), so
-that a change of ε or δ only rescales them.  The strategy optimisers come last:
-the comparison of the other mechanisms is shown first, then each optimiser's
-row as soon as it is built (:meth:`CompareWork._optimize_job`), on
-:data:`~dpexplorer.ui.tasks.OPTIMIZER_THREADS` (they compute in worker
-processes, :mod:`dpexplorer.ui.workers`).  Different strategies build side by
-side (one lock per cache entry, :func:`~dpexplorer.ui.tasks.build_lock`).
-
-The page supplies ``update()`` (rescale or start a comparison), ``_not_built(W,
-name, noise)`` (why a mechanism is left out) and ``_is_optimizer(name)``.
+:class:`CompareWork` is mixed into :class:`~dpexplorer.ui.compare_view.ComparePage`, which
+supplies ``update()``, ``_not_built(W, name, noise)`` and ``_is_optimizer(name)``.
+Strategies are built once per (workload, mechanism, noise norm) on the page's task runner
+and kept in ``session.cache``; the page stores unit-noise figures (:class:`_Base`,
+:class:`_PerQuery`) that ε and δ only rescale.  The optimisers come last, each row shown as
+soon as it is built, on :data:`~dpexplorer.ui.tasks.OPTIMIZER_THREADS` (computing in worker
+processes, :mod:`dpexplorer.ui.workers`); one lock per cache entry
+(:func:`~dpexplorer.ui.tasks.build_lock`) lets different strategies build side by side.
 """
 
 from __future__ import annotations
@@ -21,6 +16,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -48,12 +44,14 @@ OPTIMIZING = "optimising… (its row fills in when it is built; see the progress
 
 CANCELLED = "cancelled: press 'Run optimisers' to build it"
 
+
 def cached_entry(cache: dpx.StrategyCache, W, name: str, noise):
     """``cache.entry(W, name, noise)`` if it is already built, else None (never builds)."""
     entries = getattr(cache, "_entries", None)
     if entries is None:  # pragma: no cover - another cache implementation
         return None
     return entries.get((W, name, noise.norm, ()))
+
 
 @dataclass
 class _Base:
@@ -73,12 +71,16 @@ class _Base:
         finite = np.isfinite(self.frame["unit_tse"].to_numpy(dtype=float)) if len(self.frame) else []
         return bool(self.failures) and not np.any(finite)
 
+    def with_frame(self, frame: pd.DataFrame, failures: list, pending: list) -> _Base:
+        return _Base(self.W, self.norm, frame, self.svdb, list(failures), list(pending),
+                     self.objective)
+
+
 @dataclass
 class _PerQuery:
     """Per-query errors of one (workload, mechanism, norm) for unit noise variance.
 
-    Multiplying by ``sqrt(variance_per_unit)`` gives the per-query RMSE (and
-    the mean RMSE per range length) at any ε, δ of that norm.
+    Times ``sqrt(variance_per_unit)``: the per-query RMSE (and mean RMSE per range length).
     """
 
     unit_std: np.ndarray | None  # sqrt(per-query variance / variance_per_unit)
@@ -91,19 +93,29 @@ class _PerQuery:
     def size(self) -> int:
         return 0 if self.unit_std is None else self.unit_std.size
 
+
 def _params(mech, objective: str) -> dict:
     """The builder parameters of ``mech`` for ``objective`` (as :func:`dpexplorer.compare` passes them)."""
     return {"objective": objective} if "objective" in mech.params else {}
 
-def _row(mech, unit_tse: float, note: str, causal: bool) -> pd.DataFrame:
-    """A :func:`dpexplorer.compare` row without an analytic error (failed, not run, ...);
-    ``causal``: whether the workload is a count over time (:func:`dpexplorer.streaming.is_causal`)."""
+
+def _row(name: str, note: str, causal: bool) -> pd.DataFrame:
+    """A :func:`dpexplorer.compare` row of mechanism ``name`` without an analytic error
+    (failed, not run, ...); ``causal``: :func:`dpexplorer.streaming.is_causal` of the workload."""
+    mech = dpx.registry.get(name)
     return pd.DataFrame([{
         "mechanism": mech.name, "label": mech.label, "rmse": math.nan, "kind": "analytic",
         "ratio": math.nan, "seconds": math.nan, "rows": math.nan, "sensitivity": math.nan,
         "data_dependent": False, "online": bool(mech.online and causal),
         "description": mech.description, "source": mech.source,
-        "note": note, "unit_tse": unit_tse, "unit_max": math.nan}])
+        "note": note, "unit_tse": math.nan, "unit_max": math.nan}])
+
+
+def _in_order(frame: pd.DataFrame, names: list) -> pd.DataFrame:
+    """``frame``'s rows in the order of ``names`` (stable), as dpx.compare before its sort."""
+    order = {n: i for i, n in enumerate(names)}
+    return frame.sort_values("mechanism", key=lambda s: s.map(order),
+                             kind="stable").reset_index(drop=True)
 
 
 class CompareWork:
@@ -118,10 +130,9 @@ class CompareWork:
     #: Least seconds between two partial updates while optimisers run (rows built meanwhile
     #: are shown together; every update redraws the table and charts in the browser).
     merge_interval = 1.5
-    #: Most seconds the first comparison and optimisers wait for the browser to draw the
-    #: page, and seconds the optimisers wait after it says it is loaded (it is still laying
-    #: the page out): their work and updates would otherwise slow down the first render
-    #: (measured: ~4 s → 5-10 s page load).
+    #: Most seconds the first comparison and optimisers wait for the browser to draw the page,
+    #: and seconds the optimisers wait after it says it is loaded: their work would otherwise
+    #: slow down the first render (measured: ~4 s → 5-10 s page load).
     load_wait = 30.0
     load_grace = 1.5
 
@@ -133,20 +144,25 @@ class CompareWork:
         self._token += 1
         self._pending = key
         self._cancel = False
-        indep = [n for n in key[2] if not dpx.registry.get(n).data_dependent
-                 and self._not_built(W, n, noise) is None]
-        later = [n for n in indep if self._built_later(W, n, noise, key[3])]
-        self._set(busy=True, progress=0, total=max(1, len(indep) - len(later)),
+        _, now, _ = self._plan(W, key[2], noise, key[3])
+        self._set(busy=True, progress=0, total=max(1, len(now)),
                   status=f"Building strategies for {W.name} ({W.m:,} queries × {W.n:,} cells)…")
         self._submit(self._compare_job, self._token, key, W, noise, list(key[2]),
                      self.auto_optimize)
 
+    def _plan(self, W, names, noise, objective: str) -> tuple[dict, list, list]:
+        """The data-independent mechanisms of ``names``: ``(reasons, now, later)``, why some are
+        not built (:meth:`_not_built`), those built first, the optimisers built after them."""
+        indep = [n for n in names if not dpx.registry.get(n).data_dependent]
+        reasons = {n: r for n in indep if (r := self._not_built(W, n, noise)) is not None}
+        later = [n for n in indep if n not in reasons
+                 and self._built_later(W, n, noise, objective)]
+        return reasons, [n for n in indep if n not in reasons and n not in later], later
+
     def _built_later(self, W, name: str, noise, objective: str) -> bool:
         """Whether ``name`` is an optimiser built after the comparison of the others: neither
         the session's cache nor the server (:func:`~dpexplorer.ui.workers.kept`) has its
-        strategy.  One the server keeps joins the first table, built at once: landing a moment
-        after the table joined the page, its row was dropped by the browser's table (see
-        :meth:`~dpexplorer.ui.compare_view.ComparePage.panel`)."""
+        strategy (one the server keeps joins the first table)."""
         if not self._is_optimizer(name) or cached_entry(self.cache, W, name, noise) is not None:
             return False
         mech = dpx.registry.get(name)
@@ -154,20 +170,16 @@ class CompareWork:
                     and workers.kept(mech, W, noise, _params(mech, objective)))
 
     def _stopped(self, token) -> bool:
-        """Whether the build under ``token`` must stop: superseded, cancelled by the user, or
-        its browser tab closed (:meth:`_closed`)."""
+        """Whether the build under ``token`` must stop: superseded, cancelled, or tab closed."""
         return token != self._token or self._cancel or self._closed()
 
     def _closed(self) -> bool:
         """Whether the page's browser tab has gone; the page's work then stops (:meth:`stop`).
 
-        A served page whose browser drew it and that has no connection left
-        (:func:`~dpexplorer.ui.serving.no_connection`): its optimisers stop at
-        their next progress report and its redraws are dropped at once, not
-        when Bokeh ends the session 15-32 s later.  The explorer leaves Panel's
-        ``reconnect`` off, so a session that lost its browser never gets one
-        back; were one to reconnect, its next change would start the page's
-        work again.
+        A served page that was drawn and has no connection left
+        (:func:`~dpexplorer.ui.serving.no_connection`): its optimisers stop at their next
+        progress report, not when Bokeh ends the session 15-32 s later (the explorer leaves
+        Panel's ``reconnect`` off).
         """
         doc = self._doc() if self._doc is not None else None
         if doc is None or not self._loaded.is_set() or not no_connection(doc):
@@ -179,12 +191,9 @@ class CompareWork:
 
     def _post_status(self, post, token, key=None, **values) -> None:
         """Post ``values`` (status, progress) unless a newer comparison started meanwhile or
-        the work it describes is over (posted callbacks are not always run in order): the
-        comparison of ``key`` (``busy``) or, without ``key``, the optimisers (``optimizing``).
-
-        At most one status is waiting for the event loop per page and kind (``key`` or
-        not): a newer one replaces it, so a busy loop (many sessions) shows the latest
-        status once instead of every one a quick series of strategies posted.
+        the work it describes is over: the comparison of ``key`` (``busy``) or, without
+        ``key``, the optimisers (``optimizing``).  At most one status per kind waits for the
+        event loop: a newer one replaces it.
         """
         slot = key is None
         with self._queued_guard:
@@ -209,10 +218,9 @@ class CompareWork:
                    objective: str = "sum") -> tuple[pd.DataFrame, str | None]:
         """Worker: the :func:`dpexplorer.compare` row of ``name`` (built in session.cache).
 
-        Optimisers report progress to :attr:`optimization`; a superseded build
-        (or, when ``cancellable``, one the user cancelled) raises
-        :class:`Cancelled` out of here.  Returns the row (``unit_tse`` added)
-        and the failure message (None on success).
+        Optimisers report progress to :attr:`optimization`; a superseded build (or, when
+        ``cancellable``, one the user cancelled) raises :class:`Cancelled`.  Returns the row
+        (``unit_tse`` added) and the failure message (None on success).
         """
         cache, mech = self.cache, dpx.registry.get(name)
         serial = next(self._serials)
@@ -234,7 +242,7 @@ class CompareWork:
         except Exception as exc:  # noqa: BLE001 - one mechanism failing is reported
             if not isinstance(exc, ValueError):
                 log.exception("mechanism %s failed", name)
-            failed = _row(mech, math.nan, f"failed: {_message(exc)}", dpx.streaming.is_causal(W))
+            failed = _row(name, f"failed: {_message(exc)}", dpx.streaming.is_causal(W))
             return failed, f"{mech.label}: {_message(exc)}"
         finally:
             post(lambda: progress.end(serial))
@@ -242,32 +250,22 @@ class CompareWork:
     def _compare_job(self, post, token, key, W, noise, names, auto=True) -> None:
         """Worker: build every strategy (in session.cache), keep the unit-noise figures.
 
-        The optimisers (registry entries flagged ``optimizer``) not built yet come last: the
-        comparison of the others is shown first, then -- when ``auto`` -- each
-        optimiser's row is added as soon as it is built (:meth:`_optimize_job`),
-        so a slow optimiser never holds the page.
+        The optimisers not built yet come last: the comparison of the others is shown first,
+        then (``auto``) each optimiser's row as soon as it is built (:meth:`_optimize_job`).
         """
         t0 = time.perf_counter()
-        if not self._loaded.is_set():  # a first load: the browser fetches the page's scripts
-            # from this server's event loop meanwhile, slowed down by a computing thread
-            # (measured at n = 1024: first paint 3.3-6.4 s while computing, 1.0-2.0 s after)
+        if not self._loaded.is_set():
+            # the browser fetches the page's scripts from this server's loop meanwhile (n = 1024:
+            # first paint 3.3-6.4 s while computing, 1.0-2.0 s after)
             self._wait_for_load()
-        # where a comparison's time goes (the table's time in a browser varied from 2 to 9 s
-        # between runs): logged at DEBUG (DPEXPLORER_LOG_LEVEL=debug, dpexplorer.ui.server)
+        # logged at DEBUG (DPEXPLORER_LOG_LEVEL=debug): where a comparison's time goes
         timings = {"load wait": time.perf_counter() - t0}
         try:
-            cache = self.cache
-            indep = [n for n in names if not dpx.registry.get(n).data_dependent]
+            cache, causal = self.cache, dpx.streaming.is_causal(W)
             dep = [n for n in names if dpx.registry.get(n).data_dependent]
-            rows, failures = {}, []
-            causal = dpx.streaming.is_causal(W)
-            for name in indep:  # rows not built, with the reason (see _not_built)
-                reason = self._not_built(W, name, noise)
-                if reason is not None:
-                    rows[name] = _row(dpx.registry.get(name), math.nan, reason, causal)
-            indep = [n for n in indep if n not in rows]
-            later = [n for n in indep if self._built_later(W, n, noise, key[3])]
-            now = [n for n in indep if n not in later]
+            reasons, now, later = self._plan(W, names, noise, key[3])
+            rows = {n: _row(n, reason, causal) for n, reason in reasons.items()}
+            failures = []
             t1 = time.perf_counter()
             with build_lock(cache, ("svdb", W)):
                 svdb = cache.svdb(W)
@@ -275,11 +273,11 @@ class CompareWork:
             for i, name in enumerate(now):
                 if token != self._token or self._closed():
                     return  # superseded or tab closed: the strategies built so far stay cached
-                mech = dpx.registry.get(name)
-                # the total with the count: an optimiser another session finished since
-                # _start is built now, not later, so there may be more than _start counted
+                # the total with the count: an optimiser another session finished since _start
+                # is built now, so there may be more than _start counted
                 self._post_status(post, token, key, progress=i, total=max(1, len(now)),
-                                  status=f"Building {mech.label} ({i + 1}/{len(now)})…")
+                                  status=f"Building {dpx.registry.get(name).label} "
+                                         f"({i + 1}/{len(now)})…")
                 t1 = time.perf_counter()
                 try:
                     rows[name], failure = self._build_row(post, token, W, noise, name,
@@ -288,29 +286,23 @@ class CompareWork:
                 except Cancelled:
                     if token != self._token:
                         return  # superseded (new workload or noise norm)
-                    rows[name] = _row(mech, math.nan, CANCELLED, causal)
+                    rows[name] = _row(name, CANCELLED, causal)
                     later.append(name)
                     continue
                 if failure:
                     failures.append(failure)
             for name in later:
-                rows[name] = _row(dpx.registry.get(name), math.nan, OPTIMIZING if auto else NOT_RUN,
-                                  causal)
+                rows[name] = _row(name, OPTIMIZING if auto else NOT_RUN, causal)
             frames = [rows[n] for n in names if n in rows]
             if dep:
                 try:
                     df = dpx.compare(W, noise, dep, cache=cache, objective=key[3])
-                    order = {n: i for i, n in enumerate(dep)}
-                    df = df.sort_values("mechanism", key=lambda s: s.map(order), kind="stable")
                     df["unit_tse"] = df["unit_max"] = math.nan
                     frames.append(df)
                 except Exception as exc:  # noqa: BLE001
                     failures.append(f"data-dependent mechanisms: {_message(exc)}")
-            frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-            if len(frame):  # registry order, as dpx.compare before its (stable) sort
-                order = {n: i for i, n in enumerate(names)}
-                frame = frame.sort_values("mechanism", key=lambda s: s.map(order),
-                                          kind="stable").reset_index(drop=True)
+            frame = _in_order(pd.concat(frames, ignore_index=True), names) if frames else \
+                pd.DataFrame()
             base = _Base(W, noise.norm, frame, svdb, failures, later, key[3])
         except Exception as exc:  # noqa: BLE001 - e.g. the SVD bound failing
             log.exception("comparison failed")
@@ -335,8 +327,7 @@ class CompareWork:
 
     def _wait_for_load(self) -> None:
         """Wait until the browser has drawn the page, :attr:`load_wait` seconds at most, or
-        the interpreter exits (a page fetched without a browser never loads: the server
-        stopped by SIGTERM waited the whole 30 s for this thread, joined at exit)."""
+        the interpreter exits (a page fetched without a browser never loads)."""
         deadline = time.monotonic() + self.load_wait
         while not SHUTDOWN.is_set() and time.monotonic() < deadline:
             if self._loaded.wait(timeout=0.25):
@@ -380,10 +371,8 @@ class CompareWork:
     def run_optimizers(self) -> bool:
         """Build the optimisers left out of the shown comparison (:attr:`pending`).
 
-        Runs in the background with progress in :attr:`optimization`; the
-        table keeps showing the other mechanisms, and each optimiser's row
-        appears when it is built.  ``False`` (and a message) when there is no
-        comparison to complete.
+        Runs in the background with progress in :attr:`optimization`; each optimiser's row
+        appears when it is built.  ``False`` (and a message) when there is no comparison.
         """
         with self._lock:
             key = self._shown
@@ -406,9 +395,7 @@ class CompareWork:
             self._opt_pending = key
             frame = base.frame.copy()
             frame.loc[frame["mechanism"].isin(base.pending), "note"] = OPTIMIZING
-            base = self._bases[key] = _Base(base.W, base.norm, frame, base.svdb,
-                                            list(base.failures), list(base.pending),
-                                            base.objective)
+            base = self._bases[key] = base.with_frame(frame, base.failures, base.pending)
             self._set(optimizing=True, pending=[],
                       status=f"Running {len(base.pending)} optimiser(s)…")
             self._show(key, base, noise)
@@ -434,16 +421,15 @@ class CompareWork:
     def cancel(self) -> None:
         """Stop the optimisation that is running; the optimisers not built stay pending.
 
-        Also unticks :attr:`auto_optimize`, so that they are not started again
-        by the next change; 'Run optimisers' (:meth:`run_optimizers`) builds them.
+        Also unticks :attr:`auto_optimize`, so that the next change does not start them
+        again; 'Run optimisers' (:meth:`run_optimizers`) builds them.
         """
         self._cancel = True
-        if self.auto_optimize:
-            self.auto_optimize = False
+        self.auto_optimize = False
 
     def _optimize_job(self, post, token, key, base: _Base, noise, names) -> None:
         """Worker: build the pending optimisers of ``base``, adding each row when it is built."""
-        done, failures, final_failure = {}, list(base.failures), None
+        done, failures = {}, list(base.failures)
         last, unreported = time.monotonic(), []
 
         def merged(pending):
@@ -451,17 +437,15 @@ class CompareWork:
             frame = pd.concat([done[m].reindex(columns=old.columns) if m in done
                                else old.iloc[[i]] for i, m in enumerate(old["mechanism"])],
                               ignore_index=True)
-            return _Base(base.W, base.norm, frame, base.svdb, list(failures), pending,
-                         base.objective)
+            return base.with_frame(frame, failures, pending)
 
         try:
             for i, name in enumerate(names):
                 if self._stopped(token):
                     break
-                mech = dpx.registry.get(name)
                 self._post_status(post, token, status=(
-                    f"Optimising {mech.label} ({i + 1}/{len(names)}); the table shows the "
-                    f"other mechanisms meanwhile"))
+                    f"Optimising {dpx.registry.get(name).label} ({i + 1}/{len(names)}); the "
+                    f"table shows the other mechanisms meanwhile"))
                 try:
                     done[name], failure = self._build_row(post, token, base.W, noise, name,
                                                           objective=key[3])
@@ -470,22 +454,17 @@ class CompareWork:
                 if failure:
                     failures.append(failure)
                     unreported.append(failure)
-                if i + 1 < len(names):  # show the rows built so far, the others still running
-                    if time.monotonic() - last >= self.merge_interval:
-                        step, message = merged([n for n in names if n not in done]), \
-                            "; ".join(unreported) or None
-                        post(lambda step=step, message=message: self._merge(
-                            token, key, step, message, final=False))
-                        last, unreported = time.monotonic(), []
-                else:
-                    final_failure = "; ".join(unreported) or None  # with the final merge
+                # the rows built so far, the others still running
+                if i + 1 < len(names) and time.monotonic() - last >= self.merge_interval:
+                    step = merged([n for n in names if n not in done])
+                    post(partial(self._merge, token, key, step, "; ".join(unreported) or None,
+                                 final=False))
+                    last, unreported = time.monotonic(), []
+            final_failure = "; ".join(unreported) or None
             rest = [n for n in names if n not in done]
-            if rest:
-                final_failure = "; ".join(unreported) or None
+            causal = dpx.streaming.is_causal(base.W) if rest else False
             for name in rest:
-                done[name] = _row(dpx.registry.get(name), math.nan,
-                                  CANCELLED if token == self._token else NOT_RUN,
-                                  dpx.streaming.is_causal(base.W))
+                done[name] = _row(name, CANCELLED if token == self._token else NOT_RUN, causal)
             final = merged(rest)
         except Exception as exc:  # noqa: BLE001 - never a traceback in the page
             log.exception("running the optimisers failed")
@@ -514,28 +493,24 @@ class CompareWork:
             W, norm = self._shown[0], self._shown[1]
             name = self.mechanism
             if name not in self.mechanisms():
-                self._set(per_query=None, per_query_note=f"{name!r} is not a data-independent "
-                          f"mechanism; choose one of {self.mechanisms()}")
-                return
+                return self._set(per_query=None, per_query_note=f"{name!r} is not a "
+                                 f"data-independent mechanism; choose one of {self.mechanisms()}")
             try:
                 noise = self.session.noise_model()
             except ValueError:
                 return  # reported by update()
             if noise.norm != norm:
                 return  # the comparison for this norm is being built
+            mech = dpx.registry.get(name)
             base = self._bases.get(self._shown)
             if base is not None and name in base.pending:
-                label = dpx.registry.get(name).label
-                self._set(per_query=None, per_query_note=(
-                    f"{label} is being optimised: its per-query errors follow when it is built"
-                    if self._opt_pending == self._shown else
-                    f"{label} has not been built for this workload yet: run the optimisers first"))
-                return
+                return self._set(per_query=None, per_query_note=(
+                    f"{mech.label} is being optimised: its per-query errors follow when it is "
+                    f"built" if self._opt_pending == self._shown else f"{mech.label} has not "
+                    f"been built for this workload yet: run the optimisers first"))
             reason = self._not_built(W, name, noise)
             if reason is not None:
-                self._set(per_query=None, per_query_note=f"{dpx.registry.get(name).label}: {reason}")
-                return
-            mech = dpx.registry.get(name)
+                return self._set(per_query=None, per_query_note=f"{mech.label}: {reason}")
             pkey = (W, name, norm, self._shown[3] if "objective" in mech.params else "sum")
             pq = self._pq.get(pkey)
             if pq is None:
@@ -546,8 +521,7 @@ class CompareWork:
                 return
             self._pq.move_to_end(pkey)
             if pq.unit_std is None:
-                self._set(per_query=None, per_query_note=pq.note)
-                return
+                return self._set(per_query=None, per_query_note=pq.note)
             view = (pkey, noise.label, id(pq))
             if view == self._pq_view and self.per_query is not None:
                 return  # already shown (e.g. an optimiser's row came in): nothing to redraw
@@ -557,8 +531,8 @@ class CompareWork:
             if pq.lengths is not None:
                 data["length"] = pq.lengths
             df = pd.DataFrame(data, copy=False)
-            df.attrs.update(mechanism=name, label=dpx.registry.get(name).label,
-                            noise=noise.label, workload=W.name, workload_id=id(W), norm=norm)
+            df.attrs.update(mechanism=name, label=mech.label, noise=noise.label,
+                            workload=W.name, workload_id=id(W), norm=norm)
             if pq.length_values is not None:
                 df.attrs["mean_by_length"] = pd.Series(std * pq.length_means,
                                                        index=pq.length_values, name="rmse")
@@ -567,16 +541,16 @@ class CompareWork:
     def _per_query_job(self, post, pkey, noise) -> None:
         W, name, _, objective = pkey
         try:
+            mech = dpx.registry.get(name)
             if W.m > self.max_per_query_rows:
                 pq = _PerQuery(None, None, f"{W.m:,} queries: too many to compute the error of "
                                f"each (at most {self.max_per_query_rows:,})")
             else:
                 with build_lock(self.cache, (W, name, noise.norm)):
-                    A, _, _, note = self.cache.entry(
-                        W, name, noise, _params(dpx.registry.get(name), objective))
+                    A, _, _, note = self.cache.entry(W, name, noise, _params(mech, objective))
                 if A is None:
-                    pq = _PerQuery(None, None, f"{dpx.registry.get(name).label} does not apply "
-                                   f"to this workload: {note}")
+                    pq = _PerQuery(None, None, f"{mech.label} does not apply to this workload: "
+                                   f"{note}")
                 else:
                     var = dpx.error.per_query_variance(W, A, noise)
                     pq = _PerQuery(np.sqrt(var / noise.variance_per_unit))

@@ -1,41 +1,14 @@
 """The Compare page (:class:`ComparePage`): every mechanism for the session's workload.
 
-:class:`ComparePage` is the explorer's "Compare" tab.  It takes the shared
-:class:`~dpexplorer.ui.session.Session` and reacts to its workload, ε, δ and
-noise.  It shows the analytic RMSE of every registered data-independent
-mechanism (bars, log y, SVD bound as a line, and a table that also lists the
-data-dependent mechanisms with their note), the per-query RMSE of one chosen
-mechanism against the query index (and the range length for range
-workloads), and a privacy–accuracy curve (RMSE over ε in 0.01..10).
-
-Strategies are built once per (workload, mechanism, noise norm) in a
-background thread (progress bar over mechanisms, the results dimmed meanwhile)
-and kept in ``session.cache``; the page then only stores unit-noise figures,
-so a change of ε or δ rescales everything analytically (``TSE = v·unit TSE``,
-per-query RMSE ∝ ``sqrt(v)``) without touching the cache.  Outputs are
-parameters: ``table`` (same numbers as :func:`dpexplorer.compare`),
-``curve``, ``per_query``, ``busy``, ``error``; :meth:`ComparePage.wait`
-blocks until background work is done (tests, scripts).
-
-Strategy optimisers (registry entries flagged ``optimizer``,
-:func:`~dpexplorer.ui.workers.optimizers`: HDMM's OPT0, OPT⊗, OPT+, OPT_M and
-HDMM, Eigen-Design) come last: the table of the other mechanisms is shown
-first, then every optimiser's row (RMSE, ratio to the SVD bound) fills in as
-soon as it is built, while a second progress bar follows the optimiser's
-:func:`dpexplorer.core.optimization.report` calls (stage, iterations or
-restarts, current objective) and a Cancel button stops it
-(:meth:`ComparePage.cancel`).  Unticking ``auto_optimize`` leaves them out
-("not run yet") until :meth:`ComparePage.run_optimizers`.  A new workload or
-noise norm stops a running optimiser (its progress callback raises
-:class:`~dpexplorer.ui.optimize_view.Cancelled`); coming back to it starts it
-again.  Different strategies build side by side (one lock per cache entry,
-:func:`~dpexplorer.ui.tasks.build_lock`), so a long optimisation on this page
-never holds the Strategy page.
-
-This module is the page's layout and bindings; its work is in
-:mod:`~dpexplorer.ui.compare_tasks`, its charts in :mod:`~dpexplorer.ui.compare_charts`,
-the scheduling of its redraws in :mod:`~dpexplorer.ui.compare_redraws`, and the
-task runtime it shares with the other pages in :mod:`~dpexplorer.ui.tasks`.
+The analytic RMSE of every data-independent mechanism (bars, the SVD bound as a line, and a
+table that also lists the data-dependent mechanisms), the per-query RMSE of one mechanism, and
+the RMSE over ε.  Strategies are built once per (workload, mechanism, noise norm) in the
+background and kept in ``session.cache``; ε and δ rescale stored unit-noise figures.  The
+optimisers come last, each row filling in as it is built.  Outputs are parameters (``table``,
+as :func:`dpexplorer.compare`; ``curve``, ``per_query``, ``busy``, ``error``): drive the page
+from a script and call :meth:`ComparePage.wait`.  Its work is in
+:mod:`~dpexplorer.ui.compare_tasks`, its charts in :mod:`~dpexplorer.ui.compare_charts`, its
+redraws in :mod:`~dpexplorer.ui.compare_redraws`.
 """
 
 from __future__ import annotations
@@ -43,6 +16,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import operator
 import threading
 import time
 from collections import OrderedDict
@@ -57,14 +31,7 @@ from dpexplorer.accuracy import rmse_curve
 from dpexplorer.compare import OBJECTIVES, scale_comparison
 
 from .accuracy_view import AccuracyFirst, epsilon_bars, target_curve_plot
-from .compare_charts import (
-    TABLE_COLUMNS,
-    CompareCharts,
-    _empty_table,
-    _hidden_unless,
-    rmse_chart,
-    table_patch,
-)
+from .compare_charts import TABLE_COLUMNS, CompareCharts, rmse_chart, table_patch
 from .compare_redraws import CompareRedraws
 from .compare_tasks import EPS_GRID, OPTIMIZING, CompareWork, _Base, cached_entry
 from .continual_view import StepErrors
@@ -84,68 +51,47 @@ __all__ = ["ComparePage", "Jobs", "build_lock", "check_workload", "structured_1d
 
 log = logging.getLogger(__name__)
 
+_NUMBER = {"rmse": "0,0.000", "max_std": "0,0.000", "ratio": "0.000", "seconds": "0.0000"}
 
 
 def comparison_table(frame: pd.DataFrame) -> pn.widgets.Tabulator:
     """Read-only Tabulator of a :func:`dpexplorer.compare` table (RMSE, ratio, build time, ...).
 
-    The columns share the page's width (``fit_columns``) and the long text
-    columns wrap, so that ``source`` and ``note`` are never off-screen; headers
-    wrap between words and no column is narrower than its header's longest
-    word (:func:`~dpexplorer.ui.session.readable_headers`).
+    The columns share the page's width, the long text columns wrap, and no column is narrower
+    than its header's longest word (:func:`~dpexplorer.ui.session.readable_headers`).
     """
-    # the columns fill the width (the worst query's std of objective "max" too, so that
-    # adding it never pushes ``note`` off the right edge), the text columns taking more
-    grow = {"description": 4, "source": 2, "note": 3}
     titles = {"label": "mechanism", "rmse": "RMSE", "ratio": "RMSE / SVD bound",
               "seconds": "build (s)", "max_std": "worst query std", "online": "online"}
-    # every header readable: wrapped between words, columns no narrower than its longest word
-    columns = list(dict.fromkeys([*frame.columns, "max_std"]))  # the objective may add max_std
+    # max_std too (objective "max"), so that adding it never pushes `note` off the right edge
+    columns = list(dict.fromkeys([*frame.columns, "max_std"]))
+    formatters = {c: NumberFormatter(format=f) for c, f in _NUMBER.items()}
+    formatters.update({c: {"type": "textarea"} for c in ("description", "source", "note")},
+                      online={"type": "tickCross", "crossElement": False})  # ✓ if online
     return pn.widgets.Tabulator(
         frame, show_index=False, disabled=True, sizing_mode="stretch_width",
-        layout="fit_columns", titles=titles,
-        configuration=readable_headers(columns, titles, grow=grow),
-        formatters={"rmse": NumberFormatter(format="0,0.000"),
-                    "max_std": NumberFormatter(format="0,0.000"),
-                    "ratio": NumberFormatter(format="0.000"),
-                    "seconds": NumberFormatter(format="0.0000"),
-                    # ✓ for a mechanism that releases a count over time step by step
-                    "online": {"type": "tickCross", "crossElement": False},
-                    "description": {"type": "textarea"}, "source": {"type": "textarea"},
-                    "note": {"type": "textarea"}})
+        layout="fit_columns", titles=titles, formatters=formatters,
+        configuration=readable_headers(columns, titles,
+                                       grow={"description": 4, "source": 2, "note": 3}))
 
 
-# =====================================================================
-# Background work shared by the Compare and Strategy pages
-# =====================================================================
-
-
-#: Largest 1D workload with interval structure (All Range, Prefix, Width-k, random or listed
-#: ranges, and their weighted unions with Identity and Total) that the pages compare.  Its
-#: analytic comparison uses no n × n matrix: at 2**16 cells the SVD bound and the error of each
-#: of :func:`structured_mechanisms` took 0.01-0.4 s (2 cores, 1 BLAS thread), the SVD bound of
-#: a union with Identity/Total is left out (it would need the n × n Gram matrix).
+#: Largest 1D workload with interval structure (ranges, prefixes, Width-k, and their weighted
+#: unions with Identity and Total) that the pages compare, with no n × n matrix: at 2**16 cells
+#: the SVD bound and each :func:`structured_mechanisms` error took 0.01-0.4 s (2 cores, 1 BLAS
+#: thread); the SVD bound of a union with Identity/Total is left out (it needs the Gram matrix).
 STRUCTURED_MAX_CELLS = 2**16
 
 
-
 def structured_mechanisms() -> tuple[str, ...]:
-    """Mechanisms built above ``max_cells`` for such a workload, in registration order.
-
-    The registry entries flagged ``structured_1d`` (trees, Haar wavelet on a
-    power-of-two domain, Identity): their strategies and errors need no
-    ``n × n`` matrix.
-    """
+    """Mechanisms built above ``max_cells`` for such a workload, in registration order: the
+    registry entries flagged ``structured_1d``, whose strategies and errors need no
+    ``n × n`` matrix."""
     return tuple(n for n, m in dpx.registry.REGISTRY.items() if m.structured_1d is not False)
 
 
 def structured_1d(W) -> bool:
-    """Whether ``W`` is a 1D workload whose comparison needs no ``n × n`` matrix.
-
-    Interval rows (All Range, Prefix, Width-k, ranges), Identity, Total and
-    weighted unions of these: the workloads with a structured Gram matrix
-    (:func:`dpexplorer.gram_ops.gram_operator`) that has interval forms.
-    """
+    """Whether ``W`` is a 1D workload whose comparison needs no ``n × n`` matrix: interval
+    rows, Identity, Total and weighted unions of these (a structured Gram matrix,
+    :func:`dpexplorer.gram_ops.gram_operator`, with interval forms)."""
     if not isinstance(W, dpx.matrix.Matrix) or len(W.domain) != 1:
         return False
     op = dpx.gram_ops.gram_operator(W)
@@ -156,14 +102,10 @@ def check_workload(W, max_cells: int = 4096,
                    structured_max_cells: int = STRUCTURED_MAX_CELLS) -> dpx.matrix.Matrix:
     """``W`` if the pages can compare it, else ValueError with the reason.
 
-    A 1D workload with interval structure (:func:`structured_1d`) may have up
-    to ``structured_max_cells`` cells: above ``max_cells`` only
-    :func:`structured_mechanisms` are built (:func:`too_large`).  A
-    Kronecker-structured workload (a product, or a weighted union of
-    products) is checked factor by factor: every attribute at most
-    ``max_cells`` cells.  Any other workload must have ``n ≤ max_cells``
-    (strategies such as GreedyH and the exact error need dense ``n × n``
-    Gram matrices).
+    A :func:`structured_1d` workload may have up to ``structured_max_cells`` cells (above
+    ``max_cells`` only :func:`structured_mechanisms` are built, :func:`too_large`); a
+    Kronecker-structured one at most ``max_cells`` cells per attribute; any other
+    ``n ≤ max_cells`` (strategies and the exact error need dense ``n × n`` Gram matrices).
     """
     if W is None:
         raise ValueError("no workload yet: build one on the Workload page")
@@ -197,12 +139,9 @@ def check_workload(W, max_cells: int = 4096,
 def too_large(W, name: str, max_cells: int = 4096) -> str | None:
     """Why mechanism ``name`` is not built for ``W`` on the pages (plain words), or None.
 
-    Only for a 1D structured workload above ``max_cells`` cells
-    (:func:`check_workload` lets it through): mechanisms not flagged
-    ``structured_1d`` in the registry would need an ``n × n`` matrix (the
-    optimisers minutes to hours of work on it); one whose flag depends on
-    the domain size (Privelet's fast error formula: power-of-two domains
-    only) gives its own reason.
+    Only for a 1D structured workload above ``max_cells`` cells: mechanisms not flagged
+    ``structured_1d`` need an ``n × n`` matrix; one whose flag depends on the domain size
+    (Privelet: power-of-two domains) gives its own reason.
     """
     n = W.n
     if n <= max_cells or not structured_1d(W):
@@ -220,10 +159,6 @@ def too_large(W, name: str, max_cells: int = 4096) -> str | None:
     return f"needs an n × n matrix; at most {max_cells:,} cells (this workload has {n:,}): {smaller}"
 
 
-# =====================================================================
-# ComparePage
-# =====================================================================
-
 PAGE_HEADER = """\
 ## Compare mechanisms
 
@@ -240,11 +175,8 @@ more private).
 
 
 def _objective_note() -> str:
-    """The note under the objective selector: which registered builders take the objective.
-
-    An optimiser without an ``objective`` parameter optimises the total error; a mechanism
-    with one (ResidualPlanner) optimises the chosen objective.
-    """
+    """The note under the objective selector: which registered builders take the objective
+    (an optimiser without an ``objective`` parameter optimises the total error)."""
     def listed(labels: list[str]) -> str:  # "A, B and C optimise" / "A optimises"
         if len(labels) == 1:
             return f"{labels[0]} optimises"
@@ -267,62 +199,52 @@ def _objective_note() -> str:
 OBJECTIVE_NOTE = _objective_note()
 
 
+def _output(kind, default, doc: str | None = None) -> param.Parameter:
+    """A read-only output parameter of the page (``allow_None`` when ``default`` is None)."""
+    return kind(default=default, constant=True, precedence=-1, doc=doc)
+
 
 class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.Viewer):
     """The Compare page: all mechanisms for ``session.workload`` under the session's noise.
 
-    Parameters
-    ----------
-    session : Session, optional
-        Shared state (a new one if omitted).
-    background : bool
-        Build strategies in a worker thread (default).  ``False`` runs
-        everything in the caller's thread (scripts).
-
-    Attributes
-    ----------
-    optimization : OptimizationProgress
-        Progress of the optimiser being built (stage, done/total, objective).
+    ``session``: the shared state (a new one if omitted); ``background=False`` builds every
+    strategy in the caller's thread (scripts).  :attr:`optimization`
+    (:class:`~dpexplorer.ui.optimize_view.OptimizationProgress`) follows the optimiser being
+    built (stage, done/total, objective).
     """
 
     mechanism = param.String(default="hb", doc="""
         Registry name of the mechanism whose per-query error is plotted.""")
-    table = param.DataFrame(default=None, allow_None=True, constant=True, precedence=-1, doc="""
-        dpexplorer.compare() numbers for the current noise (attrs: svd_bound, noise, m, n,
-        workload); the last good table stays on errors.""")
-    curve = param.DataFrame(default=None, allow_None=True, constant=True, precedence=-1, doc="""
-        Privacy-accuracy curve: mechanism, label, epsilon, rmse (the SVD bound as
-        mechanism 'svd_bound'), for EPS_GRID plus the session's ε.""")
-    per_query = param.DataFrame(default=None, allow_None=True, constant=True, precedence=-1,
-                                doc="""Per-query RMSE of `mechanism`: query, rmse (and length
-        for range workloads).""")
-    busy = param.Boolean(default=False, constant=True, precedence=-1,
-                         doc="True while strategies are being built.")
-    per_query_busy = param.Boolean(default=False, constant=True, precedence=-1)
-    progress = param.Integer(default=0, constant=True, precedence=-1,
-                             doc="Mechanisms done in the running comparison.")
-    total = param.Integer(default=1, constant=True, precedence=-1,
-                          doc="Mechanisms in the running comparison.")
-    status = param.String(default="", constant=True, precedence=-1)
+    table = _output(param.DataFrame, None, """dpexplorer.compare() numbers for the current noise
+        (attrs: svd_bound, noise, m, n, workload); the last good table stays on errors.""")
+    curve = _output(param.DataFrame, None, """Privacy-accuracy curve: mechanism, label, epsilon,
+        rmse (the SVD bound as mechanism 'svd_bound'), for EPS_GRID plus the session's ε.""")
+    per_query = _output(param.DataFrame, None, """Per-query RMSE of `mechanism`: query, rmse
+        (and length for range workloads).""")
+    busy = _output(param.Boolean, False, "True while strategies are being built.")
+    per_query_busy = _output(param.Boolean, False)
+    progress = _output(param.Integer, 0, "Mechanisms done in the running comparison.")
+    total = _output(param.Integer, 1, "Mechanisms in the running comparison.")
+    status = _output(param.String, "")
     objective = param.Selector(default="sum", objects=list(OBJECTIVES), doc="""
         What the comparison ranks by: 'sum' (total squared error, shown as RMSE) or 'max'
         (the worst query's standard deviation, dpx.compare(objective='max')).  Mechanisms with
         an objective (ResidualPlanner) are built for it; OPT0, OPT⊗, OPT+, OPT_M, HDMM and
         Eigen-Design always optimise the total squared error.""")
     auto_optimize = param.Boolean(default=True, doc="""
-        Build the strategy optimisers (registry entries flagged ``optimizer``) in every comparison; when False they
-        are listed as 'not run yet' until run_optimizers() (the 'Run optimisers' button).""")
-    pending = param.List(default=[], constant=True, precedence=-1, doc="""
-        Optimisers of the shown comparison that have not been run (deferred or cancelled).""")
-    optimizing = param.Boolean(default=False, constant=True, precedence=-1, doc="""
-        True while run_optimizers() builds the pending optimisers.""")
-    per_query_note = param.String(default="", constant=True, precedence=-1)
-    error = param.String(default="", constant=True, precedence=-1, doc="""
-        Last error of this page ('' after a success); also sent to session.report().""")
+        Build the strategy optimisers (registry entries flagged ``optimizer``) in every
+        comparison; when False they are listed as 'not run yet' until run_optimizers() (the
+        'Run optimisers' button).""")
+    pending = _output(param.List, [], "Optimisers of the shown comparison that have not been run "
+                      "(deferred or cancelled).")
+    optimizing = _output(param.Boolean, False, "True while run_optimizers() builds the pending "
+                         "optimisers.")
+    per_query_note = _output(param.String, "")
+    error = _output(param.String, "", "Last error of this page ('' after a success); also sent "
+                    "to session.report().")
 
-    #: Largest non-Kronecker domain (cells) compared; Kronecker: per attribute.  1D workloads of
-    #: ranges, prefixes, identity and total: up to :data:`STRUCTURED_MAX_CELLS`, with only
-    #: :func:`structured_mechanisms` built above ``max_cells`` (:func:`too_large`).
+    #: Largest non-Kronecker domain (cells) compared; Kronecker: per attribute.  Structured 1D
+    #: workloads: up to :data:`STRUCTURED_MAX_CELLS`, only :func:`structured_mechanisms` above.
     max_cells = 4096
 
     def __init__(self, session: Session | None = None, background: bool = True, **params):
@@ -347,8 +269,7 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
         self._figures_timer = set()  # redraw keys waiting for that time
         #: Progress of the optimiser being built (fed by dpexplorer.core.optimization.report).
         self.optimization = OptimizationProgress()
-        # in a server session the optimisers wait until the browser has drawn the page (the
-        # page's `_loaded`): their work and updates would otherwise compete with its first render
+        # a served page's optimisers wait until the browser has drawn it (its first render)
         self._grace = 0.0 if self._doc is None else self.load_grace
         super().__init__(**params)
         #: The "ε for this error" mode (accuracy first): fed every comparison shown.
@@ -364,7 +285,6 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
         self.param.watch(lambda *_: self.update(), "objective")
         self.update()
 
-    # ------------------------------------------------------------ state
     @property
     def cache(self) -> dpx.StrategyCache:
         return self.session.cache
@@ -379,24 +299,23 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
         """SVD lower bound on the RMSE of the current table (NaN if none)."""
         return math.nan if self.table is None else float(self.table.attrs.get("svd_bound", math.nan))
 
-
     @staticmethod
     def mechanisms() -> list[str]:
         """Registry names of the data-independent mechanisms (the per-query choices)."""
         return dpx.registry.names(data_dependent=False)
 
-    # ------------------------------------------------------------ update
+    def _options(self) -> dict:
+        """The per-query mechanism choices, ``{label: name}``."""
+        return {dpx.registry.get(n).label: n for n in self.mechanisms()}
+
     def update(self, *, urgent: bool = True) -> bool:
         """Bring the outputs up to date with the session; ``False`` if an input was refused.
 
-        Cheap when the strategies for the workload and noise norm are built:
-        the stored unit-noise figures are rescaled.  Otherwise starts a
-        background comparison (the current outputs stay until it is done).
-
-        ``urgent``: a change the user made (ε, δ, noise, objective), whose
-        redraw of a comparison already shown goes before the other pages'
-        redraws (:data:`~dpexplorer.ui.serving.REDRAWS`).  False for a
-        background result landing (an optimiser's row), which waits its turn.
+        Cheap when the strategies for the workload and noise norm are built (the stored
+        unit-noise figures are rescaled); otherwise starts a background comparison (the
+        current outputs stay until it is done).  ``urgent``: a change the user made, whose
+        redraw goes before the other pages' (:data:`~dpexplorer.ui.serving.REDRAWS`); False
+        for a background result landing.
         """
         t0 = time.perf_counter()
         with self._lock:
@@ -421,9 +340,7 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
                     self._start(key, W, noise)
                 return True
             self._bases.move_to_end(key)
-            # a change to the comparison shown (ε, δ, noise, objective), not the page's first
-            # one: redrawn before the redraws waiting for background results (REDRAWS)
-            self._urgent = urgent and self._shown is not None
+            self._urgent = urgent and self._shown is not None  # not the page's first comparison
             log.debug("Compare shows %s at ε = %s, %s noise%s", W.name, self.session.epsilon,
                       self.session.noise, " (urgent)" if self._urgent else "")
             try:
@@ -435,23 +352,15 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
                 self.run_optimizers()  # e.g. back to a comparison whose optimisers were stopped
             return True
 
-
     def _not_built(self, W, name: str, noise) -> str | None:
-        """Why the data-independent mechanism ``name`` is not built for ``W`` here, or None.
-
-        A big 1D workload's rows that need an ``n × n`` matrix (:func:`too_large`), and
-        what the registry's cheap scope check refuses (Eigen-Design under Laplace noise):
-        said at once, instead of an optimiser's slot that would end in the same message
-        (and a rebuilt chart when its slot went).
-        """
+        """Why the data-independent mechanism ``name`` is not built for ``W`` here, or None:
+        :func:`too_large`, or the registry's cheap scope check (Eigen-Design under Laplace)."""
         return too_large(W, name, self.max_cells) or dpx.registry.get(name).not_applicable(W, noise)
 
     @staticmethod
     def _is_optimizer(name: str) -> bool:
-        """Whether ``name`` is a strategy optimiser (its registry entry's ``optimizer`` flag:
-        built last, cancellable)."""
+        """Whether ``name`` is a strategy optimiser (built last, cancellable)."""
         return dpx.registry.get(name).optimizer
-
 
     def _show(self, key, base: _Base, noise) -> None:
         """Outputs for ``base`` at ``noise``: pure arithmetic on stored unit figures."""
@@ -463,28 +372,13 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
         running = base.frame["mechanism"][base.frame["note"] == OPTIMIZING]
         curve = rmse_curve(base.frame, noise, base.svdb, W.m, EPS_GRID, running)
         self._shown = key
-        running = self._opt_pending == key
-        values = dict(table=table, curve=curve, pending=[] if running else list(base.pending))
+        values = dict(table=table, curve=curve,
+                      pending=[] if self._opt_pending == key else list(base.pending))
         if not base.failures:
             values["error"] = ""
         self._set(**values)
         self.accuracy_first.refresh(base, noise)
         self._refresh_per_query()
-
-    # -------------------------------------------------------- optimisers
-
-
-    # --------------------------------------------------------- per query
-
-
-    # ----------------------------------------------------------- charts
-    # Every chart is a function of its data alone (a DataFrame), so that the
-    # page can feed new numbers to a live plot (hv.streams.Pipe) when only ε
-    # or δ changed, instead of rebuilding the Bokeh figure.
-
-
-    # --------------------------------------------------------------- UI
-
 
     def panel(self) -> pn.Column:
         """The page's layout (built once; outputs update it in place)."""
@@ -493,12 +387,10 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
         # widgets follow the page's state through the gate: nothing changes while hidden
         shown = self.gate.mirror(self, ["progress", "total", "busy", "status", "pending",
                                         "optimizing", "per_query_note", "per_query_busy"])
-        # Busy shown by styles (hidden bar, dimmed results), not by `visible` or `loading`:
-        # in the browser, every change of a layout's `visible` or CSS classes re-lays out the
-        # whole page (Bokeh 3.9 `invalidate_layout`, 0.1-0.2 s each with the Compare page's
-        # figures, measured in headless chromium), a style change does not
-        # one bound value over a fixed max: a bar bound to two parameters rejects a value above
-        # the max it has not received yet (a soak of 4 sessions logged five such tracebacks)
+        # busy shown by styles, not `visible`: a change of a layout's `visible` re-lays out the
+        # whole page in the browser (0.1-0.2 s each, Bokeh 3.9), a style change does not.
+        # One bound value over a fixed max: a bar bound to two parameters rejects a value above
+        # the max it has not received yet
         progress = pn.indicators.Progress(
             value=pn.bind(percent, shown.param.progress, shown.param.total), max=100,
             styles=pn.bind(_hidden_unless, shown.param.busy),
@@ -507,8 +399,8 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
         # shown for the whole optimiser run, not hidden and shown again between optimisers
         optimizing = self.optimization.panel(cancel=self.cancel, gate=self.gate,
                                              visible=shown.param.optimizing)
-        objective = pn.widgets.RadioButtonGroup.from_param(
-            self.param.objective, options={"Total error (RMSE)": "sum", "Worst query (max std)": "max"})
+        objective = pn.widgets.RadioButtonGroup.from_param(self.param.objective, options={
+            "Total error (RMSE)": "sum", "Worst query (max std)": "max"})
         objective_note = pn.pane.Markdown(OBJECTIVE_NOTE, sizing_mode="stretch_width",
                                           styles={"font-size": "90%"})
         auto = pn.widgets.Checkbox.from_param(
@@ -517,36 +409,29 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
         run = pn.widgets.Button(
             **{_LABEL: "Run optimisers"}, **{_COLOR: "primary"}, width=200,
             visible=pn.bind(bool, shown.param.pending),
-            disabled=pn.bind(lambda b, o: b or o, shown.param.busy, shown.param.optimizing))
+            disabled=pn.bind(operator.or_, shown.param.busy, shown.param.optimizing))
         run.on_click(lambda e: self.run_optimizers())
         summary = pn.pane.Markdown(self._summary(), sizing_mode="stretch_width")
-        # the state the widgets are built from: a result landing while they are built (before
-        # the watchers below exist) is drawn by the catch-up redraw after them
+        # a result landing while the widgets are built is drawn by the catch-up redraw below
         built_from = (self.table, self.curve, self.per_query)
-        bars = LivePlot(self.bars, self.table if self.table is not None else _empty_table(),
-                        self._plot_key(), height=380)
+        bars = LivePlot(self.bars, self._full_table(), self._plot_key(), height=380)
         curve = LivePlot(self.curve_plot, self.curve, self._plot_key(), height=400)
         table = comparison_table(self._table_value())
-        # The table joins the page with its first rows, not empty before them: Panel 1.9's
-        # Tabulator drops a data update that reaches the browser while the table is still
-        # initialising (asynchronously, after the page's first render), and the first
-        # comparison lands in that window, so the table stayed empty until the next update
-        # (the first optimiser's row, seconds later: the Compare table's time in a browser)
+        # the table joins the page with its first rows: Panel 1.9's Tabulator drops a data
+        # update reaching the browser while it is still initialising the table
         table_slot = pn.Column(*([table] if len(table.value) else []),
                                sizing_mode="stretch_width")
-        options = {dpx.registry.get(n).label: n for n in self.mechanisms()}
-        select = pn.widgets.Select(options=options, value=self.mechanism, width=220,
+        select = pn.widgets.Select(options=self._options(), value=self.mechanism, width=220,
                                    **{_LABEL: "Mechanism"})
         select.link(self, value="mechanism", bidirectional=True)
         pq_note = pn.pane.Alert(shown.param.per_query_note, alert_type="info",
                                 visible=pn.bind(bool, shown.param.per_query_note),
                                 sizing_mode="stretch_width")
-        sample = self._pq_sample_with_means()
-        pq_key = self._pq_view_key()
-        by_index = LivePlot(self.per_query_plot, sample, pq_key, height=340)
-        by_length = LivePlot(self.length_plot, sample, pq_key, height=340)
-        # visibility toggles on wrapping Columns: toggling a rendered HoloViews pane's own
-        # `visible` raises in Panel 1.9 (its Bokeh stylesheets are re-validated as strings)
+        sample = self.per_query_sample()
+        by_index = LivePlot(self.per_query_plot, sample, self._pq_view_key(), height=340)
+        by_length = LivePlot(self.length_plot, sample, self._pq_view_key(), height=340)
+        # visibility toggled on wrapping Columns: toggling a rendered HoloViews pane's own
+        # `visible` raises in Panel 1.9
         index_box = pn.Column(by_index.pane, visible=len(sample) > 0,
                               sizing_mode="stretch_width")
         length_box = pn.Column(by_length.pane, visible="length" in sample and len(sample) > 0,
@@ -557,15 +442,12 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
                            optimizing=optimizing, auto=auto, run=run)
 
         def on_results(*_):
-            # no pn.io.hold here: a live plot replaced (new key) and updated in one held
-            # message left the browser a dangling model reference ('reference … isn't known')
+            # no pn.io.hold here: a live plot replaced and updated in one held message left the
+            # browser a dangling model reference.  Rows landing just after the table joined the
+            # page wait too (see table_slot)
             if len(table_slot) and self._later("results", on_results):
-                # the table joined the page a moment ago and the browser may still be
-                # initialising it, dropping new rows (see table_slot): they wait too.  Seen with
-                # optimisers the server kept for another session, landing 0.06 s after the table
                 return
-            options = {dpx.registry.get(n).label: n for n in self.mechanisms()}
-            if options != select.options:  # mechanisms registered since
+            if (options := self._options()) != select.options:  # mechanisms registered since
                 select.options = options
             drawn = False
             if len(table_slot) and not self._later("figures", on_figures):
@@ -591,7 +473,7 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
         def on_per_query(*_):
             if self._later("per_query", on_per_query):
                 return
-            s = self._pq_sample_with_means()
+            s = self.per_query_sample()
             self._draw_each("per_query", [(by_index, lambda: s, self._pq_view_key),
                                           (by_length, lambda: s, self._pq_view_key)])
             index_box.visible = len(s) > 0
@@ -604,17 +486,18 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
         if self.per_query is not built_from[2]:
             self._redraw("per_query", on_per_query)
 
-        # a download control (PNG, SVG, CSV) under every figure, made from the shown numbers
-        self.exports: dict = {}
+        self.exports: dict = {}  # a download control (PNG, SVG, CSV) under every figure
 
         def export(name, make):
             return FigureExport("compare", name, make, report=self.session.report,
                                 into=self.exports)
-        results = pn.Column(summary, bars.pane, export("rmse-bars", self.bars), table_slot,
-                            styles=pn.bind(_dimmed_if, shown.param.busy),
-                            sizing_mode="stretch_width")
+
         first = self.accuracy_first
         target_shown = self.gate.mirror(first, ["busy", "mode"])
+
+        def in_mode(mode):
+            return pn.bind(operator.eq, target_shown.param.mode, mode)
+
         t_summary = pn.pane.Markdown(first.summary(), sizing_mode="stretch_width")
         t_bars = LivePlot(epsilon_bars, first.table, self._target_key(), height=380)
         t_table = TableSlot(first.table_widget, first.table_value())
@@ -630,39 +513,31 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
             t_curve.update(first.curve, key)
         first.param.watch(lambda *_: self._redraw("target", on_target),
                           ["table", "curve", "busy"])
+        results = pn.Column(summary, bars.pane, export("rmse-bars", self.bars), table_slot,
+                            styles=pn.bind(_dimmed_if, shown.param.busy),
+                            visible=in_mode("error"), sizing_mode="stretch_width")
         by_epsilon = pn.Column(t_summary, t_bars.pane,
                                export("epsilon-bars", lambda: epsilon_bars(first.table)), t_table,
-                               first.simulation_panel(),
-                               loading=target_shown.param.busy,
-                           visible=first.mode == "epsilon", sizing_mode="stretch_width")
-        results.visible = first.mode == "error"
-
-        def switch(e):
-            results.visible = e.new == "error"
-            by_epsilon.visible = target_curve_box.visible = e.new == "epsilon"
-            accuracy_box.visible = e.new == "error"
-        target_shown.param.watch(switch, "mode")
+                               first.simulation_panel(), loading=target_shown.param.busy,
+                               visible=in_mode("epsilon"), sizing_mode="stretch_width")
+        index_box.append(export("per-query", lambda: self.per_query_plot(self.per_query_sample())))
+        length_box.append(export("per-query-by-length",
+                                 lambda: self.length_plot(self.per_query_sample())))
         per_query = pn.Column(
             pn.pane.Markdown("### Per-query error\nStandard error of every workload answer "
                              "for the chosen mechanism (it depends on the query, not on the "
                              "data)."),
             select, pq_note, index_box, length_box,
             styles=pn.bind(_dimmed_if, shown.param.per_query_busy), sizing_mode="stretch_width")
-        index_box.append(export("per-query",
-                                lambda: self.per_query_plot(self._pq_sample_with_means())))
-        length_box.append(export("per-query-by-length",
-                                 lambda: self.length_plot(self._pq_sample_with_means())))
-        accuracy_box = pn.Column(curve.pane, export("privacy-accuracy", self.curve_plot),
-                                 visible=first.mode == "error", sizing_mode="stretch_width")
-        target_curve_box = pn.Column(t_curve.pane,
-                                     export("target-curve", lambda: target_curve_plot(first.curve)),
-                                     visible=first.mode == "epsilon", sizing_mode="stretch_width")
         accuracy = pn.Column(
             pn.pane.Markdown("### Privacy–accuracy\nThe error of each mechanism as ε varies "
                              "(same strategies: the error scales with the noise's standard "
                              "deviation, 1/ε for Laplace)."),
-            accuracy_box, target_curve_box, styles=pn.bind(_dimmed_if, shown.param.busy),
-            sizing_mode="stretch_width")
+            pn.Column(curve.pane, export("privacy-accuracy", self.curve_plot),
+                      visible=in_mode("error"), sizing_mode="stretch_width"),
+            pn.Column(t_curve.pane, export("target-curve", lambda: target_curve_plot(first.curve)),
+                      visible=in_mode("epsilon"), sizing_mode="stretch_width"),
+            styles=pn.bind(_dimmed_if, shown.param.busy), sizing_mode="stretch_width")
         root = pn.Column(pn.pane.Markdown(PAGE_HEADER, sizing_mode="stretch_width"),
                          first.controls(),
                          pn.Row(objective, objective_note, sizing_mode="stretch_width"),
@@ -673,14 +548,12 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
         return root
 
 
-    def __panel__(self):
-        return self.panel()
+def _hidden_unless(shown: bool) -> dict:
+    """CSS of an element that keeps its place on the page and shows only when ``shown``."""
+    return {} if shown else {"visibility": "hidden"}
 
 
 def _dimmed_if(busy: bool) -> dict:
-    """CSS of results being recomputed: dimmed while ``busy``."""
-    # "1", not {}: the browser keeps a style that is no longer given, so the finished results
-    # stayed at half opacity, grey as if disabled
+    """CSS of results being recomputed: dimmed while ``busy`` ("1", not {}: the browser keeps
+    a style that is no longer given)."""
     return {"opacity": "0.5" if busy else "1"}
-
-

@@ -1,12 +1,9 @@
 """The Compare page's "Error over time": each mechanism's standard deviation against the step.
 
-Shown when the compared workload is a count over time (square and
-lower-triangular: the preset *Counts over time*, Prefix, Identity).  The
-numbers are :func:`dpexplorer.streaming.analysis.step_errors` (tested without
-Panel), from the strategies the comparison built (the page's cache): one solid
-line per online mechanism with an analytic error, H2 dashed (least squares over
-a tree: not online), and the factorisation lower bound on the worst step for
-the running total.
+Shown for a count over time (square, lower-triangular: *Counts over time*, Prefix,
+Identity); the numbers are :func:`dpexplorer.streaming.analysis.step_errors` of the
+strategies the comparison built: one solid line per online mechanism, H2 dashed (least
+squares over a tree: not online), and the lower bound on the running total's worst step.
 """
 
 from __future__ import annotations
@@ -50,13 +47,10 @@ def step_plot(frame: pd.DataFrame | None, bound: float = math.nan) -> hv.Overlay
     if frame is None or not len(frame):
         return hv.Overlay([hv.Curve([], "step", "std")]).opts(
             title="No count over time compared yet", responsive=True, height=360)
-    curves = []
-    for label, part in frame.groupby("label", sort=False):
-        curves.append(hv.Curve(part, hv.Dimension("step", label="step"),
-                               [hv.Dimension("std", label="std of the answer (counts)")],
-                               label=str(label)).opts(
-            line_dash="solid" if bool(part["online"].iloc[0]) else "dashed", line_width=2,
-            tools=["hover"]))
+    y = hv.Dimension("std", label="std of the answer (counts)")
+    curves = [hv.Curve(part, hv.Dimension("step", label="step"), [y], label=str(label)).opts(
+        line_dash="solid" if bool(part["online"].iloc[0]) else "dashed", line_width=2, tools=["hover"])
+        for label, part in frame.groupby("label", sort=False)]
     if math.isfinite(bound):
         curves.append(hv.HLine(bound, label="bound on the worst step").opts(
             color="#d62728", line_dash="dotted", line_width=2))
@@ -72,15 +66,14 @@ def memory_plot(tradeoff: pd.DataFrame | None) -> hv.Overlay:
             title="BLT: Gaussian noise only", responsive=True, height=300)
     x = hv.Dimension("memory", label="numbers kept between steps (buffers + 1)")
     y = hv.Dimension("max_std", label="worst-step std (counts)")
-    curve = hv.Curve(tradeoff, x, [y, "buffers", "ratio"], label="BLT").opts(
-        line_width=2, tools=["hover"])
+    curve = hv.Curve(tradeoff, x, [y, "buffers", "ratio"], label="BLT").opts(line_width=2, tools=["hover"])
     points = hv.Scatter(tradeoff, x, [y, "buffers", "ratio"], label="BLT").opts(size=8, tools=["hover"])
     ref = hv.HLine(tradeoff.attrs["sqrt_max_std"], label="√L (keeps all T)").opts(
         color="#2ca02c", line_dash="dashed", line_width=2)
+    T = tradeoff.attrs["T"]
     return (curve * points * ref).opts(
-        title=f"Memory against error: BLT over {tradeoff.attrs['T']:,} steps (√L keeps all "
-              f"{tradeoff.attrs['T']:,})", responsive=True, height=300, legend_position="top_right",
-        shared_axes=False)
+        title=f"Memory against error: BLT over {T:,} steps (√L keeps all {T:,})", responsive=True,
+        height=300, legend_position="top_right", shared_axes=False)
 
 
 class StepErrors(param.Parameterized):
@@ -107,16 +100,14 @@ class StepErrors(param.Parameterized):
 
     def refresh(self) -> None:
         """Start computing the chart's data for the page's current table (a background job)."""
-        page, table = self.page, self.page.table
-        W = page.shown_workload
+        table, W = self.page.table, self.page.shown_workload
         if table is None or W is None or not dpx.streaming.is_causal(W):
             self._update(frame=None, tradeoff=None, note="")
             return
         try:
-            noise = page.session.noise_model()
+            noise = self.page.session.noise_model()
         except ValueError:
             return  # the page reports it
-        # the online mechanisms, and H2 (least squares over the binary tree) as the classic reference
         names = [r.mechanism for r in table.itertuples()
                  if (bool(r.online) or r.mechanism == REFERENCE) and not r.data_dependent
                  and isinstance(r.rmse, float) and math.isfinite(r.rmse)]
@@ -124,20 +115,17 @@ class StepErrors(param.Parameterized):
         self._submit(self._job, W, noise, names, table)
 
     def _job(self, post, W, noise, names, table) -> None:
+        def params(name):
+            return {"objective": self.page.objective} if "objective" in dpx.registry.get(name).params else {}
+
+        running_total = isinstance(W, dpx.matrix.Prefix)
         try:
-            strategies = {}
-            for name in names:
-                params = {"objective": self.page.objective} if "objective" in dpx.registry.get(
-                    name).params else {}
-                A = self.page.cache.entry(W, name, noise, params)[0]
-                if A is not None:
-                    strategies[name] = A
-            frame = dpx.streaming.analysis.step_errors(W, noise, strategies)
-            running_total = isinstance(W, dpx.matrix.Prefix)
+            built = {n: self.page.cache.entry(W, n, noise, params(n))[0] for n in names}
+            built = {n: A for n, A in built.items() if A is not None}
+            frame = dpx.streaming.analysis.step_errors(W, noise, built)
             bound = dpx.streaming.bounds.max_std_lower_bound(W.n, noise) if running_total else math.nan
-            # BLT's memory against its error: the running total under Gaussian noise, up to
-            # MAX_TRADEOFF_STEPS (0.02-0.35 s of optimisation per number of buffers at 4,096 steps,
-            # measured; at 2**16 it would be seconds in this thread, not in an optimiser's worker)
+            # BLT's memory against error (Gaussian noise): 0.02-0.35 s of optimisation per number of
+            # buffers at 4,096 steps (measured), seconds at 2**16
             tradeoff = (dpx.streaming.analysis.blt_tradeoff(W.n, noise)
                         if running_total and noise.norm == 2 and W.n <= MAX_TRADEOFF_STEPS else None)
             note = ""
@@ -151,21 +139,16 @@ class StepErrors(param.Parameterized):
                 self._update(frame=frame, bound=bound, tradeoff=tradeoff, note=note)
         post(done)
 
-    @param.depends("frame", "bound")
-    def plot(self) -> hv.Overlay:
-        return step_plot(self.frame, self.bound)
-
-    @param.depends("tradeoff")
-    def memory(self) -> hv.Overlay:
-        return memory_plot(self.tradeoff)
-
     def panel(self) -> pn.Column:
+        """The section: its header, a note while computing, the chart and BLT's memory chart."""
+        p = self.param
         return pn.Column(pn.pane.Markdown(HEADER, sizing_mode="stretch_width"),
-                         pn.pane.Alert(self.param.note, alert_type="info",
-                                       visible=pn.bind(bool, self.param.note)),
-                         pn.pane.HoloViews(self.plot, sizing_mode="stretch_width", height=380),
+                         pn.pane.Alert(p.note, alert_type="info", visible=pn.bind(bool, p.note)),
+                         pn.pane.HoloViews(pn.bind(step_plot, p.frame, p.bound), sizing_mode="stretch_width",
+                                           height=380),
                          pn.Column(pn.pane.Markdown(MEMORY_TEXT, sizing_mode="stretch_width"),
-                                   pn.pane.HoloViews(self.memory, sizing_mode="stretch_width", height=320),
+                                   pn.pane.HoloViews(pn.bind(memory_plot, p.tradeoff),
+                                                     sizing_mode="stretch_width", height=320),
                                    visible=pn.bind(lambda t: t is not None, self.param.tradeoff),
                                    sizing_mode="stretch_width"),
                          visible=pn.bind(lambda f, n: f is not None or bool(n),

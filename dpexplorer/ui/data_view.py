@@ -1,18 +1,11 @@
 """DataView: the "Data & DAWA" page.
 
-Shows the selected dataset's histogram (1D) or grid (2D), runs DAWA on it
-(Li, Hay, Miklau, Wang, PVLDB 2014) and draws what DAWA releases: its private
-partition into buckets, the estimate ``x̂`` against the data ``x``, and the
-budget of each stage.  Beside the private partition it draws the exact
-least-cost partition (:func:`dpexplorer.adaptive.partition.optimal_partition`), which is
-**not private** and only shown for comparison.  Datasets can be uploaded as a
-CSV column (binned with :func:`dpexplorer.datasets.from_csv`) or a ``.npy``
-array of counts (:func:`dpexplorer.datasets.from_npy`).
-
-The component is a :class:`param.Parameterized` driven through its methods
-and parameters, so it is tested without a browser.  A run is a task of the page
-(:mod:`dpexplorer.ui.tasks`), computed by :func:`dpexplorer.dawa_study.study`; without
-a server it runs in the caller's thread, and the call returns with its work done::
+Shows the selected dataset (1D histogram or 2D grid), runs DAWA on it (Li, Hay, Miklau, Wang,
+PVLDB 2014) and draws its private partition, the estimate ``x̂`` against ``x`` and each stage's
+budget, beside the exact least-cost partition (not private, for comparison only).  Datasets are
+uploaded as a CSV column (:func:`dpexplorer.datasets.from_csv`) or a ``.npy`` array of counts.
+A run is a task computed by :func:`dpexplorer.dawa_study.study`; without a server it runs in
+the caller's thread::
 
     view = DataView(session)
     view.ratio = 0.5
@@ -20,14 +13,9 @@ a server it runs in the caller's thread, and the call returns with its work done
     view.last.result.partition      # the DAWAResult of the last successful run
     view.load_csv(data_bytes, "people.csv"); view.add_csv_dataset("age", bins=64)
 
-Privacy: this page is a **simulation** -- it shows the data owner what DAWA
-would do, next to things no release would show (the data and the exact
-partition).  DAWA runs on ``PrivateData(x, <throwaway ledger>)`` with a
-Generator seeded from the sidebar's simulation seed, so nothing is spent from
-the dataset's budget; both stages (ε₁ for the partition, ε₂ for the bucket
-counts) are listed as what a release would spend.  To release with DAWA, use
-the Release page (OS CSPRNG, the dataset's ledger).  Runs only happen on a
-click (never on a parameter change).
+Privacy: a **simulation**, only on a click.  DAWA runs on ``PrivateData(x, <throwaway
+ledger>)`` with a Generator seeded by the sidebar's simulation seed: nothing is spent, and both
+stages (ε₁, ε₂) are listed as what a release would spend (releases: the Release page).
 """
 
 from __future__ import annotations
@@ -42,6 +30,7 @@ import numpy as np
 import pandas as pd
 import panel as pn
 import param
+from bokeh.palettes import Category20
 
 import dpexplorer as dpx
 from dpexplorer.adaptive.dawa import DEFAULT_SCALING, DEFAULTS, noise_scales
@@ -64,18 +53,15 @@ from .tasks import Task
 from .uploads import Upload
 
 __all__ = ["DataView", "DAWARun", "ALL_CANDIDATES_MAX_N", "RANDOM_WORKLOAD", "histogram_element",
-           "partition_explanation",
-           "partition_rectangles", "bucket_image", "bucket_boundaries",
+           "partition_explanation", "partition_rectangles", "bucket_image", "bucket_boundaries",
            "steps_curve"]
 
 log = logging.getLogger(__name__)
 
-
-#: Alternating bucket shading (1D) and the categorical palette of bucket ids (2D).
+#: Alternating bucket shading (1D) and the categorical palette of bucket ids (2D: Category10,
+#: then its light shades).
 _SHADES = ("#4c72b0", "#dd8452")
-_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-            "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896",
-            "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5"]
+_PALETTE = list(Category20[20][0::2] + Category20[20][1::2])
 
 PENALTY_HELP = (
     "Extra cost per bucket, in units of that bucket's noise scale (default 0 = DAWA's "
@@ -112,11 +98,9 @@ accuracy came from the authors' code, which was not private (see the **Audit** p
 
 # ======================================================================= plots
 def _cell_edges(ds: Dataset, axis: int) -> np.ndarray:
-    edges = np.asarray(ds.edges[axis], dtype=float) if len(ds.edges) > axis else None
     size = ds.x.shape[axis]
-    if edges is None or edges.shape != (size + 1,):
-        return np.arange(size + 1, dtype=float)
-    return edges
+    edges = np.asarray(ds.edges[axis], dtype=float) if len(ds.edges) > axis else None
+    return edges if edges is not None and edges.shape == (size + 1,) else np.arange(size + 1.0)
 
 
 def _centers(edges: np.ndarray) -> np.ndarray:
@@ -127,6 +111,11 @@ def _attr(ds: Dataset, axis: int) -> str:
     names = tuple(ds.attributes) if ds.attributes else ()
     default = ("bin",) if ds.x.ndim == 1 else ("row", "col")
     return str(names[axis]) if len(names) > axis else default[axis]
+
+
+def _top(*arrays) -> float:
+    top = max(float(np.max(a)) for a in arrays)
+    return top * 1.05 if top > 0 else 1.0
 
 
 def histogram_element(ds: Dataset, title: str | None = None):
@@ -169,10 +158,9 @@ def partition_rectangles(partition: Partition, edges: np.ndarray, top: float,
 def steps_curve(edges: np.ndarray, values: np.ndarray, label: str, kdim: str = "bin",
                 vdim: str = "count") -> hv.Curve:
     """A per-cell value as a step line over the cells' edges."""
-    edges = np.asarray(edges, dtype=float)
     values = np.asarray(values, dtype=float)
-    return hv.Curve((edges, np.append(values, values[-1])), kdims=[kdim], vdims=[vdim],
-                    label=label).opts(interpolation="steps-post")
+    return hv.Curve((np.asarray(edges, dtype=float), np.append(values, values[-1])),
+                    kdims=[kdim], vdims=[vdim], label=label).opts(interpolation="steps-post")
 
 
 def bucket_boundaries(ds: Dataset, ids: np.ndarray) -> hv.Segments:
@@ -191,15 +179,26 @@ def bucket_image(ds: Dataset, partition: Partition, order, title: str):
     """2D: every cell coloured by its bucket (categorical, cyclic palette) with boundaries."""
     ids = partition.bucket_grid(order, ds.x.shape)
     xe, ye = _cell_edges(ds, 0), _cell_edges(ds, 1)
-    colour = ids % len(_PALETTE)
-    img = hv.Image((_centers(xe), _centers(ye), colour.T, ids.T),
+    img = hv.Image((_centers(xe), _centers(ye), (ids % len(_PALETTE)).T, ids.T),
                    kdims=[_attr(ds, 0), _attr(ds, 1)], vdims=["colour", "bucket"]).opts(
         cmap=_PALETTE, clim=(-0.5, len(_PALETTE) - 0.5), colorbar=False, tools=["hover"],
         title=title, responsive=True, height=340)
     return img * bucket_boundaries(ds, ids)
 
 
-# ======================================================================= state
+def _show_plot(pane: pn.pane.HoloViews, obj) -> None:
+    """Draw ``obj`` in ``pane``, or hide the pane when ``obj`` is None.
+
+    ``visible`` never changes while the pane holds a figure: Panel 1.9 would then copy the
+    template's ``design`` onto the Bokeh figure (an AttributeError on the server).
+    """
+    if obj is not None:
+        pane.visible = True
+    pane.object = obj
+    pane.visible = obj is not None
+
+
+# ======================================================================= page
 class DataView(Page, param.Parameterized):
     """The "Data & DAWA" page around one :class:`~dpexplorer.ui.session.Session`.
 
@@ -208,18 +207,16 @@ class DataView(Page, param.Parameterized):
     session : Session, optional
         Shared state (a new one if omitted).
     background : bool, optional
-        Run DAWA as tasks in worker threads (True), in the caller's thread (False),
-        or the first in a served page and the second in a notebook or a script (None,
-        the default: a call there returns with its work done).
+        Run DAWA as tasks in worker threads (True), in the caller's thread (False), or the
+        first in a served page and the second in a notebook or a script (None, the default).
     """
 
-    # ------------------------------------------------------------ DAWA options
+    # DAWA options
     ratio = param.Number(default=0.25, bounds=(0, 1), inclusive_bounds=(False, False),
                          softbounds=(0.05, 0.95), step=0.05, doc=RATIO_HELP)
     candidates = param.Selector(default="pow2", objects=["pow2", "all"], doc=CANDIDATES_HELP)
     penalty = param.Number(default=0.0, bounds=(0, None), softbounds=(0, 10), doc=PENALTY_HELP)
-
-    # ----------------------------------------------------------------- upload
+    # upload
     csv_column = param.Selector(default=None, objects=[], allow_None=True, check_on_set=False,
                                 doc="Column of the uploaded CSV to bin (one record per row).")
     bins = param.Integer(default=64, bounds=(1, 65536), doc="Number of equal-width bins.")
@@ -227,8 +224,7 @@ class DataView(Page, param.Parameterized):
         Lower edge of the bins (optional; default the column's minimum, which is not private).""")
     range_hi = param.Number(default=None, allow_None=True, doc="""
         Upper edge of the bins (optional; default the column's maximum, which is not private).""")
-
-    # ---------------------------------------------------------------- outputs
+    # outputs
     last = param.ClassSelector(class_=DAWARun, default=None, allow_None=True, constant=True,
                                precedence=-1, doc="The last successful run (kept on errors).")
     busy = param.Boolean(default=False, constant=True, precedence=-1, doc="True while DAWA runs.")
@@ -246,12 +242,11 @@ class DataView(Page, param.Parameterized):
     def run(self) -> bool:
         """Simulate DAWA on the selected dataset with the session's ε and simulation seed.
 
-        A task of the page (in the background in a served page, else in
-        the caller's thread: see ``background``).  Nothing is spent from the dataset's ledger (a throwaway
-        ledger records the two stages).  Returns ``False`` (and reports why) if DAWA is
-        already running or its inputs are refused; otherwise ``True`` once started in
-        the background, or in the caller's thread ``True`` on success.  On failure
-        reports the message (``session.report``), sets :attr:`error` and keeps :attr:`last`.
+        A task of the page (see ``background``); nothing is spent from the dataset's ledger.
+        Returns ``False`` (and reports why) if DAWA is already running or its inputs are
+        refused; otherwise ``True`` once started in the background, or in the caller's thread
+        ``True`` on success.  On failure the page reports the message (``session.report``),
+        sets :attr:`error` and keeps :attr:`last`.
         """
         with self._lock:
             if self.busy:
@@ -263,12 +258,9 @@ class DataView(Page, param.Parameterized):
                 self._fail(exc)
                 return False
             self._set(busy=True)
-            task = self.start_task(self._work, inputs, name="dawa", on_end=self._ended)
+            task = self.start_task(lambda _task, kw: study(**kw), inputs, name="dawa",
+                                   on_end=self._ended)
         return True if self.background else task.status == "done"
-
-    def _work(self, task: Task, inputs: dict) -> DAWARun:
-        """The DAWA simulation (a task: a worker thread in the app); its end is :meth:`_ended`."""
-        return study(**inputs)
 
     def _ended(self, task: Task) -> None:
         """The run ended (on the page's event loop): show it, or why it failed."""
@@ -284,8 +276,7 @@ class DataView(Page, param.Parameterized):
         return self.run()
 
     def _inputs(self) -> dict:
-        """The arguments of :func:`dpexplorer.dawa_study.study` for a run, read from the page
-        and the session."""
+        """The arguments of :func:`dpexplorer.dawa_study.study`, from the page and the session."""
         eps = float(self.session.epsilon)
         note = ""
         if self.session.noise != "Laplace":
@@ -345,9 +336,9 @@ class DataView(Page, param.Parameterized):
                     raise ValueError("give both ends of the bin range, or neither")
                 rng = (self.range_lo, self.range_hi)
             counts, edges = dpx.datasets.from_csv(io.BytesIO(data), column, int(bins), range=rng)
-            name = self._unique_name(f"{PurePath(filename).stem}: {column}")
             where = "the column's min..max" if rng is None else "the given range"
-            ds = Dataset(name=name, x=counts, edges=(edges,), attributes=(str(column),),
+            ds = Dataset(name=self._unique_name(f"{PurePath(filename).stem}: {column}"), x=counts,
+                         edges=(edges,), attributes=(str(column),),
                          description=(f"Column {column!r} of the uploaded {filename} ({len(df):,} "
                                       f"rows) in {int(bins)} equal-width bins over [{edges[0]:g}, "
                                       f"{edges[-1]:g}] ({where})"),
@@ -375,10 +366,9 @@ class DataView(Page, param.Parameterized):
                 raise
             except Exception as exc:  # noqa: BLE001 - np.load's many failure types
                 raise ValueError(f"not a readable .npy array ({_message(exc)})") from exc
-            edges = tuple(np.arange(s + 1, dtype=float) for s in x.shape)
-            attrs = ("bin",) if x.ndim == 1 else ("row", "col")
-            name = self._unique_name(PurePath(filename).stem or "upload")
-            ds = Dataset(name=name, x=x, edges=edges, attributes=attrs,
+            ds = Dataset(name=self._unique_name(PurePath(filename).stem or "upload"), x=x,
+                         edges=tuple(np.arange(s + 1, dtype=float) for s in x.shape),
+                         attributes=("bin",) if x.ndim == 1 else ("row", "col"),
                          description=f"Uploaded {filename}: counts of shape {x.shape}",
                          n_records=int(x.sum()), source=dpx.datasets.upload_source(filename))
             self.session.add_dataset(ds)
@@ -395,7 +385,6 @@ class DataView(Page, param.Parameterized):
             name, i = f"{base} ({i})", i + 1
         return name
 
-    # ================================================================ state
     # ================================================================ plots
     def current_dataset(self) -> Dataset | None:
         """The session's selected dataset, or ``None`` (reported) if it cannot be loaded."""
@@ -412,39 +401,32 @@ class DataView(Page, param.Parameterized):
             return hv.Curve([]).opts(title="No data", responsive=True, height=300)
         return histogram_element(ds)
 
-    def private_partition_plot(self, run: DAWARun | None = None):
-        """DAWA's private partition over the data (1D: shaded buckets + bucket means of x̂)."""
+    def _partition_plot(self, run: DAWARun | None, private: bool):
         run = run or self.last
         if run is None:
             return None
-        res, ds = run.result, run.dataset
-        title = f"DAWA, private: {res.partition.k} buckets (ε₁ = {res.epsilon1:.3g})"
-        if ds.x.ndim == 1:
-            edges = _cell_edges(ds, 0)
-            top = _top(ds.x, res.x_hat)
-            return (partition_rectangles(res.partition, edges, top, "private buckets")
-                    * histogram_element(ds).relabel("x (data)")
-                    * steps_curve(edges, res.x_hat, "x̂: noisy bucket means", _attr(ds, 0)).opts(
-                        color="#c44e52", line_width=2)).opts(
-                title=title, legend_position="bottom", xlabel=_attr(ds, 0), ylabel="count")
-        return bucket_image(ds, res.partition, res.order, title)
+        ds, res = run.dataset, run.result
+        p = res.partition if private else run.exact
+        title = (f"DAWA, private: {p.k} buckets (ε₁ = {res.epsilon1:.3g})" if private
+                 else f"Exact, NOT PRIVATE: {p.k} buckets")
+        if ds.x.ndim != 1:
+            return bucket_image(ds, p, res.order, title)
+        edges, kd = _cell_edges(ds, 0), _attr(ds, 0)
+        means, label, colour = ((res.x_hat, "x̂: noisy bucket means", "#c44e52") if private
+                                else (p.expand(p.counts(ds.x)), "true bucket means", "#55a868"))
+        return (partition_rectangles(p, edges, _top(ds.x, res.x_hat),
+                                     "private buckets" if private else "exact buckets")
+                * histogram_element(ds).relabel("x (data)")
+                * steps_curve(edges, means, label, kd).opts(color=colour, line_width=2)).opts(
+            title=title, legend_position="bottom", xlabel=kd, ylabel="count")
+
+    def private_partition_plot(self, run: DAWARun | None = None):
+        """DAWA's private partition over the data (1D: shaded buckets + bucket means of x̂)."""
+        return self._partition_plot(run, private=True)
 
     def exact_partition_plot(self, run: DAWARun | None = None):
         """The exact least-cost partition of x (NOT private), drawn like the private one."""
-        run = run or self.last
-        if run is None:
-            return None
-        ds, p = run.dataset, run.exact
-        title = f"Exact, NOT PRIVATE: {p.k} buckets"
-        if ds.x.ndim == 1:
-            edges = _cell_edges(ds, 0)
-            means = p.expand(p.counts(ds.x))
-            return (partition_rectangles(p, edges, _top(ds.x, run.result.x_hat), "exact buckets")
-                    * histogram_element(ds).relabel("x (data)")
-                    * steps_curve(edges, means, "true bucket means", _attr(ds, 0)).opts(
-                        color="#55a868", line_width=2)).opts(
-                title=title, legend_position="bottom", xlabel=_attr(ds, 0), ylabel="count")
-        return bucket_image(ds, p, run.result.order, title)
+        return self._partition_plot(run, private=False)
 
     def estimate_plot(self, run: DAWARun | None = None):
         """x̂ against x: 1D overlay; 2D both grids and their overlay along the Hilbert curve."""
@@ -453,25 +435,23 @@ class DataView(Page, param.Parameterized):
             return None
         ds, res = run.dataset, run.result
         if ds.x.ndim == 1:
-            edges = _cell_edges(ds, 0)
             return (histogram_element(ds).relabel("x (data)")
-                    * steps_curve(edges, res.x_hat, "x̂ (DAWA)", _attr(ds, 0)).opts(
+                    * steps_curve(_cell_edges(ds, 0), res.x_hat, "x̂ (DAWA)", _attr(ds, 0)).opts(
                         color="#c44e52", line_width=2)).opts(
                 title=f"x̂ against x (workload RMSE {run.workload_rmse:.4g})",
                 legend_position="top_right")
-        ids = res.partition.bucket_grid(res.order, ds.x.shape)
-        lines = bucket_boundaries(ds, ids)
-        left = (_grid_image(ds, ds.x, "count", "x (data)") * lines)
-        right = (_grid_image(ds, res.x_hat, "estimate", "x̂ (DAWA) with the private buckets") * lines)
-        return hv.Layout([left, right]).cols(2)
+        lines = bucket_boundaries(ds, res.partition.bucket_grid(res.order, ds.x.shape))
+        return hv.Layout([
+            _grid_image(ds, ds.x, "count", "x (data)") * lines,
+            _grid_image(ds, res.x_hat, "estimate", "x̂ (DAWA) with the private buckets") * lines,
+        ]).cols(2)
 
     def hilbert_plot(self, run: DAWARun | None = None):
         """2D only: x and x̂ along DAWA's Hilbert order, with the private buckets shaded."""
         run = run or self.last
         if run is None or run.result.order is None:
             return None
-        n = run.result.partition.n
-        edges = np.arange(n + 1, dtype=float)
+        edges = np.arange(run.result.partition.n + 1, dtype=float)
         xs, xh = run.ordered_x, run.ordered_x_hat
         return (partition_rectangles(run.result.partition, edges, _top(xs, xh), "private buckets")
                 * steps_curve(edges, xs, "x (data)", "Hilbert position").opts(color="#6d904f")
@@ -489,18 +469,16 @@ class DataView(Page, param.Parameterized):
                     f"with ε = {self.session.epsilon:g} and the simulation seed "
                     f"{self.session.seed}; nothing is spent (release with DAWA on the Release page).")
         res = run.result
-        rows = [
+        text = [
+            f"**Dataset** `{run.dataset.name}` (n = {run.dataset.x.size:,} cells), "
+            f"**workload** {run.workload_note}, **simulation seed** {run.seed}, ratio {run.ratio:g}, "
+            f"penalty {run.penalty:g}.", "",
             "| stage | budget | output |", "|---|---|---|",
             f"| 1. private partition (noisy least-cost, {run.candidates}) | ε₁ = {res.epsilon1:.4g} "
             f"| {res.partition.k} buckets |",
             f"| 2. bucket counts ({res.scaling}: {res.strategy.m} weighted queries) "
             f"| ε₂ = {res.epsilon2:.4g} | {res.partition.k} noisy bucket totals → x̂ |",
-            f"| **total** | **ε = {res.epsilon1 + res.epsilon2:.4g}** | |",
-        ]
-        text = [
-            f"**Dataset** `{run.dataset.name}` (n = {run.dataset.x.size:,} cells), "
-            f"**workload** {run.workload_note}, **simulation seed** {run.seed}, ratio {run.ratio:g}, "
-            f"penalty {run.penalty:g}.", "", *rows, "",
+            f"| **total** | **ε = {res.epsilon1 + res.epsilon2:.4g}** | |", "",
             f"**Exact optimal partition** (not private, for comparison): {run.exact.k} buckets, "
             f"cost {run.exact_cost:.4g}.  **Workload RMSE of x̂** (vs. the true answers): "
             f"{run.workload_rmse:.4g}.",
@@ -517,9 +495,7 @@ class DataView(Page, param.Parameterized):
     def explanation(self, run: DAWARun | None = None) -> str:
         """Markdown "What you see": the private partition's size against the exact one, and why."""
         run = run or self.last
-        if run is None:
-            return ""
-        return partition_explanation(run)
+        return "" if run is None else partition_explanation(run)
 
     # ================================================================ layout
     def controls(self) -> pn.Column:
@@ -531,14 +507,12 @@ class DataView(Page, param.Parameterized):
         penalty = pn.widgets.FloatInput.from_param(
             self.param.penalty, start=0.0, step=0.5, **{_LABEL: "penalty"},
             description=PENALTY_HELP)
-        run = pn.widgets.Button(**{_LABEL: "Run DAWA"}, **{_BUTTON: "primary"})
+        run = pn.widgets.Button(**{_LABEL: "Run DAWA"}, **{_BUTTON: "primary"},
+                                disabled=self.param.busy)
         rerun = pn.widgets.Button(**{_LABEL: "Re-run with the next simulation seed"},
-                                  **{_BUTTON: "default"})
+                                  **{_BUTTON: "default"}, disabled=self.param.busy)
         run.on_click(lambda _: self.run())
         rerun.on_click(lambda _: self.rerun_with_new_seed())
-        for b in (run, rerun):
-            b.disabled = self.busy
-        self.param.watch(lambda e: [setattr(b, "disabled", e.new) for b in (run, rerun)], "busy")
         seed_note = pn.pane.Markdown(self._seed_text(), sizing_mode="stretch_width")
         self.session.param.watch(
             lambda e: self.gate.run("seed", lambda: setattr(seed_note, "object", self._seed_text())),
@@ -560,8 +534,7 @@ class DataView(Page, param.Parameterized):
         report = self.session.report
         csv_in = Upload(accepted_filetypes=[".csv", "text/csv"], on_error=report,
                         on_file=lambda data, name: on_csv(data, name))
-        npy_in = Upload(accepted_filetypes=[".npy"], on_error=report,
-                        on_file=lambda data, name: self.load_npy(data, name))
+        npy_in = Upload(accepted_filetypes=[".npy"], on_error=report, on_file=self.load_npy)
         column = pn.widgets.Select(**{_LABEL: "Column"}, options=self.csv_columns,
                                    value=self.csv_column, disabled=self._csv is None)
         bins = pn.widgets.IntInput.from_param(self.param.bins, start=1, end=65536,
@@ -590,30 +563,30 @@ class DataView(Page, param.Parameterized):
 
     def results(self) -> pn.Column:
         """Data histogram, partitions, estimate and budget summary (redrawn after each run)."""
-        data_pane = pn.pane.HoloViews(self.data_plot(), sizing_mode="stretch_width", height=320)
-        data_info = pn.pane.Markdown(self._data_text(), sizing_mode="stretch_width")
-        summary = pn.pane.Markdown(self.summary(), sizing_mode="stretch_width")
-        explain = pn.pane.Markdown(self.explanation(), sizing_mode="stretch_width",
-                                   visible=self.last is not None)
-        private = pn.pane.HoloViews(self.private_partition_plot(), sizing_mode="stretch_width",
-                                    height=360, visible=self.last is not None)
-        exact = pn.pane.HoloViews(self.exact_partition_plot(), sizing_mode="stretch_width",
-                                  height=360, visible=self.last is not None)
-        estimate = pn.Row(*self._estimate_panes(self.last), sizing_mode="stretch_width",
-                          visible=self.last is not None)
-        hilbert = pn.pane.HoloViews(self.hilbert_plot(), sizing_mode="stretch_width", height=320,
-                                    visible=self.hilbert_plot() is not None)
-        self.exports: dict = {}
+        ran = self.last is not None
 
-        def export(name, make):
-            return FigureExport("data", name, make, report=self.session.report, into=self.exports)
-        data_export = export("data", self.data_plot)
-        run_exports = {
-            "private-partition": lambda: self.private_partition_plot(),
-            "exact-partition": lambda: self.exact_partition_plot(),
-            "estimate": lambda: self.estimate_plot(),
-            "hilbert": lambda: self.hilbert_plot()}
-        run_exports = {name: export(name, make) for name, make in run_exports.items()}
+        def pane(obj, height, visible=ran):
+            return pn.pane.HoloViews(obj, sizing_mode="stretch_width", height=height,
+                                     visible=visible)
+
+        def text(obj, **options):
+            return pn.pane.Markdown(obj, sizing_mode="stretch_width", **options)
+        data_pane, data_info = pane(self.data_plot(), 320, True), text(self._data_text())
+        summary, explain = text(self.summary()), text(self.explanation(), visible=ran)
+        private = pane(self.private_partition_plot(), 360)
+        exact = pane(self.exact_partition_plot(), 360)
+        estimate = pn.Row(*self._estimate_panes(self.last), sizing_mode="stretch_width",
+                          visible=ran)
+        hilbert = pane(self.hilbert_plot(), 320, self.hilbert_plot() is not None)
+        self.exports: dict = {}
+        data_export = FigureExport("data", "data", self.data_plot, report=self.session.report,
+                                   into=self.exports)
+        run_exports = {name: FigureExport("data", name, make, report=self.session.report,
+                                          into=self.exports)
+                       for name, make in (("private-partition", self.private_partition_plot),
+                                          ("exact-partition", self.exact_partition_plot),
+                                          ("estimate", self.estimate_plot),
+                                          ("hilbert", self.hilbert_plot))}
 
         def show_exports():
             for exp in run_exports.values():
@@ -626,9 +599,9 @@ class DataView(Page, param.Parameterized):
                 summary.object = self.summary()
                 explain.object = self.explanation(run)
                 explain.visible = run is not None
-                for pane, fn in ((private, self.private_partition_plot),
-                                 (exact, self.exact_partition_plot), (hilbert, self.hilbert_plot)):
-                    _show_plot(pane, fn(run) if run is not None else None)
+                for pane_, fn in ((private, self.private_partition_plot),
+                                  (exact, self.exact_partition_plot), (hilbert, self.hilbert_plot)):
+                    _show_plot(pane_, fn(run) if run is not None else None)
                 estimate.objects = self._estimate_panes(run)
                 estimate.visible = run is not None
                 show_exports()
@@ -646,21 +619,17 @@ class DataView(Page, param.Parameterized):
         self.session.param.watch(
             lambda *_: self.gate.run("summary", lambda: setattr(summary, "object", self.summary())),
             ["epsilon"])
-        captions = [
-            pn.pane.Markdown("**Private** — what DAWA releases (stage 1, ε₁): its buckets, and x̂ "
-                             "(noisy bucket totals spread uniformly).", sizing_mode="stretch_width",
-                             visible=self.last is not None),
-            pn.pane.Markdown("**Not private — for comparison only:** the exact least-cost "
-                             "partition of x for the same ε₂, computed from the raw data.",
-                             sizing_mode="stretch_width", visible=self.last is not None)]
-        for caption in captions:
-            self.param.watch(lambda e, c=caption: setattr(c, "visible", e.new is not None), "last")
+        has_run = pn.bind(lambda run: run is not None, self.param.last)
         # each partition under its caption; the two side by side, one under the other when narrow
         pair = side_by_side(
-            pn.Column(captions[0], private, run_exports["private-partition"],
-                      sizing_mode="stretch_width"),
-            pn.Column(captions[1], exact, run_exports["exact-partition"],
-                      sizing_mode="stretch_width"), basis=420)
+            pn.Column(text("**Private** — what DAWA releases (stage 1, ε₁): its buckets, and x̂ "
+                           "(noisy bucket totals spread uniformly).", visible=has_run),
+                      private, run_exports["private-partition"], sizing_mode="stretch_width"),
+            pn.Column(text("**Not private — for comparison only:** the exact least-cost "
+                           "partition of x for the same ε₂, computed from the raw data.",
+                           visible=has_run),
+                      exact, run_exports["exact-partition"], sizing_mode="stretch_width"),
+            basis=420)
         return pn.Column(
             data_info, data_pane, data_export, summary, pair, explain,
             estimate, run_exports["estimate"], hilbert, run_exports["hilbert"],
@@ -685,38 +654,17 @@ class DataView(Page, param.Parameterized):
         if self._layout is None:
             self._layout = pn.Column(
                 pn.pane.Markdown(HEADER, sizing_mode="stretch_width"), self.error_alert(),
-                side_by_side(self.controls(), self.results()),
-                sizing_mode="stretch_width")
+                side_by_side(self.controls(), self.results()), sizing_mode="stretch_width")
         return self._layout
-
-
-def _show_plot(pane: pn.pane.HoloViews, obj) -> None:
-    """Draw ``obj`` in ``pane``, or hide the pane when ``obj`` is None.
-
-    Ordered so that ``visible`` never changes while the pane holds a drawn
-    figure: Panel 1.9 then also copies the template's ``design`` onto the Bokeh
-    figure, which has no such property (an AttributeError on the server once
-    the redraw ran on the event loop).
-    """
-    if obj is None:
-        pane.object = None
-        pane.visible = False
-    else:
-        pane.visible = True
-        pane.object = obj
 
 
 def partition_explanation(run: DAWARun) -> str:
     """Markdown: why the private partition has the buckets it has, with the run's numbers.
 
-    Compares the private partition with the exact least-cost one and with
-    what the authors' public code draws (``run.published``; both NOT
-    private), and explains the difference from DAWA's stage 1 (Li et al.,
-    PVLDB 2014, Alg. 1 and the Remark after Thm 2): every candidate bucket's
-    cost ``dev + 1/ε₂`` gets Laplace noise of scale ``(4 − 2/L)/ε₁``
-    (:func:`dpexplorer.adaptive.dawa.noise_scales`), several times the
-    ``1/ε₂`` a bucket adds, and the least *noisy*-cost partition collects
-    buckets whose noise came out negative.
+    Against the exact and the authors' (``run.published``) partitions, both NOT private.  Stage 1
+    (Li et al., PVLDB 2014, Alg. 1, Remark after Thm 2) adds Laplace noise of scale
+    ``(4 − 2/L)/ε₁`` (:func:`dpexplorer.adaptive.dawa.noise_scales`) to every candidate bucket's
+    cost ``dev + 1/ε₂``: the least noisy-cost partition collects buckets of negative noise.
     """
     res, p, exact = run.result, run.result.partition, run.exact
     sizes = p.sizes
@@ -729,8 +677,7 @@ def partition_explanation(run: DAWARun) -> str:
         "### What you see",
         f"DAWA's **private partition has {p.k:,} buckets** ({singles:,} of them single cells, "
         f"median size {float(np.median(sizes)):g} cell{'' if np.median(sizes) == 1 else 's'}); "
-        f"the **exact least-cost partition** of the "
-        f"same data has **{exact.k:,}**.",
+        f"the **exact least-cost partition** of the same data has **{exact.k:,}**.",
         "",
         ("**Why so many more.** " if many else "**Why they differ.** ")
         + f"Stage 1 picks the partition with the least *noisy* cost. A bucket costs its deviation "
@@ -765,8 +712,3 @@ def partition_explanation(run: DAWARun) -> str:
             "comparison only, like the exact partition; no release uses it.",
         ]
     return "\n".join(lines)
-
-
-def _top(*arrays) -> float:
-    top = max(float(np.max(a)) for a in arrays)
-    return top * 1.05 if top > 0 else 1.0

@@ -5,19 +5,13 @@ Each page puts a :class:`FigureExport` next to each of its figures::
     export = FigureExport("compare", "rmse-bars", self.bars, report=session.report)
     pn.Column(bars_pane, export)
 
-``make`` is called only when a button is clicked (a Panel
-``FileDownload`` with a callback), so the file holds the figure as it is
-then, and nothing is computed while nobody downloads.  The bytes are
-:func:`dpexplorer.figures.figure_bytes`'s: PNG and SVG through Bokeh's
-exporters in a headless browser on the server, CSV of the numbers drawn
-(:func:`dpexplorer.figures.figure_frame`).  Without a headless browser
-(:func:`dpexplorer.figures.image_export_missing`) the PNG and SVG buttons are
-disabled and a line says why in plain words; the CSV always works.  A failed
-export is reported as a notification and downloads nothing useful, but the
-page and its figure are untouched.
-
-Pages keep their controls by figure name (``exports`` dicts) so that tests can
-check every figure has one and that its CSV holds the figure's numbers.
+``make`` is called only on a click (a ``FileDownload`` callback), so the file holds the figure
+as it is then.  The bytes are :func:`dpexplorer.figures.figure_bytes`'s: PNG and SVG through
+Bokeh's exporters in a headless browser on the server, CSV of the numbers drawn.  Without a
+headless browser (:func:`dpexplorer.figures.image_export_missing`) the PNG and SVG buttons are
+disabled and a line says why; the CSV always works.  A failed export is reported as a
+notification and leaves the page untouched.  Pages keep their controls by figure name
+(``exports`` dicts), so tests can check every figure has one.
 """
 
 from __future__ import annotations
@@ -37,10 +31,9 @@ from .serving import COLOR as _BUTTON
 from .serving import LABEL as _LABEL
 from .session import exception_message, notify
 
-__all__ = ["FigureExport", "export_row"]
+__all__ = ["FigureExport"]
 
 log = logging.getLogger(__name__)
-
 
 #: One image export at a time: the headless browser is shared by every session of the process.
 _IMAGE_LOCK = threading.Lock()
@@ -50,16 +43,6 @@ _BROKEN: list[str] = []
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "figure"
-
-
-def _static(fig):
-    """The figure to export: a pane's object, a DynamicMap's current frame."""
-    obj = getattr(fig, "object", None)
-    if obj is not None and type(fig).__module__.startswith("panel"):
-        fig = obj
-    if isinstance(fig, hv.DynamicMap):
-        fig = fig[()]
-    return fig
 
 
 class FigureExport(pn.viewable.Viewer):
@@ -92,9 +75,11 @@ class FigureExport(pn.viewable.Viewer):
         return f"dpexplorer-{_slug(self.page)}-{_slug(self.figure)}.{fmt}"
 
     def figure_now(self):
-        """The figure as it is now (``make()`` unwrapped), or ``None``."""
+        """The figure now: ``make()`` (a pane's object, a DynamicMap's frame), or ``None``."""
         fig = self.make()
-        return None if fig is None else _static(fig)
+        if type(fig).__module__.startswith("panel") and getattr(fig, "object", None) is not None:
+            fig = fig.object
+        return fig[()] if isinstance(fig, hv.DynamicMap) else fig
 
     def data(self, fmt: str) -> bytes:
         """The file's bytes in ``fmt`` (``"png"``, ``"svg"``, ``"csv"``).
@@ -183,8 +168,3 @@ class FigureExport(pn.viewable.Viewer):
                            *self._buttons, self._note, sizing_mode="stretch_width",
                            css_classes=["figure-export"])
         return self._row
-
-
-def export_row(*exports: FigureExport) -> pn.Column:
-    """Several controls under one figure group (e.g. side-by-side heatmaps)."""
-    return pn.Column(*exports, sizing_mode="stretch_width")

@@ -1,37 +1,21 @@
 """The "Learn" page: four short guided lessons with live plots.
 
-Every lesson explains one idea in a few sentences and draws it with the
-engine's own numbers, for the session's ε and δ (the sidebar) and a few
-widgets of its own:
-
-1. :class:`NoiseLesson`: Laplace vs Gaussian noise and sensitivity.
-2. :class:`StrategyLesson`: why measuring a strategy beats answering the
-   workload directly (All Range queries, RMSE vs n).
-3. :class:`BoundLesson`: what the SVD lower bound means.
-4. :class:`DataLesson`: data-independent strategies vs DAWA (data-dependent),
-   on an "easy" and a "hard" histogram (a seeded simulation).
-
-Usage, in a notebook or a served app::
-
-    from dpexplorer.ui.session import Session
-    from dpexplorer.ui.learn import LearnView
+Each lesson explains one idea and draws it with the engine's numbers
+(:mod:`dpexplorer.lessons`, tested without Panel) for the session's ε and δ:
+:class:`NoiseLesson` (Laplace vs Gaussian), :class:`StrategyLesson` (strategies
+vs the workload on All Range), :class:`BoundLesson` (the SVD lower bound) and
+:class:`DataLesson` (data-independent strategies vs DAWA, a seeded simulation).
+Only the open lesson recomputes when an input changes (the others are marked
+stale); a failed update goes to :meth:`Session.report` and the lesson's alert,
+and the last good plot stays.  Without a browser::
 
     view = LearnView(Session())
-    view                      # displays the page (after pn.extension(inline=True))
-    view.lesson("bound").result["table"]   # what the plot shows
-
-A lesson recomputes when one of its inputs changes, but only while it is
-the open tab (others are marked stale and recomputed when opened), so
-changing ε never waits for a hidden simulation.  Every number a lesson shows
-comes from :mod:`dpexplorer.lessons` (tested without Panel, cached per
-process); this module holds the text, the widgets and the figures.  A failed update never raises into the page: the
-message goes to :meth:`Session.report` and the lesson's alert, and the last
-good plot stays.
+    view.show("bound").result["table"]   # what the plot shows
 """
 
 from __future__ import annotations
 
-import logging
+import functools
 import math
 import threading
 
@@ -48,60 +32,36 @@ from dpexplorer.lessons import SIM_MECHANISMS, STRATEGIES
 from .exports import FigureExport
 from .serving import LazyCard
 from .session import Page, Session
-from .tasks import Task
+from .tasks import Task, TaskRunner
 
-__all__ = [
-    "LearnView",
-    "Lesson",
-    "NoiseLesson",
-    "StrategyLesson",
-    "BoundLesson",
-    "DataLesson",
-    "docs_panel",
-]
-
-log = logging.getLogger(__name__)
+__all__ = ["LearnView", "Lesson", "NoiseLesson", "StrategyLesson", "BoundLesson", "DataLesson",
+           "docs_panel"]
 
 COLORS = {"laplace": "#30a2da", "gaussian": "#fc4f30", "workload": "#8b8b8b",
           "identity": "#30a2da", "h2": "#e5ae38", "hb": "#6d904f", "dawa": "#fc4f30",
           "bound": "#d62728", "data": "#b0b0b0"}
 
-# ----------------------------------------------------------------- lessons
+
 class Lesson(param.Parameterized):
-    """Base class of a lesson: text, its own widgets, a live plot.
+    """Base class of a lesson: text, its own widgets (parameters named in :attr:`inputs`,
+    drawn as :attr:`widget_types` says), a live plot.
 
-    Subclasses define :attr:`title`, :attr:`text`, :attr:`session_inputs`
-    (session parameters it depends on), their own parameters (listed in
-    :attr:`inputs`) and :meth:`compute` / :meth:`figure` / :meth:`summary`.
-
-    Parameters
-    ----------
-    session : Session
-        The shared session (ε, δ, noise, seed, workload, ``report``).
-    page : LearnView, optional
-        The Learn page: served, a refresh is a task of the page (the lesson shows
-        busy and the click's thread is not held: the SVD-bound lesson compares
-        every data-independent strategy, optimisers included, 5-45 s on 2 cores
-        the first time).  Without a page, or in a notebook or script, a refresh
-        runs in the caller's thread.
-
-    Attributes
-    ----------
-    result : dict or None
-        What the plot shows, from the last successful :meth:`refresh`.
-    error : str
-        Message of the last failed refresh ("" after a success).
-    stale : bool
-        Whether an input changed since the last refresh.
+    Subclasses define :attr:`title`, :attr:`text`, :attr:`session_inputs` (the session
+    parameters it depends on) and :meth:`compute` / :meth:`figure` / :meth:`summary`.
+    With a served ``page`` (:class:`LearnView`), a refresh is a task of the page (the
+    SVD-bound lesson takes 5-45 s the first time); otherwise it runs in the caller's thread.
+    ``result`` is what the plot shows (None before the first success), ``error`` the
+    message of the last failed refresh, ``stale`` whether an input changed since.
     """
 
     title = "Lesson"
     text = ""
     inputs: tuple[str, ...] = ()
     session_inputs: tuple[str, ...] = ("epsilon", "delta", "noise")
+    #: Widget class and options of each input (default: a Select).
+    widget_types: dict = {}
     plot_height = 340
-    #: Rows of plots in the lesson's figure (the pane is sized to hold them all).
-    plot_rows = 1
+    plot_rows = 1  # rows of plots in the figure (the pane is sized to hold them all)
 
     def __init__(self, session: Session, page: Page | None = None, **params):
         self.session = session
@@ -112,15 +72,11 @@ class Lesson(param.Parameterized):
         self._lock = threading.RLock()
         self._task: Task | None = None  # the running refresh (served)
         self._again = False  # an input changed while it ran: refresh once more when it ends
-        self._layout = None
-        self._plot = None
-        self._summary = None
-        self._alert = None
+        self._layout = self._plot = self._summary = self._alert = None
         super().__init__(**params)
         if self.inputs:
-            self.param.watch(self._own_input_changed, list(self.inputs))
+            self.param.watch(lambda *_: self.refresh(), list(self.inputs))
 
-    # ------------------------------------------------------------ compute
     def compute(self) -> dict:  # pragma: no cover - abstract
         """Engine numbers for the current inputs (may raise)."""
         raise NotImplementedError
@@ -136,37 +92,22 @@ class Lesson(param.Parameterized):
     def refresh(self) -> bool:
         """Recompute and redraw; ``True`` on success (served: once started).
 
-        Never raises: an error is reported through :meth:`Session.report`,
-        kept in :attr:`error` and shown in the lesson's alert, and the last
-        good plot stays.  Served (a page running in the background), the work
-        is a task of the Learn page: this returns at once, the lesson shows
-        busy, and a refresh asked for while one runs runs once after it, with
-        the inputs of then.
+        Never raises: errors go to :attr:`error`, the alert and :meth:`Session.report`.
+        Served, this returns at once; a refresh asked for while one runs runs once after it.
         """
-        page = self.page
-        if page is None or not page.background:
-            with self._lock:
-                self._loading(True)
-                try:
-                    drawn = self._draw()
-                except Exception as exc:  # noqa: BLE001 - shown in the page, never a traceback
-                    self._fail(exc)
-                    return False
-                finally:
-                    self._loading(False)
-                self._show(drawn)
-                return True
+        background = self.page is not None and self.page.background
         with self._lock:
             if self._task is not None and not self._task.finished:
                 self._again = True
                 return True
             self._loading(True)
-            self._task = page.start_task(lambda task: self._draw(), name=f"Learn: {self.title}",
-                                         on_end=self._ended)
-        return True
+            inline = functools.partial(TaskRunner(self._lock).start, background=False)
+            start = inline if self.page is None else self.page.start_task
+            self._task = task = start(lambda _: self._draw(), name=f"Learn: {self.title}",
+                                      on_end=self._ended)
+        return background or task.status == "done"
 
     def _draw(self) -> tuple[dict, object, str]:
-        """The engine numbers, the figure and the summary of the current inputs (may raise)."""
         result = self.compute()
         return result, self.figure(result), self.summary(result)
 
@@ -196,41 +137,30 @@ class Lesson(param.Parameterized):
             self.refresh()
 
     def _fail(self, exc: BaseException) -> None:
-        if isinstance(exc, ValueError | KeyError):
-            msg = str(exc)
-        else:
-            log.exception("lesson %s failed", self.title)
-            msg = f"{type(exc).__name__}: {exc}"
-        self.error = msg
-        self.stale = True
+        # the task logged an unexpected exception
+        msg = str(exc) if isinstance(exc, ValueError | KeyError) else f"{type(exc).__name__}: {exc}"
+        self.error, self.stale = msg, True
         if self._alert is not None:
             self._alert.object = f"**Could not update this lesson; showing the last result.** {msg}"
             self._alert.visible = True
         self.session.report(f"Learn, {self.title}: {msg}")
 
-    def _own_input_changed(self, *events) -> None:
-        self.refresh()
-
-    # ----------------------------------------------------------------- UI
     def widgets(self) -> list:
         """Widgets of the lesson's own inputs."""
-        return [pn.widgets.Select.from_param(self.param[p]) for p in self.inputs]
-
-    def placeholder(self):
-        """What the plot shows before the first refresh."""
-        return hv.Curve([]).opts(responsive=True, height=self.plot_height)
+        types = {p: self.widget_types.get(p, (pn.widgets.Select, {})) for p in self.inputs}
+        return [w.from_param(self.param[p], **kw) for p, (w, kw) in types.items()]
 
     def panel(self) -> pn.Column:
         """The lesson's layout (built once): text, widgets, alert, plot, summary."""
         if self._layout is None:
+            empty = hv.Curve([]).opts(responsive=True, height=self.plot_height)
             self._plot = pn.pane.HoloViews(
-                self.figure() if self.result is not None else self.placeholder(),
+                self.figure() if self.result is not None else empty,
                 sizing_mode="stretch_width", height=self.plot_rows * (self.plot_height + 20))
             self._summary = pn.pane.Markdown(self.summary() if self.result is not None else "",
                                              sizing_mode="stretch_width")
             self._alert = pn.pane.Alert("", alert_type="danger", visible=bool(self.error),
                                         sizing_mode="stretch_width", disable_math=True)
-            #: The plot's download control (PNG, SVG, CSV of the lesson's figure).
             self.export = FigureExport(
                 "learn", self.title, lambda: self.figure() if self.result is not None else None,
                 report=self.session.report)
@@ -249,26 +179,22 @@ class NoiseLesson(Lesson):
 
     title = "1. Noise and sensitivity"
     text = """\
-A private answer is the true answer plus random noise, scaled to the query's
-**sensitivity** Δ: how much one person's record can change the answers.
-The **Laplace** mechanism (ε-DP) uses the L1 sensitivity Δ₁: scale b = Δ₁/ε,
-standard deviation √2·b.  The **Gaussian** mechanism ((ε, δ)-DP) uses the L2
-sensitivity Δ₂: σ = Δ₂·c(ε, δ), with c from the sidebar's calibration: zCDP
-(releases: the largest σ-budget whose zero-concentrated-DP guarantee converts
-to exactly (ε, δ)) or the analytic Gaussian (Balle & Wang 2018, a slightly
-smaller σ whose proof holds for ideal real-valued noise only).
-When one record changes k answers by 1, Δ₁ = k but Δ₂ = √k,
-which is why Gaussian noise pays off for large batches of queries.
-The curves use the sidebar's ε and δ; dashed lines mark ± one standard deviation."""
+A private answer is the true answer plus random noise, scaled to the query's **sensitivity** Δ:
+how much one person's record can change the answers. The **Laplace** mechanism (ε-DP) uses the
+L1 sensitivity Δ₁: scale b = Δ₁/ε, standard deviation √2·b.  The **Gaussian** mechanism ((ε,
+δ)-DP) uses the L2 sensitivity Δ₂: σ = Δ₂·c(ε, δ), with c from the sidebar's calibration: zCDP
+(releases: the largest σ-budget whose zero-concentrated-DP guarantee converts to exactly (ε, δ))
+or the analytic Gaussian (Balle & Wang 2018, a slightly smaller σ whose proof holds for ideal
+real-valued noise only). When one record changes k answers by 1, Δ₁ = k but Δ₂ = √k, which is
+why Gaussian noise pays off for large batches of queries. The curves use the sidebar's ε and δ;
+dashed lines mark ± one standard deviation."""
 
     inputs = ("sensitivity",)
     session_inputs = ("epsilon", "delta", "noise", "calibration")
 
     sensitivity = param.Number(default=1.0, bounds=(0.1, 10.0), step=0.1, label="Sensitivity Δ",
                                doc="Δ, used as Δ₁ (Laplace) and Δ₂ (Gaussian).")
-
-    def widgets(self):
-        return [pn.widgets.FloatSlider.from_param(self.param.sensitivity, width=320)]
+    widget_types = {"sensitivity": (pn.widgets.FloatSlider, {"width": 320})}
 
     def compute(self) -> dict:
         s = self.session
@@ -278,20 +204,18 @@ The curves use the sidebar's ε and δ; dashed lines mark ± one standard deviat
     def figure(self, result=None):
         r = self.result if result is None else result
         f = r["frame"]
-        elems = []
-        for key, name, std in [("laplace", "Laplace", r["laplace_std"]),
-                               ("gaussian", "Gaussian", r["gaussian_std"])]:
-            sub = f[f["noise"] == key]
-            elems.append(hv.Curve(sub, "z", "density", label=f"{name} (std {std:.3g})").opts(
+        curves, lines = [], []
+        for key in ("laplace", "gaussian"):
+            std = r[f"{key}_std"]
+            curves.append(hv.Curve(f[f["noise"] == key], "z", "density",
+                                   label=f"{key.capitalize()} (std {std:.3g})").opts(
                 color=COLORS[key], line_width=2.5, tools=["hover"]))
-        for key, std in [("laplace", r["laplace_std"]), ("gaussian", r["gaussian_std"])]:
-            for sign in (-1, 1):
-                elems.append(hv.VLine(sign * std).opts(color=COLORS[key], line_dash="dashed",
-                                                       line_width=1))
+            lines += [hv.VLine(sign * std).opts(color=COLORS[key], line_dash="dashed", line_width=1)
+                      for sign in (-1, 1)]
         xmax = 4.0 * max(r["laplace_std"], r["gaussian_std"])
         title = (f"Noise added to one answer, Δ = {r['sensitivity']:g}, ε = {r['epsilon']:g}, "
                  f"δ = {r['delta']:g}")
-        return hv.Overlay(elems).opts(
+        return hv.Overlay(curves + lines).opts(
             title=title, responsive=True, height=self.plot_height, xlim=(-xmax, xmax),
             legend_position="top_right", xlabel="noise (counts)", ylabel="density")
 
@@ -311,52 +235,44 @@ class StrategyLesson(Lesson):
 
     title = "2. Why a strategy beats answering the workload"
     text = """\
-Answering the workload W directly adds noise to each of its queries, scaled
-to W's sensitivity: a cell in the middle of the domain is in about n²/4 of
-the n(n+1)/2 ranges, so the noise explodes with n.  **Identity** measures each
-cell once (Δ = 1) and adds cells up, so long ranges sum many noisy cells.
-**Hierarchies** (H2: binary tree; HB: branching chosen for n) measure
-intervals at a few levels: a record is in only a handful of them, and every
-range is the sum of a few nodes.  These errors are exact (HDMM Prop. 4), not
-simulated; they use the sidebar's noise, ε and δ."""
+Answering the workload W directly adds noise to each of its queries, scaled to W's sensitivity:
+a cell in the middle of the domain is in about n²/4 of the n(n+1)/2 ranges, so the noise
+explodes with n.  **Identity** measures each cell once (Δ = 1) and adds cells up, so long ranges
+sum many noisy cells. **Hierarchies** (H2: binary tree; HB: branching chosen for n) measure
+intervals at a few levels: a record is in only a handful of them, and every range is the sum of
+a few nodes.  These errors are exact (HDMM Prop. 4), not simulated; they use the sidebar's
+noise, ε and δ."""
 
     inputs = ("n_max", "example_n")
-    session_inputs = ("epsilon", "delta", "noise")
 
     n_max = param.Selector(default=1024, objects={"256": 256, "1024": 1024, "4096 (slow once)": 4096},
                            label="Largest n", doc="""
         Largest domain of the RMSE curve (4096 takes 10-40 s the first time, then is cached).""")
     example_n = param.Selector(default=64, objects=[16, 64, 256], label="n of the per-query example",
                                doc="Domain of the per-query error example.")
-
-    def widgets(self):
-        return [pn.widgets.RadioButtonGroup.from_param(self.param.n_max),
-                pn.widgets.RadioButtonGroup.from_param(self.param.example_n)]
+    widget_types = dict.fromkeys(inputs, (pn.widgets.RadioButtonGroup, {}))
 
     def compute(self) -> dict:
         return lessons.strategy_lesson(self.session.noise_model(), self.n_max, int(self.example_n))
 
     def figure(self, result=None):
         r = self.result if result is None else result
-        g = r["grid"]
-        curves = []
+        g, pw = r["grid"], r["per_width"]
+        curves, widths = [], []
         for name, label in STRATEGIES.items():
             sub = g[g["mechanism"] == name]
             curves.append(hv.Curve(sub, "n", "rmse", label=label).opts(color=COLORS[name], line_width=2))
             curves.append(hv.Scatter(sub, "n", ["rmse", "m"], label=label).opts(
                 color=COLORS[name], size=6, tools=["hover"]))
-        left = hv.Overlay(curves).opts(
-            title=f"All Range: RMSE per query, {r['noise'].label}", logx=True, logy=True,
-            responsive=True, height=self.plot_height, legend_position="top_left",
-            xlabel="domain size n", ylabel="RMSE (counts)")
-        pw = r["per_width"]
-        right = hv.Overlay([
-            hv.Curve(pw[pw["mechanism"] == name], "width", "rmse", label=label).opts(
-                color=COLORS[name], line_width=2, tools=["hover"])
-            for name, label in STRATEGIES.items()]).opts(
-            title=f"Per query, n = {r['example_n']}: RMSE by range length", logx=True,
-            logy=True, responsive=True, height=self.plot_height, legend_position="top_left",
-            xlabel="range length (cells)", ylabel="RMSE of one query (counts)")
+            widths.append(hv.Curve(pw[pw["mechanism"] == name], "width", "rmse", label=label).opts(
+                color=COLORS[name], line_width=2, tools=["hover"]))
+        axes = dict(logx=True, logy=True, responsive=True, height=self.plot_height,
+                    legend_position="top_left")
+        left = hv.Overlay(curves).opts(title=f"All Range: RMSE per query, {r['noise'].label}",
+                                       xlabel="domain size n", ylabel="RMSE (counts)", **axes)
+        right = hv.Overlay(widths).opts(
+            title=f"Per query, n = {r['example_n']}: RMSE by range length",
+            xlabel="range length (cells)", ylabel="RMSE of one query (counts)", **axes)
         return (left + right).cols(2)
 
     def summary(self, result=None) -> str:
@@ -375,11 +291,10 @@ class BoundLesson(Lesson):
 
     title = "3. The SVD lower bound"
     text = """\
-For a workload W, Li & Miklau (2012) proved a lower bound on the error of
-*every* strategy A the matrix mechanism can measure: the **SVD bound**,
-computed from W's singular values.  No matrix-mechanism strategy, hand-made
-or optimised, can go below the dashed line; the ratio RMSE / bound says how
-much room is left for a better strategy.  Data-dependent algorithms such as
+For a workload W, Li & Miklau (2012) proved a lower bound on the error of *every* strategy A the
+matrix mechanism can measure: the **SVD bound**, computed from W's singular values.  No
+matrix-mechanism strategy, hand-made or optimised, can go below the dashed line; the ratio RMSE
+/ bound says how much room is left for a better strategy.  Data-dependent algorithms such as
 DAWA are not bound by it, since they adapt to the data (next lesson)."""
 
     inputs = ("workload", "n")
@@ -390,39 +305,30 @@ DAWA are not bound by it, since they adapt to the data (next lesson)."""
         "Session workload (Workload page)": "session"}, label="Workload")
     n = param.Selector(default=256, objects=[64, 256, 1024], label="Domain size n",
                        doc="Domain size (not used for the session's workload).")
-
-    def widgets(self):
-        return [pn.widgets.Select.from_param(self.param.workload, width=260),
-                pn.widgets.RadioButtonGroup.from_param(self.param.n)]
-
-    def workload_matrix(self):
-        """The workload of the lesson (built once per kind and n)."""
-        if self.workload == "session":
-            W = self.session.workload
-            if W is None:
-                raise ValueError("the session has no workload yet (build one on the Workload page)")
-            return W
-        return lessons.lesson_workload(self.workload, int(self.n))
+    widget_types = {"workload": (pn.widgets.Select, {"width": 260}),
+                    "n": (pn.widgets.RadioButtonGroup, {})}
 
     def compute(self) -> dict:
-        return lessons.bound_lesson(self.workload_matrix(), self.session.noise_model(),
-                                    cache=self.session.cache)
+        if self.workload != "session":
+            W = lessons.lesson_workload(self.workload, int(self.n))
+        elif (W := self.session.workload) is None:
+            raise ValueError("the session has no workload yet (build one on the Workload page)")
+        return lessons.bound_lesson(W, self.session.noise_model(), cache=self.session.cache)
 
     def figure(self, result=None):
         r = self.result if result is None else result
-        df = r["table"]
-        ok = df.dropna(subset=["rmse"])
-        bound = r["bound"]
+        ok, bound = r["table"].dropna(subset=["rmse"]), r["bound"]
+        drawn = math.isfinite(bound) and bound > 0
         title = f"{r['workload']} ({r['m']:,} queries, n = {r['n']:,}), {r['noise'].label}"
         bars = hv.Bars(ok, kdims=[hv.Dimension("label", label="Strategy")],
                        vdims=[hv.Dimension("rmse", label="RMSE (counts)"), "ratio"]).opts(
             logy=True, tools=["hover"], color=COLORS["identity"], responsive=True,
             height=self.plot_height, default_tools=["save", "reset"])
-        values = list(ok["rmse"]) + ([bound] if math.isfinite(bound) and bound > 0 else [])
+        values = list(ok["rmse"]) + ([bound] if drawn else [])
         if values:
             bars = bars.opts(ylim=(min(values) / 2, max(values) * 2))
         elems = [bars]
-        if math.isfinite(bound) and bound > 0:
+        if drawn:
             elems.append(hv.HLine(bound).opts(color=COLORS["bound"], line_dash="dashed",
                                               line_width=2))
             elems.append(hv.Text(ok["label"].iloc[-1] if len(ok) else "", bound * 1.2,
@@ -432,15 +338,13 @@ DAWA are not bound by it, since they adapt to the data (next lesson)."""
 
     def summary(self, result=None) -> str:
         r = self.result if result is None else result
-        ok = r["table"].dropna(subset=["rmse"])
-        bound = r["bound"]
+        ok, bound = r["table"].dropna(subset=["rmse"]), r["bound"]
         if not math.isfinite(bound):
             return "The SVD bound cannot be computed for this workload (domain too large)."
-        rows = "; ".join(f"{row.label} {row.rmse:.4g} ({row.ratio:.2f}×)"
-                         for row in ok.itertuples())
-        best = ok.iloc[0] if len(ok) else None
+        rows = "; ".join(f"{t.label} {t.rmse:.4g} ({t.ratio:.2f}×)" for t in ok.itertuples())
         text = f"**SVD bound {bound:.4g}**: no matrix-mechanism strategy can have a lower RMSE. "
-        if best is not None:
+        if len(ok):
+            best = ok.iloc[0]
             text += (f"The best strategy here, {best.label}, is {best.ratio:.2f}× the bound.  "
                      f"RMSE (ratio to the bound): {rows}.")
         return text
@@ -451,16 +355,14 @@ class DataLesson(Lesson):
 
     title = "4. Data-independent vs data-dependent"
     text = """\
-A data-independent strategy has the same error on every dataset.  **DAWA**
-(Li et al. 2014) spends a quarter of ε privately partitioning the domain into
-buckets of similar counts, then measures the buckets: on **blocky, sparse**
-data few buckets suffice and the error drops; on **spiky** data the buckets
-are far from uniform and DAWA can lose to HB.  This is a **simulation** on
-benchmark data treated as public (as in DPBench): mean absolute error over
-All Range queries, over seeded runs with a throwaway ledger; nothing is spent
-from the session.  DAWA is ε-DP, so every mechanism here uses Laplace noise
-at the sidebar's ε.  The bucket penalty is an engine option (0 = DAWA's
-Alg. 1 as printed in the paper; larger values give fewer buckets)."""
+A data-independent strategy has the same error on every dataset.  **DAWA** (Li et al. 2014)
+spends a quarter of ε privately partitioning the domain into buckets of similar counts, then
+measures the buckets: on **blocky, sparse** data few buckets suffice and the error drops; on
+**spiky** data the buckets are far from uniform and DAWA can lose to HB.  This is a
+**simulation** on benchmark data treated as public (as in DPBench): mean absolute error over All
+Range queries, over seeded runs with a throwaway ledger; nothing is spent from the session. DAWA
+is ε-DP, so every mechanism here uses Laplace noise at the sidebar's ε.  The bucket penalty is
+an engine option (0 = DAWA's Alg. 1 as printed in the paper; larger values give fewer buckets)."""
 
     inputs = ("pair", "n", "trials", "penalty")
     session_inputs = ("epsilon", "seed", "dpbench_dir")
@@ -472,6 +374,10 @@ Alg. 1 as printed in the paper; larger values give fewer buckets)."""
     n = param.Selector(default=256, objects=[256, 1024], label="Domain size n")
     trials = param.Integer(default=5, bounds=(1, 20), label="Runs per mechanism")
     penalty = param.Number(default=0.5, bounds=(0.0, 10.0), step=0.5, label="DAWA bucket penalty")
+    widget_types = {"pair": (pn.widgets.Select, {"width": 240}),
+                    "n": (pn.widgets.RadioButtonGroup, {}),
+                    "trials": (pn.widgets.IntSlider, {"width": 180}),
+                    "penalty": (pn.widgets.FloatSlider, {"width": 180})}
 
     def __init__(self, session: Session, **params):
         super().__init__(session, **params)
@@ -485,23 +391,6 @@ Alg. 1 as printed in the paper; larger values give fewer buckets)."""
         self.param.pair.objects = objects
         if self.pair not in objects.values():
             self.pair = "synthetic"
-
-    def widgets(self):
-        return [pn.widgets.Select.from_param(self.param.pair, width=240),
-                pn.widgets.RadioButtonGroup.from_param(self.param.n),
-                pn.widgets.IntSlider.from_param(self.param.trials, width=180),
-                pn.widgets.FloatSlider.from_param(self.param.penalty, width=180)]
-
-    def datasets(self) -> list[tuple[str, str, np.ndarray]]:
-        """``[(role, name, x), ...]`` for the easy and the hard histogram at :attr:`n`.
-
-        Raises
-        ------
-        ValueError
-            If DPBench is asked for and not available.
-        """
-        return lessons.lesson_datasets(self.pair, int(self.n),
-                                       lessons.dpbench_folder(self.session.dpbench_dir))
 
     def compute(self) -> dict:
         s = self.session
@@ -523,8 +412,7 @@ Alg. 1 as printed in the paper; larger values give fewer buckets)."""
             hists.append((hist * est).opts(
                 title=f"{role}: {d['name']}, {int(d['x'].sum()):,} records",
                 responsive=True, height=self.plot_height, legend_position="top_right"))
-        table = r["table"]
-        bars = hv.Bars(table, kdims=[hv.Dimension("dataset", label="Dataset"),
+        bars = hv.Bars(r["table"], kdims=[hv.Dimension("dataset", label="Dataset"),
                                      hv.Dimension("label", label="Mechanism")],
                        vdims=[hv.Dimension("mae", label="mean abs. error per query"), "se"]).opts(
             title=(f"Simulation: mean absolute error over {r['trials']} runs, Laplace ε = "
@@ -548,38 +436,19 @@ Alg. 1 as printed in the paper; larger values give fewer buckets)."""
                 f"{r['trials'] - 1} (the sidebar's seed): " + "; ".join(parts) + ".")
 
 
-# ------------------------------------------------------------------- docs
 def docs_panel(initial: str = "overview") -> pn.Column:
-    """The project's documentation (:mod:`dpexplorer.docs`): a topic selector and the topic's text.
-
-    The Select's value is the topic name; the Markdown pane shows
-    ``dpx.docs.topic(name)``.
-    """
+    """The project's documentation: a topic Select (value: topic name) and its Markdown."""
     options = {title: name for name, title in dpx.docs.topics()}
     select = pn.widgets.Select(options=options, value=initial, width=360)
-    text = pn.pane.Markdown(dpx.docs.topic(initial), sizing_mode="stretch_width")
-    select.param.watch(lambda event: setattr(text, "object", dpx.docs.topic(event.new)), "value")
+    text = pn.pane.Markdown(pn.bind(dpx.docs.topic, select), sizing_mode="stretch_width")
     return pn.Column(select, text, sizing_mode="stretch_width")
 
 
-# ------------------------------------------------------------------- page
 class LearnView(pn.viewable.Viewer, Page):
-    """The Learn page: four lessons in tabs, driven by one :class:`Session`.
+    """The Learn page: four lessons in tabs (:attr:`lessons`: ``noise``, ``strategy``,
+    ``bound``, ``data``), driven by one :class:`Session` (a new one if omitted).
 
-    Parameters
-    ----------
-    session : Session, optional
-        The shared session (a new one if omitted).
-    background : bool or None
-        Whether a lesson's refresh runs as a task in the background (None: when
-        served; in a notebook or a script it runs in the caller's thread).
-
-    Attributes
-    ----------
-    lessons : dict[str, Lesson]
-        ``noise``, ``strategy``, ``bound`` and ``data``, in tab order.
-    tabs : panel.Tabs
-        One tab per lesson; the open one is refreshed when the session changes.
+    ``background``: whether a lesson's refresh runs as a task (None: when served).
     """
 
     active = param.Integer(default=0, bounds=(0, 3), doc="Index of the open lesson.")
@@ -588,49 +457,34 @@ class LearnView(pn.viewable.Viewer, Page):
                "data": DataLesson}
 
     def __init__(self, session: Session | None = None, background: bool | None = None, **params):
-        # session, lock, tasks and the tab gate (the open lesson's refresh waits while the
-        # page's tab is hidden, told by ExplorerApp)
-        self._setup_page(session, background)
+        self._setup_page(session, background)  # session, lock, tasks, tab gate
         super().__init__(**params)
         self.lessons: dict[str, Lesson] = {k: cls(self.session, page=self)
                                            for k, cls in self.LESSONS.items()}
-        #: Every lesson's figure download control, by lesson key (built with the tabs).
-        self.exports: dict = {}
         self.tabs = pn.Tabs(*[(ls.title, ls.panel()) for ls in self.lessons.values()],
                             dynamic=True, sizing_mode="stretch_width", active=self.active)
-        self.exports.update({k: ls.export for k, ls in self.lessons.items()})
+        #: Every lesson's figure download control, by lesson key.
+        self.exports = {k: ls.export for k, ls in self.lessons.items()}
         self.tabs.link(self, active="active", bidirectional=True)
         watched = sorted({p for ls in self.lessons.values() for p in ls.session_inputs})
         self.session.param.watch(self._session_changed, watched)
-        #: The formulas and conventions the code relies on (:func:`docs_panel`).
         self.docs = docs_panel()
         self.current.refresh()
 
     @property
     def current(self) -> Lesson:
         """The open lesson."""
-        return list(self.lessons.values())[self.active]
+        return self.lesson(self.active)
 
     def lesson(self, key: str | int) -> Lesson:
         """A lesson by key (``"noise"``, ``"strategy"``, ``"bound"``, ``"data"``) or index."""
-        if isinstance(key, int):
-            return list(self.lessons.values())[key]
-        return self.lessons[key]
+        return list(self.lessons.values())[key] if isinstance(key, int) else self.lessons[key]
 
     def show(self, key: str | int) -> Lesson:
         """Open a lesson (refreshing it if an input changed while it was hidden)."""
-        index = key if isinstance(key, int) else list(self.lessons).index(key)
-        self.active = index
-        lesson = self.current
-        if lesson.stale:  # e.g. already the active tab but never drawn
-            lesson.refresh()
-        return lesson
-
-    @param.depends("active", watch=True)
-    def _active_changed(self) -> None:
-        lesson = self.current
-        if lesson.stale:
-            lesson.refresh()
+        self.active = key if isinstance(key, int) else list(self.lessons).index(key)
+        self._refresh_current()  # e.g. already the active tab but never drawn
+        return self.current
 
     def _session_changed(self, *events) -> None:
         names = {e.name for e in events}
@@ -639,6 +493,7 @@ class LearnView(pn.viewable.Viewer, Page):
                 lesson.stale = True
         self.gate.run("refresh", self._refresh_current)
 
+    @param.depends("active", watch=True)
     def _refresh_current(self) -> None:
         if self.current.stale:
             self.current.refresh()

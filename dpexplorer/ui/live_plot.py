@@ -1,25 +1,13 @@
 """A HoloViews chart that follows new data, in place and cheaply when only numbers change.
 
 HoloViews redraws a frame of a live plot (``hv.DynamicMap`` fed by an
-``hv.streams.Pipe``) by running every layer's plotting code again: ranges,
-legend, styles and glyph properties, then the Bokeh document walks all its
-models.  For the Compare page's figures that is 35-65 ms per figure on the
-server even when an ε change only moves a line and rescales the bars (measured
-in process, n = 256; a direct update of the same Bokeh data sources, spans and
-ranges takes 0.5 ms).
-
-:class:`LivePlot` draws the first frame, and every frame whose layers differ
-from the drawn ones, through HoloViews.  A frame with the same layers (type,
-label, columns, categories, title: the same picture with other numbers) is
-copied into the drawn Bokeh models instead (:func:`copy_plan`): each layer's
-data source gets the frame's columns, a ``VLine``/``HLine`` its location, a
-``Text`` its position and text, and the figure its explicit ``xlim``/``ylim``
-(the charts give every frame explicit limits).  HoloViews' own state is left
-as it was, and the stream is given the frame without a redraw, so that a later
-view of the chart (a new browser tab, a notebook cell) is drawn from the
-latest data.  Whatever the copy cannot express (a new layer, another title, a
-categorical axis with other categories, a range HoloViews would compute) is
-drawn by HoloViews.
+``hv.streams.Pipe``) by running every layer's plotting code again: 35-65 ms per Compare
+figure on the server for an ε change that only moves a line and rescales the bars
+(in process, n = 256), where setting the same Bokeh data sources, spans and ranges takes
+0.5 ms.  :class:`LivePlot` draws through HoloViews the first frame and every frame whose
+layers differ; a frame with the same layers (type, label, columns, categories, title) is
+copied into the drawn Bokeh models instead (:func:`copy_plan`), and the stream is given the
+frame without a redraw, so a later view of the chart draws the latest data.
 """
 
 from __future__ import annotations
@@ -39,13 +27,9 @@ __all__ = ["LivePlot", "copy_plan"]
 class _WeakHook:
     """A HoloViews plot hook calling a bound method without keeping its object alive.
 
-    ``element.opts(hooks=[...])`` stores the hook in a custom option tree of
-    HoloViews' process-wide ``Store``, which is meant to be dropped when the last
-    element using it is collected; in the served explorer some trees outlived their
-    elements (a server soak: every closed session's Compare page, its session and
-    its figures stayed in memory, reached only from such trees through
-    ``LivePlot._drawn``).  Holding the method weakly, a tree left behind keeps a
-    few bytes, not a closed session.
+    Hooks live in option trees of HoloViews' process-wide ``Store``, some of which outlived
+    their elements: in a server soak every closed session's Compare page stayed in memory,
+    reached only through ``LivePlot._drawn``.
     """
 
     __slots__ = ("_method",)
@@ -62,24 +46,12 @@ class _WeakHook:
 class LivePlot:
     """A HoloViews pane drawing ``make(data)``, updated in place while ``key`` stays the same.
 
-    While ``key`` stays the same (same workload, mechanisms and noise norm:
-    the same plot structure) new data are copied into the drawn figure when
-    only numbers change (:func:`copy_plan`), else they go through an
-    ``hv.streams.Pipe``, so HoloViews updates the existing Bokeh glyphs and
-    ranges in place; a new key rebuilds the plot.  A ``None`` key (nothing
-    computed yet) draws nothing: the pane keeps its height, and no Bokeh figure
-    is built or sent until there is something to show.
-
-    Parameters
-    ----------
-    make : callable
-        ``data ↦`` a HoloViews element or overlay (the chart of ``data``).
-    data
-        The first data (any object ``make`` takes: a DataFrame for the Compare charts).
-    key : hashable or None
-        What fixes the chart's structure; None draws nothing.
-    **pane_params
-        Passed to ``pn.pane.HoloViews`` (e.g. ``height``).
+    While ``key`` (the plot's structure) stays the same, new data are copied into the
+    drawn figure when only numbers change (:func:`copy_plan`), else sent through an
+    ``hv.streams.Pipe``; a new key rebuilds the plot, and a ``None`` key draws nothing
+    (no Bokeh figure is built or sent until there is something to show).  ``make(data)``
+    gives the HoloViews element or overlay of ``data`` (the Compare charts: a DataFrame);
+    ``pane_params`` go to ``pn.pane.HoloViews`` (e.g. ``height``).
     """
 
     def __init__(self, make: Callable, data, key: Hashable | None, **pane_params):
@@ -94,12 +66,9 @@ class LivePlot:
     def _dmap(self, data):
         self.pipe = hv.streams.Pipe(data=data)
         self._plots = weakref.WeakSet()
-        # The charts give each frame explicit limits (xlim/ylim) and mark their layers
-        # `framewise` where they make them, so that the figure's ranges follow every frame
-        # (tested).  Not by options on the DynamicMap: those wrap it in an operation that
-        # re-applies them to every frame (a clone and new option trees per update), 17 % of
-        # an ε change's server time at n = 256.  The hook keeps every drawn view's
-        # HoloViews plot (one per browser tab or notebook cell), for the copies in place.
+        # The charts give each frame explicit limits and `framewise` layers themselves: options
+        # on the DynamicMap re-apply to every frame (17 % of an ε change's server time at
+        # n = 256).  The hook keeps every drawn view's plot, for the copies in place.
         self._map = hv.DynamicMap(self._frame, streams=[self.pipe])
         return self._map
 
@@ -112,9 +81,8 @@ class LivePlot:
     def copy(self, data, key: Hashable | None) -> bool:
         """Show ``data`` if only numbers change (copied in place, milliseconds): True if done.
 
-        ``data`` and ``key`` as in :meth:`update`.  False, with nothing
-        changed, when the update needs HoloViews (another structure, a new key,
-        no view drawn yet): :meth:`update` then draws it.
+        ``data`` and ``key`` as in :meth:`update`.  False, with nothing changed, when the
+        update needs HoloViews (another structure, a new key, no view drawn yet).
         """
         if key == self.key and key is not None and self._copy(data):
             self.counts["copied"] += 1
@@ -122,32 +90,23 @@ class LivePlot:
         return False
 
     def update(self, data, key: Hashable | None, copy: bool = True) -> None:
-        """Show ``data``: copied in place, or redrawn by HoloViews, or a new chart.
-
-        Parameters
-        ----------
-        data
-            What ``make`` takes (the Compare charts: a DataFrame of RMSEs in counts).
-        key : hashable or None
-            The chart's structure: the same key updates the drawn chart, another
-            builds a new one, None clears the pane.
-        copy : bool
-            Try the in-place copy first (False: :meth:`copy` has just said no).
+        """Show ``data`` (the Compare charts: a DataFrame of RMSEs in counts): copied in place,
+        redrawn by HoloViews, or a new chart when ``key`` changes (None clears the pane).
+        ``copy=False`` skips the in-place copy (:meth:`copy` has just said no).
         """
-        if key == self.key and key is not None:
-            if copy and self.copy(data, key):
-                return
-            self.counts["holoviews"] += 1
-            freeze_models()  # the redraw batch's models are indexed once, when it ends
-            self.pipe.send(data)
-        elif key is None:
+        if key is None:
             self.key = None
             if self.pane.object is not None:
                 self.pane.object = None
+            return
+        if key == self.key and copy and self.copy(data, key):
+            return
+        self.counts["holoviews"] += 1
+        freeze_models()  # the redraw batch's models are indexed once, when it ends
+        if key == self.key:
+            self.pipe.send(data)
         else:
             self.key = key
-            self.counts["holoviews"] += 1
-            freeze_models()
             self.pane.object = self._dmap(data)
 
     def _copy(self, data) -> bool:
@@ -161,25 +120,10 @@ class LivePlot:
             return False
         for plan in plans:
             plan()
-        # a later view (a new tab, a notebook cell) draws the latest frame: the stream's data
-        # (no redraw now) and the map's cached frame, which a new view draws from
+        # a later view draws the latest frame: the stream's data (no redraw now), the map's cache
         self.pipe.update(data=data)
         self._map[()] = obj
         return True
-
-
-def _layers(obj) -> list:
-    return list(obj.values()) if isinstance(obj, hv.Overlay) else [obj]
-
-
-def _subplots(plot) -> list:
-    subplots = getattr(plot, "subplots", None)
-    return list(subplots.values()) if subplots else [plot]
-
-
-def _plot_options(obj, layers) -> list[dict]:
-    """The bokeh plot options of the chart: its overlay's first, then each layer's."""
-    return [hv.Store.lookup_options("bokeh", o, "plot").kwargs for o in [obj, *layers]]
 
 
 def _explicit_limits(options: list[dict], axis: str) -> tuple[float, float] | None:
@@ -194,10 +138,9 @@ def _explicit_limits(options: list[dict], axis: str) -> tuple[float, float] | No
 def copy_plan(plot, obj) -> Callable[[], None] | None:
     """A function copying the chart ``obj`` into the drawn HoloViews ``plot``, or None.
 
-    None when ``obj`` is not the drawn picture with other numbers: other
-    layers (type, label, columns), another title, other categories on a
-    categorical axis, a continuous axis without explicit limits in ``obj``.
-    Nothing is changed until the returned function is called.
+    None when ``obj`` is not the drawn picture with other numbers: other layers (type,
+    label, columns), another title, other categories on a categorical axis, a continuous
+    axis without explicit limits.  Nothing changes until the returned function is called.
 
     Parameters
     ----------
@@ -206,11 +149,13 @@ def copy_plan(plot, obj) -> Callable[[], None] | None:
     obj : hv.Element or hv.Overlay
         The new frame.
     """
-    layers, subplots = _layers(obj), _subplots(plot)
+    layers = list(obj.values()) if isinstance(obj, hv.Overlay) else [obj]
+    subplots = list(plot.subplots.values()) if getattr(plot, "subplots", None) else [plot]
     if len(layers) != len(subplots):
         return None
     figure = plot.state
-    options = _plot_options(obj, layers)
+    # the bokeh plot options of the chart: its overlay's first, then each layer's
+    options = [hv.Store.lookup_options("bokeh", o, "plot").kwargs for o in [obj, *layers]]
     title = next((o["title"] for o in options if o.get("title") is not None), None)
     if title is not None and (figure.title is None or figure.title.text != title):
         return None
@@ -231,9 +176,8 @@ def copy_plan(plot, obj) -> Callable[[], None] | None:
         elif isinstance(layer, hv.Dataset):
             if source is None:
                 return None
-            names = {d.name for d in layer.dimensions()}
-            if not set(source.data) <= names or [d.name for d in layer.dimensions()] != [
-                    d.name for d in drawn.dimensions()]:
+            dims = [d.name for d in layer.dimensions()]
+            if not set(source.data) <= set(dims) or dims != [d.name for d in drawn.dimensions()]:
                 return None
             if isinstance(layer, hv.Bars):  # a categorical axis: the same categories
                 x = layer.kdims[0].name
@@ -247,12 +191,9 @@ def copy_plan(plot, obj) -> Callable[[], None] | None:
             lim = _explicit_limits(options, axis)
             if lim is None or not hasattr(rng, "start"):
                 return None
-            steps.append((rng, "start", lim[0]))
-            steps.append((rng, "end", lim[1]))
+            steps += [(rng, "start", lim[0]), (rng, "end", lim[1])]
 
-    # only what changed is set: each property set is one message to every browser showing the
-    # figure, and one more redraw there (an ε change leaves the privacy–accuracy curves as
-    # they are, and moves only the marker and the line)
+    # only what changed is set: each property set is one message and one redraw in every browser
     steps = [(model, attr, value) for model, attr, value in steps
              if not _equal(getattr(model, attr), value)]
 
@@ -272,8 +213,4 @@ def _equal(old, new) -> bool:
 
 def _same_column(a, b) -> bool:
     a, b = np.asarray(a), np.asarray(b)
-    if a.shape != b.shape:
-        return False
-    if a.dtype.kind in "fc" and b.dtype.kind in "fc":
-        return bool(np.array_equal(a, b, equal_nan=True))
-    return bool(np.array_equal(a, b))
+    return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc" and b.dtype.kind in "fc"))

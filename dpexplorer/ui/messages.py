@@ -1,10 +1,8 @@
 """The app's words for what the engine says: messages a user of the explorer can act on.
 
-Engine messages serve both the Python API and the app.  Where they tell a
-Python caller what to pass (``dpx.Gaussian(epsilon, delta)``, ``x=``,
-``dpx.limits.override(...)``), the app says which control to change instead,
-and a size limit passed is said in plain words (what, how large, what to do).
-The Python exception keeps its own text.
+Where an engine message tells a Python caller what to pass (``dpx.Gaussian(epsilon,
+delta)``, ``x=``, ``dpx.limits.override(...)``), the app says which control to change, and a
+size limit passed is said in plain words.  The Python exception keeps its own text.
 """
 
 from __future__ import annotations
@@ -16,8 +14,7 @@ import dpexplorer as dpx
 __all__ = ["PYTHON_SPEAK", "app_text", "exception_message", "limit_text"]
 
 
-#: Engine advice written for Python callers, and what a user of the app does instead
-#: (the control to change); see :func:`app_text`.
+#: Engine advice written for Python callers, and the control a user of the app changes instead.
 PYTHON_SPEAK = (
     (re.compile(r"use dpx\.Gaussian\([^()]*calibration='zcdp'\)"),
      "choose 'zCDP (releases)' under Settings → Gaussian calibration in the sidebar"),
@@ -37,8 +34,7 @@ PYTHON_SPEAK = (
 )
 
 #: The engine's size-limit message (:class:`dpexplorer.queries.limits.LimitExceededError`)
-#: as it reads inside a longer text: what was asked for (often an internal name such as
-#: ``column norms of 'χ{}'``), the limit, and advice for Python callers (``dpx.limits``).
+#: inside a longer text: what was asked for, the limit, and advice for Python callers.
 _LIMIT_MESSAGE = re.compile(
     r"(?:(?<=: )|^)[^:;]*? (?:= (?P<value>[\d,]+) )?is above the `(?P<limit>\w+)` limit of "
     r"(?P<allowed>[\d,]+) \((?P<bounds>[^)]*)\); nothing was allocated\. On a machine with the "
@@ -48,9 +44,8 @@ _LIMIT_MESSAGE = re.compile(
 def limit_text(limit: str, value: int | None, allowed: int, bounds: str) -> str:
     """A size limit passed, for a user of the app: what it bounds, the sizes, and what to do.
 
-    ``limit``: name of the limit (a field of :class:`dpexplorer.queries.limits.Limits`);
-    ``value``: what was asked for (None when unknown); ``allowed``: the limit in force;
-    ``bounds``: what the limit counts, in words.
+    ``limit``: a field of :class:`dpexplorer.queries.limits.Limits`; ``value``: what was
+    asked for (None when unknown); ``allowed``: the limit in force; ``bounds``: what it counts.
     """
     asked = f"{value:,} {bounds}" if value is not None else f"more {bounds}"
     return (f"This needs {asked}, above the explorer's limit of {allowed:,}; nothing was "
@@ -65,12 +60,8 @@ def _limit_sub(found: re.Match) -> str:
 
 
 def app_text(message: str) -> str:
-    """``message`` with advice for Python callers replaced by the app control to change.
-
-    Engine messages serve both the API and the app; where they tell a Python
-    caller what to pass (``dpx.Gaussian(epsilon, delta)``, ``x=``), the app
-    says which control to change instead (:data:`PYTHON_SPEAK`).
-    """
+    """``message`` with advice for Python callers replaced by the app control to change
+    (:data:`PYTHON_SPEAK`), and size limits in the app's words (:func:`limit_text`)."""
     text = _LIMIT_MESSAGE.sub(_limit_sub, str(message))
     for pattern, instead in PYTHON_SPEAK:
         text = pattern.sub(instead, text)
@@ -78,11 +69,8 @@ def app_text(message: str) -> str:
 
 
 def exception_message(exc: BaseException) -> str:
-    """The user-facing text of an exception: its message (a KeyError's without quotes), or its type.
-
-    Python-caller advice is replaced by the app control to change (:func:`app_text`); a
-    size limit passed is said in the app's words (:func:`limit_text`).
-    """
+    """The user-facing text of an exception in the app's words (:func:`app_text`,
+    :func:`limit_text`): its message (a KeyError's without quotes), or its type."""
     if isinstance(exc, dpx.limits.LimitExceededError):
         return limit_text(exc.limit, exc.value, exc.allowed, exc.bounds)
     msg = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)

@@ -1,32 +1,14 @@
 """Optimised strategies in the explorer: live progress, convergence, marginal weights, blocks.
 
-The strategy optimisers (HDMM's OPT0, OPT⊗, OPT+, OPT_M and HDMM itself;
-Eigen-Design) report their progress through
-:func:`dpexplorer.core.optimization.report` and attach an
-:class:`~dpexplorer.core.optimization.OptimizationResult` to the strategy they
-return (``A.optimization``).  This module holds what the Compare and Strategy
-pages show of them:
-
-* :class:`OptimizationProgress` -- a progress bar and a status line fed by a
-  :class:`ProgressRelay`, the per-thread callback installed with
-  :func:`dpexplorer.core.optimization.progress` around a build in a worker thread.
-  The relay throttles updates (the optimisers may report thousands of
-  iterations a second) and posts them to the page's event loop; it raises
-  :class:`Cancelled` -- which stops the optimiser -- when the page asks it to
-  (a Cancel button, or the workload changed meanwhile);
-* :func:`convergence_frame` / :func:`convergence_plot` -- the objective (the
-  unit-noise TSE ``Δ_p(A)² · tr(WᵀW (AᵀA)⁺)``, HDMM Prop. 4) after every
-  iteration of the best restart, the final objective of every restart, and
-  the SVD bound ``SVDB(W)`` (same units: unit-noise TSE; HDMM Def. 11,
-  Prop. 5) as a horizontal line no strategy can go below;
-* :func:`marginal_weights_frame` / :func:`marginal_weights_plot` -- the weight
-  ``θ_a`` of every marginal of a marginal strategy (HDMM Sec. 8, OPT_M),
-  labelled by attribute names (``"sex×age"``), largest first (top-k);
-* :func:`blocks_frame` -- the weighted blocks of a stacked strategy (OPT+,
-  HDMM Def. 19: one Kronecker sub-strategy per group of products, each with a
-  weight).
-
-Everything here works on public things (workloads, strategies), never on data.
+The optimisers (HDMM's OPT0, OPT⊗, OPT+, OPT_M, HDMM; Eigen-Design) report
+through :func:`dpexplorer.core.optimization.report` and attach an
+``OptimizationResult`` to their strategy (``A.optimization``).  This module
+holds what the Compare and Strategy pages show of them: the progress
+(:class:`OptimizationProgress`, fed by a throttling, cancelling
+:class:`ProgressRelay`), the convergence (objective = unit-noise TSE
+``Δ_p(A)² · tr(WᵀW (AᵀA)⁺)``, HDMM Prop. 4, against the SVD bound, HDMM
+Def. 11, Prop. 5), the marginal weights ``θ_a`` (HDMM Sec. 8, OPT_M) and the
+blocks of a stacked strategy (OPT+, HDMM Def. 19).  All public, never data.
 """
 
 from __future__ import annotations
@@ -57,20 +39,15 @@ __all__ = ["Cancelled", "SHUTDOWN", "ProgressRelay", "OptimizationProgress", "co
 TOP_MARGINALS = 30
 #: Seconds between two progress updates posted to the page (the last one is always posted).
 PROGRESS_INTERVAL = 0.15
-#: Server-wide share of progress updates: while ``k > 1`` optimisers report (in any session),
-#: each posts at most one update every ``max(PROGRESS_INTERVAL, k · PROGRESS_SHARE)`` seconds, so
-#: that the server's event loop draws about ``1 / PROGRESS_SHARE`` progress updates a second
-#: in all.  With eight sessions optimising at once (2 cores,
-#: ``python benchmarks/bench_browser.py --sessions 8``), the
-#: progress bars took 22 % of the event loop's time (py-spy), every update a few
-#: milliseconds of widget changes and messages, and the users' ε changes waited behind them.
+#: Server-wide share: while ``k > 1`` optimisers report, each posts at most one update every
+#: ``max(PROGRESS_INTERVAL, k · PROGRESS_SHARE)`` s.  With eight sessions optimising at once the
+#: progress bars took 22 % of the event loop (py-spy; ``benchmarks/bench_browser.py --sessions 8``).
 PROGRESS_SHARE = 0.1
 #: Seconds since its last report for which an optimiser counts as reporting.
 PROGRESS_ACTIVE = 2.0
 
 
-#: Set when the interpreter shuts down: every running optimisation is cancelled, so that a
-#: server stopping does not wait minutes for the worker threads joined at exit.
+#: Set at interpreter shutdown: running optimisations are cancelled (workers are joined at exit).
 SHUTDOWN = threading.Event()
 _register_atexit = getattr(threading, "_register_atexit", None)
 if _register_atexit is not None:  # run before ThreadPoolExecutor joins its workers
@@ -78,36 +55,18 @@ if _register_atexit is not None:  # run before ThreadPoolExecutor joins its work
 
 
 class Cancelled(BaseException):
-    """Raised by a :class:`ProgressRelay` to stop the optimisation it reports for.
-
-    A :class:`BaseException` (like :class:`asyncio.CancelledError`) so that an
-    optimiser's own ``except Exception`` (e.g. around one restart) does not
-    swallow it; the pages catch it explicitly.
-    """
+    """Raised by a :class:`ProgressRelay` to stop its optimisation (a BaseException, so that
+    an optimiser's own ``except Exception`` does not swallow it)."""
 
 
-# ======================================================================= progress
 class ProgressRelay:
-    """The progress callback of one build: throttles, posts, and cancels on request.
+    """The progress callback of one build (``with optimization.progress(relay): ...``).
 
-    Install it for the worker thread with
-    ``with dpexplorer.core.optimization.progress(relay): ...``.
-
-    Parameters
-    ----------
-    post : callable
-        ``post(callback)`` runs ``callback()`` on the page's event loop (or at
-        once outside a server), see :class:`~dpexplorer.ui.tasks.Jobs`.
-    sink : callable
-        ``sink(stage, done, total, objective, seconds)`` updates the widgets;
-        run through ``post``.
-    stop : callable, optional
-        ``stop() -> bool``; when it returns true the relay raises
-        :class:`Cancelled` inside the optimiser (at its next report).
-    interval : float, optional
-        Least number of seconds between two posted updates (0: post all).  By
-        default :data:`PROGRESS_INTERVAL`, lengthened while many optimisers
-        report at once (:data:`PROGRESS_SHARE`).
+    ``post(callback)`` runs ``callback()`` on the page's event loop;
+    ``sink(stage, done, total, objective, seconds)`` updates the widgets (through ``post``);
+    when ``stop()`` is true the relay raises :class:`Cancelled` at the optimiser's next report.
+    ``interval``: least seconds between two posted updates (0: all; default
+    :data:`PROGRESS_INTERVAL`, lengthened while many optimisers report, :data:`PROGRESS_SHARE`).
     """
 
     #: The relays with a default interval that reported lately: relay -> time of its last report.
@@ -141,11 +100,8 @@ class ProgressRelay:
         self.post(lambda: self.sink(str(stage), int(done), int(total), float(objective), seconds))
 
     def _interval(self, now: float, final: bool) -> float:
-        """This relay's least interval now: :data:`PROGRESS_INTERVAL`, or more while others report.
-
-        A relay counts as reporting from its first report until its final one
-        (``done == total``), or for :data:`PROGRESS_ACTIVE` seconds after its last.
-        """
+        """Least interval now; a relay counts as reporting until its final report or for
+        :data:`PROGRESS_ACTIVE` s after its last."""
         with ProgressRelay._reporting_lock:
             reporting = ProgressRelay._reporting
             reporting[self] = now
@@ -156,13 +112,7 @@ class ProgressRelay:
 
 
 class OptimizationProgress(param.Parameterized):
-    """Progress of the optimisation running for a page (or one side of a page).
-
-    Parameters are what the widgets show: ``active``, ``label`` (mechanism),
-    ``stage`` (the optimiser's text, e.g. "opt0 restart 2/5"), ``done`` /
-    ``total`` (iterations or restarts; ``total == 0`` when unknown),
-    ``objective`` (current unit TSE, NaN if none yet) and ``seconds``.
-    """
+    """Progress of the optimisation running for a page (or one side of a page)."""
 
     active = param.Boolean(default=False, doc="An optimisation is running.")
     label = param.String(default="", doc="Mechanism being optimised.")
@@ -186,10 +136,7 @@ class OptimizationProgress(param.Parameterized):
 
     def update(self, serial: int, stage: str, done: int, total: int, objective: float,
                seconds: float) -> None:
-        """One report of the optimiser of build ``serial`` (the :class:`ProgressRelay` sink).
-
-        Reports of a build that has ended (delivered late) are ignored.
-        """
+        """One report of build ``serial`` (the relay's sink); late ones are ignored."""
         if serial != self._serial:
             return
         # ``active`` set last: a thread that sees it also sees the report's other values
@@ -219,20 +166,15 @@ class OptimizationProgress(param.Parameterized):
 
     def value(self) -> int:
         """Progress bar value in percent; -1 (indeterminate) while the total is unknown."""
-        if not self.total:
-            return -1
-        return int(round(100 * min(self.done, self.total) / self.total))
+        return int(round(100 * min(self.done, self.total) / self.total)) if self.total else -1
 
     def panel(self, cancel: Callable[[], None] | None = None, gate=None,
               visible=None) -> pn.Column:
         """Progress bar and status line, visible while :attr:`active` (and a Cancel button).
 
-        ``visible``: what shows the panel instead of :attr:`active` (e.g. a
-        page's "optimisers running" parameter, so that the panel is not hidden
-        and shown again between two optimisers: each change of a layout's
-        visibility re-lays out the whole page in the browser).
-        ``gate``: the page's :class:`~dpexplorer.ui.serving.ShownGate`; the
-        widgets then change only while the page is shown.
+        ``visible`` replaces :attr:`active` (e.g. a page's "optimisers running", so the panel
+        is not re-laid out between two optimisers); with the page's ``gate`` the widgets
+        change only while the page is shown.
         """
         src = self if gate is None else gate.mirror(
             self, ["active", "stage", "done", "total", "objective"])
@@ -253,11 +195,8 @@ class OptimizationProgress(param.Parameterized):
                          sizing_mode="stretch_width")
 
 
-# ==================================================================== convergence
 def optimization_of(A: Matrix | None):
     """The :class:`~dpexplorer.core.optimization.OptimizationResult` attached to ``A``, or None."""
-    if A is None:
-        return None
     result = getattr(A, "optimization", None)
     if result is None and isinstance(A, Weighted):
         result = getattr(A.base, "optimization", None)
@@ -265,12 +204,10 @@ def optimization_of(A: Matrix | None):
 
 
 def convergence_frame(result) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(trace, restarts)``: the objective per iteration and the final objective per restart.
+    """``(trace, restarts)``: the objective (unit-noise TSE) per iteration and per restart.
 
-    ``trace`` has columns ``iteration`` (0-based) and ``objective`` (unit-noise
-    TSE ``Δ_p(A)² · tr(WᵀW (AᵀA)⁺)``, HDMM Prop. 4); ``restarts`` has
-    ``restart`` (1-based, in the order they ran), ``objective``, ``iteration``
-    (where it is drawn: the last iteration of the trace) and ``best``.
+    ``trace``: ``iteration`` (0-based), ``objective``; ``restarts``: ``restart`` (1-based),
+    ``objective``, ``iteration`` (the trace's last, where it is drawn), ``best``.
     Non-finite values are dropped.
     """
     trace = np.asarray(getattr(result, "trace", np.zeros(0)), dtype=float).ravel()
@@ -287,17 +224,10 @@ def convergence_frame(result) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def convergence_plot(result, svdb: float = math.nan, title: str = "",
                      width: int = 560, height: int = 300) -> hv.Overlay:
-    """Objective vs iteration (log y), restarts' final values marked, the SVD bound dashed.
+    """Objective vs iteration of the best restart (log y), restarts' final values, SVD bound.
 
-    The curve is the best restart's run on the full domain; a multilevel OPT0
-    start (``result.info["levels"]``) is named in the title.
-
-    Parameters
-    ----------
-    result : OptimizationResult
-    svdb : float
-        ``SVDB(W)``, the unit-noise TSE lower bound (Li & Miklau 2012 Thm 2;
-        HDMM Def. 11, Prop. 5): same units as the objective.  Not drawn when NaN.
+    ``svdb``: ``SVDB(W)``, the unit-noise TSE lower bound (Li & Miklau 2012 Thm 2; HDMM
+    Def. 11, Prop. 5), not drawn when NaN.  A multilevel OPT0 start is named in the title.
     """
     trace, restarts = convergence_frame(result)
     values = np.concatenate([trace["objective"].to_numpy(), restarts["objective"].to_numpy(),
@@ -323,10 +253,9 @@ def convergence_plot(result, svdb: float = math.nan, title: str = "",
     best = getattr(result, "objective", math.nan)
     ratio = (f" (TSE {best / svdb:.3g}×, RMSE {math.sqrt(best / svdb):.3g}× the SVD bound)"
              if math.isfinite(svdb) and svdb > 0 and best >= 0 else "")
-    method = getattr(result, "method", "") or "optimiser"
-    seconds = getattr(result, "seconds", math.nan)
     levels = (getattr(result, "info", None) or {}).get("levels") or []
     start = f"; started from the optimum on {levels[-1]['cells']} paired cells" if levels else ""
+    method, seconds = getattr(result, "method", "") or "optimiser", getattr(result, "seconds", math.nan)
     title = title or (f"{method}: objective {best:.5g}{ratio}; {len(restarts)} restart(s), "
                       f"{seconds:.2g} s{start}")
     return hv.Overlay(elems).opts(
@@ -334,12 +263,8 @@ def convergence_plot(result, svdb: float = math.nan, title: str = "",
         title=title, fontsize={"title": "9pt"}, shared_axes=False)
 
 
-# ====================================================================== marginals
 def marginal_label(mask: int, names: Sequence[str]) -> str:
-    """``"sex×age"`` for the marginal on the attributes of bitmask ``mask`` (bit i ↔ attribute i).
-
-    The empty marginal (``mask == 0``) is the total.
-    """
+    """``"sex×age"`` for the marginal of bitmask ``mask`` (bit i ↔ attribute i); 0 is the total."""
     attrs = [str(a) for i, a in enumerate(names) if mask >> i & 1]
     return "×".join(attrs) if attrs else "total (0-way)"
 
@@ -354,19 +279,12 @@ def _marginals(A) -> list[tuple[int, float]]:
 
 def marginal_weights_frame(A, names: Sequence[str] | None = None,
                            top: int | None = TOP_MARGINALS) -> pd.DataFrame:
-    """The weights ``θ_a`` of a marginal strategy, largest first: ``marginal, mask, order, weight``.
+    """The non-zero weights ``θ_a`` of a marginal strategy, largest first (top ``top``):
+    ``marginal, mask, order, weight`` (HDMM Sec. 8).
 
-    ``A`` has ``theta`` (length ``2**d``, indexed by bitmask: attribute ``i`` ↔
-    bit ``1 << i``) and optionally ``marginals`` (``(bitmask, weight)`` pairs);
-    only non-zero weights are listed (HDMM Sec. 8: the strategy measures the
-    marginal ``a`` with weight ``θ_a``; its L1 sensitivity is ``Σ θ_a``).
-    ``attrs`` holds ``count`` (non-zero marginals), ``shown``, ``l1`` (``Σ θ_a``)
-    and ``l2`` (``(Σ θ_a²)^½``).
-
-    Raises
-    ------
-    ValueError
-        If ``A`` has no ``theta`` or its length is not ``2**d``.
+    ``A.theta`` has length ``2**d`` (bit ``1 << i`` ↔ attribute ``i``); ``A.marginals``, if
+    any, lists ``(bitmask, weight)``.  ``attrs``: ``count`` (non-zero), ``shown``, ``l1``
+    (``Σ θ_a``), ``l2`` (``(Σ θ_a²)^½``).  Raises ValueError without ``theta`` of length ``2**d``.
     """
     theta = getattr(A, "theta", None)
     if theta is None:
@@ -377,12 +295,8 @@ def marginal_weights_frame(A, names: Sequence[str] | None = None,
         raise ValueError(f"theta has {theta.size} entries but a {d}-attribute domain has "
                          f"2**{d} = {2**d} marginals")
     names = list(names) if names is not None and len(names) == d else [f"a{i + 1}" for i in range(d)]
-    pairs = [(m, w) for m, w in _marginals(A) if w != 0]
-    frame = pd.DataFrame({"marginal": [marginal_label(m, names) for m, _ in pairs],
-                          "mask": [m for m, _ in pairs],
-                          "order": [bin(m).count("1") for m, _ in pairs],
-                          "weight": [w for _, w in pairs]},
-                         columns=["marginal", "mask", "order", "weight"])
+    rows = [(marginal_label(m, names), m, bin(m).count("1"), w) for m, w in _marginals(A) if w != 0]
+    frame = pd.DataFrame(rows, columns=["marginal", "mask", "order", "weight"])
     frame = frame.sort_values(["weight", "mask"], ascending=[False, True],
                               kind="stable").reset_index(drop=True)
     count = len(frame)
@@ -404,7 +318,6 @@ def marginal_weights_plot(frame: pd.DataFrame, height: int = 320) -> hv.Bars:
         fontsize={"title": "9pt"}, shared_axes=False, default_tools=["save", "reset"])
 
 
-# ======================================================================== blocks
 def _unweighted(B: Matrix) -> tuple[float, Matrix]:
     w = 1.0
     while isinstance(B, Weighted):
@@ -416,14 +329,9 @@ def _unweighted(B: Matrix) -> tuple[float, Matrix]:
 def blocks_frame(A: Matrix) -> pd.DataFrame:
     """The blocks of a stacked strategy: ``block, weight, rows, structure, name``.
 
-    ``weight`` is ``A.weights[j]`` when ``A`` has ``weights``, else the block's
-    own scalar weight (a ``Weighted`` block; 1 otherwise).  ``structure``
-    gives the Kronecker factor shapes (``"50×50 ⊗ 101×100"``).
-
-    Raises
-    ------
-    ValueError
-        If ``A`` has no ``blocks``.
+    ``weight``: ``A.weights[j]`` if given, else the block's own scalar weight;
+    ``structure``: its Kronecker factor shapes (``"50×50 ⊗ 101×100"``).
+    Raises ValueError if ``A`` has no ``blocks``.
     """
     blocks = getattr(A, "blocks", None)
     if blocks is None:
@@ -434,10 +342,6 @@ def blocks_frame(A: Matrix) -> pd.DataFrame:
         w, inner = _unweighted(B)
         if weights is not None and len(weights) == len(blocks):
             w = float(weights[j])
-        if isinstance(inner, Kronecker):
-            structure = " ⊗ ".join(f"{f.m:,}×{f.n:,}" for f in inner.factors)
-        else:
-            structure = f"{inner.m:,}×{inner.n:,}"
-        rows.append({"block": j + 1, "weight": w, "rows": B.m, "structure": structure,
-                     "name": B.name})
+        factors = inner.factors if isinstance(inner, Kronecker) else [inner]
+        rows.append((j + 1, w, B.m, " ⊗ ".join(f"{f.m:,}×{f.n:,}" for f in factors), B.name))
     return pd.DataFrame(rows, columns=["block", "weight", "rows", "structure", "name"])

@@ -1,24 +1,13 @@
 """ReleaseView: the "Release" page.
 
-One click makes **one real release** of the session workload's answers on the
-selected dataset: ``dpx.release(x, W, name, noise, ledger=session.ledger)``
-for every registered mechanism (the matrix mechanism, or a data-dependent one
-such as DAWA, MWEM or EFPA, whose answers are ``W x̂``).  Its noise comes from
-the operating system's CSPRNG through opendp's samplers -- there is no seed --
-and the dataset's ledger refuses it, before drawing anything, if it would go
-over the budget set in the sidebar.  Every answer comes with its standard
-error and a 95 % confidence interval (data-independent mechanisms).
-
-Beside it the page runs a **simulation**: repeated trials of the same
-mechanism on the same data with a throwaway ledger and seeds derived from the
-sidebar's simulation seed, to show the spread of the answers (5–95 % bands)
-and the empirical RMSE next to the analytic one.  In a real deployment one
-would not re-run a mechanism on the private data for free -- the simulation is
-labelled as such and is not part of the release.
-
-Releases and simulations run as tasks of the page (:mod:`dpexplorer.ui.tasks`): a
-served page stays responsive while they run.  Driven without a browser (a notebook, a
-script) they run in the caller's thread, and a call returns with its work done::
+One click makes **one real release** of the session workload's answers on the selected dataset,
+``dpx.release(x, W, name, noise, ledger=session.ledger)``, with any registered mechanism
+(data-dependent ones such as DAWA answer ``W x̂``): noise from the OS CSPRNG through opendp (no
+seed), refused by the dataset's ledger before anything is drawn if over the sidebar's budget,
+every answer with its standard error and 95 % interval.  Beside it a **simulation** (throwaway
+ledger, seeds derived from the simulation seed, not part of the release) shows the spread of the
+answers (5–95 % bands) and the empirical RMSE.  Releases and simulations are tasks of the page;
+without a server they run in the caller's thread::
 
     view = ReleaseView(session)
     view.mechanism = "hb"; view.trials = 20
@@ -44,7 +33,6 @@ import param
 from bokeh.models.widgets.tables import NumberFormatter
 
 import dpexplorer as dpx
-from dpexplorer import figures
 from dpexplorer import mechanism as _mechanism
 from dpexplorer.core import registry
 from dpexplorer.queries.matrix import Matrix
@@ -56,7 +44,16 @@ from .serving import LABEL as _LABEL
 from .serving import TableSlot, on_session_loop
 from .session import Page, Session, download_bytes, readable_headers, release_stamp, side_by_side
 from .session import exception_message as _message
-from .table_release import LEDGER_COLUMNS, TABLE_MECHANISM, TableRelease, ledger_table
+from .table_release import (
+    LEDGER_COLUMNS,
+    TABLE_MECHANISM,
+    TableRelease,
+    answers_table,
+    charged,
+    download_buttons,
+    ledger_table,
+    metadata_csv,
+)
 from .tasks import Task, percent
 
 __all__ = ["ReleaseView", "ReleaseRecord", "Simulation", "SimulationFailed", "DataDependentRelease",
@@ -69,7 +66,6 @@ MAX_SHOWN = 2000
 
 #: Mixed into the simulation seed for the trials (``SeedSequence([seed, TRIAL_SEED_TAG]).spawn(trials)``).
 TRIAL_SEED_TAG = _mechanism.TRIAL_SEED_TAG
-
 
 HEADER = """\
 ## Release
@@ -89,12 +85,9 @@ from the table's records with ResidualPlanner (Gaussian noise) and draws each ma
 its intervals; *Simulate* then makes one seeded simulated release instead.
 """
 
-
-# ================================================================ releases
 #: Data-dependent mechanisms release through :func:`dpexplorer.release` too (``strategy`` is
 #: ``None`` and ``analytic_rmse`` NaN); the name is kept for callers of this module.
 DataDependentRelease = dpx.Release
-
 
 #: Short names of the confidence-interval methods for the page's table (the downloads keep the keys).
 _CI_SHORT = {"gaussian": "exact (Gaussian)", "laplace_single": "exact (Laplace)",
@@ -107,19 +100,10 @@ _CI_SHORT = {"gaussian": "exact (Gaussian)", "laplace_single": "exact (Laplace)"
 class ReleaseRecord:
     """The last real release and what the page draws from it.
 
-    Attributes
-    ----------
-    release : Release
-        What was released (answers, x̂, ε, δ, ρ, intervals, metadata; no seed).
-    dataset : str
-        Name of the dataset it was made on.
-    true_answers : ndarray, shape (m,)
-        ``W x`` -- NOT private, shown only to compare (this is an explorer).
-    shown : ndarray of int
-        Queries drawn in the chart (all, or a fixed random sample of :data:`MAX_SHOWN`).
-    data_dependent : bool
-    spent : str
-        The dataset's ledger summary right after the release (total spent, budget left).
+    ``release`` (answers, x̂, ε, δ, ρ, intervals, metadata; no seed) was made on the dataset
+    named ``dataset``.  ``true_answers``, shape (m,), is ``W x``: NOT private, shown only to
+    compare.  ``shown`` (int array) are the queries drawn: all, or a fixed random sample of
+    :data:`MAX_SHOWN`.  ``spent`` is the dataset's ledger summary right after the release.
     """
 
     release: object
@@ -138,14 +122,7 @@ class ReleaseRecord:
 @dataclass(frozen=True)
 class Simulation(_mechanism.AnswerBands):
     """Trials of a mechanism on the same data, outside the session ledger: the engine's
-    :class:`~dpexplorer.mechanism.AnswerBands` and what they ran on.
-
-    Attributes
-    ----------
-    dataset : str
-    workload : Matrix
-        What the trials ran on.
-    """
+    :class:`~dpexplorer.mechanism.AnswerBands` and the ``dataset`` and ``workload`` they ran on."""
 
     dataset: str = ""
     workload: Matrix | None = None
@@ -160,6 +137,16 @@ def _mechanism_options() -> dict[str, str]:
             for name, m in registry.REGISTRY.items() if m.private}  # study variants never release
 
 
+def _interval_bars(df: pd.DataFrame, kd, lo, hi) -> hv.ErrorBars:
+    """95 % intervals ``lo .. hi`` around ``df["released"]`` over ``df``'s first column."""
+    key, released = df.columns[0], df["released"]
+    err = pd.DataFrame({key: df[key], "released": released, "minus": released - lo,
+                        "plus": hi - released})
+    return hv.ErrorBars(err, kdims=[kd], vdims=["released", "minus", "plus"],
+                        label="95 % confidence interval").opts(
+        color="#d95f02", alpha=0.35, line_width=1)
+
+
 # ==================================================================== view
 class ReleaseView(Page, param.Parameterized):
     """The "Release" page around one :class:`~dpexplorer.ui.session.Session`.
@@ -169,9 +156,9 @@ class ReleaseView(Page, param.Parameterized):
     session : Session, optional
         Shared state (a new one if omitted).
     background : bool, optional
-        Run releases and simulations as tasks in worker threads (True), in the caller's thread (False),
-        or the first in a served page and the second in a notebook or a script (None,
-        the default: a call there returns with its work done).
+        Run releases and simulations as tasks in worker threads (True), in the caller's thread
+        (False), or the first in a served page and the second in a notebook or a script (None,
+        the default).
     """
 
     mechanism = param.Selector(default="hb", objects=registry.names(private=True), doc="""
@@ -188,6 +175,9 @@ class ReleaseView(Page, param.Parameterized):
                              doc="Trials done in the running simulation.")
     error = param.String(default="", constant=True, precedence=-1, doc="""
         Message of the last failed action of this page ('' after a success).""")
+
+    #: Columns of the ledger table: what, when, ε/δ/ρ, mode (of ``PrivacyLedger.history()``).
+    LEDGER_COLUMNS = LEDGER_COLUMNS
 
     def __init__(self, session: Session | None = None, background: bool | None = None,
                  **params):
@@ -227,15 +217,11 @@ class ReleaseView(Page, param.Parameterized):
     def run_release(self, trials: int | None = None) -> bool:
         """Make one real release (recorded in the session ledger), then simulate ``trials``.
 
-        Runs as a task of the page (in the background in a served page, else in
-        the caller's thread: see ``background``).  Returns ``False`` (and reports why) if it cannot start:
-        a run under way, inputs that do not fit.  Otherwise ``True`` once started in the
-        background; in the caller's thread, ``True`` if the release succeeded (a failing
-        simulation is reported but keeps the release).  On failure the page reports the
-        message (``session.report``), sets :attr:`error` and keeps :attr:`last`.
-
-        When the workload is over the session's record table the release is
-        made from the table's records instead (:meth:`TableRelease.run`).
+        A task of the page.  Returns ``False`` (and reports why) if it cannot start (a run
+        under way, inputs that do not fit); else ``True`` once started in the background, or in
+        the caller's thread whether the release succeeded (a failing simulation keeps it).  On
+        failure the page reports the message, sets :attr:`error` and keeps :attr:`last`.  Over
+        the session's record table the release is made from its records (:meth:`TableRelease.run`).
         """
         if self.tables.active:
             return self.tables.run(release=True)
@@ -276,15 +262,14 @@ class ReleaseView(Page, param.Parameterized):
 
     def _release_work(self, task: Task, inputs, name: str, trials: int, seed: int) -> Simulation | None:
         """The release, then its simulation (a task); the release is shown before the simulation runs."""
+        ds, x, W, noise = inputs
         ledger = self.session.ledger
-        before = len(ledger)
-        try:
-            record = self._release(inputs, name, ledger)
-        except dpx.BudgetExceededError as exc:  # refused in words, not a failure to log
-            raise ValueError(str(exc)) from None
-        finally:
-            if len(ledger) != before:  # spent (also by a mechanism failing after a measurement)
-                task.post(self.session.ledger_changed)
+        # one call for every mechanism: dpx.release runs data-dependent ones through
+        # mechanism.run and draws from the OS CSPRNG (no seed)
+        rel = charged(task, self.session, ledger,
+                      lambda: dpx.release(x, W, name, noise, ledger=ledger))
+        record = ReleaseRecord(rel, ds.name, W.matvec(x.ravel()), self.shown_queries(W.m),
+                               registry.get(name).data_dependent, ledger.summary())
         task.post(lambda: self._released(record))
         if not trials:
             return None
@@ -308,17 +293,6 @@ class ReleaseView(Page, param.Parameterized):
                 self._set(simulation=task.result, error="")
         elif task.exception is not None:
             self._fail(task.exception)
-
-    def _release(self, inputs, name: str, ledger) -> ReleaseRecord:
-        ds, x, W, noise = inputs
-        mech = registry.get(name)
-        # one call for every mechanism: dpx.release runs data-dependent ones through
-        # mechanism.run, draws from the OS CSPRNG (no seed), and refuses an over-budget
-        # release before anything is measured
-        rel = dpx.release(x, W, name, noise, ledger=ledger)
-        true = W.matvec(x.ravel())
-        return ReleaseRecord(rel, ds.name, true, self.shown_queries(W.m), mech.data_dependent,
-                             ledger.summary())
 
     @staticmethod
     def shown_queries(m: int, limit: int = MAX_SHOWN) -> np.ndarray:
@@ -345,43 +319,36 @@ class ReleaseView(Page, param.Parameterized):
         return Simulation(**fields, dataset=ds.name, workload=W)
 
     # ============================================================ downloads
-    def _release_or_raise(self):
+    def _record(self) -> ReleaseRecord:
         if self.last is None:
             raise ValueError("no release yet: click Run release first")
-        return self.last.release
+        return self.last
 
     def metadata(self) -> dict:
         """The last release's metadata plus the dataset name and what the dataset has spent in all."""
-        rel = self._release_or_raise()
-        return {**rel.metadata(), "dataset": self.last.dataset,
-                "dataset_spent_after_release": self.last.spent}
+        rec = self._record()
+        return {**rec.release.metadata(), "dataset": rec.dataset,
+                "dataset_spent_after_release": rec.spent}
 
     def csv_text(self) -> str:
         """Answers as CSV (``release.to_frame()``) under ``# key: value`` metadata lines.
 
         Read back with ``pandas.read_csv(..., comment="#")``.
         """
-        rel = self._release_or_raise()
-        lines = ["dpexplorer release"]
-        for key, value in self.metadata().items():
-            text = value if isinstance(value, str) else json.dumps(value)
-            lines.append(f"{key}: {text}")
-        return figures.safe_csv(rel.to_frame(), comments=lines)
+        return metadata_csv("dpexplorer release", self.metadata(), self.last.release.to_frame())
 
     def json_text(self) -> str:
         """``release.to_json()`` with the dataset name added."""
-        rel = self._release_or_raise()
-        doc = json.loads(rel.to_json())
-        doc["dataset"] = self.last.dataset
-        doc["dataset_spent_after_release"] = self.last.spent
-        return json.dumps(doc)
+        rec = self._record()
+        return json.dumps({**json.loads(rec.release.to_json()), "dataset": rec.dataset,
+                           "dataset_spent_after_release": rec.spent})
 
-    def _filename(self, ext: str) -> str:
+    def filename(self, ext: str) -> str:
+        """Name of a download of the last release (``release.<ext>`` before one)."""
         if self.last is None:
             return f"release.{ext}"
         rel = self.last.release
-        stamp = release_stamp(rel)
-        return f"release_{rel.mechanism}_eps{rel.epsilon:g}_{stamp}.{ext}"
+        return f"release_{rel.mechanism}_eps{rel.epsilon:g}_{release_stamp(rel)}.{ext}"
 
     def _download(self, text_fn):
         return download_bytes(text_fn, self._fail)
@@ -389,23 +356,19 @@ class ReleaseView(Page, param.Parameterized):
     # ============================================================== tables
     def rmse_table(self) -> pd.DataFrame:
         """Empirical vs analytic RMSE of the last release and simulation (counts)."""
-        rows = []
         rec, sim = self.last, self.simulation
+        rows = []
         if rec is not None:
-            rows.append({"what": f"this release ({rec.release.mechanism})",
-                         "rmse": rec.rmse, "kind": "empirical, 1 release"})
+            rows.append((f"this release ({rec.release.mechanism})", rec.rmse,
+                         "empirical, 1 release"))
         if sim is not None:
-            rows.append({"what": f"simulation: {sim.trials} trials ({sim.mechanism})",
-                         "rmse": sim.empirical_rmse, "kind": "empirical, simulation"})
+            rows.append((f"simulation: {sim.trials} trials ({sim.mechanism})", sim.empirical_rmse,
+                         "empirical, simulation"))
         if rec is not None:
             a = float(rec.release.analytic_rmse)
-            rows.append({"what": "analytic (expected)", "rmse": a if math.isfinite(a) else math.nan,
-                         "kind": ("n/a: data-dependent mechanism" if rec.data_dependent
-                                  else "HDMM Prop. 4")})
+            rows.append(("analytic (expected)", a if math.isfinite(a) else math.nan,
+                         "n/a: data-dependent mechanism" if rec.data_dependent else "HDMM Prop. 4"))
         return pd.DataFrame(rows, columns=["what", "rmse", "kind"])
-
-    #: Columns of the ledger table: what, when, ε/δ/ρ, mode (of ``PrivacyLedger.history()``).
-    LEDGER_COLUMNS = LEDGER_COLUMNS
 
     def ledger_frame(self) -> pd.DataFrame:
         """The selected dataset's whole stored ledger (every session's spends), one row per
@@ -433,13 +396,12 @@ class ReleaseView(Page, param.Parameterized):
             return hv.Curve([]).opts(title="No release yet", responsive=True, height=380)
         shown = rec.shown
         true = rec.true_answers[shown]
-        released = np.asarray(rec.release.answers)[shown]
         # a count over time (the running total): drawn in time order, its band widening
         over_time = dpx.streaming.is_causal(rec.release.workload)
         order = np.argsort(shown if over_time else true, kind="stable")
         rank = np.arange(len(shown))
         df = pd.DataFrame({"rank": rank, "query": shown[order], "true": true[order],
-                           "released": released[order]})
+                           "released": np.asarray(rec.release.answers)[shown][order]})
         sample = "" if len(shown) == rec.true_answers.size else (
             f" (random sample of {len(shown):,} of {rec.true_answers.size:,} queries)")
         kd = hv.Dimension("rank", label="step" if over_time else "query, sorted by true answer")
@@ -451,33 +413,23 @@ class ReleaseView(Page, param.Parameterized):
                 color="#4c72b0", alpha=0.35, line_alpha=0))
         if not rec.data_dependent:
             ci = rec.release.confidence_intervals(0.95)
-            lo = ci["ci_low"].to_numpy()[shown][order]
-            hi = ci["ci_high"].to_numpy()[shown][order]
-            df["ci_low"], df["ci_high"] = lo, hi
-            err = pd.DataFrame({"rank": rank, "released": df["released"],
-                                "minus": df["released"] - lo, "plus": hi - df["released"]})
-            layers.append(hv.ErrorBars(err, kdims=[kd], vdims=["released", "minus", "plus"],
-                                       label="95 % confidence interval").opts(
-                color="#d95f02", alpha=0.35, line_width=1))
+            df["ci_low"] = ci["ci_low"].to_numpy()[shown][order]
+            df["ci_high"] = ci["ci_high"].to_numpy()[shown][order]
+            layers.append(_interval_bars(df, kd, df["ci_low"], df["ci_high"]))
         hover = [c for c in ("released", "query", "true", "ci_low", "ci_high") if c in df]
         layers.append(hv.Scatter(df, kdims=[kd], vdims=hover, label="released (noisy)").opts(
             color="#d95f02", size=2.5, alpha=0.6, tools=["hover"]))
         layers.append(hv.Curve(df, kdims=[kd], vdims=["true", "query"],
                                label="true answer (not private)").opts(color="black", line_width=2))
-        title = (f"{rec.release.mechanism}: released vs true answers{sample}")
         return hv.Overlay(layers).opts(
-            title=title, responsive=True, height=380, legend_position="top_left",
-            ylabel="answer (counts)")
+            title=f"{rec.release.mechanism}: released vs true answers{sample}", responsive=True,
+            height=380, legend_position="top_left", ylabel="answer (counts)")
 
     def export_plot(self):
         """What a figure export of the release holds: released answers and their 95 % intervals.
 
-        Only what the release's downloads hold (:meth:`answers_frame`): the
-        shown queries by query index, each released answer with its 95 %
-        confidence interval (data-independent mechanisms).  The page's figure
-        also draws the true answers, their order and the simulated bands,
-        which come from the private data: none of them is exported, nor any
-        seed or generator state.  ``None`` before a release.
+        Only what the downloads hold (:meth:`answers_frame`), by query index: no true answer,
+        order by it, simulated band, seed or generator state.  ``None`` before a release.
         """
         rec = self.last
         if rec is None:
@@ -489,13 +441,8 @@ class ReleaseView(Page, param.Parameterized):
                            "released": frame["answer"].to_numpy(dtype=float)})
         layers = []
         if not rec.data_dependent:
-            lo = frame["ci_low"].to_numpy(dtype=float)
-            hi = frame["ci_high"].to_numpy(dtype=float)
-            err = pd.DataFrame({"query": df["query"], "released": df["released"],
-                                "minus": df["released"] - lo, "plus": hi - df["released"]})
-            layers.append(hv.ErrorBars(err, kdims=[kd], vdims=["released", "minus", "plus"],
-                                       label="95 % confidence interval").opts(
-                color="#d95f02", alpha=0.35, line_width=1))
+            layers.append(_interval_bars(df, kd, frame["ci_low"].to_numpy(dtype=float),
+                                         frame["ci_high"].to_numpy(dtype=float)))
         layers.append(hv.Scatter(df, kdims=[kd], vdims=["released"], label="released (noisy)")
                       .opts(color="#d95f02", size=2.5, alpha=0.6))
         sample = "" if len(shown) == rec.true_answers.size else (
@@ -528,10 +475,9 @@ class ReleaseView(Page, param.Parameterized):
             methods = sorted(set(r.confidence_intervals(0.95)["ci_method"]))
             text += ("  95 % intervals: " + "; ".join(r.CI_METHODS[m] for m in methods) + ".")
         if dpx.streaming.is_causal(r.workload):  # a count over time: could it be published daily?
-            online = registry.get(r.mechanism).online
             text += ("  **Online:** answer t uses only the counts up to step t, so these answers "
                      "could be published step by step (in Python, `dpx.streaming.release`)."
-                     if online else
+                     if registry.get(r.mechanism).online else
                      "  **Not online:** least squares lets later steps correct earlier answers, "
                      "so these answers exist only once the whole stream is in.")
         if self.simulation is not None:
@@ -542,7 +488,8 @@ class ReleaseView(Page, param.Parameterized):
     def answers_frame(self) -> pd.DataFrame:
         """The last release's answers with std and 95 % interval (what the downloads hold)."""
         if self.last is None:
-            return pd.DataFrame(columns=["query", "label", "answer", "std", "ci_low", "ci_high", "ci_method"])
+            return pd.DataFrame(columns=["query", "label", "answer", "std", "ci_low", "ci_high",
+                                         "ci_method"])
         return self.last.release.to_frame()
 
     def _answers_shown(self) -> pd.DataFrame:
@@ -559,9 +506,8 @@ class ReleaseView(Page, param.Parameterized):
 
         def show_mechanism(*_):
             """The box shows the mechanism that runs: over a record table only ResidualPlanner."""
-            # no pn.io.hold: this runs in whichever thread changed the mechanism or the
-            # table (a release's), and a hold there sends the document's changes from that
-            # thread (tests/test_ui_redraws.py)
+            # no pn.io.hold: this runs in whichever thread changed the mechanism or the table
+            # (a release's), and a hold there sends the document's changes from that thread
             table = self.tables.active
             mech.options = ({registry.get(TABLE_MECHANISM).label: TABLE_MECHANISM} if table
                             else options)
@@ -576,16 +522,14 @@ class ReleaseView(Page, param.Parameterized):
         mech.param.watch(picked, "value")
         self.param.watch(show_mechanism, "mechanism")
         self.gate.mirror(self.tables, ["active"]).param.watch(show_mechanism, "active")
-        trials = pn.widgets.IntInput.from_param(self.param.trials, start=0, end=2000,
-                                                **{_LABEL: "Simulation trials"},
-                                                description="Repeated runs outside the ledger "
-                                                            "(for bands and the empirical RMSE).")
-        run = pn.widgets.Button(**{_LABEL: "Run release"}, **{_BUTTON: "primary"})
-        sim = pn.widgets.Button(**{_LABEL: "Simulate only (no release)"})
+        trials = pn.widgets.IntInput.from_param(
+            self.param.trials, start=0, end=2000, **{_LABEL: "Simulation trials"},
+            description="Repeated runs outside the ledger (for bands and the empirical RMSE).")
+        busy = pn.bind(lambda a, b: a or b, self.param.busy, self.tables.param.busy)
+        run = pn.widgets.Button(**{_LABEL: "Run release"}, **{_BUTTON: "primary"}, disabled=busy)
+        sim = pn.widgets.Button(**{_LABEL: "Simulate only (no release)"}, disabled=busy)
         run.on_click(lambda _: self.run_release())
         sim.on_click(lambda _: self.run_trials())
-        self.param.watch(lambda e: [setattr(b, "disabled", e.new) for b in (run, sim)], "busy")
-        self.tables.param.watch(lambda e: [setattr(b, "disabled", e.new) for b in (run, sim)], "busy")
         progress = pn.indicators.Progress(
             value=pn.bind(percent, self.param.progress, self.param.trials), max=100,
             active=False, sizing_mode="stretch_width", visible=False)
@@ -620,21 +564,9 @@ class ReleaseView(Page, param.Parameterized):
             layout="fit_data_stretch", titles={"rmse": "RMSE (counts)"},
             configuration=readable_headers(frame.columns, {"rmse": "RMSE (counts)"}),
             formatters={"rmse": NumberFormatter(format="0,0.000")}), self.rmse_table())
-        csv = pn.widgets.FileDownload(callback=lambda: self._download(self.csv_text),
-                                      filename=self._filename("csv"), **{_LABEL: "Download CSV"},
-                                      **{_BUTTON: "default"}, disabled=self.last is None)
-        js = pn.widgets.FileDownload(callback=lambda: self._download(self.json_text),
-                                     filename=self._filename("json"), **{_LABEL: "Download JSON"},
-                                     **{_BUTTON: "default"}, disabled=self.last is None)
-        number = NumberFormatter(format="0,0.000")
-        answer_titles = {"answer": "released answer", "std": "std error", "ci_low": "95 % low",
-                         "ci_high": "95 % high", "ci_method": "interval"}
-        answers = TableSlot(lambda frame: pn.widgets.Tabulator(
-            frame, show_index=False, disabled=True, sizing_mode="stretch_width",
-            layout="fit_columns", pagination="local", page_size=10,  # every column on screen
-            titles=answer_titles, configuration=readable_headers(frame.columns, answer_titles),
-            formatters={**{c: number for c in ("answer", "std", "ci_low", "ci_high")},
-                        "label": {"type": "textarea"}, "ci_method": {"type": "textarea"}}),
+        downloads = download_buttons(self, "Download {}")
+        answers = TableSlot(lambda frame: answers_table(  # every column on screen
+            frame, "fit_columns", label={"type": "textarea"}, ci_method={"type": "textarea"}),
             self._answers_shown())
 
         def redraw(*_):
@@ -643,9 +575,8 @@ class ReleaseView(Page, param.Parameterized):
                 plot.object = self.answers_plot()
                 rmse.show(self.rmse_table())
                 answers.show(self._answers_shown())
-                for w, ext in ((csv, "csv"), (js, "json")):
-                    w.filename = self._filename(ext)
-                    w.disabled = self.last is None
+                for w, ext in zip(downloads, ("csv", "json"), strict=True):
+                    w.param.update(filename=self.filename(ext), disabled=self.last is None)
         # held and drawn on the event loop, never from the thread that set `last`
         self.param.watch(lambda *_: on_session_loop(redraw), ["last", "simulation"])
         self.exports: dict = {}
@@ -655,8 +586,8 @@ class ReleaseView(Page, param.Parameterized):
                              styles={"font-size": "85%"}, sizing_mode="stretch_width"),
             FigureExport("release", "released-answers", self.export_plot,
                          report=self.session.report, into=self.exports),
-            visible=self.last is not None, sizing_mode="stretch_width")
-        self.param.watch(lambda e: setattr(figure_export, "visible", e.new is not None), "last")
+            visible=pn.bind(lambda rec: rec is not None, self.param.last),
+            sizing_mode="stretch_width")
         self.session.param.watch(
             lambda *_: self.gate.run("summary", lambda: setattr(summary, "object", self._summary())),
             ["epsilon", "delta", "noise", "dataset"])
@@ -665,7 +596,7 @@ class ReleaseView(Page, param.Parameterized):
             "(exactly what the downloads hold; the true answers never leave)."), answers,
             pn.pane.Markdown(
                 "**RMSE per query** (empirical: against the true answers; analytic: expected value "
-                "for data-independent mechanisms)."), rmse, pn.Row(csv, js), figure_export,
+                "for data-independent mechanisms)."), rmse, pn.Row(*downloads), figure_export,
             loading=self.param.busy, sizing_mode="stretch_width")
 
     def ledger_card(self) -> pn.Card:
@@ -683,11 +614,7 @@ class ReleaseView(Page, param.Parameterized):
                        sizing_mode="stretch_width", collapsed=False)
 
     def _ledger_refreshed(self) -> None:
-
-        def apply():
-            for hook in self._ledger_hooks:
-                hook()
-        self.gate.run("ledger", lambda: on_session_loop(apply))
+        self.gate.run("ledger", lambda: on_session_loop(lambda: [h() for h in self._ledger_hooks]))
 
     def panel(self) -> pn.Column:
         """The whole page (built once per component)."""
@@ -704,7 +631,6 @@ class ReleaseView(Page, param.Parameterized):
                 self.ledger_card(), sizing_mode="stretch_width")
         return self._layout
 
-    # ================================================================ state
 
 def _shape(shape) -> str:
     return " × ".join(str(int(v)) for v in shape)

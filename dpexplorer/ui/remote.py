@@ -1,11 +1,9 @@
 """The worker processes' side of :mod:`dpexplorer.ui.workers`: what runs in an optimiser's process.
 
-Kept apart from :mod:`~dpexplorer.ui.workers` (and from Panel): a worker and the stop events'
-manager import this module by name when they start, and it imports only the standard library
-and the engine.  When these functions lived in ``workers`` (which imports the pages), every
-worker imported Panel, Bokeh and HoloViews as well: starting the pool (two workers and the
-manager) took 4.2 s and 6.8 s of processor time before the first optimiser ran, on a quiet
-2-core machine.
+Kept apart from ``workers`` (which imports the pages) and from Panel: a worker imports only
+this module, the standard library and the engine.  When it imported Panel, Bokeh and
+HoloViews as well, starting the pool took 4.2 s and 6.8 s of processor time before the
+first optimiser ran (quiet 2-core machine).
 """
 
 from __future__ import annotations
@@ -30,43 +28,24 @@ _parent = None
 
 
 def _start_worker(reports, parent: int, nice: int) -> None:
+    """A worker's initializer: every thread at ``nice`` (Linux: a thread's nice value is its
+    own, and the BLAS helper threads started at import ran half of an optimiser's matrix
+    products at the server's own priority), ending with ``parent``."""
     global _reports, _parent
     _reports, _parent = reports, parent
-    _lower_priority(nice)
-    _watch_parent(parent)
-
-
-def _lower_priority(nice: int) -> None:
-    """Run every thread of this process at ``nice`` (Linux: a thread's nice value is its own).
-
-    ``os.nice`` lowers only the calling thread.  The BLAS libraries start their
-    helper threads when numpy and scipy are imported, before this runs, so
-    without this an optimiser's matrix products ran half on a thread at the
-    server's own priority.  Threads started later inherit the caller's value.
-    """
     with contextlib.suppress(OSError, AttributeError):
         os.nice(nice)
     lower_threads(nice)
+    _watch_parent(parent)
 
 
 def lower_threads(nice: int, native_only: bool = False, pid: int | None = None) -> list[int]:
     """Give a process's threads (or only those Python did not start) at least ``nice``.
 
-    Parameters
-    ----------
-    nice : int
-        The nice value to lower to (a thread already at it or above keeps its own).
-    native_only : bool
-        Leave Python's own threads (``threading.enumerate()``) as they are; only for
-        this process.
-    pid : int, optional
-        The process whose threads are lowered (default: this one).
-
-    Returns
-    -------
-    list of int
-        The native thread ids lowered (empty without Linux's /proc, or when the process
-        has ended).
+    ``pid``: the process (default this one); ``native_only``: leave Python's own threads
+    as they are (this process only).  A thread already at ``nice`` or above keeps its own.
+    Returns the native thread ids lowered (empty without Linux's /proc, or when the process
+    has ended).
 
     Raises
     ------
@@ -92,19 +71,14 @@ def lower_threads(nice: int, native_only: bool = False, pid: int | None = None) 
 
 
 def _watch_parent(parent: int) -> None:
-    """End this process within a second of ``parent`` (worker and manager initializer).
+    """End this process within a second of ``parent`` (worker and manager initializer): both
+    would outlive a server that ended without shutting them down (os._exit, SIGKILL)."""
+    def exit_with_parent() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_SECONDS)
+        os._exit(0)
 
-    An idle worker waits on loky's call queue, and the manager serves forever: both
-    would outlive a server that ended without shutting them down (os._exit, SIGKILL).
-    """
-    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True,
-                     name="dpexplorer-parent-watch").start()
-
-
-def _exit_with_parent(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(PARENT_CHECK_SECONDS)
-    os._exit(0)
+    threading.Thread(target=exit_with_parent, daemon=True, name="dpexplorer-parent-watch").start()
 
 
 #: The last message of a task: its reports are all delivered.
@@ -116,10 +90,8 @@ class _Stopped(Exception):
 
 
 def _remote_build(task: int, stop, mechanism, W, noise, params: dict):
-    """In the worker: build ``mechanism``'s strategy, sending throttled progress, stopping on request.
-
-    ``mechanism`` is the registry entry, its builder unpickled by reference (imported here).
-    """
+    """In the worker: build ``mechanism``'s strategy (a registry entry, its functions imported
+    here), sending throttled progress, stopping on request."""
     name = mechanism.name
     last = [-math.inf]
     held = []  # the latest report not sent (throttled): sent at the end

@@ -1,84 +1,36 @@
 """How the served explorer's work reaches the browser: three rules, each kept for a measurement.
 
-Everything here acts only in a served app (``panel serve``); in a notebook, a
-script or a test every page draws and computes at once, in the caller's thread.
+They act only in a served app; in a notebook, a script or a test pages draw at once.
 
-1. **One redraw at a time, the user's own first** (:class:`RedrawQueue`,
-   :data:`REDRAWS`).
-   Every session of a Panel server shares one event loop, and a page's redraw (a
-   HoloViews plot built or updated, a table replaced) holds that loop for 0.1-2 s,
-   more on a loaded machine.  Posted straight to the loop, the redraws of all
-   sessions queue there first come, first served, and a user's ε change waits
-   behind every other session's plots: with eight sessions opening the Compare
-   page at once (``python benchmarks/bench_browser.py --n 1024 --sessions 8``, 2
-   cores), a py-spy profile of the server showed its loop busy almost all the time, 38 % of it in
-   the Compare pages' redraws.
+1. **One redraw at a time, the user's own first** (:class:`RedrawQueue`, :data:`REDRAWS`).
+   All sessions share one event loop; a redraw holds it for 0.1-2 s.  Posted straight to
+   the loop, an ε change waited behind every other session's plots: with eight sessions
+   opening Compare (``python benchmarks/bench_browser.py --n 1024 --sessions 8``, 2 cores)
+   py-spy showed the loop almost always busy, 38 % of it in Compare redraws.  The queue
+   hands the loop one redraw at a time; an ``urgent`` one (the user's ε, δ or noise change)
+   goes first, and a page has at most one redraw waiting.
 
-   :data:`REDRAWS` is one queue for the whole server.  A page posts its redraw
-   with :meth:`RedrawQueue.submit`; the queue hands the loop one redraw at a
-   time (the next is scheduled when the last is done, its session closed, or
-   :data:`STALL_SECONDS` passed), so whatever else the
-   loop has to do -- an ε change arriving from a browser, a message to send --
-   waits for at most one redraw, not for every session's.  A redraw caused by
-   the user's own action (``urgent``: an ε, δ or noise change) goes before the
-   redraws waiting for background results, and a page has at most one redraw
-   waiting (a newer one replaces it: it reads the page's latest state).
-
-2. **A hidden page waits** (:class:`ShownGate`, :class:`LazyCard`; and
-   :class:`TableSlot`, new rows in a new table, as a table being drawn drops them).
-   Every page of the explorer reacts to the shared :class:`~dpexplorer.ui.session.Session`
-   (the sidebar, the workload built on another page).  A page in a hidden tab
-   that redraws its plots anyway costs the server a second per redraw (building
-   HoloViews/Bokeh models on the event loop, which serialises every session's
-   updates) and the browser as much again, while the user waits for the page in
-   front of them: loading the 280,000-cell CPS preset on the Workload page took
-   15–40 s to show its query count because the hidden Compare and Strategy pages
-   redrew first (measured with a served app in headless chromium driven by Playwright, 2 cores).
-
-   A :class:`ShownGate` keeps the redraws of a hidden page (only the latest one
-   per key: redraws read the page's current state) and runs them when the page
-   is shown.  Widgets bound to a page's parameters (status lines, progress bars,
-   busy overlays) bind to a :meth:`ShownGate.mirror` of them instead: in the
-   browser every text or visibility change lays out the whole document again,
-   hidden tabs included (≈ 0.3–1 s each in headless Chromium on 2 cores).  The app
-   tells each page's gate when its tab becomes active
-   (:meth:`ShownGate.show`); a page used on its own (a notebook cell, tests) is
-   always shown, so nothing is ever deferred there.
+2. **A hidden page waits** (:class:`ShownGate`, :class:`LazyCard`, :class:`TableSlot`).
+   A hidden page redrawing for a shared :class:`~dpexplorer.ui.session.Session` change cost
+   the server about a second per redraw and the browser as much: the 280,000-cell CPS
+   preset took 15-40 s to show its query count on the Workload page while the hidden
+   Compare and Strategy pages redrew (served app, headless Chromium via Playwright, 2
+   cores).  A gate keeps a hidden page's latest redraw per key until the app calls
+   :meth:`ShownGate.show`; status widgets bind to a :meth:`ShownGate.mirror`, as each text
+   or visibility change lays out the whole document again (0.3-1 s each).  A page used on
+   its own (a notebook cell, a test) is always shown.
 
 3. **One session's events in the order the user made them** (:class:`SessionOrderedPool`,
-   :func:`install`).
-   The served explorer runs Panel's widget callbacks on a thread pool
-   (``pn.extension(nthreads=2)``), so that a callback that computes (a release,
-   a DAWA run, a CSV upload) does not stop the event loop every session shares.
-   Panel 1.9 submits each event to that pool on its own: a value typed into a
-   field and a button clicked a moment later go to two threads, and the click can
-   be handled first.  A user who typed a weight of -2 and pressed "Add term" then
-   got a term of weight 1 added and no message (seen in a full test run; the
-   browser test waited 1.5 s between the two to stay green).
+   :func:`install`).  Panel 1.9 submits each event to its thread pool
+   (``pn.extension(nthreads=2)``) on its own: a weight of -2 typed and "Add term" clicked
+   just after added a term of weight 1 and no message (seen in a full test run).  The pool
+   starts one session's events in order, each after the previous one ends (sessions side
+   by side), unless it runs longer than :data:`HOLD_SECONDS`.  :func:`install` (called by
+   ``apps/explorer.py``) replaces Panel's private ``pn.state._thread_pool``, raising if it
+   moved, and installs :func:`install_echo_guard`.
 
-   :class:`SessionOrderedPool` is Panel's pool with one rule added: the events of
-   one session (one Bokeh ``Document``) start in the order they were submitted,
-   each after the previous one has finished.  Different sessions still run side by
-   side on the pool's threads.  A handler that runs longer than
-   :data:`HOLD_SECONDS` (a Run button's computation) stops holding the ones behind
-   it, so an ε change made during a long run waits at most that long.  Work
-   submitted without a session (periodic callbacks) runs as before.
-
-   :func:`install` puts it in place of the pool ``pn.extension(nthreads=...)``
-   made; ``apps/explorer.py`` calls it.  Panel keeps its pool in
-   ``pn.state._thread_pool`` (a private name: :func:`install` checks it is there
-   and raises otherwise, and ``tests/test_ui_event_order.py`` checks the order in a
-   served page, so a Panel upgrade that moves it fails a test instead of silently
-   bringing the race back).
-
-   With a pool, :func:`install` also puts in :func:`install_echo_guard`: Panel
-   1.9 sent a selection widget's older value back over a newer one the browser
-   had sent meanwhile (five attributes removed quickly from a MultiChoice, one
-   came back), because it matched its echo by identity.
-
-The rules' tests: ``tests/test_ui_redraws.py``, ``tests/test_ui_shown.py`` and
-``tests/test_ui_event_order.py`` (the last one also in a served page in headless
-Chromium, with Panel's own pool beside this one).
+Tests: ``tests/test_ui_redraws.py``, ``tests/test_ui_shown.py``,
+``tests/test_ui_event_order.py`` (also in a served page in headless Chromium).
 """
 
 from __future__ import annotations
@@ -87,6 +39,7 @@ import asyncio
 import collections
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import itertools
 import logging
@@ -110,82 +63,38 @@ LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
 COLOR = "color" if "color" in pn.widgets.Button.param else "button_type"
 
 __all__ = [
-    "LABEL",
-    "COLOR",
-    "RedrawQueue",
-    "REDRAWS",
-    "STALL_SECONDS",
-    "CHECK_SECONDS",
-    "on_loop",
-    "on_session_loop",
-    "served_document",
-    "models_batch",
-    "freeze_models",
-    "no_connection",
-    "held_on_loop",
-    "on_event_loop",
-    "LazyCard",
-    "TableSlot",
-    "ShownGate",
-    "run_redraws",
-    "HOLD_SECONDS",
-    "SessionOrderedPool",
-    "document_of",
-    "install_echo_guard",
-    "install",
+    "LABEL", "COLOR", "RedrawQueue", "REDRAWS", "STALL_SECONDS", "CHECK_SECONDS", "on_loop",
+    "on_session_loop", "served_document", "models_batch", "freeze_models", "no_connection",
+    "held_on_loop", "on_event_loop", "LazyCard", "TableSlot", "ShownGate", "run_redraws",
+    "HOLD_SECONDS", "SessionOrderedPool", "document_of", "install_echo_guard", "install",
 ]
 
 log = logging.getLogger(__name__)
 
 
 # ================================================================ 1. one redraw at a time
-#: A redraw handed to the loop and not done after this many seconds no longer holds the
-#: queue: the next one is handed over too.  A redraw normally takes 0.1-2 s; one can be lost
-#: (never run: Bokeh drops the callbacks of a session destroyed before the loop ran them), and
-#: one that is only slow then merely has the next queued behind it on the loop, as without
-#: this queue.
+#: Seconds after which a redraw handed to the loop no longer holds the queue (a redraw takes
+#: 0.1-2 s; Bokeh drops the callbacks of a session destroyed before the loop ran them).
 STALL_SECONDS = 5.0
 #: Seconds between two checks, by the queue's watch thread, for a lost or stalled redraw.
 CHECK_SECONDS = 0.5
 
 
 def served_document():
-    """The current Bokeh document if it belongs to a server session, else None.
-
-    None in a notebook, a script or a test (no document, or one with no session
-    context): the pages then draw and compute at once, in the caller's thread.
-    """
+    """The current Bokeh document if it belongs to a server session, else None."""
     doc = pn.state.curdoc
     return doc if doc is not None and doc.session_context is not None else None
 
 
 def no_connection(doc) -> bool:
-    """Whether the server session of ``doc`` has no browser connected (or has ended).
+    """Whether the server session of ``doc`` (a Bokeh document) has no browser connected.
 
-    A closed browser tab closes its websocket at once, but Bokeh destroys the
-    session only once it has had no connection for ``unused_session_lifetime``
-    (15 s by default, checked every 17 s): meanwhile a page would go on
-    computing and redrawing for nobody (``python benchmarks/bench_browser.py``: with eight sessions, the
-    tabs closed one round before kept the loop and the optimisers' workers busy
-    for half a minute).  Also True before the browser's websocket has
-    connected: ask only once the page has loaded (``pn.state.onload``).
-
-    Parameters
-    ----------
-    doc : bokeh.document.Document
-        A page's document.
-
-    Returns
-    -------
-    bool
-        True when its server session is destroyed or has no connection; False
-        for a document with no server session (a notebook, a test).  Reads
-        Bokeh's public ``session_context.session.connection_count`` and
-        ``destroyed``; raises nothing.
+    Bokeh destroys a session only 15 s after its last connection; meanwhile a closed tab's
+    page would compute for nobody.  True also for a destroyed session and before the
+    websocket connects (ask after ``pn.state.onload``); False with no server session.
     """
-    context = getattr(doc, "session_context", None)
-    session = getattr(context, "session", None)  # Bokeh's ServerSession (None: not set up yet)
-    if session is None:
+    session = getattr(getattr(doc, "session_context", None), "session", None)
+    if session is None:  # not set up yet, or no server
         return False
     return bool(session.destroyed) or session.connection_count == 0
 
@@ -198,13 +107,10 @@ _BATCH: contextvars.ContextVar = contextvars.ContextVar("redraw_batch", default=
 def models_batch(doc) -> Iterator[None]:
     """Run redraws together; the first that calls :func:`freeze_models` freezes ``doc``'s models.
 
-    Bokeh indexes a document's models again (walking all of them: 20-45 ms for
-    the explorer's pages) after every change of its structure, or once at the
-    end of a ``doc.models.freeze()`` block, changed or not.  Redraws that only
-    set numbers (a live plot copied in place, a table patched) change no
-    structure and need no index; a HoloViews redraw calls
-    :func:`freeze_models`, and the batch's models are then indexed once, when
-    the batch ends.
+    Bokeh re-indexes all of a document's models (20-45 ms for the explorer's pages) after
+    each change of its structure, or once at the end of a ``doc.models.freeze()`` block:
+    redraws that only set numbers need no index; a HoloViews redraw calls
+    :func:`freeze_models`, and the batch is indexed once, at its end.
     """
     with contextlib.ExitStack() as stack:
         token = _BATCH.set([doc, stack, False])
@@ -217,23 +123,14 @@ def models_batch(doc) -> Iterator[None]:
 def freeze_models() -> None:
     """Freeze the running batch's document models until the batch ends (no batch: nothing)."""
     batch = _BATCH.get()
-    if batch is None or batch[2]:
-        return
-    doc, stack, _ = batch
-    stack.enter_context(doc.models.freeze())
-    batch[2] = True
+    if batch is not None and not batch[2]:
+        batch[1].enter_context(batch[0].models.freeze())
+        batch[2] = True
 
 
 def on_event_loop() -> bool:
-    """Whether the caller runs as a callback of a running event loop (the server's loop).
-
-    Returns
-    -------
-    bool
-        True inside a callback or coroutine run by an asyncio loop (Tornado's, in a
-        served app); False in Panel's worker threads, the pages' background threads,
-        a script or a notebook cell's plain code.  Raises nothing.
-    """
+    """Whether the caller runs as a callback of a running asyncio loop (the server's); False
+    in Panel's worker threads, the pages' background threads, a script or a notebook."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -241,31 +138,17 @@ def on_event_loop() -> bool:
     return True
 
 
-@contextlib.contextmanager
-def held_on_loop() -> Iterator[None]:
+def held_on_loop() -> contextlib.AbstractContextManager:
     """Send the current session's document changes made in the block as one message.
 
-    On the server's event loop the block runs under ``pn.io.hold()``: Bokeh
-    builds one PATCH-DOC message for all its changes when the block ends,
-    instead of one per widget or pane changed, and each message costs the loop
-    a walk over every model of the page (Bokeh's serializer indexes the
-    document's references: about 10 ms for the 540 models of a Compare page,
-    more under load; 2 cores).  Elsewhere (a worker thread, a notebook, a test
-    without a server) the block runs as it is: a hold released from a thread
-    would send its changes through Bokeh's own messages, which can overtake
-    Panel's (see :func:`on_session_loop`).  Not for a block that replaces a
-    HoloViews plot: one held message replacing and updating a plot left the
-    browser a model reference it never received (seen as an intermittent browser-console error).
-
-    A context manager with no value; raises what the block raises (the
-    changes made before are still sent).
+    On the server's event loop the block runs under ``pn.io.hold()`` (each message costs
+    the loop a walk over the page's models: about 10 ms for a Compare page's 540); elsewhere
+    it runs as it is (a hold released from a thread can overtake Panel's messages, see
+    :func:`on_session_loop`).  Not for a block that replaces a HoloViews plot (the browser
+    was left a model reference it never received).  Raises what the block raises.
     """
     doc = served_document()
-    if doc is None or not on_event_loop():
-        yield
-        return
-    with pn.io.hold(doc):
-        yield
+    return pn.io.hold(doc) if doc is not None and on_event_loop() else contextlib.nullcontext()
 
 
 def on_loop(doc, fn: Callable[[], None]) -> None:
@@ -277,65 +160,40 @@ def on_loop(doc, fn: Callable[[], None]) -> None:
 def on_session_loop(fn: Callable[[], None]) -> None:
     """Run ``fn`` on the current session's event loop; at once outside a server.
 
-    For a page's redraw that holds the document (``pn.io.hold()``) and may be
-    asked for from a worker thread (a background job, Panel's callback
-    threads).  Held from a thread, the document's changes reach the browser
-    through Bokeh's own messages once the hold ends, while the changes made on
-    the loop go through Panel's: the two can overtake each other, and a message
-    naming a model the browser has not received yet leaves it with a dangling
-    reference ("reference … isn't known" in the browser's console).  Held on the loop, every
-    change goes Panel's way, in order.
+    For a redraw that holds the document and may be asked for from a worker thread: held
+    from a thread, its changes go through Bokeh's own messages and can overtake Panel's,
+    leaving the browser a dangling reference ("reference … isn't known").
     """
     doc = served_document()
     if doc is None:
         fn()  # a notebook, a script, a test
-        return
-    on_loop(doc, fn)
+    else:
+        on_loop(doc, fn)
 
 
 class RedrawQueue:
     """Redraws of many pages, handed to the event loop one at a time (see the module docstring).
 
-    The redraw handed to the loop holds the queue until it reports done, its
-    page is :meth:`forget`-ten, its session closes, or :data:`STALL_SECONDS`
-    pass, whichever comes first.  A watch thread checks the last two every
-    ``check_seconds``, so a redraw that never runs cannot stop the others,
-    even when no page submits anything after it.
-
-    Parameters
-    ----------
-    schedule : callable
-        ``schedule(doc, fn)`` runs ``fn`` later on ``doc``'s event loop
-        (:func:`on_loop`; tests pass their own).
-    check_seconds : float or None
-        Seconds between two checks of the watch thread; None starts no
-        thread (tests call :meth:`release_lost` themselves).
+    The redraw on the loop holds the queue until it is done, its page is :meth:`forget`-ten,
+    its session closes, or :data:`STALL_SECONDS` pass, checked by a watch thread every
+    ``check_seconds`` (None: no thread; tests call :meth:`release_lost`).
+    ``schedule(doc, fn)`` runs ``fn`` later on ``doc``'s event loop (:func:`on_loop`).
     """
 
     def __init__(self, schedule: Callable = on_loop, check_seconds: float | None = CHECK_SECONDS):
         self._schedule = schedule
         self._guard = threading.Lock()
         self._waiting: collections.OrderedDict = collections.OrderedDict()  # owner -> (doc, run)
-        # (ticket, owner, doc, since) of the redraw handed to the loop
-        self._running: tuple | None = None
+        self._running: tuple | None = None  # (ticket, owner, doc, since) of the one on the loop
         self._tickets = itertools.count(1)
         self._check_seconds = check_seconds
         self._watch: threading.Thread | None = None
 
     def submit(self, owner: Hashable, doc, run: Callable[[], None], urgent: bool = False) -> None:
-        """Run ``run()`` on ``doc``'s event loop once the redraws before it are done.
+        """Run ``run()`` (the redraw) on ``doc``'s event loop once the redraws before it are done.
 
-        Parameters
-        ----------
-        owner : hashable
-            The page: it has at most one redraw waiting, and a newer one takes
-            the older one's place in the queue (or the front, when ``urgent``).
-        doc : bokeh.document.Document
-            The page's session document (``run`` runs with it as ``pn.state.curdoc``).
-        run : callable
-            The redraw; it reads the page's state when it runs.
-        urgent : bool
-            The user's own action asked for it: it goes before the waiting redraws.
+        ``owner`` (the page) has at most one redraw waiting: a newer one replaces it in place,
+        or goes to the front when ``urgent`` (the user's own action asked for it).
         """
         with self._guard:
             self._waiting[owner] = (doc, run)  # an owner already waiting keeps its place
@@ -363,14 +221,12 @@ class RedrawQueue:
             return len(self._waiting)
 
     def release_lost(self) -> bool:
-        """Stop waiting for the redraw on the loop if its session closed or it stalled.
-
-        Returns True when the queue was released (the next redraw is then handed over).
-        """
+        """Stop waiting for the redraw on the loop if its session closed or it stalled; True
+        when the queue was released (the next redraw is then handed over)."""
         with self._guard:
             if self._running is None:
                 return False
-            ticket, _, doc, since = self._running
+            _, _, doc, since = self._running
             closed = doc.session_context is None
             waited = time.monotonic() - since
             if not closed and waited < STALL_SECONDS:
@@ -432,23 +288,12 @@ _MIRRORS = itertools.count(1)
 class ShownGate:
     """Run UI updates at once while the page is shown, else once when it is next shown.
 
-    Parameters
-    ----------
-    lock : threading.RLock, optional
-        Held while deferred updates run (the page's own lock, so that they do
-        not interleave with its worker's posted updates).  Must be reentrant
-        if updates are requested while it is held.
-
-    Notes
-    -----
-    Thread-safe: :meth:`run` may be called from the event loop or a worker,
-    :meth:`show` from Panel's callback threads.  An update requested while the
-    page becomes visible is either run by :meth:`show` or run at once, never
-    lost.
+    Thread-safe: an update requested while the page becomes visible is never lost.
+    ``lock`` (optional, reentrant: the page's own) is held while deferred updates run.
     """
 
     def __init__(self, lock: threading.RLock | None = None):
-        self._lock = lock
+        self._lock = lock if lock is not None else contextlib.nullcontext()
         self._guard = threading.Lock()
         self._pending: dict[str, Callable[[], None]] = {}
         self._shown = True
@@ -480,25 +325,12 @@ class ShownGate:
             if not shown or not self._pending:
                 return
             pending, self._pending = self._pending, {}
-        if self._lock is not None:
-            with self._lock:
-                run_redraws(pending)
-        else:
+        with self._lock:
             run_redraws(pending)
 
     def mirror(self, source: param.Parameterized, names: Sequence[str]) -> param.Parameterized:
-        """A copy of ``source``'s parameters ``names`` that follows them only while shown.
-
-        Bind widgets to ``mirror.param.<name>`` instead of
-        ``source.param.<name>``: changes made while the page is hidden reach
-        the mirror (all names at once, in one update) when it is shown.
-
-        Parameters
-        ----------
-        source : param.Parameterized
-            The page (or a component of it) owning the parameters.
-        names : sequence of str
-            Parameter names of ``source``.
+        """A copy of ``source``'s parameters ``names`` that follows them only while shown (in one
+        update when shown); bind widgets to ``mirror.param.<name>``.
 
         Raises
         ------
@@ -524,8 +356,7 @@ class ShownGate:
 
 
 def run_redraws(pending: dict[str, Callable[[], None]]) -> None:
-    """Call every redraw of ``pending`` (key -> function) in order; one that fails is logged
-    and does not stop the others."""
+    """Call every redraw of ``pending`` (key -> function) in order; one failing is logged."""
     for key, fn in pending.items():
         try:
             fn()
@@ -534,25 +365,13 @@ def run_redraws(pending: dict[str, Callable[[], None]]) -> None:
 
 
 class TableSlot(pn.Column):
-    """One table in a column, replaced by a new table on each :meth:`show` of new rows.
+    """One read-only table in a column, replaced by a new table on each :meth:`show`.
 
-    Panel 1.9's Tabulator drops a data update that reaches the browser while it
-    is (re)rendering the table -- just after the table joins the page or its
-    container is shown -- and shows the old rows for good: the table release's
-    ledger missed the release (1 run in 5), the "ε for this error" table stayed
-    empty after the mode switch (once in a loaded browser tier).  A new table
-    carries its rows from the start.  For read-only tables of results, whose
-    rows all change together.
-
-    Parameters
-    ----------
-    make : callable
-        ``make(frame) -> pn.widgets.Tabulator``: the table of a ``pandas.DataFrame``.
-    frame : pandas.DataFrame
-        The first rows.
-    **params
-        ``pn.Column`` parameters (``visible``, ...); ``sizing_mode`` defaults to
-        ``"stretch_width"``.
+    Panel 1.9's Tabulator drops a data update reaching the browser while it (re)renders the
+    table and shows the old rows for good (the table release's ledger missed the release, 1
+    run in 5); a new table carries its rows from the start.  ``make(frame)`` gives the
+    ``pn.widgets.Tabulator`` of a ``pandas.DataFrame``; ``frame`` holds the first rows;
+    ``params`` are ``pn.Column``'s (``sizing_mode`` defaults to ``"stretch_width"``).
     """
 
     def __init__(self, make: Callable[[pd.DataFrame], pn.widgets.Tabulator], frame: pd.DataFrame,
@@ -574,19 +393,9 @@ class TableSlot(pn.Column):
 class LazyCard(pn.Card):
     """A ``pn.Card`` that starts collapsed and puts its contents in the page when first expanded.
 
-    Until then the browser gets only the header: the contents' Bokeh models
-    are not built, sent or walked on every later update of the document
-    (Bokeh walks all of a document's models after each change of its
-    structure).  :meth:`select` still finds the contents, so code that looks
-    up a widget in the layout works before the first expansion.
-
-    Parameters
-    ----------
-    *objects
-        The card's contents.
-    **params
-        ``pn.Card`` parameters (``title``, ``sizing_mode``, ...); ``collapsed``
-        defaults to True (False gives a plain card, contents drawn at once).
+    Until then the contents' Bokeh models are not built, sent or walked on every update of
+    the document; :meth:`select` still finds them.  ``collapsed`` defaults to True (False
+    gives a plain card); other parameters are ``pn.Card``'s.
     """
 
     def __init__(self, *objects, **params):
@@ -594,7 +403,7 @@ class LazyCard(pn.Card):
         collapsed = params["collapsed"]
         super().__init__(*(() if collapsed else objects), **params)
         self._stash = [pn.panel(o) for o in objects] if collapsed else []
-        self._watcher = (self.param.watch(self._expand, "collapsed") if self._stash else None)
+        self._watcher = self.param.watch(self._expand, "collapsed") if self._stash else None
 
     def _expand(self, event) -> None:
         if event.new or not self._stash:
@@ -612,12 +421,9 @@ class LazyCard(pn.Card):
 
 
 # ================================================================ 3. one session's events in order
-#: Seconds a session's running event handler holds the session's later events back.  Panel's
-#: own handlers of a typed value or a click take milliseconds (tens under load); a handler
-#: running longer is computing, and the events behind it should not wait for the result.
+#: Seconds a session's running event handler holds its later events back (Panel's own
+#: handlers take milliseconds; a longer one is computing, and the events behind it go on).
 HOLD_SECONDS = 1.5
-
-
 #: A session's event handler that waited or ran longer than this (seconds) is logged (debug).
 SLOW_SECONDS = 0.5
 
@@ -625,48 +431,37 @@ SLOW_SECONDS = 0.5
 def document_of(fn, args=(), kwargs=None):
     """The Bokeh ``Document`` a task submitted by Panel belongs to, or None.
 
-    Panel submits ``(handler, doc, ...)`` for widget changes and events,
-    ``handler(doc)`` for on-load callbacks, and ``partial(run, doc, callback)``
-    for ``pn.state.execute(..., schedule="thread")``.
+    Panel submits ``(handler, doc, ...)`` for widget events, ``handler(doc)`` for on-load
+    callbacks and ``partial(run, doc, callback)`` for ``pn.state.execute(..., schedule="thread")``.
     """
     candidates = list(args) + list((kwargs or {}).values())
     while isinstance(fn, functools.partial):
         candidates += list(fn.args) + list(fn.keywords.values())
         fn = fn.func
-    for value in candidates:
-        if isinstance(value, Document):
-            return value
-    return None
+    return next((v for v in candidates if isinstance(v, Document)), None)
 
 
+@dataclasses.dataclass(eq=False)
 class _Lane:
-    """One session's queue: the tasks waiting, which start holds the lane, and since when it
-    runs (None while it waits for a free thread)."""
+    """One session's queue: its waiting tasks, the ticket holding the lane, and since when
+    that task runs (None while it waits for a thread)."""
 
-    __slots__ = ("waiting", "ticket", "since")
-
-    def __init__(self):
-        self.waiting: collections.deque = collections.deque()
-        self.ticket = 0
-        self.since: float | None = None
+    waiting: collections.deque = dataclasses.field(default_factory=collections.deque)
+    ticket: int = 0
+    since: float | None = None
 
 
 class SessionOrderedPool(ThreadPoolExecutor):
     """A ``ThreadPoolExecutor`` that starts one session's tasks one after the other, in order.
 
-    Parameters
-    ----------
-    max_workers : int, optional
-        Threads shared by all sessions (Panel's ``nthreads``).
-    hold_seconds : float
-        How long a running task holds its session's later tasks back
-        (:data:`HOLD_SECONDS`); after that the next one starts beside it.
-    key : callable, optional
-        ``key(fn, args, kwargs)`` -> the session a task belongs to, or None for
-        a task with no order to keep (default :func:`document_of`).
+    ``max_workers``: threads shared by all sessions; ``hold_seconds``: how long a running
+    task holds its session's later tasks back; ``key(fn, args, kwargs)``: the task's
+    session, or None for a task with no order to keep (default :func:`document_of`).
 
-    ``submit`` returns a ``Future`` that completes with the task, as the
-    standard pool's does.
+    Raises
+    ------
+    ValueError
+        If ``hold_seconds`` is not positive.
     """
 
     def __init__(self, max_workers: int | None = None, hold_seconds: float = HOLD_SECONDS,
@@ -682,7 +477,6 @@ class SessionOrderedPool(ThreadPoolExecutor):
         self._watcher: threading.Thread | None = None
         self._closed = False
 
-    # ------------------------------------------------------------------ submitting
     def submit(self, fn, /, *args, **kwargs) -> Future:
         session = self._key(fn, args, kwargs)
         if session is None:
@@ -706,7 +500,10 @@ class SessionOrderedPool(ThreadPoolExecutor):
             lane.ticket += 1
             ticket = lane.ticket
             lane.since = None  # the hold counts from when a thread runs it, not from now
-            self._ensure_watcher()
+            if self._watcher is None or not self._watcher.is_alive():
+                self._watcher = threading.Thread(target=self._watch, daemon=True,
+                                                 name="dpexplorer-events-watch")
+                self._watcher.start()
         if not outer.set_running_or_notify_cancel():  # cancelled while it waited
             self._release(session, ticket)
             return
@@ -752,13 +549,6 @@ class SessionOrderedPool(ThreadPoolExecutor):
             task = lane.waiting.popleft()
         self._start(session, lane, task)
 
-    # ------------------------------------------------------------------ long handlers
-    def _ensure_watcher(self) -> None:
-        if self._watcher is None or not self._watcher.is_alive():
-            self._watcher = threading.Thread(target=self._watch, name="dpexplorer-events-watch",
-                                             daemon=True)
-            self._watcher.start()
-
     def _watch(self) -> None:
         """Release the lanes whose task has held them longer than ``hold_seconds``."""
         while True:
@@ -770,9 +560,8 @@ class SessionOrderedPool(ThreadPoolExecutor):
                 stale = [(s, lane.ticket) for s, lane in running
                          if now - lane.since >= self.hold_seconds]
                 if not stale:
-                    soonest = min((lane.since + self.hold_seconds - now
-                                   for _, lane in running), default=None)
-                    self._guard.wait(soonest)
+                    self._guard.wait(min((lane.since + self.hold_seconds - now
+                                          for _, lane in running), default=None))
                     continue
             for session, ticket in stale:
                 log.debug("an event handler ran over %.1f s; the session's next event starts",
@@ -789,8 +578,8 @@ class SessionOrderedPool(ThreadPoolExecutor):
             self._closed = True
             if cancel_futures:
                 for lane in self._lanes.values():
-                    for _fn, _args, _kwargs, outer, _submitted in lane.waiting:
-                        outer.cancel()
+                    for task in lane.waiting:
+                        task[3].cancel()
                     lane.waiting.clear()
             self._guard.notify_all()
         super().shutdown(wait=wait, cancel_futures=cancel_futures)
@@ -806,7 +595,7 @@ def _equal(a, b) -> bool:
 
 def _keep_browser_values(update):
     """Wrap Panel's ``Syncable._scheduled_update_model``: a value equal to the one the browser
-    sent is passed on as that very object, so Panel drops the echo (see :func:`install_echo_guard`)."""
+    sent is passed on as that very object, so Panel drops the echo (:func:`install_echo_guard`)."""
 
     @functools.wraps(update)
     def scheduled_update_model(self, events, msg, root, model, doc, comm, curdoc_events):
@@ -822,27 +611,16 @@ def _keep_browser_values(update):
 def install_echo_guard(syncable=None) -> None:
     """Stop Panel sending a widget's own older value back over a newer one the browser sent.
 
-    With a thread pool, Panel sends a widget's model update made on a worker
-    thread later, from the event loop, with the values the browser had sent
-    (``curdoc_events``) so that it can drop their echo -- matched by identity
-    (``is``).  Selection widgets (``Select``, ``MultiChoice``, ...) map the
-    browser's labels to values and back, so the echo is an equal but new object
-    and is not dropped; when the browser has meanwhile sent a newer value (a
-    second attribute removed from a MultiChoice a moment after the first), Panel
-    1.9 takes that pending value for a stale one, drops it, and sends the older
-    value back: the removed attribute reappears in the browser and the server
-    never sees the second removal.  Seen in a served page under load (3 of 12
-    rounds of five quick removals, Chromium on 2 cores at load 5).
-
-    The wrapper passes an equal value on as the browser's own object, so
-    Panel's own echo rule applies; a different value (a handler that changed the
-    widget's value) is sent as before.  Calling it again changes nothing.
+    Panel 1.9 drops the echo of the browser's values by identity; a selection widget's echo
+    is an equal new object, and a newer value sent meanwhile was dropped instead: a second
+    attribute removed from a MultiChoice came back (3 of 12 rounds of five quick removals,
+    Chromium on 2 cores at load 5).  An equal value is passed on as the browser's own object.
+    Calling it again changes nothing.
 
     Raises
     ------
     RuntimeError
-        If Panel's ``Syncable`` has no ``_scheduled_update_model`` (the private
-        method this relies on has moved).
+        If Panel's ``Syncable`` has no ``_scheduled_update_model`` (the private method moved).
     """
     if syncable is None:
         from panel.reactive import Syncable as syncable
@@ -857,18 +635,14 @@ def install_echo_guard(syncable=None) -> None:
 def install(state=None) -> SessionOrderedPool | None:
     """Replace Panel's widget-callback pool by a :class:`SessionOrderedPool` of the same size.
 
-    Call after ``pn.extension(nthreads=N)``.  Returns the pool in place, or
-    None when Panel runs callbacks on the event loop (no ``nthreads``: already
-    in order).  With a pool it also installs :func:`install_echo_guard` (a
-    widget's echoed older value, a defect of Panel's threaded mode).  Calling it
-    again changes nothing.
+    Call after ``pn.extension(nthreads=N)``; returns the pool in place, or None with no
+    pool (already in order).  With a pool it also installs :func:`install_echo_guard`.
 
     Raises
     ------
     RuntimeError
-        If this Panel keeps no ``_thread_pool`` on ``pn.state`` (the private
-        attribute this relies on has moved), or :func:`install_echo_guard` cannot
-        be installed.
+        If ``pn.state`` keeps no ``_thread_pool`` (the private attribute moved), or
+        :func:`install_echo_guard` cannot be installed.
     """
     if state is None:
         from panel.io.state import state

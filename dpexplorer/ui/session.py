@@ -1,34 +1,28 @@
 """The explorer's shared state: privacy parameters, dataset, budget, ledgers, workload.
 
-One :class:`Session` per browser session (or notebook).  Every page takes it
-and reacts to its parameters, so the sidebar's ε, δ, noise, dataset and
-simulation seed drive all pages at once.  Only public things live here except
-the data vectors of the datasets, which pages hand to the privacy kernel
-(:class:`dpexplorer.privacy.PrivateData`) and never display raw in a release.
+One :class:`Session` per browser session (or notebook); every page reacts to its
+parameters, so the sidebar's ε, δ, noise, dataset and simulation seed drive all pages.
+Only public things live here except the datasets' data vectors, which pages hand to the
+privacy kernel (:class:`dpexplorer.privacy.PrivateData`).
 
-Each dataset has its own privacy ledger (:attr:`Session.ledger` is the
-selected dataset's), kept in one SQLite store shared by every session of the
-served explorer and surviving restarts (:func:`ledger_store_path`:
-``$DPEXPLORER_LEDGER``, else ``ledgers.sqlite`` in the user's data folder
-from :mod:`platformdirs`): a second tab sees the first tab's spend.  A
-dataset's budget is the sidebar's when the store has none yet, and the
-sidebar's budget fields always show the budget in force for the selected
-dataset (:meth:`Session.show_budget_in_force`); a session may
-lower it but never raise it -- raising is the data owner's act in Python,
-``dpx.PrivacyLedger.open(path, dataset).set_budget(...)``
-(``dpexplorer/docs/accounting.md``).  A release that would exceed the budget
-is refused before any noise is drawn.  The seed is the
-**simulation** seed only: releases draw from the OS CSPRNG and have none.
+Each dataset has its own ledger (:attr:`Session.ledger`: the selected dataset's), kept in
+one SQLite store shared by every session and surviving restarts (:func:`ledger_store_path`).
+A dataset's budget is the sidebar's when the store has none yet, and the sidebar always
+shows the budget in force (:meth:`Session.show_budget_in_force`); a session may lower it but
+never raise it -- raising is the data owner's act in Python,
+``dpx.PrivacyLedger.open(path, dataset).set_budget(...)`` (``dpexplorer/docs/accounting.md``).
+A release that would exceed the budget is refused before any noise is drawn.  The seed is
+the **simulation** seed only: releases draw from the OS CSPRNG.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import math
 import os
 import threading
-import types
 import weakref
 from pathlib import Path
 from typing import ClassVar
@@ -43,26 +37,24 @@ from dpexplorer.datasets import Dataset
 
 from . import workers
 from .accuracy_view import PrivacySentence
-from .messages import PYTHON_SPEAK, app_text, exception_message, limit_text  # noqa: F401
+from .messages import app_text, exception_message
 from .serving import LABEL as _LABEL
 from .serving import LazyCard, ShownGate, served_document
 from .tasks import Jobs, Task
 
-__all__ = ["Session", "Page", "ledger_store_path", "EnteredFloatInput", "number_text", "parse_number", "notify",
-           "error_alert", "exception_message", "app_text", "side_by_side", "readable_headers",
-           "download_bytes", "release_stamp"]
+__all__ = ["Session", "Page", "ledger_store_path", "EnteredFloatInput", "number_text",
+           "parse_number", "notify", "error_alert", "exception_message", "app_text",
+           "side_by_side", "readable_headers", "download_bytes", "release_stamp"]
 
 log = logging.getLogger(__name__)
-
 
 
 def ledger_store_path() -> Path:
     """The SQLite file holding every dataset's ledger of the served explorer.
 
     ``$DPEXPLORER_LEDGER`` if set, else ``ledgers.sqlite`` in
-    ``platformdirs.user_data_dir("dpexplorer")`` (e.g. ``~/.local/share/dpexplorer``
-    on Linux).  Read when a :class:`Session` starts; its folder is created
-    when a ledger is first opened.
+    ``platformdirs.user_data_dir("dpexplorer")``; its folder is created when a ledger is
+    first opened.
     """
     env = os.environ.get("DPEXPLORER_LEDGER", "").strip()
     if env:
@@ -70,47 +62,39 @@ def ledger_store_path() -> Path:
     return Path(platformdirs.user_data_dir("dpexplorer")) / "ledgers.sqlite"
 
 
-def _cap(text: str) -> dict:
-    return {_LABEL: text}
+def _cap(text: str, **params) -> dict:
+    return {_LABEL: text, **params}
 
 
 def notify(message: str, level: str = "error") -> None:
-    """Show ``message`` in the page's notification area when there is one.
+    """Show ``message`` in the page's notification area when there is one, and log it.
 
-    Always logs it (the server's log holds every message a page showed); never raises:
-    outside a server session (tests, scripts) it only logs.
+    Never raises: outside a server session (tests, scripts) it only logs.
     """
     log.info("%s: %s", level, message)
-    try:
+    with contextlib.suppress(Exception):  # no session or no notification area
         area = pn.state.notifications
         if area is not None:
             getattr(area, level)(message, duration=8000)
-    except Exception:  # noqa: BLE001 - no session or no notification area
-        pass
 
 
 class Page:
     """What the explorer's pages share: set-up, tasks, read-only outputs, the error shown.
 
-    Mixed into a page's ``param.Parameterized`` class, which has an ``error``
-    string parameter and a ``panel()`` method building its layout, and calls
-    :meth:`_setup_page` first thing in its ``__init__``.
+    Mixed into a page's ``param.Parameterized`` class, which has an ``error`` string
+    parameter and a ``panel()`` method, and calls :meth:`_setup_page` first in ``__init__``.
     """
 
     def _setup_page(self, session: Session | None = None, background: bool | None = True) -> None:
         """The set-up every page shares (call before ``super().__init__``).
 
-        Sets ``session`` (a new :class:`Session` if None), ``background``
-        (False: tasks run in the caller's thread; None: in the background in a
-        served page, in the caller's thread in a notebook or a script, whose
-        calls then return with their work done), ``_lock`` (the page's
-        reentrant lock, held while posted updates and deferred redraws run),
-        ``_jobs`` (the page's :class:`~dpexplorer.ui.tasks.TaskRunner`),
-        ``gate`` (a :class:`~dpexplorer.ui.serving.ShownGate`: redraws wait while
-        the page's tab is hidden, told by the app), ``_loaded`` (set once the
-        browser has drawn the page; at once outside a server) and ``_doc`` (a
-        weak reference to the served document, or None).  A served page's
-        :meth:`_session_destroyed` runs when its browser tab closes.
+        Sets ``session`` (a new :class:`Session` if None), ``background`` (False: tasks run
+        in the caller's thread; None: in the background only in a served page), ``_lock``
+        (the page's reentrant lock, held while posted updates and deferred redraws run),
+        ``_jobs`` (its :class:`~dpexplorer.ui.tasks.Jobs`), ``gate`` (a
+        :class:`~dpexplorer.ui.serving.ShownGate`), ``_loaded`` (set once the browser has
+        drawn the page; at once outside a server) and ``_doc`` (a weak reference to the
+        served document, or None).  :meth:`_session_destroyed` runs when its tab closes.
         """
         doc = served_document()
         self.session = session if session is not None else Session()
@@ -138,8 +122,8 @@ class Page:
     def start_task(self, fn, *args, **options) -> Task:
         """Start ``fn(task, *args)`` as a :class:`~dpexplorer.ui.tasks.Task` of this page.
 
-        ``options``: :meth:`TaskRunner.start`'s (``name``, ``optimizer``); in
-        the caller's thread when the page was made with ``background=False``.
+        ``options``: :meth:`TaskRunner.start`'s (``name``, ``optimizer``); in the caller's
+        thread when the page was made with ``background=False``.
         """
         return self._jobs.start(fn, *args, background=self.background, **options)
 
@@ -185,9 +169,8 @@ class Page:
 def side_by_side(*columns, basis: int = 480) -> pn.FlexBox:
     """``columns`` side by side on a wide screen, one under the other on a narrow one.
 
-    A fixed-width column (controls) keeps its width; every stretching column
-    grows from ``basis`` pixels and wraps below the others when the window has
-    no room for it (so at 800 px nothing is squashed or cut off).
+    A fixed-width column keeps its width; a stretching one grows from ``basis`` pixels and
+    wraps below the others when the window has no room for it.
     """
     for col in columns:
         if getattr(col, "sizing_mode", None) in ("stretch_width", "stretch_both"):
@@ -196,44 +179,27 @@ def side_by_side(*columns, basis: int = 480) -> pn.FlexBox:
                       sizing_mode="stretch_width")
 
 
-#: Pixels per character of a Tabulator header word (measured in headless Chromium, 1500 px
-#: window: "mechanism" 102 px, "RMSE" 51 px, upper case the widest), around it (cell padding
-#: and borders) and of the sort arrow's room: :func:`readable_headers`.
+#: Pixels per character of a Tabulator header word, around it (padding, borders) and of the
+#: sort arrow (headless Chromium, 1500 px window: "mechanism" 102 px, "RMSE" 51 px).
 _HEADER_CHAR_PX, _HEADER_PAD_PX, _HEADER_SORTER_PX = 13, 24, 26
 
 
 def readable_headers(columns, titles: dict | None = None, sortable: bool = True,
                      grow: dict | None = None) -> dict:
-    """Tabulator ``configuration`` under which no column header is cut off ("mech…", "R…").
+    """Tabulator ``configuration`` under which no column header is cut off ("mech…").
 
-    Headers wrap between words (Tabulator's ``headerWordWrap``) and each column is at least
-    as wide as the longest word of its title (``minWidth``), so widths given in percent
-    (``fit_columns``) shrink a column only down to what its header needs.
-
-    Parameters
-    ----------
-    columns : iterable of str
-        The table's fields.
-    titles : dict, optional
-        Shown titles by field (Tabulator's ``titles``); a field is its own title otherwise.
-        A soft hyphen (U+00AD) marks where a long word may break.
-    sortable : bool
-        Whether a click on a header sorts the table (its arrow takes room); off for tables
-        whose order is their meaning (a ledger).
-    grow : dict, optional
-        Share of the width left over, by field (Tabulator's ``widthGrow``, default 1): with
-        ``layout="fit_columns"`` the columns fill the table's width, each at least its
-        ``minWidth``, long text columns taking more.
+    Headers wrap between words and each of the fields ``columns`` is at least as wide as
+    the longest word of its title (``titles[field]``, else the field; a soft hyphen U+00AD
+    marks where a word may break), plus room for the sort arrow when ``sortable``.  ``grow``:
+    share of the width left over, by field (Tabulator's ``widthGrow``, default 1).
     """
-    grow = grow or {}
-    titles = titles or {}
+    grow, titles = grow or {}, titles or {}
     pad = _HEADER_PAD_PX + (_HEADER_SORTER_PX if sortable else 0)
     config = []
     for field in columns:
         words = str(titles.get(field, field)).replace("\u00ad", " ").split() or [""]
-        longest = max(len(w) for w in words)
         column = {"field": str(field), "headerWordWrap": True,
-                  "minWidth": int(longest * _HEADER_CHAR_PX + pad)}
+                  "minWidth": int(max(len(w) for w in words) * _HEADER_CHAR_PX + pad)}
         if not sortable:
             column["headerSort"] = False
         if field in grow:
@@ -284,25 +250,11 @@ def parse_number(text) -> float | None:
 class EnteredFloatInput(pn.widgets.FloatInput):
     """A number box (ε, δ, a budget) that reads what the user typed on the server.
 
-    The browser's number box (Bokeh's ``NumericInput``, behind Panel's
-    FloatInput) drops, as it is typed, every key that cannot be part of a
-    number: "abc" typed as ε was never sent and the box went back to the old
-    value without a word.  This box is a text box in the browser: the text
-    typed reaches the server when the user presses Enter or leaves the box,
-    and is read there (:func:`parse_number`).  A text that is not a number
-    leaves :attr:`value` as it was, is put in :attr:`refused` (an event even
-    when the same text is refused twice), and the box shows the value in use
-    again; the sidebar says why (:meth:`Session.controls`: "ε = 'abc' is not a
-    number: ε must be a number above 0 ...").  :attr:`value` stays a float
-    (None when the box is emptied), as for a FloatInput; the arrows and
-    ``step`` of a FloatInput do not apply.
-
-    A value entered is handled at once: Panel holds every change a browser sends
-    for 50 ms before handling it (so that a burst of changes, a slider drag, is
-    handled once), except the properties a widget lists in ``_priority_changes``
-    (Panel 1.9, ``Syncable._server_change``); nothing is gained by waiting for a
-    value entered with Enter, and an ε change starts redrawing 50 ms sooner (the
-    ε → chart time of ``python benchmarks/bench_browser.py``, 2 cores).
+    Bokeh's number box silently drops keys that cannot be part of a number.  This one is a
+    text box in the browser, read on Enter or leaving it (:func:`parse_number`): a text that
+    is not a number leaves :attr:`value` (a float, None when emptied) as it was, is put in
+    :attr:`refused` (an event each time) and the box shows the value in use again.  The
+    value is a Panel 1.9 priority change, handled without Panel's 50 ms hold.
     """
 
     refused = param.String(default="", precedence=-1, doc="""
@@ -343,8 +295,8 @@ class EnteredFloatInput(pn.widgets.FloatInput):
 def error_alert(error, lead: str = "**Not done, the page keeps its last result.**") -> pn.pane.Alert:
     """A danger Alert showing ``lead`` and a page's error text, hidden while there is none.
 
-    ``error``: the page's error parameter (e.g. ``page.param.error``, a string, '' for none);
-    shown in the app's words (:func:`app_text`).
+    ``error``: the page's error parameter (e.g. ``page.param.error``, '' for none); shown in
+    the app's words (:func:`app_text`).
     """
     return pn.pane.Alert(pn.bind(lambda e: f"{lead} {app_text(e)}", error), alert_type="danger",
                          sizing_mode="stretch_width", disable_math=True,
@@ -352,30 +304,8 @@ def error_alert(error, lead: str = "**Not done, the page keeps its last result.*
 
 
 class Session(param.Parameterized):
-    """Shared inputs of all pages (the sidebar) and the session's ledger.
-
-    Parameters
-    ----------
-    epsilon : float
-        ε per release (> 0).
-    delta : float
-        δ per release, Gaussian noise only (0 < δ < 1).
-    noise : {"Laplace", "Gaussian"}
-    dataset : str
-        Name of the dataset pages run on (bundled, DPBench or uploaded).
-    seed : int
-        Simulation seed: comparisons on data, bands, DAWA and sum-query
-        simulations, lessons.  Releases have no seed.
-    calibration : {"zcdp", "analytic"}
-        Gaussian calibration: ``"zcdp"`` (what releases use) or the analytic
-        Gaussian of Balle & Wang (for study; releases refuse it).
-    budget : {"none", "pure", "approx", "zcdp"}
-        Kind of budget of every dataset's ledger: none, pure ε, (ε, δ) or ρ.
-    budget_epsilon, budget_delta, budget_rho : float
-        Its caps.
-    dpbench_dir : str
-        Folder of DPBench ``.npy`` histograms (``DPEXPLORER_DPBENCH`` by default).
-    """
+    """Shared inputs of all pages (the sidebar's parameters, each documented below) and the
+    session's ledgers; ``dpbench_dir`` defaults to ``DPEXPLORER_DPBENCH``."""
 
     epsilon = param.Number(default=1.0, bounds=(0, None), inclusive_bounds=(False, True),
                            softbounds=(0.01, 5.0), doc="Privacy parameter ε > 0 (per release).")
@@ -401,9 +331,9 @@ class Session(param.Parameterized):
     workload = param.ClassSelector(class_=dpx.matrix.Matrix, default=None, allow_None=True, doc="""
         The current workload W (built on the Workload page; All Range over 256 cells at start).""")
     table = param.ClassSelector(class_=dpx.Table, default=None, allow_None=True, doc="""
-        The record table (records over a public domain) whose marginals the workload was built
-        over on the Workload page; the Release page releases from it when the workload's domain
-        is the table's.  Its records stay behind the privacy kernel (dpx.privacy.PrivateTable).""")
+        The record table whose marginals the workload was built over (Workload page); the
+        Release page releases from it when the workload's domain is the table's.  Its records
+        stay behind the privacy kernel (dpx.privacy.PrivateTable).""")
 
     error = param.String(default="", doc="Last error shown to the user (for tests).")
     ledger_version = param.Integer(default=0, doc="Bumped whenever the ledger gains entries.")
@@ -428,7 +358,6 @@ class Session(param.Parameterized):
         self._refresh_datasets()
         self.show_budget_in_force()
 
-    # ---------------------------------------------------------------- noise
     def noise_model(self) -> dpx.noise.NoiseModel:
         """``Laplace(ε)`` or ``Gaussian(ε, δ)`` for the sidebar's values.
 
@@ -453,7 +382,7 @@ class Session(param.Parameterized):
         return None
 
     def stored_ledger(self, key: str) -> dpx.PrivacyLedger:
-        """The ledger of ``key`` in the shared store; a dataset with no stored budget gets the sidebar's."""
+        """The ledger of ``key`` in the shared store (the sidebar's budget if none is stored)."""
         led = self.ledgers.get(key)
         if led is None:
             self.ledger_path.parent.mkdir(parents=True, exist_ok=True)
@@ -469,32 +398,22 @@ class Session(param.Parameterized):
 
     @property
     def ledger(self) -> dpx.PrivacyLedger:
-        """The selected dataset's ledger, from the store every session shares (:func:`ledger_store_path`).
-
-        Its key is the dataset's name; a dataset with no stored budget gets the
-        sidebar's on first use.
-        """
+        """The selected dataset's ledger (key: its name), from the shared store."""
         return self.stored_ledger(self.dataset)
 
     def table_ledger(self, table: dpx.Table) -> dpx.PrivacyLedger:
-        """The ledger of a record table (one per table name, whatever attributes a workload uses).
-
-        Kept in the shared store under ``"table: <name>"``, with the sidebar's
-        budget when none is stored, like a dataset's; every release from the
-        table's records spends from it.
-        """
+        """The ledger of a record table, ``"table: <name>"`` in the shared store; every release
+        from the table's records spends from it."""
         return self.stored_ledger(f"table: {table.name}")
 
     @param.depends("budget", "budget_epsilon", "budget_delta", "budget_rho", watch=True)
     def _apply_budget(self) -> None:
         """Lower the selected dataset's budget (and the record table's) to the sidebar's.
 
-        Only lowering is applied (:func:`dpexplorer.privacy.ledger.budget_within`);
-        raising the budget -- or removing it -- is refused with how its owner
-        raises it in Python, and a budget below what was already spent is not
-        applied.  Choosing another kind of budget starts from that kind's
-        largest budget within the one in force (:func:`_largest_within`).
-        Afterwards the fields show the budget in force again.
+        Only lowering is applied (:func:`dpexplorer.privacy.ledger.budget_within`); raising
+        or removing is refused with how the owner raises it, and a budget below what was
+        spent is not applied.  Another kind starts from its largest budget within the one in
+        force (:func:`_largest_within`).  The fields then show the budget in force again.
         """
         if self._showing_budget:
             return  # the fields are being set to the budget in force: nothing to apply
@@ -502,7 +421,6 @@ class Session(param.Parameterized):
         in_force = self.ledger.budget
         if (new is not None and in_force is not None and new.kind != in_force.kind
                 and not dpx.privacy.ledger.budget_within(new, in_force)):
-            # another kind was chosen: its largest budget within the one in force, lowered from there
             near = _largest_within(new.kind, in_force)
             if near is not None:
                 notify(f"{near.label}: the largest budget of this kind within the budget in force, "
@@ -535,19 +453,13 @@ class Session(param.Parameterized):
     def show_budget_in_force(self) -> None:
         """Set the budget fields (``budget``, ``budget_epsilon``, ...) to the selected dataset's budget.
 
-        Called when a session starts, when the dataset changes and after every
-        budget change from the sidebar (applied or refused), so the sidebar
-        shows the budget in force in the shared store, never a session's
-        default or a refused value.  A dataset with no stored budget gets the
-        sidebar's (:meth:`stored_ledger`); with no budget at all the kind is
-        ``"none"``.  Fields of other kinds keep their values.  Setting them
-        applies nothing (:meth:`_apply_budget` is skipped meanwhile).
+        Called at start, on a dataset change and after every budget change from the sidebar,
+        so it never shows a default or a refused value; ``"none"`` with no budget.  Fields of
+        other kinds keep their values; setting them applies nothing.
         """
         b = self.ledger.budget
-        if b is None:
-            values = {"budget": "none"}
-        else:
-            values = {"budget": b.kind}
+        values = {"budget": "none" if b is None else b.kind}
+        if b is not None:
             values.update({f"budget_{k}": float(getattr(b, k)) for k in ("epsilon", "delta", "rho")
                            if getattr(b, k) is not None})
         values = {k: v for k, v in values.items() if getattr(self, k) != v}
@@ -567,8 +479,7 @@ class Session(param.Parameterized):
         folder = self.dpbench_dir.strip()
         if folder:
             try:
-                listing = dpx.datasets.list_dpbench(folder)
-                for _, row in listing.iterrows():
+                for _, row in dpx.datasets.list_dpbench(folder).iterrows():
                     name = f"DPBench: {row['paper_name']}"
                     loaders[name] = _dpbench_loader(row["path"], row["paper_name"])
                     sources[name] = dpx.datasets.dpbench_source(row["name"])
@@ -577,8 +488,7 @@ class Session(param.Parameterized):
         for name, ds in self._datasets.items():
             loaders.setdefault(name, None)
             sources.setdefault(name, ds.source)
-        self._loaders = loaders
-        self._sources = sources
+        self._loaders, self._sources = loaders, sources
         self.param.dataset.objects = list(loaders)
         if self.dataset not in loaders:
             self.dataset = dpx.datasets.DEFAULT_1D
@@ -594,8 +504,7 @@ class Session(param.Parameterized):
 
     def dataset_source(self, name: str | None = None) -> str:
         """Where a listed dataset (default the selected one) comes from, in words; never loads it."""
-        name = self.dataset if name is None else name
-        return self._sources.get(name) or "origin not recorded"
+        return self._sources.get(self.dataset if name is None else name) or "origin not recorded"
 
     def source_text(self, name: str | None = None) -> str:
         """The line shown next to every dataset list: "*Source:* …" (Markdown)."""
@@ -617,35 +526,31 @@ class Session(param.Parameterized):
             self._datasets[name] = loader()
         return self._datasets[name]
 
-    # ---------------------------------------------------------------- errors
+    # ---------------------------------------------------------------- errors and inputs
     def report(self, message: str) -> None:
-        """Record and show an error message (in the app's words, :func:`app_text`); the app stays usable."""
+        """Record and show an error message (in the app's words, :func:`app_text`)."""
         message = app_text(message)
         self.error = message
         notify(message, "error")
 
-    # ---------------------------------------------------------------- inputs
     def set_input(self, name: str, value) -> bool:
         """Set a sidebar input ``name`` to ``value`` after checking it; ``True`` if it was used.
 
-        A refused value is reported in plain words (what was wrong, what is
-        allowed, the value kept); the session is unchanged.  ε and δ are
-        checked by building the noise model they would give, so every page
-        can use what the sidebar accepts.  An accepted ε or δ whose meaning is
-        extreme (see :meth:`privacy_note`) is accepted with a warning.
+        A refused value is reported in plain words (what was wrong, what is allowed, the
+        value kept); the session is unchanged.  ε and δ are checked by building the noise
+        models they give; an extreme one is used with a warning (:meth:`privacy_note`).
         """
         label = _INPUT_LABELS.get(name, name)
+        kept = f"it stays {_shown(getattr(self, name, None))}."
         if isinstance(value, str) and name in _NUMBER_INPUTS and value.strip():
             try:
                 value = parse_number(value)
             except ValueError as exc:  # e.g. "abc" typed as ε
-                self.report(f"{label} = {exc}{_INPUT_RULES[name]}; it stays "
-                            f"{_shown(getattr(self, name))}.")
+                self.report(f"{label} = {exc}{_INPUT_RULES[name]}; {kept}")
                 return False
         if value is None or (isinstance(value, str) and not value.strip()
-                             and name not in ("dpbench_dir",)):
-            self.report(f"{label} needs a value{_INPUT_RULES.get(name, '')}; it stays "
-                        f"{_shown(getattr(self, name))}.")
+                             and name != "dpbench_dir"):
+            self.report(f"{label} needs a value{_INPUT_RULES.get(name, '')}; {kept}")
             return False
         self.error = ""
         try:
@@ -658,8 +563,8 @@ class Session(param.Parameterized):
             log.debug("sidebar input %s = %r used", name, value)
         except (ValueError, TypeError) as exc:
             rule = _INPUT_RULES.get(name)
-            self.report(f"{label} = {_shown(value)} was not used{rule}; it stays "
-                        f"{_shown(getattr(self, name))}." if rule else _param_message(exc))
+            self.report(f"{label} = {_shown(value)} was not used{rule}; {kept}" if rule
+                        else str(exc).replace("Session.", ""))
             return False
         if name.startswith("budget") and self.error:
             return True  # used, but the budget it asked for was refused: its message stays
@@ -670,14 +575,10 @@ class Session(param.Parameterized):
     def privacy_note(self) -> str:
         """What an extreme ε or δ means, in words ('' for ordinary values).
 
-        ε is the bound on how much one person's data may change the
-        probability of any output (a factor ``e^ε``): above about 10 that
-        factor exceeds 20,000 and protects almost nothing; below 0.01 the
-        noise (scale ``Δ/ε``) is over 100 times the sensitivity and drowns
-        most counts.  δ is the probability with which the guarantee may fail
-        outright; it must be far below ``1/N`` for ``N`` records, or a
-        mechanism could publish one record in full and still meet it
-        (Dwork & Roth 2014, Sec. 2.3).
+        Above ε ≈ 10 the factor ``e^ε`` exceeds 20,000 and protects almost nothing; below
+        0.01 the noise (scale ``Δ/ε``) is over 100 times the sensitivity.  δ must be far
+        below ``1/N`` for ``N`` records, or a mechanism could publish one record in full and
+        still meet it (Dwork & Roth 2014, Sec. 2.3).
         """
         notes = []
         eps = self.epsilon
@@ -688,17 +589,14 @@ class Session(param.Parameterized):
             notes.append(f"ε = {eps:g} adds noise {1 / eps:,.0f} times the sensitivity: most "
                          "answers will be noise. Usual values are 0.1 to 2.")
         if self.noise == "Gaussian":
-            records = None
-            try:
-                records = self._datasets[self.dataset].n_records if self.dataset in self._datasets else None
-            except Exception:  # noqa: BLE001 - only for the advice
-                records = None
+            records = getattr(self._datasets.get(self.dataset), "n_records", None)
             if records:
                 if self.delta >= 0.1 / records:
+                    example = 10 ** math.floor(math.log10(0.01 / records))
                     notes.append(f"δ = {self.delta:g} is not far below 1/N = 1/{records:,} for the "
                                  f"{records:,} records of {self.dataset!r}: with probability δ the "
                                  "guarantee may fail outright, enough to publish a record. Use "
-                                 f"δ well below {1 / records:.1g}, e.g. {10 ** math.floor(math.log10(0.01 / records)):g}.")
+                                 f"δ well below {1 / records:.1g}, e.g. {example:g}.")
             elif self.delta > 1e-3:
                 notes.append(f"δ = {self.delta:g} is large: with probability δ the guarantee may "
                              "fail outright. δ should be far below 1/N for N records, e.g. 1e-6.")
@@ -707,41 +605,37 @@ class Session(param.Parameterized):
     # ------------------------------------------------------------------- UI
     def controls(self) -> pn.Column:
         """Sidebar widgets bound to the session (invalid values are refused with a message)."""
-        budget_kind = pn.widgets.Select(**_cap("Budget of each dataset"), value=self.budget,
+        wide = {"sizing_mode": "stretch_width"}
+        widgets = {
+            "noise": pn.widgets.RadioButtonGroup(**_cap("Noise"), options=["Laplace", "Gaussian"]),
+            "epsilon": EnteredFloatInput(**_cap("ε (> 0)", **wide)),
+            "delta": EnteredFloatInput(**_cap("δ (0 < δ < 1)", **wide)),
+            "dataset": pn.widgets.Select(**_cap("Dataset", **wide),
+                                         options=self.param.dataset.objects),
+            "seed": pn.widgets.IntInput(
+                **_cap("Simulation seed", **wide), start=0,
+                description="Seeds simulations only (bands, comparisons on data, DAWA and "
+                            "sum-query simulations). Releases have no seed: their noise comes "
+                            "from the OS CSPRNG."),
+            "budget": pn.widgets.Select(**_cap("Budget of each dataset", **wide),
                                         options={"none": "none", "pure ε-DP": "pure",
-                                                 "(ε, δ)": "approx", "ρ (zCDP)": "zcdp"},
-                                        sizing_mode="stretch_width")
-        b_eps = EnteredFloatInput(**_cap("Budget ε"), value=self.budget_epsilon,
-                                  visible=self.budget in ("pure", "approx"),
-                                  sizing_mode="stretch_width")
-        b_delta = EnteredFloatInput(**_cap("Budget δ"), value=self.budget_delta,
-                                    visible=self.budget == "approx", sizing_mode="stretch_width")
-        b_rho = EnteredFloatInput(**_cap("Budget ρ"), value=self.budget_rho,
-                                  visible=self.budget == "zcdp", sizing_mode="stretch_width")
-        calib = pn.widgets.RadioButtonGroup(**_cap("Gaussian calibration"),
-                                            options={"zCDP (releases)": "zcdp",
-                                                     "analytic (study)": "analytic"},
-                                            value=self.calibration)
-        eps = EnteredFloatInput(**_cap("ε (> 0)"), value=self.epsilon, sizing_mode="stretch_width")
-        delta = EnteredFloatInput(**_cap("δ (0 < δ < 1)"), value=self.delta,
-                                  visible=self.noise == "Gaussian", sizing_mode="stretch_width")
-        noise = pn.widgets.RadioButtonGroup(**_cap("Noise"), options=["Laplace", "Gaussian"],
-                                            value=self.noise)
-        dataset = pn.widgets.Select(**_cap("Dataset"), options=self.param.dataset.objects,
-                                    value=self.dataset, sizing_mode="stretch_width")
-        source = pn.pane.Markdown(self.source_text(), sizing_mode="stretch_width",
-                                  margin=(0, 10), styles={"font-size": "0.9em"})
-        self.param.watch(lambda *_: setattr(source, "object", self.source_text()), "dataset")
-        self.param.watch(lambda *_: setattr(source, "object", self.source_text()), "dataset",
-                         what="objects")
-        seed = pn.widgets.IntInput(**_cap("Simulation seed"), value=self.seed, start=0,
-                                   description="Seeds simulations only (bands, comparisons on data, "
-                                               "DAWA and sum-query simulations). Releases have no seed: "
-                                               "their noise comes from the OS CSPRNG.",
-                                   sizing_mode="stretch_width")
-        folder = pn.widgets.TextInput(**_cap("DPBench folder"), value=self.dpbench_dir,
-                                      placeholder="folder holding the 1D/ and 2D/ .npy files",
-                                      sizing_mode="stretch_width")
+                                                 "(ε, δ)": "approx", "ρ (zCDP)": "zcdp"}),
+            "budget_epsilon": EnteredFloatInput(**_cap("Budget ε", **wide)),
+            "budget_delta": EnteredFloatInput(**_cap("Budget δ", **wide)),
+            "budget_rho": EnteredFloatInput(**_cap("Budget ρ", **wide)),
+            "dpbench_dir": pn.widgets.TextInput(
+                **_cap("DPBench folder", **wide),
+                placeholder="folder holding the 1D/ and 2D/ .npy files"),
+            "calibration": pn.widgets.RadioButtonGroup(
+                **_cap("Gaussian calibration"),
+                options={"zCDP (releases)": "zcdp", "analytic (study)": "analytic"}),
+        }
+
+        def show_fields() -> None:
+            widgets["delta"].visible = self.noise == "Gaussian"
+            widgets["budget_epsilon"].visible = self.budget in ("pure", "approx")
+            widgets["budget_delta"].visible = self.budget == "approx"
+            widgets["budget_rho"].visible = self.budget == "zcdp"
 
         def setter(name, widget):
             def apply(event):
@@ -753,58 +647,45 @@ class Session(param.Parameterized):
             if isinstance(widget, EnteredFloatInput):  # a text that is not a number: say so
                 widget.param.watch(lambda event: self.set_input(name, event.new), "refused")
 
-        for name, widget in [("epsilon", eps), ("delta", delta), ("noise", noise),
-                             ("dataset", dataset), ("seed", seed), ("dpbench_dir", folder),
-                             ("budget", budget_kind), ("budget_epsilon", b_eps),
-                             ("budget_delta", b_delta), ("budget_rho", b_rho),
-                             ("calibration", calib)]:
+        for name, widget in widgets.items():
+            widget.value = getattr(self, name)
             setter(name, widget)
+        show_fields()
 
         def sync(*events):
             for e in events:
                 # the value now, not the event's: a watcher before this one may have set it
-                # again (a refused budget goes back to the one in force), and a stale value
-                # written to the widget would be asked for again
-                e = types.SimpleNamespace(name=e.name, new=getattr(self, e.name))
-                if e.name == "noise":
-                    noise.value = e.new
-                    delta.visible = e.new == "Gaussian"
-                elif e.name == "epsilon":
-                    eps.value = e.new
-                elif e.name == "delta":
-                    delta.value = e.new
-                elif e.name == "seed":
-                    seed.value = e.new
-                elif e.name == "dataset":
-                    dataset.value = e.new
-                elif e.name == "budget":
-                    budget_kind.value = e.new
-                    b_eps.visible = e.new in ("pure", "approx")
-                    b_delta.visible = e.new == "approx"
-                    b_rho.visible = e.new == "zcdp"
-                elif e.name in ("budget_epsilon", "budget_delta", "budget_rho", "calibration"):
-                    {"budget_epsilon": b_eps, "budget_delta": b_delta, "budget_rho": b_rho,
-                     "calibration": calib}[e.name].value = e.new
-        self.param.watch(sync, ["noise", "epsilon", "delta", "seed", "dataset", "budget",
-                                "budget_epsilon", "budget_delta", "budget_rho", "calibration"])
-        self.param.watch(lambda e: setattr(dataset, "options", list(e.new)), "dataset", what="objects")
+                # again (a refused budget goes back to the one in force)
+                widgets[e.name].value = getattr(self, e.name)
+                if e.name in ("noise", "budget"):
+                    show_fields()
+        self.param.watch(sync, [n for n in widgets if n != "dpbench_dir"])
+        dataset = widgets["dataset"]
+        self.param.watch(lambda e: setattr(dataset, "options", list(e.new)), "dataset",
+                         what="objects")
+        source = pn.pane.Markdown(self.source_text(), margin=(0, 10),
+                                  styles={"font-size": "0.9em"}, **wide)
+        for what in ("value", "objects"):
+            self.param.watch(lambda *_: setattr(source, "object", self.source_text()), "dataset",
+                             what=what)
         advice = pn.pane.Markdown(pn.bind(lambda *_: self.privacy_note(), self.param.epsilon,
                                           self.param.delta, self.param.noise, self.param.dataset),
-                                  sizing_mode="stretch_width", margin=(0, 10))
-        meaning = pn.pane.Markdown(self._sentence.text(), sizing_mode="stretch_width",
-                                   styles={"font-size": "0.9em"})
-
-        self._meaning_pane = meaning
+                                  margin=(0, 10), **wide)
+        self._meaning_pane = pn.pane.Markdown(self._sentence.text(), styles={"font-size": "0.9em"},
+                                              **wide)
         self.param.watch(self._explain, ["epsilon", "delta", "noise", "calibration", "workload"])
-        ledger = pn.pane.Markdown(self._ledger_text(), sizing_mode="stretch_width")
-        self.param.watch(lambda e: setattr(ledger, "object", self._ledger_text()), ["dataset", "table"])
-        self._ledger_pane = ledger
+        ledger = self._ledger_pane = pn.pane.Markdown(self._ledger_text(), **wide)
+        self.param.watch(lambda e: setattr(ledger, "object", self._ledger_text()),
+                         ["dataset", "table"])
+        w = widgets
         return pn.Column(
-            pn.pane.Markdown("### Privacy"), noise, eps, delta, advice, meaning,
-            pn.pane.Markdown("### Data"), dataset, source, seed,
-            pn.pane.Markdown("### Budget"), budget_kind, b_eps, b_delta, b_rho, ledger,
-            LazyCard(folder, calib, title="Settings", collapsed=True, sizing_mode="stretch_width"),
-            sizing_mode="stretch_width")
+            pn.pane.Markdown("### Privacy"), w["noise"], w["epsilon"], w["delta"], advice,
+            self._meaning_pane,
+            pn.pane.Markdown("### Data"), dataset, source, w["seed"],
+            pn.pane.Markdown("### Budget"), w["budget"], w["budget_epsilon"], w["budget_delta"],
+            w["budget_rho"], ledger,
+            LazyCard(w["dpbench_dir"], w["calibration"], title="Settings", collapsed=True, **wide),
+            **wide)
 
     def _explain(self, *_) -> None:
         """Refresh the sidebar's plain words on the privacy settings (:class:`PrivacySentence`)."""
@@ -817,8 +698,7 @@ class Session(param.Parameterized):
         return self._sentence.text()
 
     def _ledger_text(self) -> str:
-        led = self.ledger
-        text = (f"**Spent on `{self.dataset}`:** {led.summary()}. Releases only; "
+        text = (f"**Spent on `{self.dataset}`:** {self.ledger.summary()}. Releases only; "
                 "simulations spend nothing.")
         if self.table is not None:
             text += (f"\n\n**Spent on the table `{self.table.name}`:** "
@@ -836,15 +716,13 @@ class Session(param.Parameterized):
 
 
 def _largest_within(kind: str, old: dpx.Budget) -> dpx.Budget | None:
-    """The largest budget of ``kind`` that only lowers ``old`` (:func:`~dpexplorer.privacy.ledger.budget_within`).
+    """The largest budget of ``kind`` that only lowers ``old``, or None when none lies within.
 
-    Pure ε′ within (ε, δ) or ε-DP: ε′ = ε; within ρ-zCDP: ε′ = √(2ρ) (ε-DP is
-    ε²/2-zCDP, Bun & Steinke 2016, Prop. 1.4; shrunk by 1e-12 against rounding).  ρ within (ε, δ): the largest ρ
-    converting to at most ε at δ (Canonne, Kamath & Steinke 2020, Cor. 13;
-    :func:`~dpexplorer.privacy.accounting.rho_from_epsilon`, shrunk by 1e-9 so
-    the root finder's tolerance never makes it exceed ε).  ``None`` when no
-    budget of ``kind`` lies within ``old`` ((ε, δ) within a pure or zCDP
-    budget, zCDP within a pure one).
+    Pure ε′ within (ε, δ) or ε-DP: ε′ = ε; within ρ-zCDP: ε′ = √(2ρ) (ε-DP is ε²/2-zCDP,
+    Bun & Steinke 2016, Prop. 1.4; shrunk by 1e-12 against rounding).  ρ within (ε, δ): the
+    largest ρ converting to at most ε at δ (Canonne, Kamath & Steinke 2020, Cor. 13;
+    :func:`~dpexplorer.privacy.accounting.rho_from_epsilon`, shrunk by 1e-9 for the root
+    finder's tolerance).  None: (ε, δ) within a pure or zCDP budget, zCDP within a pure one.
     """
     if kind == old.kind:
         return old
@@ -863,9 +741,9 @@ def _largest_within(kind: str, old: dpx.Budget) -> dpx.Budget | None:
 def _dpbench_loader(path, name):
     def load():
         x = dpx.datasets.check_counts(np.load(Path(path), allow_pickle=False), name=name)
-        edges = tuple(np.arange(s + 1, dtype=float) for s in x.shape)
-        attrs = ("bin",) if x.ndim == 1 else ("row", "col")
-        return Dataset(name=f"DPBench: {name}", x=x, edges=edges, attributes=attrs,
+        return Dataset(name=f"DPBench: {name}", x=x,
+                       edges=tuple(np.arange(s + 1, dtype=float) for s in x.shape),
+                       attributes=("bin",) if x.ndim == 1 else ("row", "col"),
                        description=f"DPBench histogram {name} (Hay et al. SIGMOD 2016), shape {x.shape}",
                        n_records=int(x.sum()), source=dpx.datasets.dpbench_source(Path(path).stem))
     return load
@@ -890,9 +768,6 @@ _INPUT_RULES = {
 
 
 def _shown(value) -> str:
-    return f"{value:g}" if isinstance(value, float) else repr(value) if isinstance(value, str) else str(value)
-
-
-def _param_message(exc: BaseException) -> str:
-    msg = str(exc)
-    return msg.replace("Session.", "")
+    if isinstance(value, float):
+        return f"{value:g}"
+    return repr(value) if isinstance(value, str) else str(value)

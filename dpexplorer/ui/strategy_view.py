@@ -1,33 +1,14 @@
 """The Strategy page: what a mechanism measures, drawn as a matrix (HDMM Fig. 1).
 
-:class:`StrategyView` takes the shared :class:`~dpexplorer.ui.session.Session`
-and shows two strategies side by side, each chosen by registry name among the
-data-independent mechanisms.  For the session's workload ``W`` and noise it
-builds the strategy ``A`` (through ``session.cache.entry(W, name, noise)``,
-so the Compare page and this page build every strategy once) and shows
-
-* heatmaps of ``A`` (rows = strategy queries, columns = cells) and of the
-  Gram matrix ``AᵀA`` (what the error depends on: ``TSE = v·Δ²·tr(WᵀW (AᵀA)⁺)``);
-  for a Kronecker strategy ``A₁ ⊗ … ⊗ A_d`` one pair per factor;
-* its number of rows, its L1 and L2 sensitivity and its analytic RMSE under
-  the session's noise (rescaled when ε or δ change, nothing rebuilt);
-* for a marginal strategy (OPT_M, DataCube: ``theta`` indexed by bitmask),
-  the weight of every marginal, labelled by attribute names (top-k);
-* for a stacked strategy (OPT+: a ``blocks`` attribute), the weight and shape
-  of every block and the Kronecker factors of the first blocks;
-* for an optimised strategy (``A.optimization``), the convergence of its
-  optimiser: objective per iteration, each restart's final value and the SVD
-  bound, with a progress bar (and Cancel) while it is being optimised here.
-
-Matrices larger than ``max_pixels × max_pixels`` are drawn block-averaged
-(the title says so); a matrix too large to materialise at all (e.g. the
-Workload strategy of All Range over 1024 cells has 524,800 rows) is replaced
-by a message.  Strategies are built in a worker thread (``loading`` shows on
-the side being built); errors are shown in the side and sent to
-``session.report`` -- never a traceback.
-
-Outputs, for tests and notebooks: ``view.left_info`` / ``view.right_info``
-(:class:`StrategyInfo`), :meth:`StrategyView.wait`.
+:class:`StrategyView` shows two data-independent strategies side by side for the
+session's workload ``W`` and noise, each built through ``session.cache.entry(W,
+name, noise)`` (shared with the Compare page) in a background task: heatmaps of
+``A`` and of ``AᵀA`` (``TSE = v·Δ²·tr(WᵀW (AᵀA)⁺)``; one pair per Kronecker factor,
+block-averaged above ``max_pixels``), its rows, L1/L2 sensitivity and analytic RMSE
+(rescaled when ε or δ change), the marginal weights (OPT_M, DataCube), the blocks
+(OPT+) and the optimiser's convergence and live progress (with Cancel).  Errors
+show in the side and go to ``session.report``.  Outputs for tests and notebooks:
+``view.left_info`` / ``view.right_info`` (:class:`StrategyInfo`), :meth:`StrategyView.wait`.
 """
 
 from __future__ import annotations
@@ -47,20 +28,10 @@ import dpexplorer as dpx
 from dpexplorer.queries.drawing import Heatmap, heatmaps, kronecker_factors
 from dpexplorer.queries.matrix import Matrix
 
+from . import optimize_view as ov
 from . import workers
 from .compare_view import _LABEL, _message, check_workload, structured_1d
 from .exports import FigureExport
-from .optimize_view import (
-    Cancelled,
-    OptimizationProgress,
-    ProgressRelay,
-    blocks_frame,
-    convergence_frame,
-    convergence_plot,
-    marginal_weights_frame,
-    marginal_weights_plot,
-    optimization_of,
-)
 from .serving import TableSlot
 from .session import Page, Session
 from .tasks import Task, build_lock
@@ -74,11 +45,10 @@ SIDES = ("left", "right")
 HEADER = """\
 ## Strategies
 
-A data-independent mechanism answers the workload from noisy answers to its
-**strategy** queries ``A`` (HDMM Fig. 1): each row of the first heatmap is one
-query measured with noise, each column one cell of the histogram.  The error
-of every workload answer depends on ``A`` only through its sensitivity (the
-largest column norm: L1 for Laplace, L2 for Gaussian) and its Gram matrix
+A data-independent mechanism answers the workload from noisy answers to its **strategy** queries
+``A`` (HDMM Fig. 1): each row of the first heatmap is one query measured with noise, each column
+one cell of the histogram.  The error of every workload answer depends on ``A`` only through its
+sensitivity (the largest column norm: L1 for Laplace, L2 for Gaussian) and its Gram matrix
 ``AᵀA`` (second heatmap).  Pick two mechanisms to compare them.
 """
 
@@ -114,30 +84,23 @@ class StrategyInfo:
 
 def heatmap_element(h: Heatmap, size: int = 300) -> hv.Image:
     """hv.Image of a heatmap in matrix orientation (row 0 at the top), in the matrix's own units."""
-    rows, cols = h.shape
-    arr = h.array
+    (rows, cols), arr = h.shape, h.array
     neg = bool(np.nanmin(arr) < 0)
     top = float(np.nanmax(np.abs(arr))) or 1.0
     ydim = "row" if h.kind == "A" else "cell "
-    img = hv.Image(arr[::-1], bounds=(0, 0, cols, rows),
-                   kdims=[hv.Dimension("cell"), hv.Dimension(ydim)], vdims=["value"])
-    return img.opts(
+    return hv.Image(arr[::-1], bounds=(0, 0, cols, rows), kdims=["cell", ydim],
+                    vdims=["value"]).opts(
         invert_yaxis=True, cmap="RdBu_r" if neg else "Blues",
         clim=(-top, top) if neg else (0, top), colorbar=True, tools=["hover"],
         title=h.title, frame_width=size, frame_height=size, shared_axes=False,
         fontsize={"title": "9pt"})
 
 
-# ---------------------------------------------------------------- the page
 class StrategyView(Page, pn.viewable.Viewer):
     """Two strategies for ``session.workload`` side by side: heatmaps of A and AᵀA, figures.
 
-    Parameters
-    ----------
-    session : Session, optional
-        Shared state (a new one if omitted).
-    background : bool
-        Build in a worker thread (default); ``False`` builds in the caller's thread.
+    ``session``: shared state (a new one if omitted); ``background=False`` builds in the
+    caller's thread.
     """
 
     left = param.String(default="h2", doc="Registry name of the left strategy.")
@@ -164,11 +127,10 @@ class StrategyView(Page, pn.viewable.Viewer):
     def __init__(self, session: Session | None = None, background: bool = True, **params):
         self._setup_page(session, background)  # session, lock, tasks, tab gate
         self._tokens = {s: 0 for s in SIDES}
-        #: The build of each side (a task of the page), None before the first.
         self._tasks: dict[str, Task | None] = {s: None for s in SIDES}
         self._panes: dict = {}
-        #: Progress of the optimiser building each side (fed by dpexplorer.core.optimization.report).
-        self.progress = {s: OptimizationProgress() for s in SIDES}
+        #: Progress of the optimiser building each side.
+        self.progress = {s: ov.OptimizationProgress() for s in SIDES}
         super().__init__(**params)
         names = self.mechanisms()
         for side, fallback in zip(SIDES, (names[:1], names[1:2] or names[:1]), strict=True):
@@ -187,8 +149,7 @@ class StrategyView(Page, pn.viewable.Viewer):
 
     def cancel(self, side: str) -> None:
         """Stop the optimisation building ``side`` ('Build again', :meth:`update`, restarts it)."""
-        task = self._tasks[side]
-        if task is not None:
+        if (task := self._tasks[side]) is not None:
             task.cancel()
 
     def stop(self) -> None:
@@ -214,9 +175,10 @@ class StrategyView(Page, pn.viewable.Viewer):
                 W = self.session.workload
                 if structured_1d(W) and W.n > self.max_cells:
                     raise ValueError(
-                        f"the workload is too large for this page: it draws strategies over at most "
-                        f"{self.max_cells:,} cells and the workload has {W.n:,}; compare its mechanisms on the Compare page, or set "
-                        f"a smaller domain size on the Workload page")
+                        f"the workload is too large for this page: it draws strategies over at "
+                        f"most {self.max_cells:,} cells and the workload has {W.n:,}; compare its "
+                        f"mechanisms on the Compare page, or set a smaller domain size on the "
+                        f"Workload page")
                 W = check_workload(W, self.max_cells)
                 noise = self.session.noise_model()
             except ValueError as exc:
@@ -246,8 +208,7 @@ class StrategyView(Page, pn.viewable.Viewer):
     _pixels = None
 
     def _build(self, task: Task, side, token, W, noise, name, max_pixels) -> None:
-        """The build of one side (a task): build (or look up) the strategy and everything
-        drawn of it; its progress, status and result are posted to the page."""
+        """Build (or look up) one side's strategy and what is drawn of it; post the result."""
         post = task.post
         try:
             mech = dpx.registry.get(name)
@@ -260,7 +221,7 @@ class StrategyView(Page, pn.viewable.Viewer):
         cache = self.session.cache
         progress = self.progress[side]
         post(lambda: progress.begin(token, mech.label))
-        relay = ProgressRelay(post, lambda *a: progress.update(token, *a),
+        relay = ov.ProgressRelay(post, lambda *a: progress.update(token, *a),
                               stop=lambda: token != self._tokens[side] or task.cancel_requested)
         try:
             if mech.data_dependent:
@@ -278,36 +239,33 @@ class StrategyView(Page, pn.viewable.Viewer):
             info.A, info.unit_tse, info.seconds, info.note = A, unit, seconds, note
             if A is not None:
                 self._status(post, side, token, f"Drawing {mech.label}…")
-                info.rows = A.m
-                info.sensitivity_l1 = A.sensitivity(1)
-                info.sensitivity_l2 = A.sensitivity(2)
+                info.rows, info.sensitivity_l1, info.sensitivity_l2 = (
+                    A.m, A.sensitivity(1), A.sensitivity(2))
                 info.heatmaps = heatmaps(A, max_pixels)
-                info.optimization = optimization_of(A)
+                info.optimization = ov.optimization_of(A)
                 if info.optimization is not None:
                     with build_lock(cache, ("svdb", W)):
                         info.svdb = cache.svdb(W)
                 if getattr(A, "theta", None) is not None:
                     names = getattr(W, "attributes", None)
-                    info.marginal_weights = marginal_weights_frame(A, names)
+                    info.marginal_weights = ov.marginal_weights_frame(A, names)
                 if getattr(A, "blocks", None) is not None and kronecker_factors(A) is None:
-                    info.blocks = blocks_frame(A)
-        except Cancelled:
+                    info.blocks = ov.blocks_frame(A)
+        except ov.Cancelled:
             if token != self._tokens[side]:
                 post(lambda: progress.end(token))
                 return  # superseded: a newer build of this side runs
-            error = f"{mech.label}: optimisation cancelled; press 'Build again' to rebuild it"
-            info.error = error
+            error = info.error = (
+                f"{mech.label}: optimisation cancelled; press 'Build again' to rebuild it")
         except Exception as exc:  # noqa: BLE001 - shown in the page, never a traceback
             if not isinstance(exc, ValueError):
                 log.exception("strategy %s failed", name)
-            error = f"{mech.label}: {_message(exc)}"
-            info.error = error
+            error = info.error = f"{mech.label}: {_message(exc)}"
         post(lambda: progress.end(token))
         post(lambda: self._done(side, token, info, error))
 
     def _status(self, post, side, token, text) -> None:
-        """Post the status line of ``side``: dropped if a newer build of the side started or
-        this one is already shown (posted callbacks are not always run in order)."""
+        """Post the status line of ``side``, unless superseded or shown (posts may reorder)."""
         def show():
             if token == self._tokens[side] and getattr(self, f"{side}_busy"):
                 self._set(**{f"{side}_status": text})
@@ -372,62 +330,49 @@ class StrategyView(Page, pn.viewable.Viewer):
         return text
 
     def plot(self, side: str):
-        """hv.Layout of what is drawn on ``side``, or None.
+        """hv.Layout (one column) of the convergence, the marginal weights, then the heatmaps
+        (A and AᵀA, per factor, per block) of ``side``, or None.  One Layout: separate
+        HoloViews panes next to the heatmaps upset the Bokeh layout (Panel 1.9)."""
+        return self.heatmaps_plot(side, [self.convergence(side), self.marginals_plot(side)])
 
-        The convergence plot (optimised strategies) and the marginal weights
-        (marginal strategies) first, then the heatmaps (A and AᵀA, per factor,
-        per block).  One Layout: separate HoloViews panes added next to the
-        heatmaps upset the Bokeh layout of the column (Panel 1.9).
-        """
-        info = self.info(side)
-        if info is None:
-            return None
-        parts = [p for p in (self.convergence(side), self.marginals_plot(side)) if p is not None]
-        parts += [heatmap_element(h, size=320) for h in info.heatmaps if h.array is not None]
-        if not parts:
-            return None
-        # one column: two sides of two heatmaps with colorbars do not fit a page's width
-        return hv.Layout(parts).cols(1).opts(shared_axes=False)
-
-    def heatmaps_plot(self, side: str):
+    def heatmaps_plot(self, side: str, first=()):
         """The heatmaps of ``side``'s strategy (A and AᵀA, per factor, per block), or None."""
         info = self.info(side)
         if info is None:
             return None
-        parts = [heatmap_element(h, size=320) for h in info.heatmaps if h.array is not None]
+        parts = [p for p in first if p is not None]
+        parts += [heatmap_element(h, size=320) for h in info.heatmaps if h.array is not None]
         return hv.Layout(parts).cols(1).opts(shared_axes=False) if parts else None
+
+    def _optimised(self, side: str) -> StrategyInfo | None:
+        info = self.info(side)
+        ok = info is not None and info.optimization is not None and info.A is not None
+        return info if ok else None
 
     def convergence(self, side: str):
         """The convergence plot of the optimiser behind ``side`` (hv.Overlay), or None."""
-        info = self.info(side)
-        if info is None or info.optimization is None or info.A is None:
-            return None
-        return convergence_plot(info.optimization, info.svdb)
+        info = self._optimised(side)
+        return ov.convergence_plot(info.optimization, info.svdb) if info else None
 
     def convergence_data(self, side: str):
         """``(trace, restarts)`` frames drawn by :meth:`convergence`, or None."""
-        info = self.info(side)
-        if info is None or info.optimization is None or info.A is None:
-            return None
-        return convergence_frame(info.optimization)
+        info = self._optimised(side)
+        return ov.convergence_frame(info.optimization) if info else None
 
     def marginals_plot(self, side: str):
         """Bars of the marginal weights θ of ``side`` (marginal strategies), or None."""
         info = self.info(side)
         if info is None or info.marginal_weights is None or not len(info.marginal_weights):
             return None
-        return marginal_weights_plot(info.marginal_weights)
+        return ov.marginal_weights_plot(info.marginal_weights)
 
     def messages(self, side: str) -> str:
         info = self.info(side)
-        if info is None:
-            return ""
-        return "\n\n".join(h.message for h in info.heatmaps if h.message)
+        return "" if info is None else "\n\n".join(h.message for h in info.heatmaps if h.message)
 
     def _refresh_text(self) -> None:
         for side in SIDES:
-            pane = self._panes.get(f"{side}_stats")
-            if pane is not None:
+            if (pane := self._panes.get(f"{side}_stats")) is not None:
                 pane.object = self.stats(side)
 
     def _column(self, side: str) -> pn.Column:
@@ -435,38 +380,26 @@ class StrategyView(Page, pn.viewable.Viewer):
         select = pn.widgets.Select(options=options, value=getattr(self, side), width=240,
                                    **{_LABEL: f"{side.capitalize()} strategy"})
         select.link(self, value=side, bidirectional=True)
-        rebuild = pn.widgets.Button(**{_LABEL: "Build again"}, width=120,
-                                    visible=bool(self.info(side) and self.info(side).error))
+        rebuild = pn.widgets.Button(**{_LABEL: "Build again"}, width=120)
         rebuild.on_click(lambda e: self.update(side))
         progress = self.progress[side].panel(cancel=lambda: self.cancel(side), gate=self.gate)
         # widgets follow the page's state through the gate: nothing changes while hidden
         shown = self.gate.mirror(self, [f"{side}_status", f"{side}_busy"])
         status = pn.pane.Markdown(shown.param[f"{side}_status"], sizing_mode="stretch_width")
-        stats = pn.pane.Markdown(self.stats(side), sizing_mode="stretch_width")
-        note = pn.pane.Alert(self.messages(side), alert_type="info",
-                             visible=bool(self.messages(side)), sizing_mode="stretch_width")
-        blocks = self.info(side).blocks if self.info(side) is not None else None
+        stats = pn.pane.Markdown(sizing_mode="stretch_width")
+        note = pn.pane.Alert(alert_type="info", sizing_mode="stretch_width")
         btable = TableSlot(lambda frame: pn.widgets.Tabulator(
             frame, disabled=True, show_index=False, sizing_mode="stretch_width",
-            layout="fit_data_table", height=200),
-            blocks if blocks is not None else pd.DataFrame(), visible=blocks is not None)
+            layout="fit_data_table", height=200), pd.DataFrame())
         # visibility toggles on a wrapping Column: toggling a rendered HoloViews pane's own
         # `visible` raises in Panel 1.9 (its Bokeh stylesheets are re-validated as strings)
-        plot = self.plot(side)
-        pane = pn.pane.HoloViews(plot, linked_axes=False)
-        exports = {
-            "convergence": lambda: self.convergence(side),
-            "marginal-weights": lambda: self.marginals_plot(side),
-            "heatmaps": lambda: self.heatmaps_plot(side)}
-        exports = {name: FigureExport("strategy", f"{side}-{name}", make,
-                                      report=self.session.report, into=self.exports)
-                   for name, make in exports.items()}
-
-        def show_exports():
-            for exp in exports.values():
-                exp.show(exp.make() is not None)
-        show_exports()
-        box = pn.Column(pane, *exports.values(), visible=plot is not None)
+        pane = pn.pane.HoloViews(None, linked_axes=False)
+        makes = {"convergence": lambda: self.convergence(side),
+                 "marginal-weights": lambda: self.marginals_plot(side),
+                 "heatmaps": lambda: self.heatmaps_plot(side)}
+        exports = [FigureExport("strategy", f"{side}-{name}", make, report=self.session.report,
+                                into=self.exports) for name, make in makes.items()]
+        box = pn.Column(pane, *exports)
 
         def redraw(*_):
             # no pn.io.hold: a plot replaced twice in one held message leaves the browser a
@@ -482,16 +415,16 @@ class StrategyView(Page, pn.viewable.Viewer):
             rebuild.visible = bool(info is not None and info.error)
             p = self.plot(side)
             pane.object, box.visible = p, p is not None
-            show_exports()
+            for exp in exports:
+                exp.show(exp.make() is not None)
+        redraw()
         # a hidden page keeps its redraws until shown (dpexplorer.ui.serving)
         self.param.watch(lambda *_: self.gate.run(side, redraw), [f"{side}_info"])
         self.param.watch(lambda *_: self.gate.run(f"{side}_stats", lambda: setattr(
             stats, "object", self.stats(side))), f"{side}_busy")
-        self._panes.update({f"{side}_stats": stats, f"{side}_plot": pane,
-                            f"{side}_select": select, f"{side}_note": note,
-                            f"{side}_plot_box": box,
-                            f"{side}_blocks": btable, f"{side}_progress": progress,
-                            f"{side}_rebuild": rebuild})
+        panes = {"stats": stats, "plot": pane, "select": select, "note": note, "plot_box": box,
+                 "blocks": btable, "progress": progress, "rebuild": rebuild}
+        self._panes.update({f"{side}_{k}": v for k, v in panes.items()})
         body = pn.Column(stats, note, btable, box,
                          loading=shown.param[f"{side}_busy"], sizing_mode="stretch_width")
         # the progress stays outside the loading overlay so that it can be seen (and cancelled)
@@ -499,16 +432,8 @@ class StrategyView(Page, pn.viewable.Viewer):
                          sizing_mode="stretch_width")
 
     def panel(self) -> pn.Column:
-        """The page's layout (built once).
-
-        Built under the page's lock, which every update of the page's state
-        takes (:meth:`update`, the builds' posted results, the gate's deferred
-        redraws): each side's widgets are drawn from its state and then watch
-        it, and a build finishing in between would change the state unseen.
-        The page is built when its tab is first opened, while the strategies
-        of its first :meth:`update` are being built: an instant strategy (H2)
-        finished between the two, and its side showed "Building…" for good.
-        """
+        """The page's layout (built once), under the page's lock: a build finishing between
+        drawing a side from its state and watching it would leave it "Building…" for good."""
         with self._lock:
             if "root" not in self._panes:
                 self.exports: dict = {}

@@ -1,42 +1,14 @@
 """SumsView: the "Sum queries" page (Wu, Pujol, Kotsogiannis, Machanavajjhala 2019).
 
-Sum queries ("total sales of the orders worth at most t") over a numerical
-attribute have a sensitivity as large as the largest value.  The page runs
-the paper's five mechanisms (:mod:`dpexplorer.sums`: SQM, Identity,
-Workload, TiMM, TaMM) on a bucketed attribute and shows
-
-* the threshold ``τ`` chosen by SVT in the trials (or the one given, or none);
-* the noisy answers of every mechanism against the truth, mean and 5–95 %
-  band over the trials (paper Figs. 2–3);
-* the relative error ``|ŷ − y| / max(y, γ)`` per query in log scale, without
-  and with isotonic regression (Fig. 4), and a small/large query table;
-* the analytic bias², variance and total error of a mechanism as ``τ`` moves,
-  with the SVT thresholds and the best ``τ`` (computed from the data: not
-  private) marked.
-
-The trials are a **simulation** (``mode = "simulation"``, seeds from the
-session's seed) on Superstore Sales and Profit from bokeh-sampledata, the
-DPBench INCOME histogram, or an uploaded CSV column: they spend from
-throwaway ledgers and never from a budget, since their tables hold the true
-sums.  **Release** makes one real release of one mechanism
-(:func:`dpexplorer.sums.run` with ``rng=dpx.OS_CSPRNG``: ``mode =
-"release"``, no seed, nothing private in the result), charged to the ledger
-of the dataset the attribute's records belong to (Sales and Profit are two
-columns of the same Superstore orders: one ledger, the Release page's
-``superstore``), as the Release page charges ``session.ledger``; the whole
-run (SVT and answers) is checked against that budget before anything is
-drawn.  A release needs public buckets (equal-width over a public domain, or
-your edges) and a τ that is declared public or found by SVT.  The session
-gives ε and the seed; the sum mechanisms are ε-DP with Laplace noise (with
-Gaussian selected in the sidebar, Laplace is used and δ ignored).
-
-The numbers (the trials, the τ curve, the size table, the winners) come from
-:mod:`dpexplorer.sums.study`, tested without Panel; this module holds the
-controls, the plots and their bindings.
-
-Work runs in a worker thread (progress bar, ``loading`` on the results);
-bad input is reported with ``session.report`` (a notification) and the last
-result stays.  Driven without a browser::
+Runs the five mechanisms of :mod:`dpexplorer.sums` (SQM, Identity, Workload, TiMM, TaMM) on
+a bucketed numerical attribute: the trials' thresholds τ, the noisy answers against the
+truth (paper Figs. 2–3), the relative error ``|ŷ − y| / max(y, γ)`` without and with
+isotonic regression (Fig. 4), a small/large query table, and one mechanism's analytic
+bias² and variance against τ.  **Run simulation** runs seeded trials on public data, each
+from a throwaway ledger; **Release** makes one release from ``dpx.OS_CSPRNG``, charged to
+the ledger of the dataset whose records are summed (it needs public buckets and a public
+or SVT τ).  The mechanisms are ε-DP with Laplace noise.  The numbers come from
+:mod:`dpexplorer.sums.study`, tested without Panel.  Driven without a browser::
 
     view = SumsView(session)
     view.trials = 20
@@ -74,7 +46,7 @@ from .exports import FigureExport
 from .serving import COLOR as _BUTTON
 from .serving import LABEL as _LABEL
 from .serving import LazyCard, TableSlot
-from .session import Page, Session, error_alert, side_by_side
+from .session import Page, Session, side_by_side
 from .session import exception_message as _message
 from .tasks import percent
 from .uploads import Upload
@@ -99,8 +71,7 @@ COLORS = {"sqm": "#8c564b", "identity": "#1f77b4", "workload": "#ff7f0e", "timm"
 
 #: Smallest relative error drawn on the log axis.
 _LOG_FLOOR = 1e-6
-#: x ticks of the answer and error panels: about 5 labels, slanted, so that thresholds such as
-#: 15000 and 20000 do not run together in a third of the page's width.
+#: x ticks of the answer and error panels: about 5, slanted (so 15000 and 20000 stay apart).
 _X_TICKS = {"xticks": 5, "xrotation": 30}
 
 HEADER = """\
@@ -137,6 +108,26 @@ TAU_HELP = ("svt: τ chosen privately from geometrically growing candidates θ�
             "public (no ε: choose it without looking at the records); none: no truncation.")
 
 
+#: Read-only outputs.
+_OUT = {"constant": True, "precedence": -1}
+
+#: Notes under the attribute selector.
+ATTRIBUTE_NOTES = {
+    "Superstore Profit": "*1871 orders have a negative profit: tick the shift to sum profit + 6600 USD.*",
+    "DPBench INCOME": ("*A fixed histogram of 4096 buckets in bucket units (bucketing options do not "
+                       "apply); TaMM re-optimises its strategy for every τ, so a run takes about a "
+                       "minute.*")}
+
+
+def _positive(value, empty: str, bad: str) -> float:
+    """``value`` as a positive finite float; ValueError ``empty`` if it is None, ``bad`` if not positive."""
+    if value is None:
+        raise ValueError(empty)
+    if not (math.isfinite(float(value)) and float(value) > 0):
+        raise ValueError(f"{bad}, got {value!r}")
+    return float(value)
+
+
 class SumsView(Page, pn.viewable.Viewer):
     """The "Sum queries" page around one :class:`~dpexplorer.ui.session.Session`.
 
@@ -154,8 +145,7 @@ class SumsView(Page, pn.viewable.Viewer):
     shift_negative = param.Boolean(default=False, doc=SHIFT_HELP)
     bucketing = param.Selector(default="equal_width", objects=["equal_width", "quantile", "edges"],
                                doc=BUCKETING_HELP)
-    bins = param.Integer(default=512, allow_None=True,
-                         doc="Number of buckets (equal-width or quantile), 2 .. 4096.")
+    bins = param.Integer(512, allow_None=True, doc="Number of buckets (equal-width or quantile), 2 .. 4096.")
     edges_text = param.String(default="", doc="Your bucket edges, comma-separated, strictly increasing.")
     value_kind = param.Selector(default="upper", objects=list(datasets.BUCKET_VALUE_KINDS), doc=VALUE_HELP)
     # -------------------------------------------------------- workload
@@ -168,11 +158,10 @@ class SumsView(Page, pn.viewable.Viewer):
     # -------------------------------------------------------- threshold
     tau_mode = param.Selector(default="svt", objects=list(sums.THRESHOLD_MODES), doc=TAU_HELP)
     tau = param.Number(default=2000.0, allow_None=True, doc="τ for tau_mode = user (attribute units, > 0).")
-    alpha = param.Number(default=SVTParams().alpha, allow_None=True,
-                         doc="SVT: share α of ε spent on τ (0 < α < 1).")
-    rho = param.Number(default=SVTParams().rho, allow_None=True,
+    alpha = param.Number(SVTParams().alpha, allow_None=True, doc="SVT: share α of ε spent on τ (0 < α < 1).")
+    rho = param.Number(SVTParams().rho, allow_None=True,
                        doc="SVT: share ρ of records kept untruncated (0 < ρ < 1).")
-    r = param.Number(default=SVTParams().r, allow_None=True, doc="SVT: growth r > 1 of the candidates θ₀·rᵏ.")
+    r = param.Number(SVTParams().r, allow_None=True, doc="SVT: growth r > 1 of the candidates θ₀·rᵏ.")
     theta0 = param.Number(default=None, allow_None=True, doc="""
         SVT: first candidate θ₀ > 0 (empty: the smallest positive bucket value).""")
     # -------------------------------------------------------- mechanisms
@@ -186,21 +175,23 @@ class SumsView(Page, pn.viewable.Viewer):
     release_mechanism = param.Selector(default="tamm", objects=list(sums.MECHANISMS), doc="""
         Mechanism of a release (one run, charged to the dataset's ledger).""")
     # -------------------------------------------------------- outputs
-    last_release = param.ClassSelector(class_=sums.SumRelease, default=None, allow_None=True,
-                                       constant=True, precedence=-1,
+    last_release = param.ClassSelector(class_=sums.SumRelease, **_OUT,
                                        doc="The last release (mode 'release'; nothing private in it).")
-    result = param.ClassSelector(class_=SumsResult, default=None, allow_None=True, constant=True,
-                                 precedence=-1, doc="The last successful simulation (kept on errors).")
-    busy = param.Boolean(default=False, constant=True, precedence=-1)
-    progress = param.Integer(default=0, bounds=(0, None), constant=True, precedence=-1)
-    progress_total = param.Integer(default=1, bounds=(1, None), constant=True, precedence=-1)
-    error = param.String(default="", constant=True, precedence=-1,
-                         doc="Message of the last failed action ('' after a success).")
+    result = param.ClassSelector(class_=SumsResult, **_OUT, doc="The last simulation (kept on errors).")
+    busy = param.Boolean(False, **_OUT)
+    progress = param.Integer(0, bounds=(0, None), **_OUT)
+    progress_total = param.Integer(1, bounds=(1, None), **_OUT)
+    error = param.String("", **_OUT, doc="Message of the last failed action ('' after a success).")
+
+    #: Allowed range of the integer controls (checked when a run starts, reported on the page).
+    LIMITS = {"bins": ("number of buckets", 2, 4096), "queries": ("number of queries m", 1, 2000),
+              "trials": ("number of trials", 1, 500)}
+    #: Columns of :meth:`sizes_table`.
+    SIZE_COLUMNS = study.SIZE_COLUMNS
 
     def __init__(self, session: Session | None = None, background: bool = True, **params):
         self._setup_page(session, background)  # session, lock, tasks, tab gate
-        self._uploads: dict[str, np.ndarray] = {}
-        self._upload_files: dict[str, str] = {}  # attribute -> the uploaded file's name
+        self._uploads: dict[str, tuple[np.ndarray, str]] = {}  # attribute -> (values, file name)
         self._csv: tuple[str, pd.DataFrame] | None = None
         self._attr_cache: dict = {}
         self._layout = None
@@ -216,13 +207,11 @@ class SumsView(Page, pn.viewable.Viewer):
     # ================================================================ inputs
     def _dpbench_dir(self):
         folder = str(getattr(self.session, "dpbench_dir", "") or "").strip()
-        if folder:
-            return folder
-        d = datasets.default_dpbench_dir()
-        return str(d) if d is not None else None
+        d = folder or datasets.default_dpbench_dir()
+        return None if d is None else str(d)
 
     def _refresh_attributes(self) -> None:
-        names = ["Superstore Sales", "Superstore Profit"]
+        names = list(ATTRIBUTES)[:2]
         d = self._dpbench_dir()
         if d is not None and (Path(d) / "1D" / "INCOME.n4096.npy").is_file():
             names.append("DPBench INCOME")
@@ -230,10 +219,6 @@ class SumsView(Page, pn.viewable.Viewer):
         self.param.attribute.objects = names
         if self.attribute not in names:
             self.attribute = names[0]
-
-    #: Allowed range of the integer controls (checked when a run starts, reported on the page).
-    LIMITS = {"bins": ("number of buckets", 2, 4096), "queries": ("number of queries m", 1, 2000),
-              "trials": ("number of trials", 1, 500)}
 
     def _integer(self, name: str) -> int:
         """The integer control ``name`` checked against :attr:`LIMITS` (ValueError if empty or outside)."""
@@ -264,10 +249,9 @@ class SumsView(Page, pn.viewable.Viewer):
         if not text:
             raise ValueError("bucketing 'edges' needs your bucket edges, e.g. 0, 50, 100, 500, 23040")
         try:
-            edges = [float(t) for t in text.replace(";", ",").split(",") if t.strip()]
+            return [float(t) for t in text.replace(";", ",").split(",") if t.strip()]
         except ValueError:
             raise ValueError(f"bucket edges must be numbers separated by commas, got {text!r}") from None
-        return edges
 
     def load_attribute(self) -> NumericalAttribute:
         """The selected attribute, bucketed as the controls say (cached).
@@ -292,10 +276,8 @@ class SumsView(Page, pn.viewable.Viewer):
         elif name == "DPBench INCOME":
             attr = datasets.dpbench_income(self._dpbench_dir())
         elif name in self._uploads:
-            values = self._uploads[name]
-            shift = 0.0
-            if self.shift_negative and values.min() < 0:
-                shift = -float(values.min())
+            values = self._uploads[name][0]
+            shift = -float(values.min()) if self.shift_negative and values.min() < 0 else 0.0
             attr = datasets.numerical_attribute(values, bins, method, name=name, shift=shift,
                                                 description=f"uploaded column {name!r}")
         else:
@@ -323,63 +305,55 @@ class SumsView(Page, pn.viewable.Viewer):
         return study.build_workload(attr.bucket_values(self.value_kind), self.workload_kind,
                                     self._integer("queries"), self.spacing)
 
-    @staticmethod
-    def curve_taus(workload: sums.SumWorkload) -> np.ndarray:
-        """Thresholds of the τ curve (:func:`dpexplorer.sums.study.curve_taus`)."""
-        return study.curve_taus(workload)
-
     def _snapshot(self) -> dict:
         """Everything a run needs, read now (so later control changes do not mix into it)."""
-        eps = float(self.session.epsilon)
         svt = self.svt_params() if self.tau_mode == "svt" else None
-        if self.tau_mode == "user":
-            tau = self.tau
-            if tau is None:
-                raise ValueError("the truncation threshold τ is empty: enter a positive finite number "
-                                 "(τ > 0) in attribute units")
-            if not (math.isfinite(float(tau)) and float(tau) > 0):
-                raise ValueError(f"the truncation threshold τ must be a positive finite number "
-                                 f"(τ > 0), got {tau!r}")
-        if self.gamma is None:
-            raise ValueError("γ of the relative error is empty: enter a positive number (γ > 0)")
-        if not (math.isfinite(float(self.gamma)) and self.gamma > 0):
-            raise ValueError(f"γ must be a positive number, got {self.gamma!r}")
-        trials = self._integer("trials")
-        notes = []
-        if self.session.noise != "Laplace":
-            notes.append("The sum mechanisms are ε-DP with Laplace noise: Laplace(ε) was used, δ ignored.")
-        return dict(epsilon=eps, seed=int(self.session.seed), svt=svt, tau_mode=self.tau_mode,
-                    tau=float(self.tau) if self.tau_mode == "user" else None, strategy=self.strategy,
-                    trials=trials, gamma=float(self.gamma), notes=notes, value_kind=self.value_kind,
-                    spacing=self.spacing)
+        tau = None if self.tau_mode != "user" else _positive(
+            self.tau, "the truncation threshold τ is empty: enter a positive finite number (τ > 0) in "
+            "attribute units", "the truncation threshold τ must be a positive finite number (τ > 0)")
+        gamma = _positive(self.gamma, "γ of the relative error is empty: enter a positive number (γ > 0)",
+                          "γ must be a positive number")
+        notes = [] if self.session.noise == "Laplace" else [
+            "The sum mechanisms are ε-DP with Laplace noise: Laplace(ε) was used, δ ignored."]
+        return dict(epsilon=float(self.session.epsilon), seed=int(self.session.seed), svt=svt,
+                    tau_mode=self.tau_mode, tau=tau, strategy=self.strategy,
+                    trials=self._integer("trials"), gamma=gamma, notes=notes,
+                    value_kind=self.value_kind, spacing=self.spacing)
 
     # ================================================================ running
-    def run(self) -> bool:
-        """Start a simulation (returns ``False``, with a message, if it cannot start)."""
+    def _start(self, job, busy: str, release: bool = False) -> bool:
+        """Check the inputs and start ``job(post, attr, workload, snapshot)`` (``False`` if refused)."""
         with self._lock:
             if self.busy:
-                self._fail("a simulation is already running; wait for it to finish")
-                return False
+                return self._fail(busy)
             try:
-                snap = self._snapshot()
-                attr = self.load_attribute()
+                snap, attr = self._snapshot(), self.load_attribute()
+                if release and (attr.private_edges or (self.attribute in self._uploads and attr.shift)):
+                    raise ValueError(
+                        "a release needs public buckets, but these bucket edges (or the shift) were "
+                        "read from the records (quantile bucketing, or a CSV column's min..max): "
+                        "choose equal_width on a Superstore attribute (its public domain) or give "
+                        "your own edges")
                 workload = self.build_workload(attr)
             except Exception as exc:  # noqa: BLE001 - reported, state kept
-                self._fail(_message(exc), exc)
-                return False
-            total = snap["trials"] + len(self.curve_taus(workload))
+                return self._fail(exc)
+            total = 1 if release else snap["trials"] + len(study.curve_taus(workload))
             self._set(busy=True, progress=0, progress_total=max(total, 1))
-        self._submit(self._job, attr, workload, snap)
+        self._submit(job, attr, workload, snap)
         return True
+
+    def run(self) -> bool:
+        """Start a simulation (returns ``False``, with a message, if it cannot start)."""
+        return self._start(self._job, "a simulation is already running; wait for it to finish")
 
     def _job(self, post, attr, workload, snap) -> None:
         """Worker: the trials, the summaries and the τ curve; results posted to the page."""
         try:
             result = self.simulate(attr, workload, snap, post)
         except Exception as exc:  # noqa: BLE001 - shown on the page, never a traceback
-            post(lambda exc=exc: self._finish(None, exc))  # bound now: `exc` is cleared after except
+            post(lambda exc=exc: self._done(exc))  # bound now: `exc` is cleared after except
             return
-        post(lambda: self._finish(result, None))
+        post(lambda: self._done(result=result, progress=self.progress_total))
 
     def simulate(self, attr, workload, snap, post=lambda cb: cb()) -> SumsResult:
         """The engine calls behind a run (:func:`dpexplorer.sums.study.simulate`), progress posted."""
@@ -391,20 +365,21 @@ class SumsView(Page, pn.viewable.Viewer):
             on_trial=lambda done, total: post(lambda: self._set(progress=done)),
             on_tau=lambda done, total: post(lambda: self._set(progress=trials + done)))
 
-    def _finish(self, result, exc) -> None:
+    def _done(self, exc: BaseException | None = None, spent: bool = False, **outputs) -> None:
+        """A job's end, on the page: its outputs, or its error (and the ledger shown, if ``spent``)."""
         self._set(busy=False)
+        if spent:
+            self.session.ledger_changed()
         if exc is not None:
-            self._fail(_message(exc), exc)
-            return
-        self._set(result=result, error="", progress=self.progress_total)
+            self._fail(exc)
+        else:
+            self._set(error="", **outputs)
 
     # ================================================================ releases
     def ledger_key(self) -> str:
         """Name of the dataset whose records the selected attribute sums (its ledger pays)."""
         name = self.attribute
-        if name in self._upload_files:
-            return f"upload: {self._upload_files[name]}"
-        return RECORDS.get(name, name)
+        return f"upload: {self._uploads[name][1]}" if name in self._uploads else RECORDS.get(name, name)
 
     def ledger(self) -> dpx.PrivacyLedger:
         """The ledger of :meth:`ledger_key` in the store every session shares
@@ -412,27 +387,8 @@ class SumsView(Page, pn.viewable.Viewer):
         return self.session.stored_ledger(self.ledger_key())
 
     def release(self) -> bool:
-        """Make one release of :attr:`release_mechanism`, charged to :meth:`ledger` (``False`` if it cannot start)."""
-        with self._lock:
-            if self.busy:
-                self._fail("a run is in progress; wait for it to finish")
-                return False
-            try:
-                snap = self._snapshot()
-                attr = self.load_attribute()
-                if attr.private_edges or (self.attribute in self._uploads and attr.shift):
-                    raise ValueError(
-                        "a release needs public buckets, but these bucket edges (or the shift) were "
-                        "read from the records (quantile bucketing, or a CSV column's min..max): "
-                        "choose equal_width on a Superstore attribute (its public domain) or give "
-                        "your own edges")
-                workload = self.build_workload(attr)
-            except Exception as exc:  # noqa: BLE001 - reported, state kept
-                self._fail(_message(exc), exc)
-                return False
-            self._set(busy=True, progress=0, progress_total=1)
-        self._submit(self._release_job, attr, workload, snap)
-        return True
+        """One release of :attr:`release_mechanism`, charged to :meth:`ledger` (``False`` if refused)."""
+        return self._start(self._release_job, "a run is in progress; wait for it to finish", release=True)
 
     def _release_job(self, post, attr, workload, snap) -> None:
         ledger = self.ledger()
@@ -445,18 +401,9 @@ class SumsView(Page, pn.viewable.Viewer):
                            dpx.OS_CSPRNG, threshold=thr, svt=snap["svt"], strategy=snap["strategy"],
                            isotonic=workload.is_prefix)
         except Exception as exc:  # noqa: BLE001 - shown on the page
-            post(lambda exc=exc: self._released(None, exc, len(ledger) != before))
+            post(lambda exc=exc: self._done(exc, spent=len(ledger) != before))
             return
-        post(lambda: self._released(rel, None, True))
-
-    def _released(self, rel, exc, spent: bool) -> None:
-        self._set(busy=False)
-        if spent:
-            self.session.ledger_changed()
-        if exc is not None:
-            self._fail(_message(exc), exc)
-            return
-        self._set(last_release=rel, error="", progress=1)
+        post(lambda: self._done(spent=True, last_release=rel, progress=1))
 
     def release_text(self) -> str:
         """Markdown: the mode, what the last release spent and the dataset's ledger."""
@@ -476,22 +423,22 @@ class SumsView(Page, pn.viewable.Viewer):
         """Mechanism, **Release** button, the mode and spend of the last release and its answers."""
         mech = pn.widgets.Select.from_param(self.param.release_mechanism, **{_LABEL: "Mechanism"},
                                             width=200)
-        button = pn.widgets.Button(**{_LABEL: "Release (spends ε)"}, **{_BUTTON: "danger"},
+        button = pn.widgets.Button(**{_LABEL: "Release (spends ε)", _BUTTON: "danger"},
                                    disabled=self.param.busy)
         button.on_click(lambda _: self.release())
-        text = pn.pane.Markdown(self.release_text(), sizing_mode="stretch_width")
+        p = self.param
+        text = pn.pane.Markdown(pn.bind(lambda *_: self.release_text(), p.last_release, p.release_mechanism,
+                                        p.attribute, self.session.param.ledger_version),
+                                sizing_mode="stretch_width")
         table = TableSlot(lambda frame: pn.widgets.Tabulator(
             frame, show_index=False, disabled=True, sizing_mode="stretch_width",
             layout="fit_data_stretch"), pd.DataFrame(), visible=False)
 
-        def redraw(*_):
-            text.object = self.release_text()
+        def show(*_):
             if self.last_release is not None:
                 table.show(self.last_release.to_frame())
                 table.visible = True
-        self.param.watch(redraw, ["last_release", "release_mechanism", "attribute"])
-        self.session.param.watch(lambda *_: setattr(text, "object", self.release_text()),
-                                 "ledger_version")
+        self.param.watch(show, ["last_release", "release_mechanism", "attribute"])
         return pn.Card(pn.Row(mech, button), text, table, title="Release (one run, spends ε)",
                        collapsed=True, sizing_mode="stretch_width")
 
@@ -509,7 +456,7 @@ class SumsView(Page, pn.viewable.Viewer):
             if not numeric:
                 raise ValueError(f"no numeric column among {list(df.columns)}")
         except Exception as exc:  # noqa: BLE001 - any parser error
-            self._fail(f"could not use {filename!r}: {_message(exc)}", exc)
+            self._fail(exc, f"could not use {filename!r}: ")
             return []
         self._csv = (filename, df)
         self._set(error="")
@@ -525,61 +472,57 @@ class SumsView(Page, pn.viewable.Viewer):
             if not np.isfinite(values).all():
                 raise ValueError(f"column {column!r} has infinite values")
             name = f"CSV {PurePath(filename).stem}: {column}"
-            self._uploads[name] = values
-            self._upload_files[name] = filename
+            self._uploads[name] = (values, filename)
             # the cache is keyed on the name: a re-upload under the same name must not reuse it
             for key in [k for k in self._attr_cache if k[0] == name]:
                 del self._attr_cache[key]
             self._refresh_attributes()
             self.attribute = name
         except Exception as exc:  # noqa: BLE001
-            self._fail(_message(exc), exc)
-            return False
+            return self._fail(exc)
         self._set(error="")
         return True
 
-    # ================================================================ state
-    def _set(self, **values) -> None:
-        with param.edit_constant(self):
-            self.param.update(**values)
+    #: Errors reported in their own words; others are logged and named by their type.
+    _EXPECTED = (ValueError, KeyError, RuntimeError, ImportError, FileNotFoundError)
 
-    def _fail(self, message: str, exc: BaseException | None = None) -> None:
-        if exc is not None and not isinstance(exc, (ValueError, KeyError, RuntimeError, ImportError,
-                                                    FileNotFoundError)):
+    def _fail(self, exc: BaseException | str, prefix: str = "") -> bool:
+        """Show ``exc`` (or a message) on the page and as a notification; returns ``False``."""
+        message = exc if isinstance(exc, str) else prefix + _message(exc)
+        if not isinstance(exc, (str, *self._EXPECTED)):
             log.error("SumsView action failed", exc_info=exc)
             message = f"{type(exc).__name__}: {message}"
         self._set(error=message)
         self.session.report(message)
+        return False
 
     # ================================================================ plots
     def _x(self, res: SumsResult):
-        S = res.workload
-        if S.thresholds is not None:
-            return "threshold", f"query threshold t ({res.attribute.unit or 'value'})"
-        return "query", "query"
+        if res.workload.thresholds is not None:
+            return hv.Dimension("threshold", label=f"query threshold t ({res.attribute.unit or 'value'})")
+        return hv.Dimension("query", label="query")
+
+    @staticmethod
+    def _per_mechanism(summ: pd.DataFrame):
+        """``(mechanism, its rows by query)`` for every mechanism with rows in ``summ``."""
+        for mech in sums.MECHANISMS:
+            s = summ[summ.mechanism == mech].sort_values("query")
+            if not s.empty:
+                yield mech, s
 
     def answers_plot(self, res: SumsResult | None = None):
-        """Noisy answers of every mechanism vs the truth: mean and 5–95 % band (paper Figs. 2–3).
-
-        An ``hv.Layout`` of one panel per mechanism (:meth:`answer_panels`).
-        """
-        panels = self.answer_panels(res)
-        return hv.Layout(panels).cols(3).opts(shared_axes=False)
+        """An ``hv.Layout`` of :meth:`answer_panels`: answers vs the truth (paper Figs. 2–3)."""
+        return hv.Layout(self.answer_panels(res)).cols(3).opts(shared_axes=False)
 
     def answer_panels(self, res: SumsResult | None = None) -> list:
         """One overlay per mechanism: 5–95 % band, mean answer and truth against the query threshold."""
         res = res or self.result
         if res is None:
             return [hv.Curve([]).opts(title="No simulation yet", responsive=True, height=250)]
-        xcol, xlabel = self._x(res)
+        kd = self._x(res)
         summ = res.summary[res.summary.isotonic == (self.show_isotonic and res.workload.is_prefix)]
         panels = []
-        logx = res.spacing == "geometric" and xcol == "threshold"
-        for mech in sums.MECHANISMS:
-            s = summ[summ.mechanism == mech].sort_values("query")
-            if s.empty:
-                continue
-            kd = hv.Dimension(xcol, label=xlabel)
+        for mech, s in self._per_mechanism(summ):
             band = hv.Area(s, kdims=[kd], vdims=["answer_q05", "answer_q95"], label="5–95 %").opts(
                 color=COLORS[mech], alpha=0.25, line_alpha=0)
             mean = hv.Curve(s, kdims=[kd], vdims=["answer_mean", "query"], label="mean answer").opts(
@@ -587,10 +530,10 @@ class SumsView(Page, pn.viewable.Viewer):
             truth = hv.Curve(s, kdims=[kd], vdims=["truth", "query"], label="truth").opts(
                 color="black", line_width=1.5, line_dash="dashed")
             first = mech == sums.MECHANISMS[0]
-            # the one legend goes under its panel, outside the plot (inside, it covered the
-            # curves of the narrow panel), so that panel is taller by the legend's row
+            # the one legend goes under its panel, outside the narrow plot: that panel is taller
             panels.append((band * mean * truth).opts(
-                title=f"{sums.LABELS[mech]}", responsive=True, height=250 + 40 * first, logx=logx,
+                title=f"{sums.LABELS[mech]}", responsive=True, height=250 + 40 * first,
+                logx=res.spacing == "geometric" and kd.name == "threshold",
                 ylabel=f"sum ({res.attribute.unit})", show_legend=first,
                 legend_position="bottom", legend_cols=3, **_X_TICKS))
         return panels
@@ -605,15 +548,10 @@ class SumsView(Page, pn.viewable.Viewer):
         if summ.empty:
             return hv.Curve([]).opts(
                 title=f"{title}: applies to prefix workloads only", responsive=True, height=320)
-        xcol, xlabel = self._x(res)
-        kd = hv.Dimension(xcol, label=xlabel)
+        kd = self._x(res)
         layers = []
-        for mech in sums.MECHANISMS:
-            s = summ[summ.mechanism == mech].sort_values("query").copy()
-            if s.empty:
-                continue
-            for c in ("rel_q05", "rel_median", "rel_q95", "rel_mean"):
-                s[c] = np.maximum(s[c], _LOG_FLOOR)
+        for mech, s in self._per_mechanism(summ):
+            s = s.assign(**s[["rel_q05", "rel_median", "rel_q95", "rel_mean"]].clip(lower=_LOG_FLOOR))
             layers.append(hv.Area(s, kdims=[kd], vdims=["rel_q05", "rel_q95"]).opts(
                 color=COLORS[mech], alpha=0.15, line_alpha=0))
             layers.append(hv.Curve(s, kdims=[kd], vdims=["rel_mean", "query", "rel_median"],
@@ -621,7 +559,7 @@ class SumsView(Page, pn.viewable.Viewer):
                                                                  tools=["hover"]))
         return hv.Overlay(layers).opts(
             title=title, responsive=True, height=340, logy=True,
-            logx=res.spacing == "geometric" and xcol == "threshold",
+            logx=res.spacing == "geometric" and kd.name == "threshold",
             ylabel="|ŷ − y| / max(y, γ)  (mean, 5–95 %)", legend_position="right", **_X_TICKS)
 
     def curve_plot(self, res: SumsResult | None = None):
@@ -634,14 +572,11 @@ class SumsView(Page, pn.viewable.Viewer):
         kd = hv.Dimension("tau", label=f"τ ({res.attribute.unit})")
         floor = max(float(c[["bias2", "variance", "total"]].to_numpy().max()) * 1e-12, 1e-300)
         c = c.assign(bias2_shown=np.maximum(c["bias2"], floor))
-        layers = [
-            hv.Curve(c, kdims=[kd], vdims=["bias2_shown"], label="bias² (from the data)").opts(
-                color="#9467bd", line_width=2),
-            hv.Curve(c, kdims=[kd], vdims=["variance"], label="variance (analytic)").opts(
-                color="#17becf", line_width=2),
-            hv.Curve(c, kdims=[kd], vdims=["total"], label="total = bias² + variance").opts(
-                color="black", line_width=2.5, tools=["hover"]),
-        ]
+        layers = [hv.Curve(c, kdims=[kd], vdims=[v], label=label).opts(color=color, line_width=2)
+                  for v, label, color in (("bias2_shown", "bias² (from the data)", "#9467bd"),
+                                          ("variance", "variance (analytic)", "#17becf"))]
+        layers.append(hv.Curve(c, kdims=[kd], vdims=["total"], label="total = bias² + variance").opts(
+            color="black", line_width=2.5, tools=["hover"]))
         best = c.loc[c["total"].idxmin()]
         layers.append(hv.Scatter([(best["tau"], best["total"])], kdims=[kd], vdims=["total"],
                                  label=f"best τ = {best['tau']:.4g} (not private)").opts(
@@ -650,22 +585,16 @@ class SumsView(Page, pn.viewable.Viewer):
             lo, med, hi = sums.tau_band(res.taus)
             if hi > lo:  # after the curves, which give the axes their labels
                 layers.append(hv.VSpan(lo, hi).opts(color="#d62728", alpha=0.12))
-            layers.append(hv.VLine(med).opts(color="#d62728", line_dash="dashed",
-                                                                    line_width=2))
+            layers.append(hv.VLine(med).opts(color="#d62728", line_dash="dashed", line_width=2))
         title = (f"{sums.LABELS[mech]}: mean squared error per query vs τ "
                  f"(answers with ε = {res.epsilon_answers:.3g}); red: τ of the trials")
         return hv.Overlay(layers).opts(title=title, responsive=True, height=340, logx=True, logy=True,
                                        ylabel="squared error per query", legend_position="bottom_right")
 
-    #: Columns of :meth:`sizes_table`.
-    SIZE_COLUMNS = study.SIZE_COLUMNS
-
     def sizes_table(self, res: SumsResult | None = None) -> pd.DataFrame:
         """Median and 5–95 % relative error of the smallest and largest 20 % of queries, per mechanism."""
         res = res or self.result
-        if res is None:
-            return pd.DataFrame(columns=self.SIZE_COLUMNS)
-        return study.sizes_table(res.sizes)
+        return pd.DataFrame(columns=self.SIZE_COLUMNS) if res is None else study.sizes_table(res.sizes)
 
     def summary_text(self, res: SumsResult | None = None) -> str:
         """Markdown: what ran, the thresholds, the winners."""
@@ -702,64 +631,48 @@ class SumsView(Page, pn.viewable.Viewer):
     def controls(self) -> pn.Column:
         """The sidebar: data, bucketing, workload, threshold τ and run widgets, plus the CSV upload."""
         w = pn.widgets
-        attr = w.Select.from_param(self.param.attribute, **{_LABEL: "Attribute"})
-        shift = w.Checkbox.from_param(self.param.shift_negative, **{_LABEL: "Shift negative values"})
-        bucketing = w.RadioButtonGroup.from_param(self.param.bucketing)
-        bins = w.IntInput.from_param(self.param.bins, **{_LABEL: "Buckets"}, start=self.LIMITS["bins"][1],
-                                    end=self.LIMITS["bins"][2])
-        edges = w.TextInput.from_param(self.param.edges_text, **{_LABEL: "Edges (for 'edges')"},
-                                       placeholder="0, 50, 100, 1000, 23040")
-        value = w.RadioButtonGroup.from_param(self.param.value_kind)
-        kind = w.RadioButtonGroup.from_param(self.param.workload_kind)
-        m = w.IntInput.from_param(self.param.queries, **{_LABEL: "Queries m"},
-                                 start=self.LIMITS["queries"][1], end=self.LIMITS["queries"][2])
-        spacing = w.RadioButtonGroup.from_param(self.param.spacing)
-        mode = w.RadioButtonGroup.from_param(self.param.tau_mode)
-        tau = w.FloatInput.from_param(self.param.tau, **{_LABEL: "τ (user)"})
-        alpha = w.FloatInput.from_param(self.param.alpha, step=0.05, **{_LABEL: "α (ε share for τ)"})
-        rho = w.FloatInput.from_param(self.param.rho, step=0.01, **{_LABEL: "ρ (kept share)"})
-        r = w.FloatInput.from_param(self.param.r, step=0.05, **{_LABEL: "r (growth)"})
-        theta0 = w.FloatInput.from_param(self.param.theta0, **{_LABEL: "θ₀ (empty: smallest value)"})
-        strategy = w.Select.from_param(self.param.strategy, **{_LABEL: "TiMM/TaMM strategy"})
-        trials = w.IntInput.from_param(self.param.trials, **{_LABEL: "Trials"},
-                                      start=self.LIMITS["trials"][1], end=self.LIMITS["trials"][2])
-        gamma = w.FloatInput.from_param(self.param.gamma, **{_LABEL: "γ (relative error)"})
-        run = w.Button(**{_LABEL: "Run simulation"}, **{_BUTTON: "primary"},
-                       disabled=self.param.busy)
+
+        def box(widget, name, label=None, **options):
+            if label:
+                options[_LABEL] = label
+            if name in self.LIMITS:
+                options.update(start=self.LIMITS[name][1], end=self.LIMITS[name][2])
+            return widget.from_param(self.param[name], **options)
+
+        run = w.Button(**{_LABEL: "Run simulation", _BUTTON: "primary"}, disabled=self.param.busy)
         run.on_click(lambda _: self.run())
         # the running task's progress, through the tab gate (nothing changes while hidden)
         shown = self.gate.mirror(self, ["busy", "progress", "progress_total"])
         progress = pn.indicators.Progress(
             value=pn.bind(percent, shown.param.progress, shown.param.progress_total), max=100,
             visible=shown.param.busy, sizing_mode="stretch_width")
-        svt_box = pn.Column(alpha, rho, r, theta0, visible=self.tau_mode == "svt")
-        self.param.watch(lambda e: (setattr(svt_box, "visible", e.new == "svt"),
-                                    setattr(tau, "visible", e.new == "user")), "tau_mode")
-        tau.visible = self.tau_mode == "user"
-        upload = self.upload_card()
-        note = pn.pane.Markdown(self._attribute_note(), sizing_mode="stretch_width")
-        self.param.watch(lambda *_: setattr(note, "object", self._attribute_note()), "attribute")
+        mode = self.param.tau_mode
+        svt_box = pn.Column(box(w.FloatInput, "alpha", "α (ε share for τ)", step=0.05),
+                            box(w.FloatInput, "rho", "ρ (kept share)", step=0.01),
+                            box(w.FloatInput, "r", "r (growth)", step=0.05),
+                            box(w.FloatInput, "theta0", "θ₀ (empty: smallest value)"),
+                            visible=pn.bind(lambda m: m == "svt", mode))
         return pn.Column(
-            pn.pane.Markdown("### Data"), attr, note, shift, pn.pane.Markdown("Buckets"), bucketing, bins,
-            edges,
-            pn.pane.Markdown("Bucket value"), value,
-            pn.pane.Markdown("### Workload"), kind, m, spacing,
-            pn.pane.Markdown("### Threshold τ"), mode, tau, svt_box,
-            pn.pane.Markdown("### Run"), strategy, trials, gamma, run, progress, upload, width=320)
-
-    def _attribute_note(self) -> str:
-        if self.attribute == "Superstore Profit":
-            return "*1871 orders have a negative profit: tick the shift to sum profit + 6600 USD.*"
-        if self.attribute == "DPBench INCOME":
-            return ("*A fixed histogram of 4096 buckets in bucket units (bucketing options do not "
-                    "apply); TaMM re-optimises its strategy for every τ, so a run takes about a "
-                    "minute.*")
-        return ""
+            pn.pane.Markdown("### Data"), box(w.Select, "attribute", "Attribute"),
+            pn.pane.Markdown(pn.bind(ATTRIBUTE_NOTES.get, self.param.attribute, ""),
+                             sizing_mode="stretch_width"),
+            box(w.Checkbox, "shift_negative", "Shift negative values"),
+            pn.pane.Markdown("Buckets"), box(w.RadioButtonGroup, "bucketing"),
+            box(w.IntInput, "bins", "Buckets"),
+            box(w.TextInput, "edges_text", "Edges (for 'edges')", placeholder="0, 50, 100, 1000, 23040"),
+            pn.pane.Markdown("Bucket value"), box(w.RadioButtonGroup, "value_kind"),
+            pn.pane.Markdown("### Workload"), box(w.RadioButtonGroup, "workload_kind"),
+            box(w.IntInput, "queries", "Queries m"), box(w.RadioButtonGroup, "spacing"),
+            pn.pane.Markdown("### Threshold τ"), box(w.RadioButtonGroup, "tau_mode"),
+            box(w.FloatInput, "tau", "τ (user)", visible=pn.bind(lambda m: m == "user", mode)), svt_box,
+            pn.pane.Markdown("### Run"), box(w.Select, "strategy", "TiMM/TaMM strategy"),
+            box(w.IntInput, "trials", "Trials"), box(w.FloatInput, "gamma", "γ (relative error)"),
+            run, progress, self.upload_card(), width=320)
 
     def upload_card(self) -> pn.Card:
         """A collapsed card to upload a CSV file and offer one of its numeric columns as an attribute."""
         column = pn.widgets.Select(**{_LABEL: "Column"}, options=[], disabled=True)
-        add = pn.widgets.Button(**{_LABEL: "Use column"}, **{_BUTTON: "success"}, disabled=True)
+        add = pn.widgets.Button(**{_LABEL: "Use column", _BUTTON: "success"}, disabled=True)
 
         def on_csv(data, name):
             cols = self.load_csv(data, name)
@@ -775,71 +688,45 @@ class SumsView(Page, pn.viewable.Viewer):
                         collapsed=True, sizing_mode="stretch_width")
 
     def results(self) -> pn.Column:
-        """The result panes (summary, answers, relative errors, size table, τ curve), redrawn on each result."""
-        summary = pn.pane.Markdown(self.summary_text(), sizing_mode="stretch_width")
-        def answer_panes():
-            return [pn.pane.HoloViews(p, linked_axes=False, sizing_mode="stretch_width", height=260)
-                    for p in self.answer_panels()]
-        answers = pn.GridBox(*answer_panes(), ncols=3, sizing_mode="stretch_width")
-        iso_toggle = pn.widgets.Checkbox.from_param(self.param.show_isotonic,
-                                                    **{_LABEL: "answers after isotonic regression"})
-        rel = pn.Row(pn.pane.HoloViews(self.relative_error_plot(False), sizing_mode="stretch_width"),
-                     pn.pane.HoloViews(self.relative_error_plot(True), sizing_mode="stretch_width"),
-                     sizing_mode="stretch_width")
-        sizes = pn.widgets.Tabulator(self.sizes_table(), show_index=False, disabled=True,
-                                     sizing_mode="stretch_width", layout="fit_data_stretch",
+        """The result panes (summary, answers, relative errors, size table, τ curve), kept drawn."""
+        p, s, wide = self.param, self.session.param, {"sizing_mode": "stretch_width"}
+        # before a run, the summary says what Run simulation will do (trials, ε, seed)
+        summary = pn.pane.Markdown(pn.bind(lambda *_: self.summary_text(), p.result, p.trials,
+                                           s.epsilon, s.seed), **wide)
+        answers = pn.GridBox(objects=pn.bind(lambda *_: [
+            pn.pane.HoloViews(fig, linked_axes=False, height=260, **wide)
+            for fig in self.answer_panels()], p.result, p.show_isotonic), ncols=3, **wide)
+        rel = pn.Row(*(pn.pane.HoloViews(pn.bind(self.relative_error_plot, iso, p.result), **wide)
+                       for iso in (False, True)), **wide)
+        sizes = pn.widgets.Tabulator(pn.bind(self.sizes_table, p.result), show_index=False,
+                                     disabled=True, layout="fit_data_stretch", **wide,
                                      formatters={c: NumberFormatter(format="0.0000")
                                                  for c in self.SIZE_COLUMNS[2:]})
-        curve_select = pn.widgets.Select.from_param(self.param.curve_mechanism,
-                                                    **{_LABEL: "Mechanism for the τ curve"}, width=240)
-        curve = pn.pane.HoloViews(self.curve_plot(), sizing_mode="stretch_width", height=360)
+        curve = pn.pane.HoloViews(pn.bind(lambda *_: self.curve_plot(), p.result, p.curve_mechanism),
+                                  height=360, **wide)
         self.exports: dict = {}
-
-        def export(name, make):
-            return FigureExport("sums", name, make, report=self.session.report, into=self.exports)
-
-        def ran(make):
-            return lambda: make() if self.result is not None else None
-        exports = {name: export(name, make) for name, make in {
-            "answers": ran(lambda: hv.Layout(self.answer_panels()).cols(3)),
-            "relative-error": ran(lambda: self.relative_error_plot(False)),
-            "relative-error-isotonic": ran(lambda: self.relative_error_plot(True)),
-            "tau-curve": ran(self.curve_plot)}.items()}
-
-        def redraw(*_):
-            summary.object = self.summary_text()
-            answers.objects = answer_panes()
-            rel[0].object = self.relative_error_plot(False)
-            rel[1].object = self.relative_error_plot(True)
-            sizes.value = self.sizes_table()
-            curve.object = self.curve_plot()
-        self.param.watch(redraw, "result")
-
-        def what_runs(*_):  # before a run, the summary says what Run simulation will do
-            if self.result is None:
-                summary.object = self.summary_text()
-        self.param.watch(what_runs, "trials")
-        self.session.param.watch(what_runs, ["epsilon", "seed"])
-        self.param.watch(lambda *_: setattr(answers, "objects", answer_panes()), "show_isotonic")
-        self.param.watch(lambda *_: setattr(curve, "object", self.curve_plot()), "curve_mechanism")
+        figures = {"answers": lambda: hv.Layout(self.answer_panels()).cols(3),
+                   "relative-error": lambda: self.relative_error_plot(False),
+                   "relative-error-isotonic": lambda: self.relative_error_plot(True),
+                   "tau-curve": self.curve_plot}
+        exports = {name: FigureExport("sums", name, lambda f=f: f() if self.result is not None else None,
+                                      report=self.session.report, into=self.exports)
+                   for name, f in figures.items()}
         return pn.Column(
             self.release_card(), summary,
             pn.pane.Markdown("#### Noisy answers against the truth (mean and 5–95 % over the trials)"),
-            iso_toggle, answers, exports["answers"],
+            pn.widgets.Checkbox.from_param(p.show_isotonic, **{_LABEL: "answers after isotonic regression"}),
+            answers, exports["answers"],
             pn.pane.Markdown("#### Relative error per query (log scale)"), rel,
-            pn.Row(exports["relative-error"], exports["relative-error-isotonic"],
-                   sizing_mode="stretch_width"),
+            pn.Row(exports["relative-error"], exports["relative-error-isotonic"], **wide),
             pn.pane.Markdown("**Small and large queries** (smallest / largest 20 % of true answers; "
                              "relative error over trials and queries)."), sizes,
             pn.pane.Markdown("#### Bias–variance trade-off of τ\nBias² is computed from the data "
                              "(not private, shown to explain the trade-off); the variance is "
                              "analytic. Dashed red: median τ of the trials; shaded: their 5–95 %."),
-            curve_select, curve, exports["tau-curve"], loading=self.param.busy,
-            sizing_mode="stretch_width")
-
-    def error_alert(self) -> pn.pane.Alert:
-        """A danger Alert showing :attr:`error`, hidden while there is none."""
-        return error_alert(self.param.error)
+            pn.widgets.Select.from_param(p.curve_mechanism, **{_LABEL: "Mechanism for the τ curve"},
+                                         width=240),
+            curve, exports["tau-curve"], loading=p.busy, **wide)
 
     def panel(self) -> pn.Column:
         """The whole page (built once)."""
@@ -849,6 +736,3 @@ class SumsView(Page, pn.viewable.Viewer):
                 side_by_side(self.controls(), self.results()),
                 sizing_mode="stretch_width")
         return self._layout
-
-    def __panel__(self):
-        return self.panel()

@@ -1,32 +1,20 @@
-"""Releases from a record table on the Release page: marginals, their intervals, downloads.
+"""Releases from a record table on the Release page, and the parts both kinds of release share.
 
-When the session's workload is over the domain of :attr:`Session.table`
-(built on the Workload page's "Record table" card), the Release page
-releases from the table's records instead of a data vector:
-``dpx.release(table, W, "residual_planner", noise, ledger=...)``.  The privacy
-kernel (:class:`dpexplorer.privacy.PrivateTable`) counts the marginals the
-ResidualPlanner strategy needs by group-by -- the full domain (9.2·10⁷ cells
-for Superstore) is never formed -- adds Gaussian noise drawn from the OS
-CSPRNG through opendp (no seed exists), and spends from the table's ledger
-(:meth:`Session.table_ledger`, one per table, with the sidebar's budget; an
-over-budget release is refused before any noise is drawn).  ResidualPlanner
-answers every workload marginal in closed form with its analytic standard
-error (Xiao, He, Zhang & Kifer, NeurIPS 2023; :mod:`dpexplorer.strategies.residual`),
-and every answer has a 95 % interval (Gaussian: exact, answer ± 1.96·std).
-
-**Simulate** runs the same mechanism with a numpy Generator seeded by the
-sidebar's simulation seed and a throwaway ledger (``dpx.simulate``): labelled
-as a simulation, never downloadable, nothing spent.
-
-Each released marginal is drawn as a bar chart with 95 % error bars (0- and
-1-way; more than two attributes: bars over its cells) or a heatmap (2-way,
-hover for std and interval).  The downloads (CSV, JSON) hold the last
-*release*: labels, answers, std, intervals, the package version and what the
-table has spent in all -- no seed and no true answer (none is ever computed).
+When the session's workload is over the domain of :attr:`Session.table`, the Release page
+releases from the table's records: ``dpx.release(table, W, "residual_planner", noise,
+ledger=...)``.  The privacy kernel (:class:`dpexplorer.privacy.PrivateTable`) counts the
+marginals ResidualPlanner needs by group-by (the full domain is never formed), adds Gaussian
+noise from the OS CSPRNG through opendp (no seed) and spends from the table's ledger
+(:meth:`Session.table_ledger`; over the sidebar's budget it is refused before any noise is
+drawn).  ResidualPlanner (Xiao, He, Zhang & Kifer, NeurIPS 2023) gives every answer its analytic
+standard error and a 95 % interval.  **Simulate** runs ``dpx.simulate`` seeded by the simulation
+seed with a throwaway ledger: nothing spent, never downloadable.  Downloads (CSV, JSON) hold the
+last *release*, with no seed and no true answer (none is ever computed).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -63,23 +51,82 @@ TABLE_MECHANISM = dpx.registry.names(tables=True)[0]
 #: Most cells drawn as bars for one marginal (a heatmap has no limit below the kernel's).
 MAX_BARS = 400
 
+#: Columns of a ledger table on the Release page: what, when, ε/δ/ρ, mode, state
+#: (of :meth:`dpexplorer.PrivacyLedger.history`).
+LEDGER_COLUMNS = ["id", "time", "label", "kind", "part_of", "mode", "epsilon", "delta", "rho",
+                  "state", "noise", "queries", "sensitivity"]
+
+#: Their shares of the width left over once each has its header's width (they fill the
+#: width and long text wraps: nothing, e.g. the time, is cut off).
+_LEDGER_GROW = {"time": 2, "label": 4, "noise": 3}
+
+#: Titles of the released answers' columns in the page's tables.
+_ANSWER_TITLES = {"answer": "released answer", "std": "std error", "ci_low": "95 % low",
+                  "ci_high": "95 % high", "ci_method": "interval"}
 
 
+# ============================================================ shared by both releases
+def ledger_table(frame: pd.DataFrame, page_size: int = 10) -> pn.widgets.Tabulator:
+    """A read-only table of a ledger's :data:`LEDGER_COLUMNS` (``frame``: one row per entry)."""
+    titles = {"part_of": "part of", "epsilon": "ε", "delta": "δ", "rho": "ρ",
+              "sensitivity": "sensi\u00adtivity"}
+    return pn.widgets.Tabulator(
+        frame, show_index=False, disabled=True, sizing_mode="stretch_width", layout="fit_columns",
+        pagination="local", page_size=page_size, titles=titles,
+        configuration=readable_headers(LEDGER_COLUMNS, titles, sortable=False, grow=_LEDGER_GROW),
+        formatters={c: {"type": "textarea"} for c in ("label", "noise", "time")})
+
+
+def answers_table(frame: pd.DataFrame, layout: str, **formatters) -> pn.widgets.Tabulator:
+    """A read-only table of released answers (10 a page), numbers to three decimals."""
+    number = NumberFormatter(format="0,0.000")
+    return pn.widgets.Tabulator(
+        frame, show_index=False, disabled=True, sizing_mode="stretch_width", layout=layout,
+        pagination="local", page_size=10, titles=_ANSWER_TITLES,
+        configuration=readable_headers(frame.columns, _ANSWER_TITLES),
+        formatters={**{c: number for c in ("answer", "std", "ci_low", "ci_high")}, **formatters})
+
+
+def download_buttons(part, label: str) -> list[pn.widgets.FileDownload]:
+    """CSV and JSON downloads of ``part``'s last release (its ``csv_text``, ``json_text``,
+    ``filename``, ``_download``); ``label`` is formatted with ``"CSV"`` or ``"JSON"``."""
+    return [pn.widgets.FileDownload(
+        callback=(lambda text=getattr(part, f"{ext}_text"): part._download(text)),
+        filename=part.filename(ext), **{_LABEL: label.format(ext.upper())},
+        **{_BUTTON: "default"}, disabled=part.last is None) for ext in ("csv", "json")]
+
+
+def metadata_csv(title: str, meta: dict, frame: pd.DataFrame) -> str:
+    """``frame`` as CSV under ``# title`` and ``# key: value`` lines of ``meta``.
+
+    Read back with ``pandas.read_csv(..., comment="#")``.
+    """
+    lines = [f"{k}: {v if isinstance(v, str) else json.dumps(v)}" for k, v in meta.items()]
+    return figures.safe_csv(frame, comments=[title, *lines])
+
+
+def charged(task: Task, session: Session, ledger: PrivacyLedger, release, *also):
+    """``release()``, which spends from ``ledger``: an over-budget refusal becomes a
+    ValueError in words; after any spend (also by a mechanism failing after a measurement)
+    ``session.ledger_changed`` and ``also`` are posted to the page's event loop."""
+    before = len(ledger)
+    try:
+        return release()
+    except dpx.BudgetExceededError as exc:  # refused in words, not a failure to log
+        raise ValueError(str(exc)) from None
+    finally:
+        if len(ledger) != before:
+            for fn in (session.ledger_changed, *also):
+                task.post(fn)
+
+
+# ================================================================= table releases
 @dataclass
 class TableResult:
-    """One release (or simulation) from a record table and its marginals.
-
-    Attributes
-    ----------
-    release : Release
-        ``mode`` "release" (no seed) or "simulation" (seeded).
-    marginals : list of dict
-        :meth:`Release.marginals` (attributes, shape, labels, answer, std, ci_low, ci_high).
-    spent : str
-        The table's ledger summary right after a release ('' for a simulation).
-    seconds : float
-        Wall time of ``dpx.release`` / ``dpx.simulate`` (plan, counts, noise, answers).
-    """
+    """One release (``release.mode`` "release", no seed) or simulation (seeded) from a record
+    table: its ``marginals`` (:meth:`Release.marginals`: dicts of attributes, shape, labels,
+    answer, std, ci_low, ci_high), the table's ledger summary right after a release (``spent``,
+    '' for a simulation) and the wall time of ``dpx.release`` / ``dpx.simulate`` (``seconds``)."""
 
     release: object
     marginals: list
@@ -96,13 +143,19 @@ def marginal_name(part: dict) -> str:
     return " × ".join(part["attributes"]) or "total"
 
 
+def _spread(part: dict, digits: int, to: str = " to ") -> str:
+    """The marginal's 95 % half-widths: ``± w``, or ``± lo<to>hi`` when they differ."""
+    half = (part["ci_high"] - part["ci_low"]).ravel() / 2
+    lo, hi = f"{half.min():.{digits}g}", f"{half.max():.{digits}g}"
+    return f"± {lo}" if np.allclose(half, half.min(), rtol=1e-9) else f"± {lo}{to}{hi}"
+
+
 class TableRelease(param.Parameterized):
     """Table releases of the Release page around one :class:`Session`.
 
-    A part of the Release page, not a page of its own: it shares the page's
-    session, gate (redraws wait while the tab is hidden) and tasks (one run at
-    a time, in the background when served, in the caller's thread in a
-    notebook or a script).
+    A part of the Release page: it shares the page's session, gate (redraws wait while the tab
+    is hidden) and tasks (one run at a time, in the background when served, in the caller's
+    thread in a notebook or a script).
 
     Parameters
     ----------
@@ -178,13 +231,11 @@ class TableRelease(param.Parameterized):
     def run(self, release: bool = True) -> bool:
         """A real release (``release=True``) or a seeded simulation, as a task of the page.
 
-        A release spends ε, δ (zCDP ρ) from the table's ledger, refused before
-        any noise is drawn if it would exceed the budget; a simulation uses the
-        sidebar's simulation seed and a throwaway ledger.  Returns ``False``
-        (and reports why: ``session.report``) if it cannot start (a run under
-        way, no table workload, Laplace noise); else ``True`` once started in
-        the background, or, in the caller's thread, whether it succeeded.
-        Errors are reported and the last results kept.
+        A release spends ε, δ (zCDP ρ) from the table's ledger, refused before any noise is drawn
+        over the budget; a simulation uses the simulation seed and a throwaway ledger.  Returns
+        ``False`` (and reports why) if it cannot start (a run under way, no table workload,
+        Laplace noise); else ``True`` once started in the background, or in the caller's thread
+        whether it succeeded.  Errors are reported and the last results kept.
         """
         with self.page._lock:
             if self.busy:
@@ -209,15 +260,8 @@ class TableRelease(param.Parameterized):
                                ledger=PrivacyLedger(), params=params)
             return TableResult(rel, rel.marginals(), "", time.perf_counter() - t0)
         led = self.session.table_ledger(table)
-        before = len(led)
-        try:
-            rel = dpx.release(table, W, TABLE_MECHANISM, noise, ledger=led, params=params)
-        except dpx.BudgetExceededError as exc:  # refused in words, not a failure to log
-            raise ValueError(str(exc)) from None
-        finally:
-            if len(led) != before:  # spent (also by a mechanism failing after a measurement)
-                task.post(self.session.ledger_changed)
-                task.post(self._ledger_changed)
+        rel = charged(task, self.session, led, lambda: dpx.release(
+            table, W, TABLE_MECHANISM, noise, ledger=led, params=params), self._ledger_changed)
         return TableResult(rel, rel.marginals(), led.summary(), time.perf_counter() - t0)
 
     def _ended(self, task: Task) -> None:
@@ -236,7 +280,7 @@ class TableRelease(param.Parameterized):
         self._set(**values)  # one update: the page redraws once
 
     # -------------------------------------------------------- downloads
-    def _release_or_raise(self):
+    def _release_or_raise(self) -> TableResult:
         if self.last is None:
             raise ValueError("no table release yet: click Run release first")
         return self.last
@@ -244,11 +288,9 @@ class TableRelease(param.Parameterized):
     def metadata(self) -> dict:
         """The last table release's metadata, the table and what it has spent in all (no seed)."""
         last = self._release_or_raise()
-        meta = last.release.metadata()
-        meta["dataset"] = last.release.table.name
-        meta["table_spent_after_release"] = last.spent
-        meta["marginals"] = [marginal_name(p) for p in last.marginals]
-        return meta
+        return {**last.release.metadata(), "dataset": last.release.table.name,
+                "table_spent_after_release": last.spent,
+                "marginals": [marginal_name(p) for p in last.marginals]}
 
     def frame(self, result: TableResult | None = None) -> pd.DataFrame:
         """Per answer: ``marginal``, ``label``, ``answer``, ``std``, ``ci_low``, ``ci_high``, ``ci_method``."""
@@ -268,68 +310,53 @@ class TableRelease(param.Parameterized):
         Read back with ``pandas.read_csv(..., comment="#")``.
         """
         last = self._release_or_raise()
-        lines = ["dpexplorer release from a record table"]
-        for key, value in self.metadata().items():
-            lines.append(f"{key}: {value if isinstance(value, str) else json.dumps(value)}")
-        return figures.safe_csv(self.frame(last), comments=lines)
+        return metadata_csv("dpexplorer release from a record table", self.metadata(),
+                            self.frame(last))
 
     def json_text(self) -> str:
         """Metadata and one entry per marginal (attributes, labels, answers, std, intervals)."""
         last = self._release_or_raise()
-        doc = self.metadata()
-        doc["marginals"] = [
-            {"attributes": list(p["attributes"]), "shape": list(p["shape"]),
-             "labels": p["labels"], **{k: p[k].tolist() for k in ("answer", "std", "ci_low", "ci_high")}}
-            for p in last.marginals]
-        return json.dumps(doc)
+        marginals = [{"attributes": list(p["attributes"]), "shape": list(p["shape"]),
+                      "labels": p["labels"],
+                      **{k: p[k].tolist() for k in ("answer", "std", "ci_low", "ci_high")}}
+                     for p in last.marginals]
+        return json.dumps({**self.metadata(), "marginals": marginals})
 
     def filename(self, ext: str) -> str:
+        """Name of a download of the last release (``table_release.<ext>`` before one)."""
         if self.last is None:
             return f"table_release.{ext}"
         rel = self.last.release
-        stamp = release_stamp(rel)
-        return f"release_{rel.table.name}_eps{rel.epsilon:g}_{stamp}.{ext}"
+        return f"release_{rel.table.name}_eps{rel.epsilon:g}_{release_stamp(rel)}.{ext}"
 
     def _download(self, text_fn):
         return download_bytes(text_fn, self._fail)
 
     # ------------------------------------------------------------ plots
+    def _part(self, result: TableResult, index: int | None) -> dict:
+        index = self.marginal if index is None else index
+        return result.marginals[min(max(int(index), 0), len(result.marginals) - 1)]
+
     def marginal_plot(self, index: int | None = None, result: TableResult | None = None):
         """The drawn marginal: bars with 95 % error bars, or a heatmap for two attributes."""
         result = self.shown if result is None else result
         if result is None or not result.marginals:
             return hv.Curve([]).opts(title="No table release yet", responsive=True, height=380)
-        index = self.marginal if index is None else index
-        part = result.marginals[min(max(int(index), 0), len(result.marginals) - 1)]
-        what = "SIMULATION (seed " + str(result.release.seed) + ", not a release)" \
-            if result.simulated else "released"
+        part = self._part(result, index)
+        what = (f"SIMULATION (seed {result.release.seed}, not a release)" if result.simulated
+                else "released")
         title = f"{marginal_name(part)}: {what} counts with 95 % intervals"
-        ans, std = part["answer"], part["std"]
-        lo, hi = part["ci_low"], part["ci_high"]
+        values = {k: part[k].ravel() for k in ("answer", "std", "ci_low", "ci_high")}
         if len(part["shape"]) == 2:
-            rows, cols = part["labels"]
-            r, c = np.meshgrid(np.arange(len(rows)), np.arange(len(cols)), indexing="ij")
-            df = pd.DataFrame({part["attributes"][1]: np.asarray(cols, dtype=object)[c.ravel()],
-                               part["attributes"][0]: np.asarray(rows, dtype=object)[r.ravel()],
-                               "answer": ans.ravel(), "std": std.ravel(),
-                               "ci_low": lo.ravel(), "ci_high": hi.ravel()})
-            half = (hi - lo).ravel() / 2
-            span = (f"± {half.min():.3g}" if np.allclose(half, half.min(), rtol=1e-9)
-                    else f"± {half.min():.3g} to {half.max():.3g}")
-            return hv.HeatMap(df, kdims=[part["attributes"][1], part["attributes"][0]],
-                              vdims=["answer", "std", "ci_low", "ci_high"]).opts(
+            (row, col), cells = part["attributes"], list(itertools.product(*part["labels"]))
+            df = pd.DataFrame({col: [c for _, c in cells], row: [r for r, _ in cells], **values})
+            return hv.HeatMap(df, kdims=[col, row], vdims=["answer", "std", "ci_low", "ci_high"]).opts(
                 cmap="Blues", colorbar=True, tools=["hover"], responsive=True, height=460,
-                xrotation=60, title=f"{title} ({span} per cell)", fontsize={"title": "9pt"},
-                clabel="released count")
-        if part["shape"]:
-            labels = [", ".join(t) for t in zip(*[np.asarray(lab, dtype=object)[i.ravel()]
-                                                   for lab, i in zip(part["labels"], np.meshgrid(
-                                                       *[np.arange(n) for n in part["shape"]],
-                                                       indexing="ij"), strict=True)], strict=True)]
-        else:
-            labels = ["total"]
-        df = pd.DataFrame({"cell": labels, "answer": ans.ravel(), "std": std.ravel(),
-                           "ci_low": lo.ravel(), "ci_high": hi.ravel()})
+                xrotation=60, title=f"{title} ({_spread(part, 3)} per cell)",
+                fontsize={"title": "9pt"}, clabel="released count")
+        labels = ([", ".join(t) for t in itertools.product(*part["labels"])] if part["shape"]
+                  else ["total"])
+        df = pd.DataFrame({"cell": labels, **values})
         note = ""
         if len(df) > MAX_BARS:
             note = f" (first {MAX_BARS} of {len(df):,} cells; all are in the table and downloads)"
@@ -350,28 +377,24 @@ class TableRelease(param.Parameterized):
         res = self.shown
         if res is None or not res.marginals:
             return ""
-        index = self.marginal if index is None else index
-        part = res.marginals[min(max(int(index), 0), len(res.marginals) - 1)]
+        part = self._part(res, index)
         k = len(part["shape"])
         how = ("heatmap (hover a cell for its std and interval)" if k == 2 else
                "bar with its 95 % error bar" if k == 0 else "bars with 95 % error bars")
-        half = (part["ci_high"] - part["ci_low"]).ravel() / 2
-        spread = (f"± {half.min():.4g}" if np.allclose(half, half.min(), rtol=1e-9)
-                  else f"± {half.min():.4g} to ± {half.max():.4g}")
         what = f"simulated (seed {res.release.seed})" if res.simulated else "released"
         return (f"**{marginal_name(part)}**: {part['answer'].size:,} {what} cells, drawn as a "
-                f"{how}; 95 % interval {spread} (std {part['std'].ravel().max():.4g}).")
+                f"{how}; 95 % interval {_spread(part, 4, ' to ± ')} "
+                f"(std {part['std'].ravel().max():.4g}).")
 
     def summary(self) -> str:
         table = self.table()
-        s = self.session
         if table is None:
             return ""
         lead = (f"**Record table** `{table.name}` over {', '.join(table.domain.names)} "
                 f"({table.domain.cells:,} cells, never formed): the workload's marginals are "
                 f"released with **ResidualPlanner** ({self.objective} objective), measured from "
                 "marginal counts of the records.")
-        if s.noise != "Gaussian":
+        if self.session.noise != "Gaussian":
             lead += "  ⚠ It needs **Gaussian** noise: choose it in the sidebar."
         if table.domain.inferred:
             lead += ("  ⚠ Its **domain was read from the records**: it can be simulated, but a "
@@ -392,15 +415,18 @@ class TableRelease(param.Parameterized):
 
     def ledger_text(self) -> str:
         led, t = self.ledger(), self.session.table
+        return "" if led is None else f"**Spent on the table `{t.name}`:** {led.summary()}."
+
+    def ledger_frame(self) -> pd.DataFrame:
+        """The table's whole stored ledger (every session's spends), one row per spend,
+        reservation and stage: ``history()``'s :data:`LEDGER_COLUMNS` (empty without a table)."""
+        led = self.ledger()
         if led is None:
-            return ""
-        return f"**Spent on the table `{t.name}`:** {led.summary()}."
+            return pd.DataFrame(columns=LEDGER_COLUMNS)
+        return led.history()[LEDGER_COLUMNS]
 
     def _ledger_changed(self) -> None:
-        def apply():
-            for hook in self._hooks:
-                hook()
-        self.gate.run("table-ledger", lambda: on_session_loop(apply))
+        self.gate.run("table-ledger", lambda: on_session_loop(lambda: [h() for h in self._hooks]))
 
     # --------------------------------------------------------------- UI
     def controls(self) -> pn.Column:
@@ -426,22 +452,8 @@ class TableRelease(param.Parameterized):
         plot = pn.pane.HoloViews(self.marginal_plot(), sizing_mode="stretch_width", height=480)
         caption = pn.pane.Markdown(self.marginal_caption(), sizing_mode="stretch_width")
         drawn = {"key": (id(self.shown), id(self.last), self.objective)}
-        number = NumberFormatter(format="0,0.000")
-        cell_titles = {"answer": "released answer", "std": "std error", "ci_low": "95 % low",
-                       "ci_high": "95 % high", "ci_method": "interval"}
-        cells = TableSlot(lambda frame: pn.widgets.Tabulator(
-            frame, show_index=False, disabled=True, sizing_mode="stretch_width",
-            layout="fit_data_stretch", pagination="local", page_size=10, titles=cell_titles,
-            configuration=readable_headers(frame.columns, cell_titles),
-            formatters={c: number for c in ("answer", "std", "ci_low", "ci_high")}), self.frame())
-        csv = pn.widgets.FileDownload(callback=lambda: self._download(self.csv_text),
-                                      filename=self.filename("csv"),
-                                      **{_LABEL: "Download table release (CSV)"},
-                                      **{_BUTTON: "default"}, disabled=self.last is None)
-        js = pn.widgets.FileDownload(callback=lambda: self._download(self.json_text),
-                                     filename=self.filename("json"),
-                                     **{_LABEL: "Download table release (JSON)"},
-                                     **{_BUTTON: "default"}, disabled=self.last is None)
+        cells = TableSlot(lambda frame: answers_table(frame, "fit_data_stretch"), self.frame())
+        downloads = download_buttons(self, "Download table release ({})")
         ledger = pn.pane.Markdown(self.ledger_text(), sizing_mode="stretch_width")
         table = TableSlot(lambda frame: ledger_table(frame, page_size=5), self.ledger_frame())
 
@@ -457,9 +469,8 @@ class TableRelease(param.Parameterized):
                     if options != pick.options:
                         pick.options = options
                     cells.show(self.frame())
-                    for w, ext in ((csv, "csv"), (js, "json")):
-                        w.filename = self.filename(ext)
-                        w.disabled = self.last is None
+                    for w, ext in zip(downloads, ("csv", "json"), strict=True):
+                        w.param.update(filename=self.filename(ext), disabled=self.last is None)
                 if pick.value != self.marginal:
                     pick.value = self.marginal
                 plot.object = self.marginal_plot()
@@ -482,38 +493,6 @@ class TableRelease(param.Parameterized):
                          report=self.session.report, into=self.exports),
             pn.pane.Markdown("**Released cells** of every marginal with their analytic standard "
                              "error and 95 % interval (exactly what the downloads hold; no true "
-                             "answer is computed)."), cells, pn.Row(csv, js),
+                             "answer is computed)."), cells, pn.Row(*downloads),
             pn.pane.Markdown("**Privacy ledger of the table**"), ledger, table,
             loading=self.param.busy, sizing_mode="stretch_width")
-
-    def ledger_frame(self) -> pd.DataFrame:
-        """The table's whole stored ledger (every session's spends), one row per spend,
-        reservation and stage: ``history()``'s :data:`LEDGER_COLUMNS` (empty without a table)."""
-        led = self.ledger()
-        if led is None:
-            return pd.DataFrame(columns=LEDGER_COLUMNS)
-        return led.history()[LEDGER_COLUMNS]
-
-
-#: Columns of a ledger table on the Release page: what, when, ε/δ/ρ, mode, state
-#: (of :meth:`dpexplorer.PrivacyLedger.history`).
-LEDGER_COLUMNS = ["id", "time", "label", "kind", "part_of", "mode", "epsilon", "delta", "rho",
-                  "state", "noise", "queries", "sensitivity"]
-
-#: Their shares of the width left over once each has its header's width (they fill the
-#: width and long text wraps: nothing, e.g. the time, is cut off).
-_LEDGER_GROW = {"time": 2, "label": 4, "noise": 3}
-
-
-def ledger_table(frame: pd.DataFrame, page_size: int = 10) -> pn.widgets.Tabulator:
-    """A read-only table of a ledger's :data:`LEDGER_COLUMNS` (``frame``: one row per entry)."""
-    titles = {"part_of": "part of", "epsilon": "ε", "delta": "δ", "rho": "ρ",
-              "sensitivity": "sensi\u00adtivity"}
-    return pn.widgets.Tabulator(frame, show_index=False, disabled=True,
-                                sizing_mode="stretch_width", layout="fit_columns",
-                                pagination="local", page_size=page_size,
-                                titles=titles,
-                                configuration=readable_headers(LEDGER_COLUMNS, titles,
-                                                               sortable=False, grow=_LEDGER_GROW),
-                                formatters={c: {"type": "textarea"}
-                                            for c in ("label", "noise", "time")})

@@ -1,29 +1,12 @@
 """Marginals over a record table: the Workload page's "Record table" card.
 
-A record table (:class:`dpexplorer.Table`: records over a public domain of
-named attributes, e.g. the bundled Superstore orders) is released through
-its marginals: the privacy kernel counts them by group-by and never forms the
-data vector of the full domain (:mod:`dpexplorer.privacy.tables`).
-:class:`TableMarginals` builds the session's workload as marginals over the
-attributes the user picks -- all ``k``-way marginals (``orders="1-2"``) or
-listed attribute sets (``sets="Region, Segment; Category"``) -- over the
-domain of those attributes, and sets :attr:`Session.table` so that the
-Release page releases from the table's records.
-
-A table of one's own comes from a CSV upload (:meth:`TableMarginals.upload_csv`).
-Its domain is first read from the records -- it can be simulated and
-explored, but the Release page refuses it (``dpx.release`` does) -- until the
-user either **declares** it (uploads a schema file, or edits and accepts the
-schema shown, :meth:`TableMarginals.declare`) or **discovers** it privately
-with a visible ε and δ charged to the table's ledger
-(:meth:`TableMarginals.discover`, :func:`dpexplorer.discover_domain`).
-
-Everything is checked before anything is built (:meth:`TableMarginals.plan`,
-:func:`dpexplorer.queries.terms.plan_marginals`):
-the domain's size (cells, attributes, cells per attribute), the number of
-marginals and queries, and the largest marginal the kernel would count.  Bad
-input is reported (``session.report``) and nothing changes.  Driven without
-a browser::
+A record table (:class:`dpexplorer.Table`, e.g. the bundled Superstore orders) is released
+through its marginals, counted by group-by (:mod:`dpexplorer.privacy.tables`).
+:class:`TableMarginals` makes the session's workload the marginals (all ``k``-way or listed
+sets) over the attributes picked and sets :attr:`Session.table` for the Release page.  An
+uploaded CSV's domain is read from its records (simulate only) until the user declares it or
+discovers it privately (:func:`dpexplorer.discover_domain`).  Everything is checked first
+(:func:`dpexplorer.queries.terms.plan_marginals`); bad input is reported and nothing changes::
 
     tm = builder.tables                      # on a WorkloadBuilder
     tm.attributes = ["Segment", "Region", "Category"]
@@ -34,8 +17,8 @@ a browser::
 from __future__ import annotations
 
 import io
-import logging
 
+import pandas as pd
 import panel as pn
 import param
 
@@ -49,20 +32,22 @@ from .uploads import Upload
 
 __all__ = ["TableMarginals"]
 
-log = logging.getLogger(__name__)
+#: Errors of a user's table, schema or discovery: reported, never raised into the UI.
+INPUT_ERRORS = (ValueError, TypeError, dpx.LimitExceededError)
 
+
+def button(label: str, color: str, on_click) -> pn.widgets.Button:
+    """A Button (``color``: Panel's button colour) calling ``on_click()`` on each click."""
+    widget = pn.widgets.Button(**{_LABEL: label, _COLOR: color})
+    widget.on_click(lambda e: on_click())
+    return widget
 
 
 class TableMarginals(param.Parameterized):
     """Marginals over a record table's attributes, built into the builder's session.
 
-    Parameters
-    ----------
-    builder : WorkloadBuilder
-        The Workload page holding the card.  The card uses its ``session`` and
-        ``commit_term(term, shape, names, what)``, which makes one term
-        over a domain the workload.  This module imports nothing of the page's
-        (the page imports this one): the dependency goes one way.
+    ``builder``: the Workload page holding the card; the card uses its ``session`` and
+    ``commit_term(term, shape, names, what)`` (this module imports nothing of the page's).
     """
 
     table_name = param.Selector(default=next(iter(dpx.datasets.TABLES)),
@@ -93,15 +78,8 @@ class TableMarginals(param.Parameterized):
         super().__init__(**params)
         self._on_table()
 
-    # ------------------------------------------------------------ state
     def table(self) -> dpx.Table:
-        """The selected bundled table (loaded once).
-
-        Raises
-        ------
-        ValueError
-            If it cannot be loaded.
-        """
+        """The selected table (loaded once); ``ValueError`` if it cannot be loaded."""
         name = self.table_name
         if name not in self._tables:
             try:
@@ -114,10 +92,10 @@ class TableMarginals(param.Parameterized):
     def _on_table(self) -> None:
         try:
             domain = self.table().domain
-            names = list(domain.names)
         except ValueError as exc:
             self._fail(str(exc))
-            domain, names = None, []
+            domain = None
+        names = [] if domain is None else list(domain.names)
         self.param.attributes.objects = names
         self.attributes = list(names)
         self.schema_text = "" if domain is None else self._schema(domain)
@@ -125,24 +103,23 @@ class TableMarginals(param.Parameterized):
     def _schema(self, domain) -> str:
         import yaml
 
-        doc = {"attributes": domain.to_dict()["attributes"]}
-        text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
+        text = yaml.safe_dump({"attributes": domain.to_dict()["attributes"]}, sort_keys=False,
+                              allow_unicode=True)
         return (self.SCHEMA_NOTE + text) if domain.inferred else text
 
-    def _replace(self, table) -> None:
+    def _replace(self, table) -> bool:
         """Make ``table`` the selected table's new version (same name, so the same ledger)."""
         self._tables[self.table_name] = table
         self._on_table()
         if self.session.table is not None and self.session.table.name == table.name:
             self.session.table = None  # the workload must be rebuilt over the new domain
+        return True
 
-    # ----------------------------------------------------- your own table
     def upload_csv(self, data: bytes, filename: str) -> bool:
         """Load an uploaded CSV as a table over all its columns, its domain read from the records.
 
-        The table can be simulated; releases refuse it until its domain is
-        declared (:meth:`declare`) or discovered (:meth:`discover`).  ``True``
-        on success; errors are reported and nothing changes.
+        Releases refuse it until its domain is declared (:meth:`declare`) or discovered
+        (:meth:`discover`).  ``True`` on success; errors are reported and nothing changes.
         """
         try:
             df = dpx.datasets.read_csv(io.BytesIO(data))
@@ -151,7 +128,7 @@ class TableMarginals(param.Parameterized):
             name = f"uploaded: {filename}"
             table = dpx.Table.from_dataframe(df, [str(c) for c in df.columns], name=name,
                                              description="uploaded CSV")
-        except (ValueError, TypeError, dpx.LimitExceededError) as exc:
+        except INPUT_ERRORS as exc:
             return self._fail(f"CSV not loaded as a table: {exc}")
         self._tables[name] = table
         if name not in self.param.table_name.objects:
@@ -165,8 +142,8 @@ class TableMarginals(param.Parameterized):
     def declare(self, text: str | None = None) -> bool:
         """Declare the selected table's public domain from schema text (default: :attr:`schema_text`).
 
-        Releases accept the table afterwards.  ``True`` on success; a bad
-        schema is reported (where and what) and nothing changes.
+        Releases accept the table afterwards.  ``True`` on success; a bad schema is reported
+        (where and what) and nothing changes.
         """
         try:
             domain = dpx.Domain.from_text(self.schema_text if text is None else text)
@@ -177,10 +154,9 @@ class TableMarginals(param.Parameterized):
             if missing:
                 raise ValueError(f"the records have no column(s) {missing}")
             table = dpx.Table(full.records, domain, full.name, "uploaded CSV over a declared domain")
-        except (ValueError, TypeError, dpx.LimitExceededError) as exc:
+        except INPUT_ERRORS as exc:
             return self._fail(f"domain not declared: {exc}")
-        self._replace(table)
-        return True
+        return self._replace(table)
 
     def load_schema(self, data: bytes, filename: str) -> bool:
         """Declare the domain from an uploaded schema file (YAML or JSON, :meth:`dpx.Domain.from_file`)."""
@@ -188,15 +164,10 @@ class TableMarginals(param.Parameterized):
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             return self._fail(f"domain not declared: {filename!r} is not UTF-8 text")
-        if not self.declare(text):
-            return False
-        self.schema_text = self._schema(self.table().domain)
-        return True
+        return self.declare(text)  # which shows the declared schema (_on_table)
 
     def discovery_spec(self) -> dict:
         """What :meth:`discover` asks for: numeric columns (by dtype) a range, the others categories."""
-        import pandas as pd
-
         full = self.table()
         spec = {}
         for name in full.domain.names:
@@ -208,9 +179,9 @@ class TableMarginals(param.Parameterized):
     def discover(self) -> bool:
         """Discover the selected table's domain privately, charging ε (and δ) to the table's ledger.
 
-        Categories by partition selection, numeric ranges by a noisy histogram
-        over power-of-two bins (:func:`dpexplorer.discover_domain`); δ is spent only
-        when a column is categorical.  ``True`` on success.
+        Categories by partition selection, numeric ranges by a noisy histogram over power-of-two
+        bins (:func:`dpexplorer.discover_domain`); δ is spent only when a column is categorical.
+        ``True`` on success.
         """
         try:
             full = self.table()
@@ -222,13 +193,12 @@ class TableMarginals(param.Parameterized):
                 domain = dpx.discover_domain(full.records, spec, epsilon=float(self.domain_epsilon),
                                              delta=float(self.domain_delta) if cats else 0.0, ledger=led)
             finally:
-                if len(led) != before and hasattr(self.session, "ledger_changed"):
+                if len(led) != before:
                     self.session.ledger_changed()
             table = dpx.Table(full.records, domain, full.name, "uploaded CSV over a privately discovered domain")
-        except (ValueError, TypeError, RuntimeError, dpx.LimitExceededError) as exc:
+        except (*INPUT_ERRORS, RuntimeError) as exc:
             return self._fail(f"domain not discovered: {exc}")
-        self._replace(table)
-        return True
+        return self._replace(table)
 
     def domain_status(self) -> str:
         """Markdown: where the selected table's domain comes from, and what a release will do."""
@@ -253,20 +223,12 @@ class TableMarginals(param.Parameterized):
         self.session.report(message)
         return False
 
-    # ------------------------------------------------------------- plan
     def plan(self) -> dict:
         """What :meth:`build` would build, checked (:func:`dpexplorer.queries.terms.plan_marginals`).
 
-        Returns
-        -------
-        dict
-            The plan of the marginals (``names``, ``shape``, ``cells``, ``sets``,
-            ``queries``, ``largest``) and ``table``, the table over the chosen attributes.
-
-        Raises
-        ------
-        ValueError
-            No attribute chosen, a domain, orders, sets or marginals above the limits.
+        Returns the plan of the marginals (``names``, ``shape``, ``cells``, ``sets``, ``queries``,
+        ``largest``) and ``table``, the table over the chosen attributes.  Raises ``ValueError``
+        for no attribute chosen, or a domain, orders, sets or marginals above the limits.
         """
         full = self.table()
         chosen = [a for a in full.domain.names if a in set(self.attributes)]
@@ -286,13 +248,9 @@ class TableMarginals(param.Parameterized):
                 f"count marginals from the records)  \n**Marginals:** {len(p['sets']):,}, "
                 f"**queries:** {p['queries']:,} (largest marginal {p['largest']:,} cells)")
 
-    # ------------------------------------------------------------ build
     def build(self) -> bool:
-        """Make the marginals the session's workload over the chosen attributes; ``True`` on success.
-
-        Sets :attr:`Session.table` to the table over those attributes.  On a
-        bad input nothing changes and the reason is reported.
-        """
+        """Make the marginals the session's workload and :attr:`Session.table` the table over the
+        chosen attributes; ``True`` on success, else nothing changes and the reason is reported."""
         try:
             p = self.plan()
         except ValueError as exc:
@@ -307,53 +265,47 @@ class TableMarginals(param.Parameterized):
             self.error = ""
         return True
 
-    # --------------------------------------------------------------- UI
     def panel(self) -> pn.Card:
         """The "Record table" card of the Workload page."""
-        w = pn.widgets
-        table = w.Select.from_param(self.param.table_name, **{_LABEL: "Table"})
-        attrs = w.MultiChoice.from_param(self.param.attributes, **{_LABEL: "Attributes (the domain)"})
-        mode = w.RadioButtonGroup.from_param(self.param.mode, options={"all k-way": "orders",
-                                                                        "attribute sets": "sets"})
-        orders = w.TextInput.from_param(self.param.orders, **{_LABEL: "Orders k (e.g. 2 or 1-2)"},
-                                        placeholder="k, e.g. 2 or 1-2",
-                                        visible=pn.bind(lambda m: m == "orders", self.param.mode))
-        sets = w.TextAreaInput.from_param(self.param.sets, **{_LABEL: "Attribute sets"}, height=80,
-                                          placeholder="Region, Segment; Category",
-                                          visible=pn.bind(lambda m: m == "sets", self.param.mode))
-        preview = pn.pane.Markdown(pn.bind(lambda *_: self.preview(), self.param.table_name,
-                                           self.param.attributes, self.param.mode,
-                                           self.param.orders, self.param.sets),
+        w, p = pn.widgets, self.param
+
+        def mode_is(mode):
+            return pn.bind(lambda m: m == mode, p.mode)
+        preview = pn.pane.Markdown(pn.bind(lambda *_: self.preview(), p.table_name, p.attributes,
+                                           p.mode, p.orders, p.sets),
                                    sizing_mode="stretch_width", styles={"font-size": "90%"})
-        go = w.Button(**{_LABEL: "Build table marginals (replaces the terms)"}, **{_COLOR: "primary"})
-        go.on_click(lambda e: self.build())
-        about = pn.pane.Markdown(pn.bind(lambda n: f"*{self._description(n)}*", self.param.table_name),
+        about = pn.pane.Markdown(pn.bind(lambda n: f"*{self._description(n)}*", p.table_name),
                                  sizing_mode="stretch_width", styles={"font-size": "85%"})
-        own = self._own_panel()
-        return LazyCard(table, about, own, attrs, mode, orders, sets, preview, go,
-                        title="Record table: marginals", sizing_mode="stretch_width",
-                        collapsed=True)
+        return LazyCard(
+            w.Select.from_param(p.table_name, **{_LABEL: "Table"}), about, self._own_panel(),
+            w.MultiChoice.from_param(p.attributes, **{_LABEL: "Attributes (the domain)"}),
+            w.RadioButtonGroup.from_param(p.mode, options={"all k-way": "orders",
+                                                           "attribute sets": "sets"}),
+            w.TextInput.from_param(p.orders, **{_LABEL: "Orders k (e.g. 2 or 1-2)"},
+                                   placeholder="k, e.g. 2 or 1-2", visible=mode_is("orders")),
+            w.TextAreaInput.from_param(p.sets, **{_LABEL: "Attribute sets"}, height=80,
+                                       placeholder="Region, Segment; Category", visible=mode_is("sets")),
+            preview, button("Build table marginals (replaces the terms)", "primary", self.build),
+            title="Record table: marginals", sizing_mode="stretch_width", collapsed=True)
 
     def _own_panel(self) -> pn.Column:
         """Upload a CSV; declare (schema file or edited schema) or discover its domain."""
-        w = pn.widgets
+        w, p = pn.widgets, self.param
         csv_in = Upload(accepted_filetypes=[".csv", "text/csv"], on_error=self.session.report,
                         on_file=self.upload_csv)
         schema_in = Upload(accepted_filetypes=[".yaml", ".yml", ".json"], on_error=self.session.report,
                            on_file=self.load_schema, max_bytes=dpx.limits.current().spec_bytes)
-        status = pn.pane.Markdown(pn.bind(lambda *_: self.domain_status(), self.param.table_name,
-                                          self.param.schema_text), sizing_mode="stretch_width")
-        text = w.TextAreaInput.from_param(self.param.schema_text, **{_LABEL: "Domain schema (YAML)"},
+        status = pn.pane.Markdown(pn.bind(lambda *_: self.domain_status(), p.table_name,
+                                          p.schema_text), sizing_mode="stretch_width")
+        text = w.TextAreaInput.from_param(p.schema_text, **{_LABEL: "Domain schema (YAML)"},
                                           height=160, sizing_mode="stretch_width")
-        declare = w.Button(**{_LABEL: "Declare this domain (public)"}, **{_COLOR: "primary"})
-        declare.on_click(lambda e: self.declare())
-        eps = w.FloatInput.from_param(self.param.domain_epsilon, **{_LABEL: "Discovery ε"}, step=0.1)
-        dlt = w.FloatInput.from_param(self.param.domain_delta, **{_LABEL: "Discovery δ"})
-        discover = w.Button(**{_LABEL: "Discover privately (spends this ε and δ from the table's ledger)"},
-                            **{_COLOR: "warning"})
-        discover.on_click(lambda e: self.discover())
+        eps = w.FloatInput.from_param(p.domain_epsilon, **{_LABEL: "Discovery ε"}, step=0.1)
+        dlt = w.FloatInput.from_param(p.domain_delta, **{_LABEL: "Discovery δ"})
+        discover = button("Discover privately (spends this ε and δ from the table's ledger)",
+                          "warning", self.discover)
         return pn.Column(pn.pane.Markdown("**Your own CSV** (a table over all its columns)"), csv_in,
-                         csv_in.note(), status, text, declare,
+                         csv_in.note(), status, text,
+                         button("Declare this domain (public)", "primary", self.declare),
                          pn.pane.Markdown("or upload a schema file (YAML/JSON):"), schema_in,
                          pn.Row(eps, dlt), discover, sizing_mode="stretch_width")
 

@@ -1,29 +1,17 @@
 """The explorer's long computations as tasks: status, progress, result, error and cancel.
 
-A :class:`Task` is what a page binds its status line, progress bar and
-results to (``pn.bind(..., task.param.status)``, ``param.depends``).  A
-:class:`TaskRunner` (one per page, see :class:`~dpexplorer.ui.session.Page`)
-starts them:
+A :class:`Task` is what a page binds its status line, progress bar and results to
+(``pn.bind(..., task.param.status)``, ``param.depends``).  A :class:`TaskRunner` (one per
+page, see :class:`~dpexplorer.ui.session.Page`) starts them: strategy optimisers
+(``optimizer=True``) on :data:`OPTIMIZER_THREADS`, threads that only wait for the worker
+processes (:mod:`dpexplorer.ui.workers`), everything else on :data:`EXECUTOR`, a small pool
+of low-priority threads.  Neither is Panel's own pool, which runs every session's widget
+callbacks and would be held by an optimisation of minutes.
 
-- strategy optimisers (``optimizer=True``) on :data:`OPTIMIZER_THREADS`,
-  threads that only wait: the optimisers compute in worker processes
-  (:mod:`dpexplorer.ui.workers`, progress relayed by
-  :class:`~dpexplorer.ui.optimize_view.ProgressRelay`);
-- everything else on :data:`EXECUTOR`, a small pool of low-priority threads.
-
-A task's state changes, and every UI update its function posts, reach the
-page on the session's event loop through Panel's own machinery
-(``pn.state.execute(..., schedule=True)``: document lock taken,
-``pn.state.curdoc`` set), batched per document (:meth:`TaskRunner._poster`).
-Outside a server (tests, scripts, notebooks) they run at once under the
-page's lock.
-
-Neither pool is Panel's own (``pn.config.nthreads``): that pool also runs
-every widget callback of every session, and an optimisation of minutes
-would hold it.
-
-:class:`Jobs` is the older interface over the same runner: ``submit(fn,
-*args)`` calls ``fn(post, *args)``.
+A task's state changes and the UI updates its function posts reach the page on the
+session's event loop (``pn.state.execute(..., schedule=True)``: document lock taken,
+``pn.state.curdoc`` set), batched per document (:meth:`TaskRunner._poster`); outside a
+server they run at once under the page's lock.
 """
 
 from __future__ import annotations
@@ -60,12 +48,7 @@ BACKGROUND_NICE = 10
 
 
 def _background_thread() -> None:
-    """Lower the CPU priority of the calling worker thread (Linux: nice is per thread).
-
-    On a machine with few cores a running optimiser otherwise takes the
-    processor from the server's event loop and Panel's callback threads, and an
-    ε change (milliseconds of work) waits seconds behind it.
-    """
+    """Lower the CPU priority of the calling worker thread (Linux: nice is per thread)."""
     with contextlib.suppress(AttributeError, OSError):  # no per-thread nice here: keep going
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
 
@@ -73,16 +56,9 @@ def _background_thread() -> None:
 def lower_native_helper_threads(nice: int = BACKGROUND_NICE) -> list[int]:
     """Lower the priority of this process's threads that Python did not start (Linux).
 
-    The BLAS libraries start their helper threads when numpy and scipy are
-    imported, at the server's own priority; a background comparison (nice
-    :data:`BACKGROUND_NICE`) runs half of its matrix products on them, in
-    competition with the event loop.  Call once the imports are done (the
-    served app does).  Python's own threads keep their priority.
-
-    Returns
-    -------
-    list of int
-        The thread ids lowered (empty without /proc).
+    The BLAS helper threads start at import, at the server's priority, and a background
+    comparison runs half of its matrix products on them.  Call once the imports are done.
+    Returns the thread ids lowered (empty without /proc).
     """
     return workers.lower_threads(nice, native_only=True)
 
@@ -90,10 +66,8 @@ def lower_native_helper_threads(nice: int = BACKGROUND_NICE) -> list[int]:
 #: Worker threads shared by all pages and sessions (strategy builds, per-query errors).
 EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dpexplorer-ui",
                               initializer=_background_thread)
-#: Threads that wait for the strategy optimisers, which compute in worker processes
-#: (:mod:`dpexplorer.ui.workers`): they hold no processor, so there are enough of them for
-#: every session's optimisers to wait their turn without taking :data:`EXECUTOR`'s threads
-#: from the other sessions' comparisons.
+#: Threads that wait for the strategy optimisers' worker processes: they hold no processor,
+#: so every session's optimisers can wait their turn without taking :data:`EXECUTOR`'s.
 OPTIMIZER_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dpexplorer-opt",
                                        initializer=_background_thread)
 
@@ -104,21 +78,13 @@ _BUILD_LOCKS_GUARD = threading.Lock()
 def build_lock(cache: dpx.StrategyCache, key=None) -> threading.RLock:
     """The lock serialising the builds of one entry of ``cache`` (per session).
 
-    ``key`` names the entry: ``(W, name, norm)`` for a strategy, ``("svdb", W)``
-    for an SVD bound; the pages take it around :meth:`StrategyCache.entry` /
-    ``svdb`` so that two pages never build the same strategy twice, while
-    different strategies (a long optimisation on one page, a quick strategy
-    on another) build side by side.  ``key=None`` gives one lock for the whole
-    cache.  Reading figures already stored by a page never takes a lock.
+    ``key`` names the entry: ``(W, name, norm)`` for a strategy, ``("svdb", W)`` for an SVD
+    bound (None: one lock for the whole cache).  Two pages never build the same strategy
+    twice, while different strategies build side by side.
     """
     with _BUILD_LOCKS_GUARD:
-        locks = _BUILD_LOCKS.get(cache)
-        if locks is None:
-            locks = _BUILD_LOCKS[cache] = {}
-        lock = locks.get(key)
-        if lock is None:
-            lock = locks[key] = threading.RLock()
-        return lock
+        locks = _BUILD_LOCKS.setdefault(cache, {})
+        return locks.setdefault(key, threading.RLock())
 
 
 def task_message(exc: BaseException) -> str:
@@ -133,21 +99,17 @@ class TaskCancelled(Exception):
     """Raised inside a task's function (:meth:`Task.check`) once the task was cancelled."""
 
 
-#: The states of a task, in the order they are reached (the last three are final).
-STATUSES = ("idle", "queued", "running", "done", "failed", "cancelled")
-
-
 class Task(param.Parameterized):
     """One long computation of a page: bind widgets to its parameters.
 
     The parameters change on the session's event loop (through the page's
-    :class:`TaskRunner`), so a widget bound to them never sees a change from
-    a worker thread.  The task's function gets the task: it reports progress
-    with :meth:`report`, posts other UI updates with :meth:`post`, and checks
-    :meth:`check` (or :attr:`cancel_requested`) to stop when cancelled.
+    :class:`TaskRunner`), never from a worker thread.  The task's function gets the task:
+    it reports progress with :meth:`report`, posts other UI updates with :meth:`post`, and
+    calls :meth:`check` (or reads :attr:`cancel_requested`) to stop when cancelled.
     """
 
-    status = param.Selector(default="idle", objects=list(STATUSES), constant=True, doc="""
+    status = param.Selector(default="idle", constant=True, objects=[
+        "idle", "queued", "running", "done", "failed", "cancelled"], doc="""
         idle (not started), queued, running, then done, failed or cancelled.""")
     progress = param.Number(default=None, allow_None=True, bounds=(0, 1), constant=True, doc="""
         Fraction done (0..1), or None when the task cannot tell.""")
@@ -207,10 +169,7 @@ class Task(param.Parameterized):
 class TaskRunner:
     """Start a page's tasks and post their updates to its session (see the module docstring).
 
-    Parameters
-    ----------
-    lock : threading.RLock
-        The page's lock, held while posted updates run.
+    ``lock``: the page's lock, held while posted updates run.
     """
 
     def __init__(self, lock: threading.RLock):
@@ -224,15 +183,13 @@ class TaskRunner:
               on_end: Callable[[Task], None] | None = None) -> Task:
         """A :class:`Task` running ``fn(task, *args)``; its return value is the task's result.
 
-        ``optimizer``: the function waits for a strategy optimiser (worker
-        processes), so it runs on :data:`OPTIMIZER_THREADS`; otherwise on
-        :data:`EXECUTOR` (or ``executor``).  ``background=False`` runs it in
-        the caller's thread (scripts).  The function raising
-        :class:`TaskCancelled` or :class:`~dpexplorer.ui.optimize_view.Cancelled`
-        ends the task ``cancelled``; any other exception ends it ``failed``,
-        with :func:`task_message` as its ``error`` (unexpected ones logged) and the
-        exception as :attr:`Task.exception`.  ``on_end(task)`` runs once the task's final
-        state is set, where the task's updates run (the page's event loop).
+        ``optimizer``: the function waits for a strategy optimiser, so it runs on
+        :data:`OPTIMIZER_THREADS`; otherwise on :data:`EXECUTOR` (or ``executor``);
+        ``background=False`` runs it in the caller's thread.  :class:`TaskCancelled` or
+        :class:`~dpexplorer.ui.optimize_view.Cancelled` ends the task ``cancelled``; any
+        other exception ends it ``failed`` with :func:`task_message` as its ``error`` and the
+        exception as :attr:`Task.exception` (unexpected ones logged).  ``on_end(task)`` runs
+        where the task's updates run once its final state is set.
         """
         doc = pn.state.curdoc
         post = self._poster(doc) if background else (lambda callback: callback())
@@ -240,8 +197,7 @@ class TaskRunner:
         task._update(status="queued")
 
         def finish(**values) -> None:
-            # one update of the task (param batches its watchers); held on the event loop, the
-            # widgets bound to it change in one message to the browser
+            # one update of the task; held on the event loop, its widgets change in one message
             def apply():
                 with _held(doc):
                     task._update(**values)
@@ -293,44 +249,41 @@ class TaskRunner:
     def _poster(self, doc):
         """``post(callback)`` for the tasks of ``doc``'s session.
 
-        The callbacks a page posts while an earlier one waits for the event loop join it
-        and run with it, in order, in one turn of the loop under one document lock: a
-        page's optimisers and comparisons post progress and status several times a second,
-        and each callback scheduled on its own took the session's document lock for a turn
-        of the loop shared by every session, so that with eight sessions an ε typed in the
-        page waited behind its own page's queue of posts (19 s in one run of the served
-        app with eight headless Chromium sessions, 2 cores).
+        Callbacks posted while an earlier one waits for the event loop run with it, in order,
+        in one turn of the loop under one document lock: scheduled one by one, a page's
+        progress posts made an ε typed in it wait 19 s behind its own page's queue (eight
+        headless Chromium sessions on the served app, 2 cores).
         """
         lock = self.lock
-        if doc is not None and doc.session_context is not None:
-            def run_posted():
-                with self._guard:
-                    batch = self._posts.pop(doc, [])
-                with set_curdoc(doc), lock:
-                    for callback in batch:
-                        try:
-                            callback()
-                        except Exception:  # noqa: BLE001 - one failed update must not stop the rest
-                            log.exception("a background task's update of the page failed")
+        if doc is None or doc.session_context is None:
+            def post_now(callback):
+                with lock:
+                    callback()
+            return post_now
 
-            def post(callback):
-                with self._guard:
-                    waiting = doc in self._posts
-                    self._posts.setdefault(doc, []).append(callback)
-                if waiting:
-                    return  # the run already scheduled takes this one too
-                try:  # Panel schedules it on the session's event loop, with the document lock
-                    on_loop(doc, run_posted)
-                except Exception:  # noqa: BLE001 - the session was closed meanwhile
-                    with self._guard:
-                        self._posts.pop(doc, None)
-                    log.debug("could not post to a closed session", exc_info=True)
-            return post
+        def run_posted():
+            with self._guard:
+                batch = self._posts.pop(doc, [])
+            with set_curdoc(doc), lock:
+                for callback in batch:
+                    try:
+                        callback()
+                    except Exception:  # noqa: BLE001 - one failed update must not stop the rest
+                        log.exception("a background task's update of the page failed")
 
-        def post_now(callback):
-            with lock:
-                callback()
-        return post_now
+        def post(callback):
+            with self._guard:
+                waiting = doc in self._posts
+                self._posts.setdefault(doc, []).append(callback)
+            if waiting:
+                return  # the run already scheduled takes this one too
+            try:  # Panel schedules it on the session's event loop, with the document lock
+                on_loop(doc, run_posted)
+            except Exception:  # noqa: BLE001 - the session was closed meanwhile
+                with self._guard:
+                    self._posts.pop(doc, None)
+                log.debug("could not post to a closed session", exc_info=True)
+        return post
 
     @property
     def pending(self) -> int:
@@ -350,41 +303,32 @@ class TaskRunner:
             if remaining <= 0:
                 return False
             for f in futures:
-                try:
+                with contextlib.suppress(Exception):  # logged in _done
                     f.result(timeout=max(remaining, 0.01))
-                except Exception:  # noqa: BLE001 - logged in _done
-                    pass
-
-
-class Jobs(TaskRunner):
-    """A :class:`TaskRunner` whose functions get the poster instead of the task.
-
-    ``submit(fn, *args)`` calls ``fn(post, *args)`` on a worker thread; the
-    job hands UI updates to ``post(callback)`` and catches its own errors.
-    """
 
     def submit(self, fn: Callable, *args, executor: ThreadPoolExecutor | None = None) -> Task:
-        """Run ``fn(post, *args)`` on ``executor`` (default :data:`EXECUTOR`)."""
+        """Run the job ``fn(post, *args)`` on ``executor`` (default :data:`EXECUTOR`); the job
+        hands UI updates to ``post(callback)`` and catches its own errors."""
         return self.start(lambda task, *a: fn(task.post, *a), *args,
                           name=getattr(fn, "__name__", "job"), executor=executor)
+
+
+#: The older name of :class:`TaskRunner`, for jobs started with :meth:`TaskRunner.submit`.
+Jobs = TaskRunner
 
 
 def percent(done: float | None, total: float | None = 1.0) -> int:
     """``done / total`` as a whole percentage in 0..100 for a progress bar (``max=100``).
 
-    ``percent(task.progress)`` for a task; ``percent(runs_done, runs)`` for counts.  None
-    (a task that cannot tell) and a total of 0 give 0.
+    ``percent(task.progress)`` for a task, ``percent(runs_done, runs)`` for counts; None
+    and a total of 0 give 0.
     """
     if done is None or not total:
         return 0
     return int(min(max(100.0 * float(done) / float(total), 0.0), 100.0))
 
 
-@contextlib.contextmanager
 def _held(doc):
-    """``pn.io.hold(doc)`` on a served document's event loop (one message to the browser)."""
-    if doc is None or doc.session_context is None:
-        yield
-        return
-    with pn.io.hold(doc):
-        yield
+    """``pn.io.hold(doc)`` for a served document (one message to the browser), else nothing."""
+    served = doc is not None and doc.session_context is not None
+    return pn.io.hold(doc) if served else contextlib.nullcontext()

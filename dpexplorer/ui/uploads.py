@@ -1,27 +1,22 @@
 """File uploads of the explorer: one widget, its size limit stated next to it and checked on both ends.
 
-Panel's ``FileInput`` sends a whole file in one websocket message; Bokeh's
-server closes the connection on a message above its
-``websocket_max_message_size`` (20 MiB by default) and the page then shows
-"Server connection lost" and loses the session (a 50 MB CSV did so before this module).
-:class:`Upload` is Panel's ``FileDropper`` instead: the browser sends the
-file in chunks of :data:`CHUNK_BYTES` (well below that message limit),
-FilePond refuses a file above the limit before sending anything ("File is
-too large"), and the server refuses it again -- a client that skips the
-browser check is cut off after the first chunk past the limit, nothing of
-the file is kept, and ``on_error`` reports it (a notification); the session
-stays as it was.
+Panel's ``FileInput`` sends a whole file in one websocket message, and Bokeh's server closes the
+connection on a message above ``websocket_max_message_size`` (20 MiB by default: the page shows
+"Server connection lost").  :class:`Upload` is Panel's ``FileDropper`` instead: the browser
+sends the file in chunks of :data:`CHUNK_BYTES`, FilePond refuses a file above the limit before
+sending anything, and the server refuses it again (a client skipping the browser check is cut
+off after the first chunk past the limit, nothing is kept, and ``on_error`` reports it).
 
-The limit is :func:`upload_limit`: the ``upload_bytes`` limit of
-:mod:`dpexplorer.queries.limits` (256 MiB by default, lowered by a server
-with ``DPEXPLORER_LIMITS="upload_bytes=..."``), capped for a kind of file by
-a second limit when there is one (``spec_bytes`` for workload specs).
+The limit is :func:`upload_limit`: the ``upload_bytes`` limit of :mod:`dpexplorer.queries.limits`
+(256 MiB by default; ``DPEXPLORER_LIMITS="upload_bytes=..."``), capped for a kind of file by a
+second limit when there is one (``spec_bytes`` for workload specs).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import panel as pn
 import param
@@ -33,14 +28,9 @@ __all__ = ["Upload", "upload_limit", "size_text", "CHUNK_BYTES"]
 #: Bytes per websocket message of an upload: far below Bokeh's 20 MiB message limit.
 CHUNK_BYTES = 4 * 2**20
 
-
 #: The MIME types browsers give files of these extensions (FilePond checks the type, not the
-#: name): a CSV saved by Excel on Windows is ``application/vnd.ms-excel``, not ``text/csv``.
-#: A type the browser does not know is the empty string: Chromium gives ``.npy`` and
-#: ``.parquet`` files no type (``File.type == ""``), and Panel's FileDropper turns ``.npy``
-#: into ``application/octet-stream`` only, so FilePond refused every ``.npy`` a user picked
-#: ("File is of invalid type -- Expects or application/octet-stream").  The server reads the
-#: bytes and refuses what is not the expected format.
+#: name): Excel's CSV is ``application/vnd.ms-excel``; Chromium gives ``.npy`` and ``.parquet``
+#: no type (``""``).  The server reads the bytes and refuses what is not the expected format.
 ALSO_ACCEPTED = {
     ".csv": ("text/csv", "application/vnd.ms-excel", "application/csv", "text/x-csv",
              "text/comma-separated-values", "text/plain", ""),
@@ -86,27 +76,25 @@ class Upload(pn.widgets.FileDropper):
     _rename = {**pn.widgets.FileDropper._rename, "max_bytes": None}  # server side only
 
     def __init__(self, on_file: Callable | None = None, on_error: Callable | None = None, **params):
-        params.setdefault("chunk_size", CHUNK_BYTES)
-        params.setdefault("multiple", False)
-        params.setdefault("previews", [])
-        params.setdefault("layout", "compact")
-        params.setdefault("sizing_mode", "stretch_width")
-        max_bytes = params.setdefault("max_bytes", upload_limit())
+        params = {"chunk_size": CHUNK_BYTES, "multiple": False, "previews": [], "layout": "compact",
+                  "sizing_mode": "stretch_width", "max_bytes": upload_limit(), **params}
         types = list(params.get("accepted_filetypes", []))
         for ext in list(types):
             types += [t for t in ALSO_ACCEPTED.get(ext.lower(), ()) if t not in types]
-        params["accepted_filetypes"] = types
         # FilePond counts in units of 1000 bytes: round down so that it never lets through more
-        params.setdefault("max_file_size", f"{max(1, max_bytes // 1000)}KB")
+        params = {"max_file_size": f"{max(1, params['max_bytes'] // 1000)}KB", **params,
+                  "accepted_filetypes": types}
         super().__init__(**params)
         self._on_file, self._on_error = on_file, on_error
         self._received: dict[str, int] = {}
 
     def _refuse(self, name: str, size: int) -> None:
+        """Drop the file ``name``, which has more than ``size`` bytes, and say so."""
+        self._received[name] = -1
         self._file_buffer.pop(name, None)
         if self._on_error is not None:
-            self._on_error(f"{name!r} was not loaded: it has {'more than ' if size < 0 else ''}"
-                           f"{size_text(abs(size))}, above the upload limit of "
+            self._on_error(f"{name!r} was not loaded: it has more than "
+                           f"{size_text(size)}, above the upload limit of "
                            f"{size_text(self.max_bytes)}. Use a smaller file (or, on a server "
                            "with the memory for it, raise the limit with "
                            "DPEXPLORER_LIMITS='upload_bytes=...').")
@@ -114,24 +102,19 @@ class Upload(pn.widgets.FileDropper):
     def _process_event(self, event) -> None:
         data = event.data
         if event.event_name != "upload_event":
-            super()._process_event(event)
-            return
+            return super()._process_event(event)
         name = data["name"]
         chunk, total = int(data["chunk"]), int(data["total_chunks"])
         if chunk == 1:
             self._received[name] = 0
             if (total - 1) * self.chunk_size >= self.max_bytes:  # announced size already too large
-                self._received[name] = -1
-                self._refuse(name, -(total - 1) * self.chunk_size)
-                return
+                return self._refuse(name, (total - 1) * self.chunk_size)
         got = self._received.get(name, -1)
         if got < 0:  # refused earlier (or a chunk without its first): dropped
             return
         got += len(data["data"])
         if got > self.max_bytes:
-            self._received[name] = -1
-            self._refuse(name, -self.max_bytes)
-            return
+            return self._refuse(name, self.max_bytes)
         self._received[name] = got
         super()._process_event(event)
         if chunk == total:
@@ -146,8 +129,6 @@ class Upload(pn.widgets.FileDropper):
 
         For driving the widget without a browser (tests, scripts).
         """
-        from types import SimpleNamespace
-
         total = max(1, math.ceil(len(data) / self.chunk_size))
         for k in range(total):
             chunk = data[k * self.chunk_size:(k + 1) * self.chunk_size]

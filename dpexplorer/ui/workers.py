@@ -1,49 +1,19 @@
 """Strategy optimisers in worker processes: an ε change never waits behind an optimiser.
 
-The explorer's pages build strategies in background threads
-(:class:`~dpexplorer.ui.tasks.Jobs`).  A quick strategy (identity,
-H2, ...) takes milliseconds there, but an optimiser (OPT0, OPT⊗, OPT+, OPT_M,
-HDMM, Eigen-Design) computes for seconds to minutes, and much of that time
-is Python code holding the interpreter lock the server's event loop needs:
-on this project's 2-core machine an ε change waited 0.2-2 s behind one
-optimiser and 3-15 s with eight sessions optimising (``python benchmarks/bench_browser.py``), where it
-costs milliseconds alone.  Lowering the threads' priority did not help (a
-low-priority thread holding the lock stalls the event loop all the same).
-
-So every session's :class:`~dpexplorer.StrategyCache` builds the optimisers
-through :func:`build`, which runs them in a small pool of worker processes
-(:data:`MAX_WORKERS`, at :data:`WORKER_NICE` priority), each with its own
-interpreter.  They start with ``forkserver``: forked from a single-threaded
-process that has imported ``dpexplorer`` (never the server's own threads and
-locks), and without re-running the user's main script, as ``spawn`` would.  The calling thread (a page's job) waits for the result and
-relays the optimiser's progress reports to the page's progress callback
-(:func:`dpexplorer.core.optimization.progress`), so progress bars, Cancel
-and "the workload changed meanwhile" work as before: when the callback asks
-to stop, the worker is told and stops at its next report, and the page's
-job gets the same :class:`~dpexplorer.ui.optimize_view.Cancelled`.
-
-What goes to a worker is public: the workload, the noise model's parameters
-and the mechanism's name and parameters; what comes back is the strategy
-(with its ``optimization`` record).  No data ever crosses.
-
-Which mechanisms run in a worker is a fact of the registry: those flagged
-:attr:`~dpexplorer.core.registry.Mechanism.optimizer`.  The registry entry
-itself is sent to the worker, its builder (and scope check) by module and
-qualified name, as pickle sends functions: the worker imports that module.
-So an optimiser registered at run time by a user's module also runs in a
-worker when its builder is a module-level function of an importable module
-(not ``__main__``, not a closure, a lambda or a callable object); otherwise
-it is built in the calling thread, as any other mechanism, and a warning
-says so once per name (:func:`in_worker`).
-
-An optimised strategy depends only on the public workload, the noise's norm and
-the mechanism's parameters, so the server keeps the last :data:`MEMO_SIZE` of
-them for every session: a second tab, or a second page, on a workload already
-optimised gets its strategy at once (workloads compared by
-:func:`dpexplorer.queries.spec.fingerprint`; one without a spec is never shared).
-A session never waits for another session's build: two sessions asking at once
-each optimise, as before (a page waiting behind another page's build could
-neither cancel it nor show its progress).
+An optimiser (OPT0, OPT⊗, OPT+, OPT_M, HDMM, Eigen-Design) runs for seconds to minutes,
+much of it holding the interpreter lock the event loop needs: on 2 cores an ε change waited
+0.2-2 s behind one optimiser in a thread and 3-15 s with eight sessions optimising
+(``python benchmarks/bench_browser.py``), where it costs milliseconds alone.  So every
+session's :class:`~dpexplorer.StrategyCache` builds optimisers through :func:`build`, in a
+small pool of loky processes (:data:`MAX_WORKERS`, at :data:`WORKER_NICE`).  The calling
+thread relays the worker's progress to its progress callback
+(:func:`dpexplorer.core.optimization.progress`), so progress bars and Cancel work as in a
+thread (a stopped worker gives :class:`~dpexplorer.ui.optimize_view.Cancelled`).  Only
+public things cross: the workload, the noise's parameters, the registry entry (its
+functions by module and qualified name: :func:`in_worker`) and the strategy back.  The
+server keeps the last :data:`MEMO_SIZE` optimised strategies for every session (workloads
+compared by :func:`dpexplorer.queries.spec.fingerprint`); a session never waits for
+another session's build (it could neither cancel it nor show its progress).
 """
 
 from __future__ import annotations
@@ -90,12 +60,9 @@ def _nice_from_environment(default: int = 10) -> int:
     return int(text)
 
 
-#: Worker processes shared by every session of the server (at most this many optimisers run
-#: at once; more wait their turn, their progress bars saying so).
+#: Worker processes shared by every session (more optimisers wait their turn).
 MAX_WORKERS = max(1, min(2, os.cpu_count() or 1))
-#: CPU priority (nice) of the worker processes: the server's own process keeps the processor.
-#: ``DPEXPLORER_WORKER_NICE`` sets another (0: the optimisers share the processor equally with
-#: the server and with every other program on the machine).
+#: CPU priority (nice) of the worker processes (``DPEXPLORER_WORKER_NICE``; 0: the server's).
 WORKER_NICE = _nice_from_environment()
 #: Seconds between two checks of the worker's progress reports and of the page's Cancel.
 POLL_SECONDS = 0.05
@@ -116,10 +83,8 @@ def in_worker(mechanism) -> bool:
     """Whether :func:`build` runs ``mechanism`` (a registry entry, or None) in a worker process.
 
     True for a strategy optimiser (:attr:`~dpexplorer.core.registry.Mechanism.optimizer`)
-    whose builder, and every other function of its entry (scope check, ...), a
-    worker can import by module and qualified name (:func:`importable`): the
-    entry is sent to the worker.  An optimiser whose builder cannot be
-    imported there is built in the calling thread; a warning says so, once per name.
+    every function of whose entry a worker can import (:func:`importable`); any other
+    optimiser is built in the calling thread, with a warning once per name.
     """
     fn = getattr(mechanism, "build", None)
     if fn is None or not getattr(mechanism, "optimizer", False):
@@ -139,11 +104,8 @@ def in_worker(mechanism) -> bool:
 
 
 def importable(fn) -> bool:
-    """Whether a worker process can import ``fn`` by its module and qualified name.
-
-    A module-level function (or class) of a module other than ``__main__`` that
-    is importable here; not a lambda, a closure, a bound method or a callable object.
-    """
+    """Whether a worker process can import ``fn`` by its module and qualified name: a
+    module-level function or class of an importable module other than ``__main__``."""
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
     if not module or not qualname or module == "__main__" or "<" in qualname:
         return False
@@ -158,11 +120,7 @@ def importable(fn) -> bool:
 
 # ------------------------------------------------------------------ in the server
 class _Pool:
-    """A loky process pool, the shared report queue, the stop events' manager, the router.
-
-    loky starts its workers without re-running the caller's main script (as
-    ``spawn`` and ``forkserver`` do) and without forking the server's threads.
-    """
+    """A loky process pool, the shared report queue, the stop events' manager, the router."""
 
     def __init__(self):
         from loky import ProcessPoolExecutor
@@ -208,7 +166,6 @@ class _Pool:
             self.inboxes.pop(task, None)
 
 
-
 _lock = threading.Lock()
 _pool: _Pool | None = None
 _exiting = False  # the interpreter is exiting: no pool is started any more
@@ -232,10 +189,7 @@ def _get_pool() -> _Pool:
     Raises
     ------
     Cancelled
-        When the interpreter is exiting.  A page's optimiser thread asking for
-        a pool after the exit hook had stopped it used to start a new one that
-        nothing stopped: a script or notebook that ended while optimisers ran
-        then never exited (its interpreter waited for the new pool's threads).
+        When the interpreter is exiting (a pool started then would keep it from exiting).
     """
     global _pool
     with _lock:
@@ -247,11 +201,8 @@ def _get_pool() -> _Pool:
 
 
 def warm_up() -> None:
-    """Start the worker processes now (the served app, at each session), not at the first optimiser.
-
-    Starting a worker imports numpy, scipy and dpexplorer (seconds on a busy
-    machine); only the first call does it.
-    """
+    """Start the worker processes now (seconds: they import numpy, scipy and dpexplorer),
+    not at the first optimiser; only the first call does it (the served app, each session)."""
     global _pool
     with _lock:
         if _pool is not None or _exiting:
@@ -267,12 +218,10 @@ def shutdown() -> None:
     with _lock:
         pool, _pool = _pool, None
     if pool is not None:
-        with contextlib.suppress(Exception):
-            pool.executor.shutdown(wait=False, kill_workers=True)
-        with contextlib.suppress(Exception):
-            pool.reports.put(None)
-        with contextlib.suppress(Exception):
-            pool.manager.shutdown()
+        for stop in (lambda: pool.executor.shutdown(wait=False, kill_workers=True),
+                     lambda: pool.reports.put(None), pool.manager.shutdown):
+            with contextlib.suppress(Exception):
+                stop()
 
 
 _memo: OrderedDict = OrderedDict()  # (mechanism, builder, workload, norm, params) -> strategy
@@ -298,11 +247,8 @@ def _memo_key(mechanism, W, noise, params: dict) -> tuple | None:
 
 
 def kept(mechanism, W, noise, params: dict) -> bool:
-    """Whether :func:`build` would return ``mechanism``'s strategy for ``W`` at once: the
-    server keeps it (:data:`MEMO_SIZE`), built for another session or an earlier comparison."""
-    if not in_worker(mechanism):
-        return False
-    key = _memo_key(mechanism, W, noise, params)
+    """Whether :func:`build` would return ``mechanism``'s strategy for ``W`` at once (kept)."""
+    key = _memo_key(mechanism, W, noise, params) if in_worker(mechanism) else None
     if key is None:
         return False
     with _memo_lock:
@@ -310,9 +256,8 @@ def kept(mechanism, W, noise, params: dict) -> bool:
 
 
 def _own_copy(A):
-    """A shallow copy of a kept strategy (and of its ``optimization`` record, as the
-    registered builders return theirs: :func:`~dpexplorer.strategies.templates.fresh`): the
-    caller may rename or annotate it without touching the one kept."""
+    """A shallow copy of a kept strategy and of its ``optimization`` record
+    (:func:`~dpexplorer.strategies.templates.fresh`), for the caller to rename or annotate."""
     record = getattr(A, "optimization", None)
     if record is not None and getattr(record, "strategy", None) is A:
         return fresh(record)
@@ -322,14 +267,11 @@ def _own_copy(A):
 def build(mechanism, W, noise, params: dict):
     """Build ``mechanism``'s strategy for ``W``, an optimiser in a worker process.
 
-    The builder of a :class:`~dpexplorer.StrategyCache` (``StrategyCache(build=build)``):
-    same arguments and result as ``mechanism.strategy(W, noise, **params)``.
-    Progress reports of the worker go to this thread's progress callback; when
-    that callback asks to stop (it raises, or its ``stop()`` says so) the
-    worker is told to stop and the callback's exception (or
-    :class:`~dpexplorer.ui.optimize_view.Cancelled`) is raised here.
-    A strategy the server keeps (:data:`MEMO_SIZE`) is returned at once, as a copy
-    of its own.
+    The builder of a :class:`~dpexplorer.StrategyCache`: same arguments and result as
+    ``mechanism.strategy(W, noise, **params)``.  The worker's progress reports go to this
+    thread's progress callback; when it asks to stop (it raises, or its ``stop()`` says so)
+    the worker stops and the callback's exception (or ``Cancelled``) is raised here.  A kept
+    strategy (:data:`MEMO_SIZE`) is returned at once, as a copy of its own.
 
     Raises
     ------
@@ -358,7 +300,7 @@ def build(mechanism, W, noise, params: dict):
 
 def _build_in_worker(mechanism, W, noise, params: dict):
     """:func:`build` in a worker process: submit, relay the reports, return or raise."""
-    callback = dpx.optimization.current()
+    stop_requested = getattr(dpx.optimization.current(), "stop", None)
     pool = _get_pool()
     task, inbox, stop = pool.open()
     try:
@@ -370,7 +312,7 @@ def _build_in_worker(mechanism, W, noise, params: dict):
             while not _relay(inbox):  # until every report of the task is delivered
                 if future.done() and future.exception() is not None:
                     break  # failed (or the worker died): its reports do not matter
-                if SHUTDOWN.is_set() or _stop_requested(callback):
+                if SHUTDOWN.is_set() or (callable(stop_requested) and stop_requested()):
                     raise Cancelled(f"{mechanism.name} stopped")
                 if future.done():
                     time.sleep(POLL_SECONDS / 10)  # the result came first; its reports follow
@@ -391,10 +333,8 @@ def _build_in_worker(mechanism, W, noise, params: dict):
 
 
 def _relay(inbox: queue.Queue) -> bool:
-    """Hand the worker's queued reports to this thread's callback (it may raise to stop).
-
-    Returns ``True`` once the task's last message came (its reports are all delivered).
-    """
+    """Hand the worker's queued reports to this thread's callback (it may raise to stop);
+    ``True`` once the task's last message came."""
     while True:
         try:
             msg = inbox.get_nowait()
@@ -403,8 +343,3 @@ def _relay(inbox: queue.Queue) -> bool:
         if msg == (_DONE,):
             return True
         dpx.optimization.report(*msg)
-
-
-def _stop_requested(callback) -> bool:
-    stop = getattr(callback, "stop", None)
-    return bool(stop()) if callable(stop) else False
