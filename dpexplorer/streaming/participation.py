@@ -519,7 +519,7 @@ class Participation(Matrix):
         # the noise by this wrapper's sensitivity) and its reconstructor.  Nothing else: a hook
         # that measures (``marginal_measure``) would calibrate to the base's smaller sensitivity.
         if attr in _DELEGATED:
-            return getattr(self.__dict__["base"], attr)
+            return getattr(self.__dict__.get("base"), attr)  # AttributeError before __init__
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
 
     def _matmat(self, X):
