@@ -111,6 +111,7 @@ from .privacy.kernel import validate_counts
 from .privacy.noise import Gaussian, Laplace, NoiseModel
 from .queries import workloads as _workloads
 from .queries.matrix import Dense, Matrix, as_matrix
+from .streaming.participation import max_participations
 
 __all__ = ["audit", "AuditResult", "AuditCase", "Event", "Score", "Weakened", "cases",
            "clopper_pearson", "epsilon_lower_bound", "select_event", "select_feature_event",
@@ -667,11 +668,10 @@ def _check_pattern(diff: np.ndarray, changed: np.ndarray, participations, mechan
                          "dpx.streaming.Participation(A, k, b); a registered mechanism is calibrated "
                          "to one cell")
     try:
-        k, b = (int(v) for v in participations)
+        k, b = participations
     except (TypeError, ValueError):
-        raise ValueError(f"participations must be (k, b), two whole numbers >= 1, got {participations!r}") from None
-    if k < 1 or b < 1:
-        raise ValueError(f"participations must be (k, b), two whole numbers >= 1, got {participations!r}")
+        raise ValueError(f"participations must be a pair (k, b), got {participations!r}") from None
+    max_participations(diff.size, k, b)  # TypeError/ValueError unless whole numbers >= 1
     values = diff[changed]
     gaps = np.diff(changed)
     if not (1 <= changed.size <= k and (np.all(values == 1) or np.all(values == -1))
@@ -1438,7 +1438,8 @@ def audit(mechanism, x0, x1, epsilon: float, delta: float = 0.0, *, W=None,
     ValueError
         If ``x0`` and ``x1`` are not neighbours (shapes differ, or they do not
         differ by exactly 1 in exactly one cell, or by a pattern of
-        ``participations``), ε, δ, the claim, the runs or
+        ``participations``), ``participations`` is not a pair of whole numbers
+        >= 1 (TypeError for a non-whole number), ε, δ, the claim, the runs or
         the confidence are out of range, the statistic or the features are
         unknown or do not apply to the output, or the mechanism is unknown.
     TypeError

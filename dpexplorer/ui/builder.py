@@ -37,9 +37,9 @@ from dpexplorer.queries.terms import PRESETS, Term, WorkloadTerms
 from .exports import FigureExport
 from .serving import COLOR as _COLOR
 from .serving import LABEL as _LABEL
-from .serving import LazyCard
+from .serving import LazyCard, button
 from .session import Session, error_alert, notify, side_by_side
-from .table_workload import TableMarginals, button
+from .table_workload import TableMarginals
 from .uploads import Upload, size_text, upload_limit
 
 # PRESETS: the papers' workloads (dpexplorer.queries.terms), as the gallery notebook imports them

@@ -62,8 +62,16 @@ LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
 #: Keyword of a button's colour: ``color`` since Panel 1.9 (``button_type`` is deprecated there).
 COLOR = "color" if "color" in pn.widgets.Button.param else "button_type"
 
+
+def button(label: str, color: str, on_click: Callable[[], object]) -> pn.widgets.Button:
+    """A Button (``color``: Panel's button colour) calling ``on_click()`` on each click."""
+    widget = pn.widgets.Button(**{LABEL: label, COLOR: color})
+    widget.on_click(lambda e: on_click())
+    return widget
+
 __all__ = [
-    "LABEL", "COLOR", "RedrawQueue", "REDRAWS", "STALL_SECONDS", "CHECK_SECONDS", "on_loop",
+    "LABEL", "COLOR", "button", "RedrawQueue", "REDRAWS", "STALL_SECONDS", "CHECK_SECONDS",
+    "on_loop",
     "on_session_loop", "served_document", "models_batch", "freeze_models", "no_connection",
     "held_on_loop", "on_event_loop", "LazyCard", "TableSlot", "ShownGate", "run_redraws",
     "HOLD_SECONDS", "SessionOrderedPool", "document_of", "install_echo_guard", "install",

@@ -25,22 +25,14 @@ import param
 import dpexplorer as dpx
 from dpexplorer.queries.terms import marginals_term, plan_marginals
 
-from .serving import COLOR as _COLOR
 from .serving import LABEL as _LABEL
-from .serving import LazyCard
+from .serving import LazyCard, button
 from .uploads import Upload
 
 __all__ = ["TableMarginals"]
 
 #: Errors of a user's table, schema or discovery: reported, never raised into the UI.
 INPUT_ERRORS = (ValueError, TypeError, dpx.LimitExceededError)
-
-
-def button(label: str, color: str, on_click) -> pn.widgets.Button:
-    """A Button (``color``: Panel's button colour) calling ``on_click()`` on each click."""
-    widget = pn.widgets.Button(**{_LABEL: label, _COLOR: color})
-    widget.on_click(lambda e: on_click())
-    return widget
 
 
 class TableMarginals(param.Parameterized):
