@@ -42,9 +42,9 @@ from . import audit  # noqa: I001  (after evaluate and mechanism, which it runs)
 from .accuracy import accuracy_sentence, describe_privacy, epsilon_for, epsilon_table
 from .adaptive import dawa, efpa, hilbert, mwem, partition, uniform
 from .compare import StrategyCache, compare
-from .core import error, optimization, registry, spectra
+from .core import error, inference, optimization, registry, spectra
 from .core.error import UnsupportedWorkloadError, per_query_rmse, rmse, svd_bound
-from .mechanism import Release, reconstruct, release, simulate
+from .mechanism import Release, inferences, reconstruct, release, simulate
 from .privacy import (OS_CSPRNG, Budget, BudgetExceededError, Gaussian, Laplace, PrivacyLedger,
                       PrivateData, accounting, discover_domain, noise, samplers)
 from .queries import (Attribute, Domain, Table, domain, gram_ops, intervals, limits, matrix, spec,
@@ -61,13 +61,14 @@ __all__ = [
     "queries", "privacy", "core", "strategies", "adaptive", "sums", "streaming",
     # modules by their short names
     "limits", "matrix", "spec", "workloads", "gram_ops", "intervals", "trees", "accounting", "noise",
-    "samplers", "error", "spectra", "optimization", "registry", "templates", "kron_stack", "hdmm",
-    "marginals", "eigen_design", "fourier",
+    "samplers", "error", "spectra", "inference", "optimization", "registry", "templates", "kron_stack",
+    "hdmm", "marginals", "eigen_design", "fourier",
     "residual", "dawa", "partition", "hilbert", "mwem", "efpa", "uniform", "thresholds",
     "datasets", "evaluate", "mechanism", "accuracy", "docs", "figures", "lessons", "audit",
     # the everyday API
     "compare", "StrategyCache", "rmse", "per_query_rmse", "svd_bound", "UnsupportedWorkloadError",
     "MatrixTooLargeError", "LimitExceededError", "Release", "release", "simulate", "reconstruct",
+    "inferences",
     "Laplace", "Gaussian", "PrivacyLedger", "PrivateData", "BudgetExceededError", "Budget", "OS_CSPRNG",
     "domain", "Attribute", "Domain", "Table", "discover_domain",
     # accuracy first

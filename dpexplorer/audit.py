@@ -1039,8 +1039,9 @@ class AuditCase:
         The pair (one record added in one cell).
     W : Matrix
         Workload the mechanism runs on.
-    statistic : str
-        What the events threshold (see :data:`STATISTICS`).
+    statistic : str or callable
+        What the events threshold (see :data:`STATISTICS`), or a function
+        ``output -> float`` (module level, so that it pickles).
     claim_share : float
         The claim is ``claim_share·ε``: 1 for the whole output; the partition
         stage's share for DAWA's partition alone (Thm 2: ε₁-DP).
@@ -1060,7 +1061,7 @@ class AuditCase:
     x0: tuple
     x1: tuple
     W: Matrix
-    statistic: str = "auto"
+    statistic: str | Callable = "auto"
     claim_share: float = 1.0
     delta: float = 0.0
     params: dict = field(default_factory=dict)
@@ -1173,12 +1174,11 @@ _MWEM_WHY = ("one round and a public total N = 10 (the whole ε in one selection
              "exponential mechanism's loss is largest -- and moves the first query's answer by 1; "
              "the event is read from the transcript (the choice and the measurement)")
 _EFPA_WHY = ("9/10 of ε on the coefficients (selection_share 0.1: the measurement's loss dominates); "
-             "a spike of 8 records in the last of 3 cells and one more there: the kept "
-             "coefficients move by all (k = 1) or 98 % (k = 2: (1 + 1.37)/√3 of Δ = (1 + √2)/√3) "
-             "of their sensitivity, and the two candidates' utilities move apart (the largest "
-             "loss of the choice of k found over 18,000 random pairs on 2-8 cells, exact "
-             "permute-and-flip probabilities); the event is read from the transcript (k and the "
-             "noisy coefficients)")
+             "a spike of 8 records in the last of 3 cells and one more there: the last cell "
+             "attains the maximum that sets the exact sensitivity of the kept coefficients "
+             "(k = 1 and k = 2: (1/a₀ + 1.37/a₁)/√3), so they move by all of it, and the two "
+             "candidates' utilities move apart; the event is read from the transcript (k and "
+             "the noisy coefficients)")
 _DAWA_WHY = ("the teaching pair: a flat histogram where one extra record changes the cost of every "
              "candidate bucket holding cell 1, so the partition is as sensitive as it gets")
 
@@ -1263,8 +1263,37 @@ def _mwem_cases(mech: registry.Mechanism, spec: registry.AuditSpec) -> tuple[Aud
                       features="transcript", why=_MWEM_WHY),)
 
 
+def phase_offset(out) -> float:
+    """Distance (radians, in ``[0, π/2]``) of the phase of ``rfft(x̂)[1]`` from a multiple of π.
+
+    ``π/2`` when that coefficient is 0 (an estimate that kept only the
+    constant).  The statistic of ``efpa_as_published``'s case: on
+    ``x₀ = (50, 0, 0)`` every coefficient is real, on ``x₁ = (50, 1, 0)`` the
+    phase of ``F_1`` is −0.0175, and noise on the magnitude alone moves the
+    phase by 0 or π only.
+    """
+    x_hat = np.asarray(out.x_hat if isinstance(out, registry.Estimate) else out, dtype=float).ravel()
+    F = np.fft.rfft(x_hat)
+    if F.size < 2 or abs(F[1]) <= 1e-9 * (1.0 + abs(F[0])):
+        return math.pi / 2
+    angle = float(np.angle(F[1])) % math.pi
+    return min(angle, math.pi - angle)
+
+
+_EFPA_PUBLISHED_WHY = ("every coefficient of x₀ = (50, 0, 0) is real; one record in cell 1 turns "
+                       "the phase of F_1 by −0.0175; the authors' noise on the magnitudes only "
+                       "leaves the phase (up to π), so every run that keeps F_1 tells x₀ from x₁")
+
+
 def _efpa_cases(mech: registry.Mechanism, spec: registry.AuditSpec) -> tuple[AuditCase, ...]:
-    """EFPA: a spike in the last of 3 cells; the choice of k alone against its share of ε."""
+    """EFPA: a spike in the last of 3 cells; the choice of k alone against its share of ε.
+
+    ``efpa_as_published`` (not private): the phase of the estimate's first
+    Fourier coefficient (:func:`phase_offset`) on a pair that turns it.
+    """
+    if not mech.private:
+        return (AuditCase((50, 0, 0), (50, 1, 0), _workloads.all_range(3),
+                          statistic=phase_offset, why=_EFPA_PUBLISHED_WHY),)
     share = float(mech.params.get("selection_share", 0.5))
     return (AuditCase((0, 0, 8), (0, 0, 9), _workloads.all_range(3), statistic="loss",
                       params={"selection_share": 0.1}, features="transcript",

@@ -27,6 +27,13 @@ workload seed, ε and the trial number.  Numbers therefore depend only on
 ``seed`` and the cell they belong to -- not on the execution order, the
 number of workers, Dask or local processes, nor on which other mechanisms or
 datasets are in the same call.
+
+Inference (``inferences=``, :mod:`dpexplorer.core.inference`): every
+mechanism can be run with each inference that applies to it
+(:func:`dpexplorer.mechanism.inferences`), one row each, with the
+``inference`` column saying which.  The seed key does not include the
+inference, so the inferences of one mechanism see the same noise in every
+run: their errors are a paired comparison.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +55,7 @@ import scipy.stats
 
 from . import datasets as _datasets
 from . import mechanism as _mechanism
+from .core import inference as _inference
 from .core import registry
 from .core.parallel import blas_limit
 from .core.registry import NotApplicableError
@@ -64,14 +72,14 @@ __all__ = [
 
 #: Columns of the summary table (one row per mechanism, dataset, workload, ε).
 SUMMARY_COLUMNS = [
-    "mechanism", "dataset", "workload", "n", "epsilon", "runs",
+    "mechanism", "inference", "dataset", "workload", "n", "epsilon", "runs",
     "l1", "l1_ci_low", "l1_ci_high", "rmse", "rmse_ci_low", "rmse_ci_high",
     "rel", "rel_ci_low", "rel_ci_high", "seconds", "note",
 ]
 
 #: Columns of the per-run table (``raw=True``).
 RAW_COLUMNS = [
-    "mechanism", "dataset", "workload", "workload_seed", "n", "m", "epsilon", "trial",
+    "mechanism", "inference", "dataset", "workload", "workload_seed", "n", "m", "epsilon", "trial",
     "l1", "mse", "rmse", "rel", "seconds", "epsilon_spent", "note",
 ]
 
@@ -153,6 +161,7 @@ class _MechSpec:
     name: str
     params: dict
     modules: tuple[str, ...]
+    inference: str | None = None  # None: the mechanism's default
 
 
 @dataclass
@@ -170,7 +179,8 @@ class _Task:
     instances_key: tuple = field(default=())
 
     def context(self) -> str:
-        return (f"while evaluating mechanism {self.mech.label!r} ({self.mech.name}) on dataset "
+        how = "" if self.mech.inference is None else f" with {self.mech.inference} inference"
+        return (f"while evaluating mechanism {self.mech.label!r} ({self.mech.name}){how} on dataset "
                 f"{self.dataset!r}, workload {self.workload!r}, ε = {self.epsilon:g}")
 
 
@@ -206,10 +216,21 @@ def _add_context(exc: BaseException, context: str) -> None:
 
 
 def _nan_row(task: _Task, wseed, n, m, trial, note) -> dict:
-    return dict(mechanism=task.mech.label, dataset=task.dataset, workload=task.workload,
+    return dict(mechanism=task.mech.label, inference=_inference_label(task.mech),
+                dataset=task.dataset, workload=task.workload,
                 workload_seed=wseed, n=n, m=m, epsilon=task.epsilon, trial=trial,
                 l1=np.nan, mse=np.nan, rmse=np.nan, rel=np.nan, seconds=np.nan,
                 epsilon_spent=np.nan, note=note)
+
+
+def _inference_label(mech: _MechSpec) -> str:
+    """The ``inference`` column of a mechanism spec (its default when none was asked for)."""
+    if mech.inference is not None:
+        return mech.inference
+    try:
+        return _mechanism.inferences(mech.name)[0]
+    except KeyError:  # not registered in this process: reported by the run itself
+        return _inference.DEFAULT_INFERENCE
 
 
 def _run_chunk(task: _Task, x: np.ndarray, instances: list) -> list[dict]:
@@ -235,7 +256,8 @@ def _run_chunk(task: _Task, x: np.ndarray, instances: list) -> list[dict]:
             where = f"{task.context()}, workload seed {wseed!r}, trial {trial}"
             t0 = time.perf_counter()
             try:
-                est = _mechanism.run(mech.name, data, W, noise, rng, **mech.params)
+                est = _mechanism.run(mech.name, data, W, noise, rng, inference=mech.inference,
+                                     **mech.params)
             except NotApplicableError as exc:
                 rows.append(_nan_row(task, wseed, W.n, W.m, trial, f"not applicable: {exc}"))
                 continue
@@ -257,7 +279,9 @@ def _run_chunk(task: _Task, x: np.ndarray, instances: list) -> list[dict]:
             err = answers - y
             abs_err = np.abs(err)
             mse = float(np.mean(err * err))
-            rows.append(dict(mechanism=mech.label, dataset=task.dataset, workload=task.workload,
+            used = est.info.get("inference", _inference_label(mech))
+            rows.append(dict(mechanism=mech.label, inference=used, dataset=task.dataset,
+                             workload=task.workload,
                              workload_seed=wseed, n=W.n, m=W.m, epsilon=task.epsilon, trial=trial,
                              l1=float(abs_err.mean()), mse=mse, rmse=math.sqrt(mse),
                              rel=float(np.mean(abs_err / denom)), seconds=seconds,
@@ -309,6 +333,31 @@ def _mechanism_specs(mechanisms, params) -> list[_MechSpec]:
         raise ValueError(f"params given for {sorted(unknown)}, which are not among the mechanisms "
                          f"{[s.label for s in specs]}")
     return specs
+
+
+def _expand_inferences(specs: list[_MechSpec], inferences) -> list[_MechSpec]:
+    """One spec per mechanism and applicable inference (:func:`dpexplorer.mechanism.inferences`).
+
+    ``None``: each mechanism with its default.  A mechanism none of the asked
+    inferences applies to (MWEM, EFPA, ...) keeps its own (``"native"``).
+    """
+    if inferences is None:
+        return specs
+    if isinstance(inferences, str):
+        inferences = [inferences]
+    inferences = list(inferences)
+    if not inferences:
+        raise ValueError(f"inferences is empty; give some of {list(_inference.INFERENCES)} or None")
+    for name in inferences:
+        _inference.check_inference(name)
+    if len(set(inferences)) != len(inferences):
+        raise ValueError(f"duplicate values in inferences {inferences}")
+    out: list[_MechSpec] = []
+    for spec in specs:
+        allowed = _mechanism.inferences(spec.name)
+        chosen = [i for i in inferences if i in allowed] or [allowed[0]]
+        out.extend(replace(spec, inference=i) for i in chosen)
+    return out
 
 
 def _dataset_dict(data_in, directory) -> dict[str, np.ndarray]:
@@ -535,7 +584,7 @@ def _mean_ci(values: np.ndarray, confidence: float) -> tuple[float, float, float
 
 def _summarize(raw: pd.DataFrame, confidence: float) -> pd.DataFrame:
     out = []
-    keys = ["mechanism", "dataset", "workload", "epsilon"]
+    keys = ["mechanism", "inference", "dataset", "workload", "epsilon"]
     for key, g in raw.groupby(keys, sort=False):
         ok = g[g["note"].isna()]
         l1 = _mean_ci(ok["l1"].to_numpy(float), confidence)
@@ -562,7 +611,7 @@ def evaluate(mechanisms, datasets, workloads, epsilons, trials: int = 3, seed: i
              client=None, n_jobs: int | None = None, progress: bool = True, params=None, *,
              workload_seeds: Sequence[int] = range(5), gamma: float = 1.0, directory=None,
              raw: bool = False, confidence: float = 0.95, mp_context=None,
-             blas_threads: int | None = 1) -> pd.DataFrame:
+             blas_threads: int | None = 1, inferences=None) -> pd.DataFrame:
     """Empirical error of mechanisms on data, workloads and budgets (DAWA Sec. 5.1).
 
     For every mechanism, dataset, workload instance, ε and trial, a fresh
@@ -633,13 +682,23 @@ def evaluate(mechanisms, datasets, workloads, epsilons, trials: int = 3, seed: i
         process, no oversubscription; it also keeps the floating-point
         results identical across execution modes).  ``None`` leaves them
         alone.  Dask worker processes get 1 thread from Dask itself.
+    inferences : sequence of str, optional
+        Inferences to run every mechanism with (``"least_squares"``,
+        ``"nonnegative"``; :mod:`dpexplorer.core.inference`), one row per
+        mechanism and applicable inference (:func:`dpexplorer.mechanism.inferences`:
+        DAWA's stage 2 takes both; a mechanism with its own estimate, such
+        as MWEM, gets one row with ``"native"``).  ``None`` (default): each
+        mechanism's default.  The inferences of a mechanism share the noise
+        of every run (paired comparison).
 
     Returns
     -------
     pandas.DataFrame
-        One row per (mechanism, dataset, workload, ε), in input order, with
-        the columns of :data:`SUMMARY_COLUMNS`:
+        One row per (mechanism, inference, dataset, workload, ε), in input
+        order, with the columns of :data:`SUMMARY_COLUMNS`:
 
+        * ``inference``: how ``x̂`` was inferred (``"least_squares"``,
+          ``"nonnegative"``, or ``"native"`` for a mechanism's own estimate);
         * ``n``: number of cells; ``runs``: successful runs
           (``len(workload_seeds) × trials`` for a factory);
         * ``l1``: mean over runs of the average L1 error per query
@@ -666,7 +725,7 @@ def evaluate(mechanisms, datasets, workloads, epsilons, trials: int = 3, seed: i
     Raises
     ------
     ValueError
-        Before any run: unknown mechanism names, empty inputs, ε ≤ 0,
+        Before any run: unknown mechanism names or inferences, empty inputs, ε ≤ 0,
         ``trials`` < 1, a bad ``seed``, ``gamma``, ``n_jobs`` or
         ``confidence``, invalid data vectors, unknown DPBench names, a fixed
         workload that fits none of the datasets, or a factory whose workload
@@ -686,7 +745,7 @@ def evaluate(mechanisms, datasets, workloads, epsilons, trials: int = 3, seed: i
     Differentially Private Algorithms using DPBench. SIGMOD 2016.
     """
     # ---- validate everything before any work starts
-    specs = _mechanism_specs(mechanisms, params)
+    specs = _expand_inferences(_mechanism_specs(mechanisms, params), inferences)
     eps_list = _epsilon_list(epsilons)
     trials = _positive_int(trials, "trials")
     seed = limits.whole_number(seed, "evaluate: seed", minimum=0)

@@ -19,6 +19,11 @@ Two modes that never mix (:mod:`dpexplorer.privacy.samplers`):
 
 Every answer of a data-independent release comes with its analytic standard
 error and a confidence interval (:meth:`Release.confidence_intervals`).
+
+The inference is a choice (``inference=``, :mod:`dpexplorer.core.inference`,
+``dpexplorer/docs/inference.md``): least squares (the default, analytic
+error) or non-negative least squares (Lawson & Hanson 1974), whose error is
+estimated by a parametric bootstrap of the noise instead.
 """
 
 from __future__ import annotations
@@ -29,14 +34,17 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import scipy.sparse
 
 from .core import error, registry
+from .core import inference as _inference
 from .core.confidence import CI_TEXT as _CI_TEXT
 from .core.confidence import EXACT_CI_LIMIT, confidence_half_widths
+from .core.inference import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, DEFAULT_INFERENCE
 from .core.reconstruct import DENSE_RECONSTRUCT_LIMIT, Reconstructor, reconstruct
 from .privacy import (
     OS_CSPRNG,
@@ -58,7 +66,36 @@ from .queries.matrix import Identity, Matrix, Ones, as_matrix, check_has_queries
 
 __all__ = ["Reconstructor", "reconstruct", "run", "Release", "release", "simulate",
            "confidence_half_widths", "DENSE_RECONSTRUCT_LIMIT", "EXACT_CI_LIMIT",
-           "AnswerBands", "answer_bands", "TRIAL_SEED_TAG"]
+           "AnswerBands", "answer_bands", "TRIAL_SEED_TAG", "inferences", "NATIVE",
+           "LEAST_SQUARES_STAGE", "INTERVAL_METHODS"]
+
+#: ``inference`` of a data-dependent mechanism that has no least-squares stage (MWEM's
+#: multiplicative weights, EFPA's inverse Fourier transform, Uniform's spread total):
+#: its estimate is its own, and no other inference applies.
+NATIVE = "native"
+#: Inferences of a release from a record table (never an ``x̂`` over every cell):
+#: least squares, GReM-LNN and Private-PGM (:mod:`dpexplorer.strategies.marginal_inference`).
+TABLE_INFERENCES = (DEFAULT_INFERENCE, "grem_lnn", "pgm")
+
+#: Data-dependent mechanisms whose last stage measures a strategy and reconstructs it by
+#: least squares (DAWA stage 2 on the partition's buckets, Li et al. PVLDB 2014, Sec. 4):
+#: every registered inference applies to that stage.
+LEAST_SQUARES_STAGE = frozenset({"dawa", "partition_laplace", "partition_uniform",
+                                 "partition_geometric", "dawa_as_published"})
+
+#: ``interval_method`` of a release: how its std and intervals are made.
+INTERVAL_METHODS = {
+    "analytic": "the matrix mechanism's analytic error of least squares (HDMM Prop. 4)",
+    "parametric bootstrap": ("a parametric bootstrap of the noise: the release's noise model "
+                             "redrawn with a seeded simulation Generator around the estimate, "
+                             "re-inferred each time (Efron & Tibshirani 1993, Sec. 6.5)"),
+    "none": "none: no analytic error (a data-dependent mechanism, or consistent marginals of a table)",
+}
+
+#: What the interval method key of a bootstrap interval means (in ``Release.CI_METHODS``).
+_BOOT_CI_TEXT = ("parametric bootstrap: basic interval [2a - q(1-α/2), 2a - q(α/2)] of the "
+                 "re-inferred answers under redrawn noise (Davison & Hinkley 1997, Sec. 5.2); "
+                 "approximate")
 
 #: Strategies and their factorisations kept for repeated runs (evaluate's trials).
 _PLANS: OrderedDict = OrderedDict()
@@ -66,18 +103,21 @@ _PLAN_CACHE_SIZE = 8
 
 
 def _plan(mech: registry.Mechanism, W: Matrix, noise: NoiseModel, params: dict):
-    """``(A, Reconstructor)`` for a data-independent mechanism, built once per key."""
+    """``(A, Reconstructor, solvers)`` for a data-independent mechanism, built once per key.
+
+    ``solvers`` maps an inference name to its prepared ``y -> x̂`` (filled on first use).
+    """
     try:
         key = (mech.name, W, noise.norm, tuple(sorted(params.items())))
         hash(key)
     except TypeError:  # unhashable parameter values: no caching
         A = mech.strategy(W, noise, **params)
-        return A, Reconstructor(A)
+        return A, Reconstructor(A), {}
     if key in _PLANS:
         _PLANS.move_to_end(key)
         return _PLANS[key]
     A = mech.strategy(W, noise, **params)
-    _PLANS[key] = (A, Reconstructor(A))
+    _PLANS[key] = (A, Reconstructor(A), {})
     while len(_PLANS) > _PLAN_CACHE_SIZE:
         _PLANS.popitem(last=False)
     return _PLANS[key]
@@ -100,7 +140,83 @@ def _json_safe(value):
     return repr(value)
 
 
-def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng, **params) -> registry.Estimate:
+def inferences(mechanism) -> tuple[str, ...]:
+    """The inferences that apply to ``mechanism``, its default first.
+
+    * a data-independent mechanism (a registry name or a strategy matrix)
+      and a data-dependent one with a least-squares stage
+      (:data:`LEAST_SQUARES_STAGE`: DAWA and its partition variants, whose
+      stage 2 measures a strategy on the buckets): every registered inference
+      (:data:`dpexplorer.core.inference.INFERENCES`), least squares first;
+    * any other data-dependent mechanism (MWEM, EFPA, Uniform, ...):
+      ``(NATIVE,)`` -- its estimate is its own.
+
+    Parameters
+    ----------
+    mechanism : str or Matrix
+        Registry name or strategy.
+
+    Returns
+    -------
+    tuple of str
+
+    Raises
+    ------
+    KeyError
+        If the name is not registered.
+    """
+    names = (DEFAULT_INFERENCE, *(k for k in _inference.INFERENCES if k != DEFAULT_INFERENCE))
+    if not isinstance(mechanism, str):
+        return names
+    mech = registry.get(mechanism)
+    if mech.data_dependent and mech.name not in LEAST_SQUARES_STAGE:
+        return (NATIVE,)
+    return names
+
+
+def _resolve_inference(mechanism, inference) -> str:
+    """The inference a run uses: ``inference`` if it applies, the mechanism's default for ``None``.
+
+    Raises
+    ------
+    ValueError
+        If ``inference`` is not one of :func:`inferences` ``(mechanism)``.
+    """
+    allowed = inferences(mechanism)
+    if inference is None:
+        return allowed[0]
+    if not isinstance(inference, str) or inference not in allowed:
+        name = mechanism if isinstance(mechanism, str) else as_matrix(mechanism).name
+        why = (f" ({name!r} is data-dependent without a least-squares stage: its estimate is its own)"
+               if allowed == (NATIVE,) else "")
+        raise ValueError(f"inference for {name!r} must be one of {list(allowed)}{why}, got {inference!r}")
+    return inference
+
+
+def _stage_inference(est: registry.Estimate, inference: str) -> registry.Estimate:
+    """Re-infer the least-squares stage of a DAWA-family estimate (post-processing only).
+
+    Stage 2 measured ``y`` with the bucket strategy ``A: (p, k)`` and kept
+    ``s = A⁺y`` (``info["bucket_counts"]``).  Since ``y − A s`` is orthogonal
+    to the range of ``A``, ``‖A s' − y‖² = ‖A s' − A s‖² + ‖A s − y‖²`` for
+    every ``s'``: least squares and non-negative least squares of ``A s`` give
+    the same bucket counts as of ``y``.  The bucket counts are spread over
+    their cells uniformly, as DAWA does (Li et al. PVLDB 2014, uniform expansion).
+    """
+    info = dict(est.info)
+    A, s, part = info["strategy"], np.asarray(info["bucket_counts"], dtype=float), info["partition"]
+    s_new = _inference.make_solver(inference, A)(A.matvec(s))
+    x_ordered = part.expand(s_new)
+    order = info.get("order")
+    x_hat = x_ordered if order is None else np.empty_like(x_ordered)
+    if order is not None:
+        x_hat[order] = x_ordered
+    info.update(bucket_counts=s_new, inference=inference)
+    return registry.Estimate(x_hat, info, answers=None)
+
+
+def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng, *, inference: Any = None,
+        **params) -> registry.Estimate:
     """Run any registered mechanism on private data: the uniform entry point.
 
     Data-independent mechanisms build their strategy ``A``, MEASURE it
@@ -123,14 +239,21 @@ def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng, **params) 
         Privacy parameters (ε, and δ for Gaussian noise) of the whole run.
     rng : numpy.random.Generator or OS_CSPRNG
         A seeded Generator (simulation) or :data:`~dpexplorer.privacy.OS_CSPRNG` (release).
+    inference : str, optional
+        How ``x̂`` is inferred from the noisy answers, one of
+        :func:`inferences` ``(mechanism)``: ``"least_squares"`` (default) or
+        ``"nonnegative"`` (:mod:`dpexplorer.core.inference`); for DAWA and its
+        partition variants it applies to stage 2's bucket counts.  Checked
+        before anything is reserved or drawn.
     **params
         Overrides of the mechanism's default parameters.
 
     Returns
     -------
     Estimate
-        ``x_hat`` (shape ``(n,)``) and public ``info``; ``answers`` (shape
-        ``(m,)``) when the strategy answers the workload itself (OPT+'s local
+        ``x_hat`` (shape ``(n,)``) and public ``info`` (``info["inference"]``
+        names the inference used); ``answers`` (shape ``(m,)``) when the
+        strategy answers the workload itself by least squares (OPT+'s local
         least squares, ``A.answer(W, y)``), else ``None`` (the answers are ``W x̂``).
 
     Raises
@@ -140,9 +263,10 @@ def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng, **params) 
     TypeError
         If ``rng`` is not a source of randomness or ``noise`` not a noise model.
     ValueError
-        For a parameter the mechanism does not take, or if ``rng`` is the OS
-        CSPRNG (a release) and the mechanism is registered as not private
-        (``Mechanism.private`` false, e.g. ``dawa_as_published``).
+        For a parameter the mechanism does not take, an inference that does
+        not apply to it, or if ``rng`` is the OS CSPRNG (a release) and the
+        mechanism is registered as not private (``Mechanism.private`` false,
+        e.g. ``dawa_as_published``).
     NotApplicableError
         If the mechanism cannot handle this workload or noise model.
     BudgetExceededError
@@ -155,16 +279,31 @@ def run(mechanism: str, data: PrivateData, W, noise: NoiseModel, rng, **params) 
     if is_release(rng):
         _refuse_non_private(mech)
     mech.check_params(params)
+    inference = _resolve_inference(mechanism, inference)
     if mech.runner is not None:
         # the whole cost is reserved before the first stage draws (refused: nothing drawn)
         with data.reserve(noise.epsilon, noise.delta, noise.rho_per_unit, label=f"{mechanism} run",
                           source=rng):
-            return mech.runner(data, W, noise, rng, **{**mech.params, **params})
-    A, recon = _plan(mech, W, noise, params)  # public work, cached across trials
+            est = mech.runner(data, W, noise, rng, **{**mech.params, **params})
+        if inference not in (NATIVE, DEFAULT_INFERENCE):
+            return _stage_inference(est, inference)  # post-processing of stage 2's answers
+        return registry.Estimate(est.x_hat, {**est.info, "inference": inference}, answers=est.answers)
+    A, recon, solvers = _plan(mech, W, noise, params)  # public work, cached across trials
     with data.reserve(noise.epsilon, noise.delta, noise.rho_per_unit, label=f"{mechanism} run",
                       source=rng):
-        y = data.measure(A, noise, rng, label=f"{mechanism}: measure {A.m} strategy queries")
-    return registry.Estimate(recon(y), {"strategy": A}, answers=_strategy_answers(A, W, y))
+        y = data.measure(A, noise, rng, label=f"{mechanism}: measure {A.m} strategy queries"
+                         + _ledger_note(inference))
+    if inference == DEFAULT_INFERENCE:
+        return registry.Estimate(recon(y), {"strategy": A, "inference": inference},
+                                 answers=_strategy_answers(A, W, y))
+    if inference not in solvers:
+        solvers[inference] = _inference.make_solver(inference, A, recon)
+    return registry.Estimate(solvers[inference](y), {"strategy": A, "inference": inference})
+
+
+def _ledger_note(inference: str) -> str:
+    """What the ledger label adds for an inference other than least squares (post-processing)."""
+    return "" if inference in (DEFAULT_INFERENCE, NATIVE) else f", then {inference} inference"
 
 
 def _refuse_non_private(mech: registry.Mechanism) -> None:
@@ -212,10 +351,11 @@ class Release:
     y : ndarray, shape (p,), or None
         Noisy strategy answers (``None`` for data-dependent mechanisms).
     x_hat : ndarray, shape (n,), or None
-        Least-squares estimate of the data vector (for a stacked OPT+
-        strategy: the global least-squares estimate ``A⁺y`` of the whole
-        stack); ``None`` for a release from a record table, whose full
-        domain is never formed.
+        Estimate of the data vector by :attr:`inference`: least squares
+        ``A⁺y`` by default (for a stacked OPT+ strategy: the global
+        least-squares estimate of the whole stack), ``>= 0`` everywhere with
+        ``"nonnegative"``; ``None`` for a release from a record table, whose
+        full domain is never formed.
     answers : ndarray, shape (m,)
         The noisy workload answers, in counts: ``W x̂``, or the strategy's own
         ``A.answer(W, y)`` when it has one (OPT+ answers every workload term
@@ -225,7 +365,8 @@ class Release:
         What this release spent: (ε, δ) and its zCDP cost ρ.
     analytic_rmse : float
         Expected RMSE of the answers (HDMM Prop. 4, with the sampler's exact
-        variance); NaN for data-dependent mechanisms.
+        variance); NaN for data-dependent mechanisms and for an inference
+        that is not linear in ``y`` (``"nonnegative"``: see :meth:`bootstrap`).
     sampler : str or None
         ``"discrete"`` or ``"continuous"`` (the MEASURE of a data-independent mechanism).
     params : dict
@@ -240,6 +381,17 @@ class Release:
         (:meth:`Table.public`: its name and domain); the records never leave
         the kernel, and no release keeps a reference to them, to ``x`` or to
         any exact answer (``pickle.dumps(release)`` carries none).
+    inference : str
+        How ``x̂`` was inferred (:mod:`dpexplorer.core.inference`):
+        ``"least_squares"``, ``"nonnegative"``, or ``"native"`` for a
+        data-dependent mechanism without a least-squares stage (MWEM, EFPA, ...);
+        for a record table, how its marginals were made: ``"least_squares"``,
+        ``"grem_lnn"`` or ``"pgm"`` (:data:`TABLE_INFERENCES`).
+    bootstrap_draws, bootstrap_seed : int
+        Draws and seed of the parametric bootstrap that gives the std and
+        intervals of a non-linear inference (:meth:`bootstrap`).  The seed
+        drives a simulation of the public noise model only; it cannot
+        regenerate a release's noise.
     created : str
         ISO time (UTC).
     """
@@ -261,22 +413,74 @@ class Release:
     info: dict = field(default_factory=dict)
     seed: int | None = None
     table: PublicTable | None = field(default=None, repr=False)
+    inference: str = DEFAULT_INFERENCE
+    bootstrap_draws: int = BOOTSTRAP_DRAWS
+    bootstrap_seed: int = BOOTSTRAP_SEED
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
     _intervals: dict = field(default_factory=dict, repr=False, compare=False)
+    _boot: dict = field(default_factory=dict, repr=False, compare=False)
+    _solver: Callable | None = field(default=None, repr=False, compare=False)
 
     #: What each confidence-interval method key means.
-    CI_METHODS = _CI_TEXT
+    CI_METHODS = {**_CI_TEXT, "parametric bootstrap": _BOOT_CI_TEXT}
 
     @property
     def data_dependent(self) -> bool:
         """Whether a data-dependent mechanism made the release (no analytic error)."""
         return self.strategy is None
 
-    def per_query_std(self) -> np.ndarray:
-        """Analytic standard error of every answer, shape ``(m,)`` (counts).
+    @property
+    def interval_method(self) -> str:
+        """How :meth:`per_query_std` and :meth:`confidence_intervals` are made (:data:`INTERVAL_METHODS`).
 
-        The matrix mechanism's per-query variance (HDMM Prop. 4) times the
-        sampler's variance factor (1, or slightly less for discrete noise).
+        ``"analytic"`` for least squares, ``"parametric bootstrap"`` for a
+        non-linear inference of a data-independent release, ``"none"`` for a
+        data-dependent mechanism.
+        """
+        if self.strategy is None or (self.x_hat is None and self.inference not in _inference.ANALYTIC):
+            return "none"  # data-dependent, or consistent marginals of a table (no bootstrap yet)
+        return "analytic" if self.inference in _inference.ANALYTIC else "parametric bootstrap"
+
+    def __getstate__(self) -> dict:
+        """Pickled without the prepared inference (it may hold a strategy's closures; rebuilt on use)."""
+        state = self.__dict__.copy()
+        state["_solver"] = None
+        return state
+
+    def bootstrap(self) -> _inference.BootstrapAnswers:
+        """The parametric bootstrap of this release's answers (computed once, then kept).
+
+        ``bootstrap_draws`` times: the release's noise model (same scale,
+        same sampler: discrete on ℤ if MEASURE used it) is redrawn with
+        ``numpy.random.default_rng(bootstrap_seed)`` around the released
+        estimate, ``y* = A x̂ + z*``, and ``x̂*`` inferred again with the
+        same inference (:func:`dpexplorer.core.inference.parametric_bootstrap`).
+        Post-processing of public quantities: a simulation, not a release.
+
+        Raises
+        ------
+        ValueError
+            For a data-dependent release or one without ``x_hat`` (record tables).
+        """
+        if self.strategy is None or self.x_hat is None:
+            raise ValueError(f"{self.mechanism!r}: a parametric bootstrap needs a data-independent "
+                             "release with an estimate x_hat")
+        if "answers" not in self._boot:
+            if self._solver is None:
+                self._solver = _inference.make_solver(self.inference, self.strategy)
+            draw = _inference.noise_draws(self.noise, self.strategy, self.sampler == "discrete")
+            self._boot["answers"] = _inference.parametric_bootstrap(
+                self.workload, self.strategy, self.x_hat, self._solver, draw,
+                self.bootstrap_draws, self.bootstrap_seed)
+        return self._boot["answers"]
+
+    def per_query_std(self) -> np.ndarray:
+        """Standard error of every answer, shape ``(m,)`` (counts).
+
+        Least squares: the matrix mechanism's analytic per-query variance
+        (HDMM Prop. 4) times the sampler's variance factor (1, or slightly
+        less for discrete noise).  A non-linear inference: the bootstrap
+        standard deviation (:meth:`bootstrap`).
 
         Raises
         ------
@@ -285,22 +489,34 @@ class Release:
         """
         if self.strategy is None:
             raise ValueError(f"{self.mechanism!r} is data-dependent: its answers have no analytic error")
+        if self.interval_method == "none":
+            raise ValueError(f"{self.inference!r} inference is not linear in the noisy answers: the "
+                             f"table's marginals have no analytic error (simulate to measure it)")
+        if self.interval_method == "parametric bootstrap":
+            return self.bootstrap().std()
         factor = variance_factor(self.strategy, self.noise) if self.sampler == "discrete" else 1.0
         return error.per_query_rmse(self.workload, self.strategy, self.noise) * math.sqrt(factor)
 
     def confidence_intervals(self, level: float = 0.95) -> pd.DataFrame:
         """Per answer: ``ci_low``, ``ci_high`` and the ``ci_method`` key (see :data:`CI_METHODS`).
 
-        Data-dependent releases get NaN bounds and method ``"none"``.
+        Data-dependent releases get NaN bounds and method ``"none"``; a
+        non-linear inference gets the basic intervals of its parametric
+        bootstrap (method ``"parametric bootstrap"``, :meth:`bootstrap`).
 
         Raises
         ------
         ValueError
             If ``level`` is outside (2/3, 1).
         """
-        if self.strategy is None:
+        if self.interval_method == "none" or self.strategy is None:
             nan = np.full(self.answers.size, np.nan)
             return pd.DataFrame({"ci_low": nan, "ci_high": nan, "ci_method": "none"})
+        if self.interval_method == "parametric bootstrap":
+            if not 2.0 / 3.0 < float(level) < 1.0:
+                raise ValueError(f"the confidence level must be in (2/3, 1), got {level!r}")
+            low, high = self.bootstrap().interval(level)
+            return pd.DataFrame({"ci_low": low, "ci_high": high, "ci_method": "parametric bootstrap"})
         if level not in self._intervals:
             self._intervals[level] = confidence_half_widths(
                 self.workload, self.strategy, self.noise, self.sampler or "continuous", level)
@@ -313,8 +529,9 @@ class Release:
 
         Mechanism and parameters, noise model, calibration and sampler,
         ε/δ/ρ spent, sensitivity, workload spec, package version, time, the
-        source of randomness and how the confidence intervals were made.
-        A simulation adds its ``seed`` and says it is not a release.
+        source of randomness, the inference and how the confidence intervals
+        were made (a bootstrap adds its draws, seed and RMSE).  A simulation
+        adds its ``seed`` and says it is not a release.
         """
         from . import __version__
         from .queries import spec as _spec
@@ -352,10 +569,18 @@ class Release:
             "domain": list(self.workload.domain),
             "analytic_rmse": None if math.isnan(self.analytic_rmse) else self.analytic_rmse,
             "confidence_level": level,
-            "confidence_methods": {k: v for k, v in _CI_TEXT.items()
+            "confidence_methods": {k: v for k, v in self.CI_METHODS.items()
                                    if k in set(self.confidence_intervals(level)["ci_method"])},
+            "inference": self.inference,
+            "interval_method": self.interval_method,
             "created": self.created,
         }
+        if self.interval_method == "parametric bootstrap":
+            boot = self.bootstrap()
+            meta["bootstrap"] = {"draws": boot.draws, "seed": boot.seed, "interval": "basic",
+                                 "rmse": boot.rmse(),
+                                 "randomness": "numpy PCG64 Generator seeded by `seed` (simulation "
+                                               "of the public noise model, not a release)"}
         if self.table is not None:
             meta["table"] = {"name": self.table.name, "attributes": list(self.table.domain.names),
                              "cells": [a.size for a in self.table.domain.attributes]}
@@ -429,7 +654,7 @@ class Release:
         if labels is not None:
             df.insert(1, "label", labels)
         if with_std:
-            df["std"] = (np.full(self.answers.size, np.nan) if self.strategy is None
+            df["std"] = (np.full(self.answers.size, np.nan) if self.interval_method == "none"
                          else self.per_query_std())
             df = pd.concat([df, self.confidence_intervals(level)], axis=1)
         return df
@@ -471,11 +696,16 @@ def marginal_terms(W: Matrix):
 
 
 def _make_table(table, W, mechanism, noise, source, ledger, params, seed,
-                out_of_domain: str = "drop") -> Release:
+                out_of_domain: str = "drop", inference: str = DEFAULT_INFERENCE) -> Release:
     """:func:`_make` for a record table: MEASURE from marginal counts, answers without ``x̂``.
 
     A release refuses a domain read from the records (``domain.source ==
     "data"``) and ``out_of_domain="error"`` before anything is counted or spent.
+    ``inference`` (:data:`TABLE_INFERENCES`): ``"grem_lnn"`` and ``"pgm"``
+    (:func:`dpexplorer.strategies.marginal_inference.infer_marginals`:
+    consistent, non-negative marginals; post-processing of ``y``) apply to a
+    ResidualPlanner strategy answering a union of unweighted marginals, and
+    are checked before anything is spent.
     """
     check_out_of_domain(out_of_domain, release=source is OS_CSPRNG)
     if source is OS_CSPRNG and table.domain.inferred:
@@ -506,19 +736,65 @@ def _make_table(table, W, mechanism, noise, source, ledger, params, seed,
             f"{name!r} cannot be measured from marginal counts (it needs the data vector of all "
             f"{table.domain.cells:,} cells); use {use} with Gaussian noise")
     tse = error.expected_tse(W, A, noise)  # raises if A does not support W
+    terms = _check_table_inference(inference, A, W, name)
     y = data.measure(A, noise, source, label=f"{name}: measure {A.m} strategy queries from "
-                                              f"marginals of {table.name!r}")
+                                              f"marginals of {table.name!r}"
+                                              + _ledger_note(inference))
+    # a strategy measured from marginals (ResidualPlanner's) answers W itself: not None
+    answers: np.ndarray = _strategy_answers(A, W, y)  # type: ignore[assignment]
+    rmse = math.sqrt(tse / W.m)
+    if inference != DEFAULT_INFERENCE:
+        from .strategies.marginal_inference import ResidualMeasurements, infer_marginals
+
+        names = tuple(table.domain.names)
+        sets = [tuple(names[i] for i in axes) for axes, _ in terms]
+        plan = A.plan  # type: ignore[attr-defined]  # ResidualPlanner's (checked above)
+        tables = infer_marginals(ResidualMeasurements(plan, y, noise.variance_per_unit),
+                                 table.domain, inference, sets=sets)
+        answers = np.empty(W.m)
+        for key, (_, rows) in zip(sets, terms, strict=True):
+            answers[rows] = tables[key].ravel()
+        rmse = math.nan  # not linear in y: no analytic error
     return Release(mechanism=name, workload=W, strategy=A, noise=noise,
                    mode=RELEASE if source is OS_CSPRNG else SIMULATION, y=y, x_hat=None,
-                   # a strategy measured from marginals (ResidualPlanner's) answers W itself: not None
-                   answers=_strategy_answers(A, W, y),  # type: ignore[arg-type]
-                   epsilon=noise.epsilon, delta=noise.delta,
-                   rho=noise.rho_per_unit, analytic_rmse=math.sqrt(tse / W.m), sampler="continuous",
-                   params=dict(params or {}), seed=seed, table=table.public())
+                   answers=answers, epsilon=noise.epsilon, delta=noise.delta,
+                   rho=noise.rho_per_unit, analytic_rmse=rmse, sampler="continuous",
+                   params=dict(params or {}), seed=seed, table=table.public(), inference=inference)
+
+
+def _check_table_inference(inference: str, A, W: Matrix, name: str) -> list:
+    """The marginal terms of ``W`` when ``inference`` needs them (``[]`` for least squares).
+
+    Raises
+    ------
+    NotApplicableError
+        If ``"grem_lnn"``/``"pgm"`` is asked of a strategy other than
+        ResidualPlanner's or a workload other than a union of unweighted marginals.
+    ImportError
+        For ``"pgm"`` without the ``pgm`` extra (``mbi``).
+    """
+    if inference == DEFAULT_INFERENCE:
+        return []
+    terms = marginal_terms(W)
+    weights = error.kron_terms(W) or []
+    if getattr(A, "plan", None) is None or terms is None or any(w != 1 for w, _ in weights):
+        raise registry.NotApplicableError(
+            f"inference={inference!r} makes consistent non-negative marginals from ResidualPlanner's "
+            f"measurements of a union of unweighted marginals; {name!r} on workload {W.name!r} is not "
+            f"that: use mechanism='residual_planner' with a marginal workload, or inference="
+            f"{DEFAULT_INFERENCE!r}")
+    if inference == "pgm":
+        import importlib.util
+
+        if importlib.util.find_spec("mbi") is None:
+            raise ImportError("inference='pgm' uses Private-PGM from the 'mbi' package: "
+                              "pip install 'dpexplorer[pgm]'")
+    return terms
 
 
 def _make(x, W, mechanism, noise, source, ledger, params, counts, seed,
-          out_of_domain: str = "drop") -> Release:
+          out_of_domain: str = "drop", inference: str | None = None,
+          bootstrap_draws: int = BOOTSTRAP_DRAWS, bootstrap_seed: int = BOOTSTRAP_SEED) -> Release:
     """The one computation behind :func:`release` (``source`` = OS CSPRNG) and :func:`simulate`.
 
     Every argument is checked before the data is looked at or anything large
@@ -550,8 +826,16 @@ def _make(x, W, mechanism, noise, source, ledger, params, counts, seed,
             raise TypeError("mechanism must be a registered name (str, e.g. 'hb'; see dpx.registry.names()) "
                             f"or a strategy matrix of numbers, got {type(given).__name__} {given!r:.80}")
     limits.check("queries", W.m, f"release: answers (queries of workload {W.name!r})")
+    bootstrap_draws = limits.whole_number(bootstrap_draws, "release: bootstrap_draws", minimum=2)
+    bootstrap_seed = limits.whole_number(bootstrap_seed, "release: bootstrap_seed", minimum=0)
     if isinstance(x, Table):
-        return _make_table(x, W, mechanism, noise, source, ledger, params, seed, out_of_domain)
+        if inference not in (None, *TABLE_INFERENCES):
+            raise ValueError(f"inference for a release from a record table must be one of "
+                             f"{list(TABLE_INFERENCES)} (it never forms the estimate x_hat over every "
+                             f"cell that {inference!r} needs), got {inference!r:.60}")
+        return _make_table(x, W, mechanism, noise, source, ledger, params, seed, out_of_domain,
+                           inference or DEFAULT_INFERENCE)
+    inference = _resolve_inference(mechanism, inference)
     if out_of_domain != "drop":
         raise ValueError("out_of_domain applies to record tables only (a data vector has no records "
                          "outside its domain)")
@@ -559,16 +843,19 @@ def _make(x, W, mechanism, noise, source, ledger, params, counts, seed,
     check_shape(data.domain, W.domain, "x")
     mode = RELEASE if source is OS_CSPRNG else SIMULATION
     common = dict(noise=noise, mode=mode, epsilon=noise.epsilon, delta=noise.delta,
-                  rho=noise.rho_per_unit, seed=seed)
+                  rho=noise.rho_per_unit, seed=seed, inference=inference,
+                  bootstrap_draws=bootstrap_draws, bootstrap_seed=bootstrap_seed)
     if isinstance(mechanism, str) and registry.get(mechanism).data_dependent:
         mech = registry.get(mechanism)
-        est = run(mechanism, data, W, noise, source, **params)  # reserves the whole cost first
+        # reserves the whole cost first
+        est = run(mechanism, data, W, noise, source, inference=inference, **params)
         x_hat = np.asarray(est.x_hat, dtype=float)
         answers = W.matvec(x_hat) if est.answers is None else np.asarray(est.answers, dtype=float)
         return Release(mechanism=mechanism, workload=W, strategy=None, y=None, x_hat=x_hat,
                        answers=answers, analytic_rmse=math.nan, sampler=None,
                        params={**mech.params, **params},
-                       info={k: v for k, v in est.info.items() if k != "strategy"}, **common)
+                       info={k: v for k, v in est.info.items() if k not in ("strategy", "inference")},
+                       **common)
     if isinstance(mechanism, str):
         name = mechanism
         mech = registry.get(name)
@@ -580,19 +867,28 @@ def _make(x, W, mechanism, noise, source, ledger, params, counts, seed,
     limits.check("strategy_rows", A.m, f"release: rows of strategy {name!r}")
     tse = error.expected_tse(W, A, noise)  # raises if A does not support W
     sampler = noise_sampler(A, noise, data.counts)
-    y = data.measure(A, noise, source, label=f"{name}: measure {A.m} strategy queries")
-    x_hat = reconstruct(A, y)
-    answers = _strategy_answers(A, W, y)
-    factor = variance_factor(A, noise, data.counts)
-    return Release(mechanism=name, workload=W, strategy=A, y=y, x_hat=x_hat,
-                   answers=W.matvec(x_hat) if answers is None else answers,
-                   analytic_rmse=math.sqrt(tse * factor / W.m), sampler=sampler,
-                   params=params, **common)
+    y = data.measure(A, noise, source, label=f"{name}: measure {A.m} strategy queries"
+                     + _ledger_note(inference))
+    if inference == DEFAULT_INFERENCE:
+        x_hat = reconstruct(A, y)
+        answers = _strategy_answers(A, W, y)
+        factor = variance_factor(A, noise, data.counts)
+        return Release(mechanism=name, workload=W, strategy=A, y=y, x_hat=x_hat,
+                       answers=W.matvec(x_hat) if answers is None else answers,
+                       analytic_rmse=math.sqrt(tse * factor / W.m), sampler=sampler,
+                       params=params, **common)
+    # a non-linear inference (post-processing of y): no analytic error, bootstrap intervals
+    solver = _inference.make_solver(inference, A)
+    x_hat = solver(y)
+    return Release(mechanism=name, workload=W, strategy=A, y=y, x_hat=x_hat, answers=W.matvec(x_hat),
+                   analytic_rmse=math.nan, sampler=sampler, params=params, _solver=solver, **common)
 
 
 def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
             ledger: PrivacyLedger | None = None, params: dict | None = None, *,
-            counts: bool = True, out_of_domain: str = "drop", **unexpected) -> Release:
+            counts: bool = True, out_of_domain: str = "drop", inference: str | None = None,
+            bootstrap_draws: int = BOOTSTRAP_DRAWS, bootstrap_seed: int = BOOTSTRAP_SEED,
+            **unexpected) -> Release:
     """Release DP answers of workload ``W`` on data ``x`` (OS CSPRNG via opendp; no seed).
 
     Parameters
@@ -628,12 +924,33 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
         counting (neither their number nor their values are reported);
         ``"error"`` is refused here (it would publish that such records exist;
         :func:`simulate` allows it).
+    inference : {"least_squares", "nonnegative", "grem_lnn", "pgm"}, optional
+        How ``x̂`` is inferred from the noisy answers (post-processing; see
+        :mod:`dpexplorer.core.inference` and ``dpexplorer/docs/inference.md``).
+        Default: least squares, with analytic error (``"native"`` for a
+        data-dependent mechanism without a least-squares stage).  For a
+        record table with ResidualPlanner and a marginal workload,
+        ``"grem_lnn"`` (Mullins et al., NeurIPS 2024) or ``"pgm"``
+        (Private-PGM, McKenna, Sheldon & Miklau, ICML 2019; extra ``pgm``)
+        make the marginals consistent and non-negative (no analytic error, no
+        intervals).
+        ``"nonnegative"``: non-negative least squares, ``x̂ >= 0``; its std
+        and intervals come from a parametric bootstrap of the noise
+        (``analytic_rmse`` is NaN).  For DAWA and its partition variants it
+        applies to stage 2's bucket counts.  :func:`inferences` lists what
+        applies to a mechanism.
+    bootstrap_draws : int
+        Draws of that bootstrap (>= 2, default 200).
+    bootstrap_seed : int
+        Seed (>= 0) of the bootstrap's simulation Generator, recorded in the
+        metadata (it redraws the public noise model, never the release's noise).
 
     Returns
     -------
     Release
-        ``mode = "release"``, no seed; answers with analytic standard errors
-        and confidence intervals (data-independent mechanisms).
+        ``mode = "release"``, no seed; answers with standard errors and
+        confidence intervals (data-independent mechanisms: analytic for least
+        squares, bootstrap otherwise).
 
     Raises
     ------
@@ -647,7 +964,9 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
         ``dpx.discover_domain``), ``out_of_domain`` is not ``"drop"``,
         if ``x`` is not valid counts (:func:`~dpexplorer.privacy.validate_counts`),
         does not have the workload's domain shape (or its flattening), no
-        noise model is given, a parameter is unknown to the mechanism,
+        noise model is given, a parameter is unknown to the mechanism, the
+        inference does not apply to it (:func:`inferences`; a record table
+        allows :data:`TABLE_INFERENCES`), ``bootstrap_draws`` < 2 or ``bootstrap_seed`` < 0,
         Gaussian noise is not zCDP-calibrated, or the mechanism is registered
         as not private (``registry.Mechanism.private``, e.g. ``dawa_as_published``).
     KeyError
@@ -668,12 +987,14 @@ def release(x, W, mechanism="identity", noise: NoiseModel | None = None,
         raise TypeError(f"release() got unexpected argument(s) {sorted(unexpected)}")
     if isinstance(mechanism, str):
         _refuse_non_private(registry.get(mechanism))  # before anything is validated or drawn
-    return _make(x, W, mechanism, noise, OS_CSPRNG, ledger, params, counts, None, out_of_domain)
+    return _make(x, W, mechanism, noise, OS_CSPRNG, ledger, params, counts, None, out_of_domain,
+                 inference, bootstrap_draws, bootstrap_seed)
 
 
 def simulate(x, W, mechanism="identity", noise: NoiseModel | None = None, seed: int | None = None,
              ledger: PrivacyLedger | None = None, params: dict | None = None, *,
-             counts: bool = True, out_of_domain: str = "drop") -> Release:
+             counts: bool = True, out_of_domain: str = "drop", inference: str | None = None,
+             bootstrap_draws: int = BOOTSTRAP_DRAWS, bootstrap_seed: int = BOOTSTRAP_SEED) -> Release:
     """A **simulation** of :func:`release`: the same mechanism with a seeded numpy Generator.
 
     Reproducible bit for bit from ``seed``; labelled ``mode = "simulation"``
@@ -682,7 +1003,7 @@ def simulate(x, W, mechanism="identity", noise: NoiseModel | None = None, seed: 
 
     Parameters
     ----------
-    x, W, mechanism, noise, ledger, params, counts
+    x, W, mechanism, noise, ledger, params, counts, inference, bootstrap_draws, bootstrap_seed
         As for :func:`release` (any Gaussian calibration is allowed here; a
         table whose domain was read from its records is accepted).
     out_of_domain : {"drop", "error"}
@@ -705,7 +1026,7 @@ def simulate(x, W, mechanism="identity", noise: NoiseModel | None = None, seed: 
         raise ValueError("a simulation needs an explicit seed, a whole number >= 0 (seed=0, 1, ...)")
     seed = limits.whole_number(seed, "simulate: seed", minimum=0)
     return _make(x, W, mechanism, noise, np.random.default_rng(seed), ledger, params, counts, seed,
-                 out_of_domain)
+                 out_of_domain, inference, bootstrap_draws, bootstrap_seed)
 
 
 # =================================================================== answer bands
@@ -749,7 +1070,8 @@ class AnswerBands:
 
 
 def answer_bands(x, W, mechanism: str, noise: NoiseModel, trials: int, seed: int,
-                 shown=None, progress: Callable[[int], None] | None = None) -> AnswerBands:
+                 shown=None, progress: Callable[[int], None] | None = None,
+                 inference: str | None = None) -> AnswerBands:
     """Run ``mechanism`` ``trials`` times on ``x`` (a simulation) and summarise the answers.
 
     What a release of the same mechanism would show, trial after trial: the
@@ -777,6 +1099,8 @@ def answer_bands(x, W, mechanism: str, noise: NoiseModel, trials: int, seed: int
         large workload: the bands hold ``len(shown) × trials`` answers).
     progress : callable, optional
         ``progress(t)`` after trial ``t`` (1-based).
+    inference : str, optional
+        As for :func:`run` (default: the mechanism's default, least squares).
 
     Returns
     -------
@@ -791,6 +1115,7 @@ def answer_bands(x, W, mechanism: str, noise: NoiseModel, trials: int, seed: int
         As :func:`run`.
     """
     check_noise(noise)
+    _resolve_inference(mechanism, inference)  # before any work
     W = as_matrix(W)
     trials = limits.whole_number(trials, "answer_bands: trials")
     seed = limits.whole_number(seed, "answer_bands: seed", minimum=0)
@@ -808,7 +1133,7 @@ def answer_bands(x, W, mechanism: str, noise: NoiseModel, trials: int, seed: int
     trial_rmse = np.empty(trials)
     sse = 0.0
     for t, child in enumerate(children):
-        est = run(mechanism, data, W, noise, np.random.default_rng(child))
+        est = run(mechanism, data, W, noise, np.random.default_rng(child), inference=inference)
         answers = (W.matvec(np.asarray(est.x_hat, dtype=float)) if est.answers is None
                    else np.asarray(est.answers, dtype=float))  # OPT+: local least squares
         err = answers - true

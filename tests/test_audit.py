@@ -454,10 +454,9 @@ def test_halved_noise_is_caught_on_every_data_independent_mechanism(name):
 DATA_DEPENDENT_CASES = [(n, 0) for n in registry.names(data_dependent=True, private=True)] + [("efpa", 1)]
 #: Cases where a 2× variant is NOT caught in the time a test has, and why.
 NOT_CAUGHT_YET = {
-    # the choice of k alone (claim ε₁ = ε/2): with ε₁' = 2ε₁ its realised loss is at most 0.41 over
-    # 18,000 random pairs on 2-8 cells (exact permute-and-flip probabilities) -- below the
-    # claim 0.5, so no event on k can refute it; the utility's sensitivity bound 1 is loose there
-    ("efpa", 1): "the 2× variant's choice of k has realised loss ≤ 0.41 < claim 0.5 on every pair tried",
+    # the choice of k alone (claim ε₁ = share·ε): on the flat 4-cell pair the 2× variant's choice
+    # of k moves little (P(k ≥ 2) 0.44 vs 0.48 on 1,500 runs): no event on k refutes ε₁ = 0.2
+    ("efpa", 1): "the 2× variant's choice of k is not separated on the flat pair (claim ε₁ = 0.2)",
 }
 
 
@@ -477,11 +476,9 @@ def test_twice_too_little_noise_is_caught_on_data_dependent_mechanisms(name, i):
     # the logistic score on the transcript (the measurement's loss and the chosen query) wins,
     # plug-in ≈ 2.2 (P0 ≈ 0.28, P1 ≈ 0.033), bound ≈ 1.8 on 1,500-2,000 runs (se ≈ 0.15:
     # P(miss) < 1e-6); the correct MWEM's bound on the same case is ≈ 0.69.  EFPA (9/10 of ε on
-    # the coefficients, the case's spike): the logistic score on the transcript, plug-in ≈ 1.77
-    # (P0 ≈ 0.045, P1 ≈ 0.26), bound 1.45 on 1,500 runs (se ≈ 0.13: P(miss) ≈ 1e-3); the correct
-    # EFPA's bound there is 0.63.  With the default share ½ the 2× variant's best event has
-    # realised loss ≈ 1.35 only (the choice of k adds ≤ 0.41 to the measurement's 1): bound 0.98
-    # on 3,000 runs, ≈ 10,000 runs per side needed.
+    # the coefficients, the case's spike): the logistic score on the transcript, plug-in ≈ 1.76
+    # (P0 ≈ 0.047, P1 ≈ 0.28), bound 1.45 on 1,500 runs (se ≈ 0.13: P(miss) ≈ 1e-3); the correct
+    # EFPA's bound there is 0.59 (4,000 runs, confidence 0.9999).
     runs = {"partition_uniform": 3000, "partition_geometric": 3000, "uniform": 4000}.get(name, 1500)
     case = aud.cases(name)[i]
     r = case.run_weakened(name, 1.0, 2.0, runs=runs, selection_runs=runs // 2, seed=2024, n_jobs=1,

@@ -338,3 +338,24 @@ def test_release_runs_as_a_task_and_the_page_stays_responsive(monkeypatch, sessi
     assert not view.busy and view.last is not None and len(session.ledger) == 1
     assert view.simulation is not None and view.simulation.trials == 5 and view.progress == 5
     assert view.error == ""
+
+
+def test_inference_choice_offers_what_applies_and_reaches_the_release(session, view):
+    """The Inference box lists the running mechanism's inferences; a non-negative release is
+    non-negative, says so, and its intervals come from the parametric bootstrap."""
+    view.mechanism = "h2"
+    assert list(view.inference_options().values()) == ["least_squares", "nonnegative"]
+    view.mechanism = "mwem"
+    assert list(view.inference_options().values()) == ["native"]
+    view.mechanism, view.inference = "h2", "nonnegative"
+    assert view.run_release(trials=3), session.error
+    rel = view.last.release
+    assert rel.inference == "nonnegative" and rel.x_hat.min() >= 0
+    assert "then nonnegative inference" in session.ledger.entries[-1].label
+    assert set(view.answers_frame()["ci_method"]) == {"parametric bootstrap"}
+    assert "Non-negative least squares" in view._summary()
+    assert view.simulation is not None and view.simulation.trials == 3
+    view.mechanism = "mwem"  # not offered for MWEM: the run is refused in words, nothing spent
+    spent = len(session.ledger)
+    assert view.run_release(trials=0) is False
+    assert "native" in session.error and len(session.ledger) == spent

@@ -11,6 +11,7 @@ hv = pytest.importorskip("holoviews")
 
 from dpexplorer import datasets  # noqa: E402
 from dpexplorer.sums import mechanisms as sums  # noqa: E402
+from dpexplorer.sums import study  # noqa: E402
 from dpexplorer.sums.thresholds import SVTParams  # noqa: E402
 from dpexplorer.ui import app  # noqa: E402
 from dpexplorer.ui import session as session_module  # noqa: E402
@@ -276,6 +277,30 @@ def test_simulation_answer_epsilon_comes_from_the_engine(session, view):
     view.alpha = 0.3
     _run(view)
     assert view.result.epsilon_answers == sums.answer_epsilon(0.4, "svt", SVTParams(alpha=0.3))
+
+
+def test_error_split_and_the_run_without_truncation(session, view):
+    """The page shows sums.study's split and verdict, and switches its plots and table to the
+    untruncated run of the same seeds."""
+    layout = view.panel()
+    _run(view)
+    res = view.result
+    texts = [str(m.object) for m in layout.select(pn.pane.Markdown)]
+    verdict = study.split_text(res.split, res.attribute.unit)
+    assert verdict and verdict in texts
+    tables = [t.value for t in layout.select(pn.widgets.Tabulator) if "bias RMSE" in t.value.columns]
+    assert len(tables) == 1
+    pd.testing.assert_frame_equal(tables[0].reset_index(drop=True), study.split_table(res.split))
+    truncated = view.sizes_table()
+    view.untruncated = True
+    pd.testing.assert_frame_equal(view.sizes_table(), study.sizes_table(res.untruncated.sizes))
+    assert not view.sizes_table().equals(truncated)
+    assert view.summary_text() == view.summary_text(res)  # the summary stays the truncated run's
+    for fn in (view.answers_plot, lambda: view.relative_error_plot(False), view.curve_plot):
+        hv.render(fn())
+    view.tau_mode = "none"
+    _run(view)
+    assert view.result.untruncated is None and view.sizes_table().equals(study.sizes_table(view.result.sizes))
 
 
 # ------------------------------------------------------------------ releases

@@ -37,7 +37,7 @@ CI_TEXT = {
     "discrete_gaussian_subgaussian": ("bound: sub-Gaussian tail -- discrete Gaussian noise is "
                                       "σ²-sub-Gaussian (Canonne, Kamath & Steinke 2020), so "
                                       "P(|error| ≥ t) ≤ 2·exp(−t²/(2s²)) with s the continuous std"),
-    "none": "none: data-dependent mechanism (its error depends on the data)",
+    "none": "none: no analytic error (a data-dependent mechanism, or consistent marginals of a table)",
 }
 
 

@@ -21,7 +21,7 @@ __all__ = ["TOPICS", "topics", "topic", "title"]
 #: Topic names in reading order (each is ``<name>.md`` in this package).
 TOPICS = ("overview", "noise", "matrix_mechanism", "svd_bound", "strategies", "hdmm",
           "eigen_design", "residual_planner", "dawa", "sums", "accounting", "intervals",
-          "accuracy", "data", "public_domain", "continual")
+          "inference", "accuracy", "data", "public_domain", "continual")
 
 
 def topic(name: str) -> str:

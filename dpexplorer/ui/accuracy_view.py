@@ -1,21 +1,19 @@
 """Accuracy first on the Compare page: the ε each mechanism needs for an error the user states.
 
-The user states a target -- ±t counts on 95 % of queries (the half-widths of the 95 %
-intervals a release reports), an RMSE per query, or a std of at most t on every query --
-and :class:`AccuracyFirst` gives each mechanism's smallest ε meeting it, the SVD bound's ε
-as a floor (RMSE and worst query only: it limits the mean squared error), a bar chart of
-those ε and the metric over ε.  The numbers are :mod:`dpexplorer.accuracy`'s: the RMSE
-inverts ``rmse(ε) = sqrt(unit TSE/m) · s(ε)`` (HDMM Prop. 4) in closed form, the others
-use each mechanism's :func:`~dpexplorer.accuracy.error_profile` (a background job).
-Data-dependent mechanisms have no formula: :meth:`AccuracyFirst.simulate` estimates their ε
-with :func:`dpexplorer.epsilon_for` on the session's dataset, treated as public benchmark
-data (seeded, cancellable, nothing released or spent).
+For a target -- ±t counts on 95 % of queries (95 % interval half-widths), an RMSE per query, or
+a std of at most t on every query -- :class:`AccuracyFirst` gives each mechanism's smallest ε,
+the SVD bound's ε as a floor (RMSE and worst query: it bounds the mean squared error), and the
+metric over ε, all from :mod:`dpexplorer.accuracy` (the RMSE in closed form from
+``rmse(ε) = sqrt(unit TSE/m) · s(ε)``, HDMM Prop. 4; the others from each mechanism's
+:func:`~dpexplorer.accuracy.error_profile`).  Data-dependent mechanisms are estimated by
+:func:`dpexplorer.epsilon_for` on the session's dataset, treated as public (seeded, nothing spent).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import operator
 import threading
 from collections import OrderedDict
 
@@ -28,8 +26,10 @@ from bokeh.models.widgets.tables import NumberFormatter
 
 import dpexplorer as dpx
 
+from .live_plot import LivePlot
 from .serving import COLOR as _COLOR
 from .serving import LABEL as _LABEL
+from .serving import TableSlot
 from .tasks import Jobs, TaskCancelled, build_lock, percent
 
 __all__ = ["AccuracyFirst", "PrivacySentence", "MODES", "TARGET_METRICS", "epsilon_bars", "target_curve_plot"]
@@ -66,23 +66,10 @@ def _keep(cache: OrderedDict, key, value, size: int) -> None:
 
 
 class AccuracyFirst(param.Parameterized):
-    """State and numbers of the Compare page's "ε for this error" mode.
-
-    The page hands it every comparison it shows (:meth:`refresh`: the unit-noise
-    figures and the sidebar's noise); it computes :attr:`table` and :attr:`curve`
-    while the mode is ``"epsilon"``.
-
-    Parameters
-    ----------
-    mode : {"error", "epsilon"}
-        The page's question: the error at the sidebar's ε, or the ε for :attr:`target`.
-    metric : {"ci95", "rmse", "max"}
-        ``"ci95"``: ±target counts on ``share`` of the queries, each a ``level``
-        confidence interval of a release; ``"rmse"``: RMSE per query; ``"max"``: the
-        worst query's standard deviation (every query's std at most the target).
-    target : float
-        The error to meet, in counts (> 0).
-    """
+    """State and numbers of the Compare page's "ε for this error" mode: the page hands it each
+    comparison it shows (:meth:`refresh`); it computes :attr:`table` and :attr:`curve` while the
+    mode is ``"epsilon"``.  ``"ci95"``: ±target counts on ``share`` of the queries, each a
+    ``level`` interval of a release."""
 
     mode = param.Selector(default="error", objects=list(MODES.values()), doc="""
         'error': the error at the sidebar's ε; 'epsilon': each mechanism's ε for the target.""")
@@ -91,12 +78,10 @@ class AccuracyFirst(param.Parameterized):
         'max': the worst query's standard deviation.""")
     target = param.Number(default=50.0, bounds=(0, None), inclusive_bounds=(False, True),
                           doc="The error to meet, in counts (> 0).")
-    table = param.DataFrame(None, allow_None=True, **_OUT, doc="""
-        Per mechanism: label, epsilon, rho, error (the metric at that ε), ratio (ε over the
-        floor's ε), exact, note; attrs floor_epsilon, floor_note, target, metric, noise.""")
-    curve = param.DataFrame(None, allow_None=True, **_OUT, doc="""
-        The chosen metric over ε per mechanism: mechanism, label, epsilon, error
-        (the floor as mechanism 'svd_bound' for the RMSE); attrs target, metric.""")
+    table = param.DataFrame(None, allow_None=True, **_OUT, doc="""Per mechanism: label, epsilon, rho,
+        error (at that ε), ratio (to the floor's ε), exact, note (:func:`dpexplorer.accuracy.target_table`).""")
+    curve = param.DataFrame(None, allow_None=True, **_OUT, doc="""The metric over ε per mechanism:
+        mechanism, label, epsilon, error (the floor as 'svd_bound'); attrs target, metric.""")
     busy = param.Boolean(False, **_OUT, doc="True while error profiles are being computed.")
     error = param.String("", **_OUT, doc="Last error of this mode ('' after a success).")
     sim_busy = param.Boolean(False, **_OUT, doc="True while a study of data-dependent mechanisms runs.")
@@ -131,7 +116,7 @@ class AccuracyFirst(param.Parameterized):
             self.param.update(**values)
 
     def set_target(self, value) -> bool:
-        """Set :attr:`target` from user input; ``False`` (and a message) if it is not a positive number."""
+        """Set :attr:`target` from user input; ``False`` (and a message) if not a positive number."""
         try:
             self.target = float(value)
         except (TypeError, ValueError):
@@ -142,9 +127,8 @@ class AccuracyFirst(param.Parameterized):
             return False
         return True
 
-    # ------------------------------------------------------------ numbers
     def refresh(self, base, noise) -> None:
-        """Take the comparison the page shows (``base``: W, frame with unit_tse, svdb) at ``noise``."""
+        """Take the comparison shown (``base``: W, frame with unit_tse, svdb) at ``noise``."""
         self._base, self._noise = base, noise
         self.update()
 
@@ -203,11 +187,8 @@ class AccuracyFirst(param.Parameterized):
         post(done)
 
     def _show(self, key, base, noise, t: float, metric: str) -> None:
-        """Set :attr:`table` and :attr:`curve` from the profiles (RMSE: closed form from the unit TSE).
-
-        The SVD bound's floor holds for the worst query's std too (``max_i Var_i ≥ TSE/m``);
-        data-dependent rows take the study of this workload, target, noise, dataset and seed.
-        """
+        """Set :attr:`table` and :attr:`curve` from the profiles (RMSE: closed form); the SVD floor
+        holds for the worst query's std too (``max_i Var_i ≥ TSE/m``)."""
         W = base.W
         if metric == "rmse":
             profs, failed = dpx.accuracy.rmse_profiles(base.frame, W.m, noise), {}
@@ -249,24 +230,17 @@ class AccuracyFirst(param.Parameterized):
         self._done = key
         self._set(table=df, curve=cv, error="")
 
-    # -------------------------------------------------- simulation study
     def _sim_key(self, base) -> tuple | None:
-        """What a simulation study's numbers depend on (the rows show a study only if it matches)."""
+        """What a simulation study's numbers depend on (its rows are shown only if it matches)."""
         if base is None or self._noise is None:
             return None
         return (base.W, self.session.dataset, self.metric, self.target,
                 _family_key(self._noise), self.session.seed, self.sim_trials, self.sim_rtol)
 
     def simulation_data(self):
-        """``(name, x)`` of the session's dataset for a study on the shown workload.
-
-        Raises
-        ------
-        ValueError
-            If there is no comparison yet, the dataset cannot be loaded, its
-            cells do not match the workload's, or the workload is larger than
-            :attr:`sim_max_cells`.
-        """
+        """``(name, x)`` of the session's dataset for a study on the shown workload; ValueError
+        without a comparison, for a dataset that cannot load or whose cells do not match, or a
+        workload above :attr:`sim_max_cells`."""
         base = self._base
         if base is None:
             raise ValueError("there is no comparison yet: wait for the table to fill in")
@@ -283,17 +257,12 @@ class AccuracyFirst(param.Parameterized):
         return ds.name, ds.x
 
     def simulation_label(self) -> str:
-        """The button's words: "Estimate by simulation on <dataset>"."""
         return f"Estimate by simulation on {self.session.dataset}"
 
     def simulate(self, names=None) -> bool:
-        """Start the study of ``names`` (default: the data-dependent mechanisms) in the background.
-
-        Each one's ε for the target, with a 95 % band: :func:`dpexplorer.epsilon_for` on the
-        session's dataset, the sidebar's seed and :attr:`sim_trials` runs per ε.  ``False``
-        and a message if it cannot start (no comparison, a dataset that does not fit, a
-        study running).
-        """
+        """Start the study of ``names`` (default: the data-dependent mechanisms) in the background:
+        each one's ε with a 95 % band, :func:`dpexplorer.epsilon_for` with the sidebar's seed and
+        :attr:`sim_trials` runs per ε.  ``False`` and a message if it cannot start."""
         with self._lock:
             if self.sim_busy:
                 return self._sim_refuse("a simulation study is already running: wait for it or "
@@ -375,7 +344,6 @@ class AccuracyFirst(param.Parameterized):
                 + (f": cancelled. Not simulated: {', '.join(missed)}." if stopped else "."))
         post(lambda: self._set(sim_busy=False, sim_status=text))
 
-    # ------------------------------------------------------------- text
     def summary(self) -> str:
         """The mode's result in words (Markdown)."""
         df = self.table
@@ -404,7 +372,6 @@ class AccuracyFirst(param.Parameterized):
                      "trials), a study on data treated as public.")
         return text + (" Updating…" if self.busy else "")
 
-    # --------------------------------------------------------------- UI
     def controls(self) -> pn.Row:
         """The mode switch, the target's kind and the target box."""
         mode = pn.widgets.RadioButtonGroup(options=MODES, value=self.mode, **{_LABEL: "Question"})
@@ -453,6 +420,39 @@ class AccuracyFirst(param.Parameterized):
                 "(a study on data treated as public: nothing is released or spent).",
                 sizing_mode="stretch_width", styles=small),
             pn.Row(run, cancel, progress), status, sizing_mode="stretch_width")
+
+    def figures(self, page, export) -> tuple[pn.Column, pn.Column, object]:
+        """The mode's parts of the Compare ``page`` (its gate, redraws and panes): summary, ε bars,
+        table and study; the metric over ε; and a binding, True while the mode is "error".
+        ``export(name, make)``: a figure's download control."""
+        shown = page.gate.mirror(self, ["busy", "mode"])
+
+        def key():  # what fixes the charts' structure: the comparison, metric and mechanisms
+            t = self.table
+            if page._shown is None or t is None:
+                return None
+            drawn = t["mechanism"][np.isfinite(t["epsilon"].to_numpy(dtype=float))]
+            return (page._shown, t.attrs.get("metric"), tuple(sorted(drawn)))
+        summary = pn.pane.Markdown(self.summary(), sizing_mode="stretch_width")
+        bars = LivePlot(epsilon_bars, self.table, key(), height=380)
+        table = TableSlot(self.table_widget, self.table_value())
+        curve = LivePlot(target_curve_plot, self.curve, key(), height=400)
+        page._panes.update(target_summary=summary, target_bars=bars, target_table=table,
+                           target_curve=curve)
+
+        def redraw(*_):
+            summary.object = self.summary()
+            table.show(self.table_value())
+            bars.update(self.table, key())
+            curve.update(self.curve, key())
+        self.param.watch(lambda *_: page._redraw("target", redraw), ["table", "curve", "busy"])
+        asked = pn.bind(operator.eq, shown.param.mode, "epsilon")
+        return (pn.Column(summary, bars.pane, export("epsilon-bars", lambda: epsilon_bars(self.table)),
+                          table, self.simulation_panel(), loading=shown.param.busy, visible=asked,
+                          sizing_mode="stretch_width"),
+                pn.Column(curve.pane, export("target-curve", lambda: target_curve_plot(self.curve)),
+                          visible=asked, sizing_mode="stretch_width"),
+                pn.bind(operator.eq, shown.param.mode, "error"))
 
     def table_widget(self, frame: pd.DataFrame | None = None) -> pn.widgets.Tabulator:
         """Read-only table of ``frame`` (default :meth:`table_value`, the rows of :attr:`table`)."""
@@ -530,13 +530,9 @@ def target_curve_plot(df: pd.DataFrame | None) -> hv.Overlay:
 
 
 class PrivacySentence:
-    """The sidebar's plain words: what ε (and δ) mean, and what they buy on the current workload.
-
-    :func:`dpexplorer.accuracy.describe_privacy`, then how close 95 % of the answers are
-    from HB's (else Identity's) ``ci95`` :class:`~dpexplorer.accuracy.ErrorProfile`,
-    computed once per workload and noise family in the background (a change of ε or δ is
-    arithmetic); none above :attr:`max_queries` queries or :attr:`max_cells` cells.
-    """
+    """The sidebar's plain words: :func:`dpexplorer.accuracy.describe_privacy`, then how close 95 %
+    of the answers are from HB's (else Identity's) ``ci95`` profile, computed once per workload
+    and noise family in the background; none above :attr:`max_queries` or :attr:`max_cells`."""
 
     #: Mechanisms tried, in order, for the sentence.
     mechanisms = ("hb", "identity")
@@ -557,7 +553,7 @@ class PrivacySentence:
         return self._jobs.wait(timeout)
 
     def _profile(self, W, noise):
-        """HB's (or Identity's) interval profile, or ``"pending"`` while it is computed in the background."""
+        """HB's (or Identity's) interval profile, or ``"pending"`` while it is computed."""
         key = (W, type(noise).__name__)
         with self._lock:
             if key in self._profiles:

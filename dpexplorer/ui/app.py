@@ -1,13 +1,10 @@
 """The explorer app: one sidebar of shared controls, one tab per page.
 
 ``ExplorerApp(session).template()`` is what ``apps/explorer.py`` serves; in a notebook,
-display ``ExplorerApp()`` (or one page) after ``pn.extension("tabulator", inline=True)``
-(inline: works offline).  ε, δ, noise, dataset, seed, page and the workload are synced to
-the URL; a link's value that cannot be used is named in a notification and the current
-value kept.  Each page is built when its tab is first opened (or when needed earlier, e.g. a
-link's workload) and stays in the document (``pn.Tabs(dynamic=False)``: Panel 1.9's dynamic
-tabs drew a page again, seconds for Compare, at every opening); while hidden, its redraws
-wait in its :class:`~dpexplorer.ui.serving.ShownGate`.
+display ``ExplorerApp()`` after ``pn.extension("tabulator", inline=True)``.  ε, δ, noise,
+dataset, seed, page and workload are synced to the URL (a value that cannot be used is
+named and the current one kept).  A page is built at its tab's first opening and stays
+(Panel 1.9's dynamic tabs drew Compare again, seconds, at every opening).
 """
 
 from __future__ import annotations
@@ -43,11 +40,7 @@ URL_PARAMS = {"epsilon": "eps", "delta": "delta", "noise": "noise", "dataset": "
 
 
 class ExplorerApp(pn.viewable.Viewer):
-    """All pages around one :class:`Session` (displays itself in a notebook).
-
-    ``pages``: tab title -> page, for the pages built so far; ``tabs``: one tab per page, each
-    a slot filled with its page on first opening.
-    """
+    """All pages around one :class:`Session`; ``pages``: title -> page, built so far."""
 
     page = param.Integer(default=0, bounds=(0, len(PAGES) - 1), doc="Index of the open page.")
 
@@ -79,8 +72,7 @@ class ExplorerApp(pn.viewable.Viewer):
         return self.pages[title]
 
     def _open(self, index: int) -> None:
-        """Build and draw the page of tab ``index`` on its first opening (a page built earlier,
-        e.g. for a link's workload, is not drawn at load); tell every page's gate."""
+        """Draw tab ``index``'s page at its first opening; tell every page's gate."""
         if 0 <= index < len(PAGES):
             title = PAGES[index][0]
             if not (slot := self._slots[title]).objects:
@@ -111,9 +103,8 @@ class ExplorerApp(pn.viewable.Viewer):
             pn.state.location.sync(page, params, on_error=self._url_refused(page, params))
 
     def _url_refused(self, target: param.Parameterized, names: dict[str, str]):
-        """``on_error`` of Panel's URL sync (which drops all of a link's values when one is
-        invalid): apply them one by one, and report each refused ``key=value`` with the values
-        allowed (also kept in ``url_problems``)."""
+        """``on_error`` of Panel's URL sync (which drops every value when one is invalid): apply
+        them one by one, reporting each refused ``key=value`` (kept in ``url_problems``)."""
         def on_error(mapped: dict) -> None:
             refused = []
             for pname, value in mapped.items():
@@ -130,12 +121,8 @@ class ExplorerApp(pn.viewable.Viewer):
         return on_error
 
     def template(self) -> pn.template.BootstrapTemplate:
-        """The served page (Bootstrap template: no web fonts, all resources local).
-
-        Without Panel's busy indicator, which is one state per process: every session's event
-        updated every open page (eight sessions: 0.5 s of a 0.6 s ε change;
-        ``benchmarks/bench_browser.py --n 1024 --sessions 8``).  Pages show their own work.
-        """
+        """The served page, without Panel's process-wide busy indicator: every session's event
+        updated every open page (eight sessions: 0.5 s of a 0.6 s ε change)."""
         self.sync_url()
         self._open(self.tabs.active)  # the page the link opens, not the default first one
         return pn.template.BootstrapTemplate(
@@ -145,12 +132,11 @@ class ExplorerApp(pn.viewable.Viewer):
 
     def __panel__(self):
         self._open(self.tabs.active)
-        return pn.Row(pn.Column(self.session.controls(), width=300), self.tabs,
-                      sizing_mode="stretch_width")
+        return pn.Row(pn.Column(self.session.controls(), width=300), self.tabs, sizing_mode="stretch_width")
 
 
 def _build(title, module, cls, session):
-    """Instantiate a page; a page that fails to build shows its error instead of breaking the app."""
+    """Instantiate a page; one that fails shows its error instead."""
     try:
         return getattr(importlib.import_module(module), cls)(session)
     except Exception as exc:  # noqa: BLE001 - keep the other pages usable

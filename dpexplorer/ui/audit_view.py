@@ -1,13 +1,10 @@
-"""AuditView: the "Audit" page -- check a mechanism's privacy claim by simulation.
+"""The "Audit" page: check a mechanism's privacy claim by simulation.
 
-Runs :func:`dpexplorer.audit.audit` for a registered mechanism, ε and case (the
-whole output, or a part with its own claim such as DAWA's partition) on the
-mechanism's tightest neighbouring pair (:func:`dpexplorer.audit.cases`) as a
-task with progress and Stop, and shows the audited lower bound on ε against the
-claim, the event with its Clopper–Pearson intervals and the statistic's
-distribution under ``x₀`` and ``x₁``.  A simulation seeded by the sidebar: no
-budget is spent.  The teaching example: DAWA as its authors' code draws the
-partition noise (``dawa_as_published``) fails its claim.  Without a browser::
+Runs :func:`dpexplorer.audit.audit` for a mechanism, ε and case on its tightest
+neighbouring pair (:func:`dpexplorer.audit.cases`) as a task with progress and Stop, and
+shows the audited lower bound on ε against the claim, the event's Clopper–Pearson
+intervals and the statistic's distribution.  A seeded simulation: no budget is spent.
+Without a browser::
 
     view = AuditView(session, background=False)
     view.mechanism = "identity"; view.epsilon = 1.0; view.runs = 2000
@@ -35,9 +32,8 @@ from dpexplorer.audit import AuditResult, cases
 from dpexplorer.core import registry
 
 from .exports import FigureExport
-from .serving import COLOR as _BUTTON
 from .serving import LABEL as _LABEL
-from .serving import on_session_loop
+from .serving import button, on_session_loop
 from .session import Page, Session
 from .tasks import Task, TaskCancelled, percent
 
@@ -100,24 +96,21 @@ class AuditView(Page, param.Parameterized):
     busy = param.Boolean(default=False, constant=True, precedence=-1)
     done = param.Integer(default=0, constant=True, precedence=-1, doc="Runs done in the running audit.")
     total = param.Integer(default=0, constant=True, precedence=-1, doc="Runs of the running audit.")
-    error = param.String(default="", constant=True, precedence=-1, doc="""
-        Message of the last failed action of this page ('' after a success).""")
+    error = param.String(default="", constant=True, precedence=-1, doc="Last failure, or ''.")
     task = param.ClassSelector(class_=Task, default=None, allow_None=True, constant=True,
-                               precedence=-1, doc="""The running (or last) audit, as a task:
-        status, progress (runs done / runs), message, result, error; cancelled by stop().""")
+                               precedence=-1, doc="The running (or last) audit; stop() cancels it.")
 
     def __init__(self, session: Session | None = None, background: bool = True, **params):
         self._setup_page(session, background)  # session, lock, tasks, tab gate
         self._layout = None
         type(self).param.mechanism.objects = list(registry.REGISTRY)  # registered later too
         super().__init__(**params)
-        self.param.watch(self._clamp_case, "mechanism")
 
     def cases(self):
-        """The standard cases of the selected mechanism."""
         return cases(self.mechanism)
 
-    def _clamp_case(self, *_):
+    @param.depends("mechanism", watch=True)
+    def _clamp_case(self):
         if self.case >= len(self.cases()):
             self.case = 0
 
@@ -125,12 +118,12 @@ class AuditView(Page, param.Parameterized):
         return self.cases()[min(self.case, len(self.cases()) - 1)]
 
     def claim(self) -> float:
-        """The ε claimed for what the selected case audits."""
+        """The ε claimed for what the case audits."""
         return self._case().claim_share * float(self.epsilon)
 
     def run_audit(self) -> bool:
-        """Start the audit (in the background unless ``background=False``): ``True`` once
-        started (background) or done; ``False`` (reported) if one runs or inputs are refused."""
+        """Start the audit; ``True`` once started (background) or done, ``False`` (reported) if
+        one runs or the inputs are refused."""
         with self._lock:
             if self.busy:
                 self._fail(RuntimeError("an audit is already running; stop it or wait"))
@@ -146,7 +139,7 @@ class AuditView(Page, param.Parameterized):
         return task.status == "done" if not self.background else True
 
     def _inputs(self) -> tuple[Callable[..., AuditResult], int]:
-        """The audit to run (``audit(callback=...)``) and its number of runs in all."""
+        """The audit to run (``audit(callback=...)``) and its runs in all."""
         mech = registry.get(self.mechanism)
         eps = float(self.epsilon)
         if not (math.isfinite(eps) and eps > 0):
@@ -184,7 +177,7 @@ class AuditView(Page, param.Parameterized):
             self._fail(task.exception or RuntimeError(task.error))
 
     def stop(self) -> None:
-        """Stop the running audit at its next chunk of runs (the last result stays)."""
+        """Stop the running audit at its next chunk of runs."""
         if self.task is not None:
             self.task.cancel()
 
@@ -194,7 +187,7 @@ class AuditView(Page, param.Parameterized):
         return self.run_audit()
 
     def summary(self) -> str:
-        """The verdict of the last audit, in words (markdown)."""
+        """The last audit's verdict (Markdown)."""
         r = self.result
         if r is None:
             c = self._case()
@@ -221,7 +214,7 @@ class AuditView(Page, param.Parameterized):
         return text
 
     def bound_frame(self) -> pd.DataFrame:
-        """The claim, the audited lower bound and the plug-in estimate of the event's log-ratio."""
+        """The claim, the audited lower bound and the plug-in estimate of the log-ratio."""
         r = self.result
         if r is None:
             return pd.DataFrame(columns=["what", "epsilon"])
@@ -231,7 +224,7 @@ class AuditView(Page, param.Parameterized):
                              "epsilon": [r.claim, r.epsilon_lb, plug]})
 
     def bound_plot(self):
-        """Bars: the claim, the audited lower bound (red if above the claim) and the plug-in estimate."""
+        """Bars of :meth:`bound_frame` (the bound red if above the claim)."""
         r = self.result
         if r is None:
             return hv.Bars([]).opts(title="No audit yet", responsive=True, height=260)
@@ -260,8 +253,7 @@ class AuditView(Page, param.Parameterized):
                 df = pd.DataFrame({"value": h["left"].to_numpy(), "count": counts})
                 layers.append(hv.Curve(df, "value", "count", label=f"x{side}").opts(
                     interpolation="steps-mid", color=color, line_width=2))
-                layers.append(hv.Scatter(df, "value", "count").opts(color=color, size=6,
-                                                                     tools=["hover"]))
+                layers.append(hv.Scatter(df, "value", "count").opts(color=color, size=6, tools=["hover"]))
             else:
                 edges = np.append(h["left"].to_numpy(), h["right"].to_numpy()[-1])
                 layers.append(hv.Histogram((edges, counts), label=f"x{side}").opts(
@@ -273,8 +265,7 @@ class AuditView(Page, param.Parameterized):
             ylabel="runs")
 
     def controls(self) -> pn.Column:
-        mech = pn.widgets.Select(**{_LABEL: "Mechanism"}, options=_mechanism_options(),
-                                 value=self.mechanism)
+        mech = pn.widgets.Select(**{_LABEL: "Mechanism"}, options=_mechanism_options(), value=self.mechanism)
         mech.link(self, value="mechanism", bidirectional=True)
         eps = pn.widgets.FloatInput(**{_LABEL: "ε"}, value=self.epsilon, step=0.5, start=None)
 
@@ -293,21 +284,14 @@ class AuditView(Page, param.Parameterized):
             case.options = self._case_options()
             case.value = self.case
         self.param.watch(on_mechanism, ["mechanism", "case"])
-        runs = pn.widgets.IntInput.from_param(self.param.runs, **{_LABEL: "Runs per dataset"},
-                                              step=1000)
-        conf = pn.widgets.FloatInput.from_param(self.param.confidence, **{_LABEL: "Confidence"},
-                                                step=0.01)
+        runs = pn.widgets.IntInput.from_param(self.param.runs, **{_LABEL: "Runs per dataset"}, step=1000)
+        conf = pn.widgets.FloatInput.from_param(self.param.confidence, **{_LABEL: "Confidence"}, step=0.01)
         # bound to the audit task's state, through the tab gate (nothing changes while hidden)
         shown = self.gate.mirror(self, ["busy", "done", "total"])
-        run = pn.widgets.Button(**{_LABEL: "Run audit"}, **{_BUTTON: "primary"},
-                                disabled=shown.param.busy)
-        stop = pn.widgets.Button(**{_LABEL: "Stop"},
-                                 disabled=pn.bind(lambda b: not b, shown.param.busy))
-        teach = pn.widgets.Button(**{_LABEL: "Teaching example: DAWA as published"},
-                                  **{_BUTTON: "warning"}, disabled=shown.param.busy)
-        run.on_click(lambda _: self.run_audit())
-        stop.on_click(lambda _: self.stop())
-        teach.on_click(lambda _: self.teaching_example())
+        run = button("Run audit", "primary", self.run_audit, disabled=shown.param.busy)
+        stop = button("Stop", "default", self.stop, disabled=pn.bind(lambda b: not b, shown.param.busy))
+        teach = button("Teaching example: DAWA as published", "warning", self.teaching_example,
+                       disabled=shown.param.busy)
         progress = pn.indicators.Progress(
             value=pn.bind(percent, shown.param.done, shown.param.total), max=100,
             visible=shown.param.busy, sizing_mode="stretch_width")
@@ -315,8 +299,8 @@ class AuditView(Page, param.Parameterized):
             pn.bind(lambda b, d, t: f"{int(d):,} of {int(t):,} runs…" if b else "",
                     shown.param.busy, shown.param.done, shown.param.total),
             sizing_mode="stretch_width")
-        about = pn.pane.Markdown(self._about(), sizing_mode="stretch_width")
-        self.param.watch(lambda *_: setattr(about, "object", self._about()), ["mechanism", "case"])
+        about = pn.pane.Markdown(pn.bind(lambda *_: self._about(), self.param.mechanism,
+                                         self.param.case), sizing_mode="stretch_width")
         return pn.Column(pn.pane.Markdown("### Audit"), mech, about, eps, case, runs, conf,
                          pn.Row(run, stop), teach, progress, status, width=320)
 
@@ -343,8 +327,7 @@ class AuditView(Page, param.Parameterized):
                 bound.object = self.bound_plot()
                 hist.object = self.histogram_plot()
         # held and drawn on the event loop, never from the audit's thread
-        self.param.watch(lambda *_: self.gate.run("result", lambda: on_session_loop(redraw)),
-                         ["result"])
+        self.param.watch(lambda *_: self.gate.run("result", lambda: on_session_loop(redraw)), ["result"])
         self.param.watch(lambda *_: self.gate.run(
             "summary", lambda: setattr(summary, "object", self.summary())),
             ["mechanism", "epsilon", "case"])
@@ -354,7 +337,7 @@ class AuditView(Page, param.Parameterized):
         return pn.Column(summary, bound, exports[0], hist, exports[1], sizing_mode="stretch_width")
 
     def panel(self) -> pn.Column:
-        """The whole page (built once per component)."""
+        """The whole page (built once)."""
         if self._layout is None:
             self._layout = pn.Column(
                 pn.pane.Markdown(HEADER, sizing_mode="stretch_width"), self.error_alert(),

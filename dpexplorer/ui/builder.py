@@ -1,8 +1,6 @@
-"""WorkloadBuilder: the "Workload builder" page, the view of :mod:`dpexplorer.queries.terms`.
+"""The "Workload builder" page: the view of :mod:`dpexplorer.queries.terms` (the model).
 
-Builds the session's workload ``W`` as a weighted union of terms; the model (families, term
-parameters, domain, links, presets, sensitivities, heatmap, summary) is
-:mod:`dpexplorer.queries.terms`, tested without Panel.  Driven without a browser::
+Builds the session's workload ``W`` as a weighted union of terms.  Without a browser::
 
     builder = WorkloadBuilder(session)
     builder.clear_terms()
@@ -10,8 +8,7 @@ parameters, domain, links, presets, sensitivities, heatmap, summary) is
     builder.add_term("width_range", k=8, weight=2.0)
     session.workload          # union([prefix(256), width_range(256, 8)], [1, 2])
 
-Bad input never raises into the UI: it is reported (:meth:`Session.report`, saying what is
-allowed) and the terms, domain and workload stay.
+Bad input is reported (saying what is allowed); the terms, domain and workload stay.
 """
 
 from __future__ import annotations
@@ -68,15 +65,13 @@ ranges.  Every page of the explorer uses the workload built here.
 
 
 class TermsTable(pn.widgets.Tabulator):
-    """The Terms table: drops a browser's edit of rows the server has since changed (Add term,
-    Clear all), which Panel 1.9 applied to the new rows, after a clear reading the old text
-    column as dates (a server traceback in ``tests/test_browser_new_user.py``)."""
+    """The Terms table, dropping a browser's edit of rows since changed (Panel 1.9 applied it
+    to the new rows, after a clear reading text as dates: ``tests/test_browser_new_user.py``)."""
 
     def _process_data(self, data):
         rows = len(self.value)
         for values in data.values():
-            stale = (any(int(k) >= rows for k in values) if isinstance(values, dict)
-                     else len(values) != rows)
+            stale = any(int(k) >= rows for k in values) if isinstance(values, dict) else len(values) != rows
             if stale:
                 log.debug("Terms table: a browser edit of %s rows dropped (the table has %d)",
                           len(values), rows)
@@ -85,13 +80,11 @@ class TermsTable(pn.widgets.Tabulator):
 
 
 class WorkloadBuilder(param.Parameterized):
-    """The "Workload builder" page: edits ``session.workload`` as a weighted union of terms.
+    """Edits ``session.workload`` (a new session if omitted) as a weighted union of terms.
 
-    ``session`` (a new one if omitted): the builder starts over a 1D domain of the selected
-    dataset's cells (256 when it is not 1D) and adopts ``session.workload`` as its terms when it
-    is over that domain, else starts from All Range.  ``params``: initial parameter values.
-    Also: :attr:`brush` (``holoviews.streams.BoundsX``, each box-select event adds one range),
-    :attr:`stats` (``name, m, n, domain, l1, l2`` of the built workload).
+    Starts over the 1D domain of the dataset's cells (else 256), adopting ``session.workload``
+    when it is over it, else All Range.  :attr:`brush`: each box-select adds one range;
+    :attr:`stats`: ``name, m, n, domain, l1, l2`` of the built workload.
     """
 
     URL_PARAMS = URL_PARAMS
@@ -122,8 +115,8 @@ class WorkloadBuilder(param.Parameterized):
     predicates_text = param.String(default="", doc="Pasted 0/1 predicate matrix, one query per line.")
     spec_text = param.String(default="", doc="Pasted workload spec (JSON or YAML).")
     url_terms = param.List(default=[], precedence=-1, doc="""
-        The terms as ``[[family, params, weight], ...]`` (URL key ``w``), empty when one cannot
-        travel in a link; setting it rebuilds them over ``n``/``attributes`` (or says why not).""")
+        The terms as ``[[family, params, weight], ...]`` (URL key ``w``; empty when one cannot
+        travel in a link); setting it rebuilds them.""")
 
     # outputs
     terms = param.List(default=[], constant=True, precedence=-1, doc="The terms of the union.")
@@ -172,12 +165,11 @@ class WorkloadBuilder(param.Parameterized):
 
     @property
     def attribute_names(self) -> tuple[str, ...]:
-        """Attribute names of the current domain (empty for an unnamed 1D domain)."""
+        """Attribute names of the current domain (empty in 1D)."""
         return self._names
 
     @property
     def state(self) -> WorkloadTerms:
-        """The current terms and domain (:class:`~dpexplorer.queries.terms.WorkloadTerms`)."""
         return WorkloadTerms(tuple(self.terms), self._domain, self._names)
 
     def _inputs(self) -> dict:
@@ -199,7 +191,7 @@ class WorkloadBuilder(param.Parameterized):
             self._syncing = syncing
 
     def _fail(self, text: str) -> bool:
-        """Report ``text`` (session notification + :attr:`error`); always ``False``."""
+        """Report ``text`` (notification and :attr:`error`); ``False``."""
         self._set(error=text)
         self.session.report(text)
         return False
@@ -213,8 +205,8 @@ class WorkloadBuilder(param.Parameterized):
         return int(x.size) if x.ndim == 1 and 1 <= x.size <= wt.MAX_N else None
 
     def _commit(self, state: WorkloadTerms, what: str, workload: Matrix | None = None) -> bool:
-        """Build ``state`` (with ``workload`` instead of the union of its terms, when adopting one)
-        and make it current; on error keep everything and report ``what: why``."""
+        """Build ``state`` (with ``workload`` as its matrix, when adopting one) and make it
+        current; on error keep everything and report ``what: why``."""
         with self._lock:
             try:
                 with self._busy_if_slow():
@@ -231,19 +223,14 @@ class WorkloadBuilder(param.Parameterized):
                 self._workload = self.session.workload = built.workload
             self._workload = self.session.workload
             spec_error = self.spec_error if built.spec_error is None else built.spec_error
-            self._set(terms=list(built.terms), error="", spec_error=spec_error,
-                      version=self.version + 1)
+            self._set(terms=list(built.terms), error="", spec_error=spec_error, version=self.version + 1)
             self._sync_url_terms()
             return True
 
     @contextlib.contextmanager
     def _busy_if_slow(self):
-        """:attr:`busy` (the loading overlay) once a build has run :data:`BUSY_AFTER` seconds.
-
-        An overlay per build swallowed clicks landing as it appeared: a served page driven by
-        Playwright (2 cores), Add term, Add term, Clear all 20 times in two sessions, lost 1-3
-        of the 40 Clear all clicks.
-        """
+        """:attr:`busy` once a build has run :data:`BUSY_AFTER` s: an overlay per build lost 1-3
+        of 40 "Clear all" clicks (Playwright, two sessions, 2 cores)."""
         timer = threading.Timer(BUSY_AFTER, lambda: self._set(busy=True))
         timer.daemon = True
         timer.start()
@@ -256,8 +243,8 @@ class WorkloadBuilder(param.Parameterized):
                 self._set(busy=False)
 
     def commit_term(self, term: Term, shape: Sequence[int], names: Sequence[str], what: str) -> bool:
-        """Make ``term`` over the domain ``shape`` (attribute sizes) named ``names`` the whole
-        workload; ``True`` on success, else nothing changes and ``what: why`` is reported."""
+        """Make ``term`` over ``shape`` (attributes ``names``) the whole workload; on error nothing
+        changes and ``what: why`` is reported."""
         return self._commit(WorkloadTerms((term,), tuple(shape), tuple(names)), what)
 
     def _sync_url_terms(self) -> None:
@@ -305,12 +292,8 @@ class WorkloadBuilder(param.Parameterized):
             self._adopt(event.new)
 
     def set_domain(self, n=None, attributes: str | None = None) -> bool:
-        """Change the domain to ``n`` cells (1D, when ``attributes`` is ``""``) or to the
-        attributes ``"name:size, ..."`` and rebuild every term over it; ``True`` on success.
-
-        A bad domain, or a term that does not fit it (e.g. a custom range past the new end), is
-        reported and the previous domain, terms and workload are kept.
-        """
+        """Rebuild every term over ``n`` cells (``attributes`` "") or ``"name:size, ..."``; a bad
+        domain or a term not fitting it is reported and everything is kept."""
         n = self.n if n is None else n
         attributes = self.attributes if attributes is None else attributes
         try:
@@ -330,8 +313,7 @@ class WorkloadBuilder(param.Parameterized):
         return True
 
     def large_domain_note(self) -> str:
-        """What the domain's size means for the pages ('' for a small one;
-        :func:`dpexplorer.queries.terms.large_domain_note`)."""
+        """What the domain's size means for the pages ('' for a small one)."""
         return wt.large_domain_note(self._domain)
 
     @param.depends("n", "attributes", "url_terms", watch=True)
@@ -352,13 +334,10 @@ class WorkloadBuilder(param.Parameterized):
         return self.set_domain(n=cells, attributes="")
 
     def add_term(self, family: str | None = None, weight=None, **options) -> bool:
-        """Add a term (``family``: a key of :data:`~dpexplorer.queries.terms.FAMILIES`, ``weight``
-        > 0; defaults: the parameters) and rebuild ``session.workload``; ``True`` on success.
+        """Add a term (``family`` of ``FAMILIES``, ``weight`` > 0; defaults: the parameters).
 
-        ``options`` override the inputs for this term only: ``k``, ``orders`` (e.g. ``"0-3"`` or
-        ``[1, 2]``), ``m``, ``kind`` (random ranges), ``seed``, ``range_kind``, ``ranges`` (text
-        or pairs), ``matrix`` (text, bytes or array), ``blocks`` (one block type per attribute).
-        ``"ranges"`` appends its intervals to the one custom-ranges term, like a brush.
+        ``options`` override the inputs for this term (:data:`dpexplorer.queries.terms.OPTIONS`);
+        ``"ranges"`` appends to the one custom-ranges term, like a brush.
         """
         family = self.family if family is None else family
         unknown = sorted(set(options) - set(wt.OPTIONS))
@@ -378,7 +357,7 @@ class WorkloadBuilder(param.Parameterized):
         return self._commit(self.state.added(Term(family, params, w)), what)
 
     def _change(self, what: str, change, *args) -> bool:
-        """Commit ``change(*args)`` of the current state (a method of it); report ``what`` on error."""
+        """Commit ``change(*args)`` (a method of the state); report ``what`` on error."""
         try:
             state = change(*args)
         except ValueError as exc:
@@ -386,14 +365,12 @@ class WorkloadBuilder(param.Parameterized):
         return self._commit(state, what)
 
     def add_ranges(self, ranges, weight=None) -> bool:
-        """Append cell intervals (``"0-9, 20-29"`` or ``[(0, 9), (20, 29)]``, 0-based, inclusive)
-        to the custom-ranges term (``weight``: its weight if created now); ``True`` on success."""
+        """Append cell intervals (``"0-9, 20-29"`` or pairs, inclusive) to the custom-ranges term."""
         weight = self.weight if weight is None else weight
         return self._change("Ranges not added", self.state.with_ranges, ranges, weight)
 
     def load_preset(self, name: str | None = None) -> bool:
-        """Replace the domain and the terms by the workload of the papers ``name`` (a key of
-        :data:`PRESETS`, default: the ``preset`` parameter); ``True`` on success."""
+        """Replace domain and terms by the papers' workload ``name`` (default ``preset``)."""
         name = self.preset if name is None else name
         if name not in PRESETS:
             return self._fail(f"Preset not loaded: unknown preset {name!r}; allowed: {list(PRESETS)}")
@@ -413,7 +390,7 @@ class WorkloadBuilder(param.Parameterized):
         return self.remove_terms([index])
 
     def remove_terms(self, indices: Sequence[int]) -> bool:
-        """Remove the terms at ``indices`` (0-based); removing every term is :meth:`clear_terms`."""
+        """Remove the terms at ``indices`` (0-based); all of them is :meth:`clear_terms`."""
         try:
             state = self.state.without(indices)
         except ValueError as exc:
@@ -421,8 +398,7 @@ class WorkloadBuilder(param.Parameterized):
         return self._commit(state, "Term not removed") if state.terms else self.clear_terms()
 
     def clear_terms(self) -> bool:
-        """Remove all terms; ``session.workload`` keeps the last built workload (the other pages
-        need one) until a term is added again."""
+        """Remove all terms; ``session.workload`` keeps the last one (the other pages need one)."""
         with self._lock:  # as every change of the terms: the views redraw one change at a time
             self._set(terms=[], error="", version=self.version + 1)
             self._sync_url_terms()
@@ -437,8 +413,7 @@ class WorkloadBuilder(param.Parameterized):
             self._fail(f"Brushed range not added: {wt.message(exc)}")
 
     def add_brush(self, x0: float, x1: float) -> bool:
-        """Add the cells under a brushed span ``[x0, x1]`` (histogram units) as one range
-        (:func:`dpexplorer.queries.terms.brush_cells`); needs a 1D dataset and domain of its size."""
+        """Add the cells under a brushed span ``[x0, x1]`` (histogram units) as one range."""
         what = "Brushed range not added"
         try:
             ds = self.session.data()
@@ -459,12 +434,8 @@ class WorkloadBuilder(param.Parameterized):
         return self.add_ranges([cell_range])
 
     def load_spec(self, text, filename: str | None = None) -> bool:
-        """Replace the terms by one "from spec" term built from JSON/YAML spec text.
-
-        ``text``: str or bytes (an upload's, decoded as UTF-8).  ``filename``: ``.json`` /
-        ``.yaml`` / ``.yml`` fixes the format, otherwise JSON is tried, then YAML.  ``True`` when
-        loaded (it sets the domain and ``session.workload``); on error the current work is kept.
-        """
+        """Replace the terms by one "from spec" term of JSON/YAML ``text`` (str, or UTF-8 bytes;
+        ``filename``'s extension fixes the format, else JSON then YAML)."""
         what = f"Spec not loaded{f' from {filename!r}' if filename else ''}"
         if isinstance(text, bytes | bytearray):
             limit = upload_limit("spec_bytes")
@@ -494,7 +465,7 @@ class WorkloadBuilder(param.Parameterized):
         return self.load_spec(data if data is not None else b"", filename or "uploaded file")
 
     def export_spec(self, format: str = "json") -> str | None:
-        """The spec of ``session.workload`` as JSON or YAML text (``None`` and a report on error)."""
+        """``session.workload``'s spec as JSON or YAML text (None, reported, on error)."""
         W = self.session.workload
         try:
             if W is None:
@@ -520,12 +491,11 @@ class WorkloadBuilder(param.Parameterized):
         return self.add_term("predicates", weight=weight, matrix=M)
 
     def heatmap_data(self) -> tuple[str, np.ndarray | None, str]:
-        """What the heatmap draws (:func:`dpexplorer.queries.terms.heatmap_data` of the workload)."""
+        """What the heatmap draws (:func:`dpexplorer.queries.terms.heatmap_data`)."""
         return wt.heatmap_data(self.session.workload)
 
     def heatmap(self, data: tuple | None = None):
-        """The heatmap of W or WᵀW (:class:`holoviews.Image`), or an Alert when too large; sets
-        :attr:`drawn` (``"W"``, ``"WᵀW"`` or ``""``).  ``data``: :meth:`heatmap_data`'s result."""
+        """The ``hv.Image`` of W or WᵀW (sets :attr:`drawn`), or an Alert when too large."""
         which, A, note = self.heatmap_data() if data is None else data
         self._set(drawn=which)
         if A is None:
@@ -555,21 +525,15 @@ class WorkloadBuilder(param.Parameterized):
                         framewise=True)  # ranges and colours follow each workload (in-place updates)
 
     def structure_frame(self, limit: int | None = None) -> pd.DataFrame | None:
-        """The products of the workload: ``weight, product, queries``
-        (:func:`dpexplorer.queries.terms.structure_frame`)."""
+        """The workload's products: ``weight, product, queries``."""
         return wt.structure_frame(self.session.workload, self._names, limit)
 
     def _heatmap_panes(self) -> pn.Column:
-        """The heatmap: a note, the plot and a box for an Alert (too large to draw), made once
-        and updated in place by a watcher of ``version``.
+        """The heatmap (note, plot, Alert box), updated in place by a watcher of ``version``.
 
-        Not a method bound to ``version``: Panel 1.9 re-runs one on the clicking thread, holding
-        the document, and merged updates reached the browser broken (2-7 browser errors and 2-4
-        server tracebacks in 15 rounds of Add term, Add term, Clear all on 2 cores, none with
-        the watcher: ``python -m pytest tests/test_browser_new_user.py -k forty``).  The plot is
-        a ``DynamicMap`` fed by a ``Pipe`` (``framewise`` elements), so one Bokeh figure is
-        updated in place: 10 such rounds took the page's JavaScript 12.3 s instead of 29.2 s
-        with a new figure per change and an overlay per build (Chromium's profiler, 2 cores).
+        A bound method broke merged updates (2-7 browser errors in 15 rounds of Add term, Add
+        term, Clear all, 2 cores: ``tests/test_browser_new_user.py -k forty``); one figure fed
+        by a Pipe took 10 rounds 12.3 s of JavaScript, 29.2 s with a new figure per change.
         """
         note = pn.pane.Markdown("", styles={"font-size": "0.9em"}, margin=(0, 10),
                                 sizing_mode="stretch_width")
@@ -606,8 +570,8 @@ class WorkloadBuilder(param.Parameterized):
         return pn.Column(drawn, other, sizing_mode="stretch_width")
 
     def _redraw_histogram(self, *_, if_changed: bool = False) -> None:
-        """Draw the data histogram and attach a new box-select stream to it; ``if_changed``:
-        only if its domain or custom ranges changed (each redraw replaces the Bokeh figure)."""
+        """Draw the data histogram with a new box-select stream (``if_changed``: only if its
+        domain or custom ranges changed)."""
         key = (self._domain, tuple(self.custom_ranges()))
         if if_changed and key == self._hist_key:
             return
@@ -650,9 +614,7 @@ class WorkloadBuilder(param.Parameterized):
 
     # ================================================================= UI
     def terms_frame(self) -> pd.DataFrame:
-        """The terms as a table: ``term`` (text), ``queries`` (rows over the domain, int64),
-        ``weight`` (float64); the same columns and dtypes with no term (the Terms table is
-        updated in place, its columns never change)."""
+        """``term, queries, weight``, the same columns and dtypes with no term (updated in place)."""
         return pd.DataFrame({
             "term": pd.Series([t.label for t in self.terms], dtype=object),
             "queries": pd.Series([t.matrix.m if t.matrix is not None else 0 for t in self.terms],
@@ -660,8 +622,7 @@ class WorkloadBuilder(param.Parameterized):
             "weight": pd.Series([float(t.weight) for t in self.terms], dtype="float64")})
 
     def summary(self) -> str:
-        """Markdown: domain, m, n, L1 and L2 sensitivity of the workload (and any mismatch;
-        :func:`dpexplorer.queries.terms.summary_text`)."""
+        """Markdown: domain, m, n, L1 and L2 sensitivity of the workload, and any mismatch."""
         return wt.summary_text(self.stats, self.state, self.session.workload, self.session.dataset,
                             self._dataset_cells(), self.session.table)
 
@@ -812,8 +773,7 @@ class WorkloadBuilder(param.Parameterized):
             return out if isinstance(out, hv.Element) else None
 
         def export(name, figure):
-            return FigureExport("workload", name, figure, report=self.session.report,
-                                into=self.exports)
+            return FigureExport("workload", name, figure, report=self.session.report, into=self.exports)
         # the terms first: the summary above them would move their buttons as its lines change
         heat = self._heatmap_panes()  # before the table: its watcher of `version` runs first
         main = pn.Column(self._terms_table(), summary, heat,

@@ -1,10 +1,6 @@
-"""The Compare page's charts and table contents, each a function of the page's numbers.
-
-:func:`rmse_chart` (bars of the RMSE, the SVD bound as a line), :func:`table_patch`
-(the cells an ε change alters), and :class:`CompareCharts`, mixed into
-:class:`~dpexplorer.ui.compare_view.ComparePage`: every chart is a function of its
-data alone (a DataFrame), so that the page can feed new numbers to a live plot
-(:class:`~dpexplorer.ui.live_plot.LivePlot`) when only ε or δ changed.
+"""The Compare page's charts and table contents (:class:`CompareCharts`, a mixin of
+:class:`~dpexplorer.ui.compare_view.ComparePage`): each chart a function of its data alone, so that
+a live plot (:class:`~dpexplorer.ui.live_plot.LivePlot`) takes new numbers when only ε or δ changed.
 """
 
 from __future__ import annotations
@@ -28,12 +24,9 @@ _RMSE = hv.Dimension("rmse", label="RMSE (counts)")
 
 
 def rmse_chart(df: pd.DataFrame, title: str = "", slots=()) -> hv.Overlay:
-    """hv.Bars of the finite ``rmse`` per mechanism (log y), the SVD bound as an hv.HLine.
-
-    ``df`` is a :func:`dpexplorer.compare` table (``attrs['svd_bound']``).
-    ``slots``: labels kept on the axis without a bar yet (optimisers still
-    running), so that their bars can fill in without rebuilding the plot.
-    """
+    """Bars of the finite ``rmse`` of a :func:`dpexplorer.compare` table ``df`` (log y), its
+    ``attrs['svd_bound']`` as a line; ``slots``: labels kept on the axis without a bar yet
+    (optimisers running), so that their bars fill in without rebuilding the plot."""
     ok = df[df["rmse"].notna() | df["label"].isin(list(slots))]
     bound = float(df.attrs.get("svd_bound", math.nan))
     has_bound = math.isfinite(bound) and bound > 0
@@ -56,13 +49,9 @@ def rmse_chart(df: pd.DataFrame, title: str = "", slots=()) -> hv.Overlay:
 
 
 def table_patch(old: pd.DataFrame | None, new: pd.DataFrame) -> dict | None:
-    """The cells of ``old`` to change to make it ``new``, as ``Tabulator.patch`` takes them.
-
-    ``old``, ``new``: comparison tables, ``(mechanisms, columns)`` (numbers in counts).
-    Returns ``{column: [(index, value), ...]}`` when the two tables have the same rows, columns
-    and text, and differ only in numbers (an ε change); ``{}`` when they are equal; ``None``
-    when the table must be replaced (sent and redrawn whole).  NaN equals NaN here.
-    """
+    """The cells of ``old`` to change to make it ``new`` (comparison tables, ``(mechanisms,
+    columns)``) as ``Tabulator.patch`` takes them, ``{column: [(index, value), ...]}``, when only
+    numbers differ (an ε change; NaN equals NaN); ``{}`` if equal; ``None`` to replace the table."""
     if (old is None or old.shape != new.shape or not old.columns.equals(new.columns)
             or not old.index.equals(new.index) or not old.dtypes.equals(new.dtypes)):
         return None
@@ -82,15 +71,8 @@ def table_patch(old: pd.DataFrame | None, new: pd.DataFrame) -> dict | None:
     return patch
 
 
-def _empty_table() -> pd.DataFrame:
-    empty = pd.DataFrame({c: pd.Series(dtype=float if c in ("rmse", "ratio", "seconds")
-                                       else object) for c in TABLE_COLUMNS})
-    empty.attrs.update(svd_bound=math.nan, noise="")
-    return empty
-
-
 def _limits(values, log: bool = False, pad: float = 1.5):
-    """Axis limits around the finite (positive, on a log axis) ``values``; ``(None, None)`` if none."""
+    """Axis limits around the finite (log: positive) ``values``; ``(None, None)`` if none."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v) & (v > 0)] if log else v[np.isfinite(v)]
     if not v.size:
@@ -245,7 +227,12 @@ class CompareCharts:
 
     def _full_table(self) -> pd.DataFrame:
         """:attr:`table`, or an empty table with its columns before the first comparison."""
-        return self.table if self.table is not None else _empty_table()
+        if self.table is not None:
+            return self.table
+        empty = pd.DataFrame({c: pd.Series(dtype=float if c in ("rmse", "ratio", "seconds")
+                                           else object) for c in TABLE_COLUMNS})
+        empty.attrs.update(svd_bound=math.nan, noise="")
+        return empty
 
     def _table_value(self) -> pd.DataFrame:
         """The columns of :meth:`_full_table` that the table widget shows."""
@@ -255,21 +242,13 @@ class CompareCharts:
         return df[TABLE_COLUMNS]
 
     def _plot_key(self):
-        """What fixes the structure of the bars and curve plots: the comparison and its bars
-        (optimisers still running keep a slot, so their results update the plots in place)."""
+        """What fixes the bars and curve plots' structure: the comparison and its bars (running
+        optimisers keep a slot)."""
         if self._shown is None or self.table is None:
             return None
         t = self.table
         drawn = t["mechanism"][t["rmse"].notna() | (t["note"] == OPTIMIZING)]
         return (self._shown, tuple(sorted(drawn)))
-
-    def _target_key(self):
-        """What fixes the structure of the target charts: the comparison, metric and mechanisms."""
-        t = self.accuracy_first.table
-        if self._shown is None or t is None:
-            return None
-        drawn = t["mechanism"][np.isfinite(t["epsilon"].to_numpy(dtype=float))]
-        return (self._shown, t.attrs.get("metric"), tuple(sorted(drawn)))
 
     def _pq_view_key(self):
         df = self.per_query

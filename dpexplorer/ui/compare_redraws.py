@@ -1,9 +1,5 @@
-"""When the Compare page's figures are redrawn: once shown, one per turn of the server's loop.
-
-:class:`CompareRedraws` is mixed into :class:`~dpexplorer.ui.compare_view.ComparePage`
-(which sets ``gate``, ``_closed``, ``_urgent``, ``_queued``, ``_queued_guard``,
-``_figures_after`` and ``_figures_timer``).
-"""
+"""When the Compare page's figures are redrawn: once shown, one per turn of the server's loop
+(:class:`CompareRedraws`, a mixin of :class:`~dpexplorer.ui.compare_view.ComparePage`)."""
 
 from __future__ import annotations
 
@@ -20,12 +16,12 @@ log = logging.getLogger("dpexplorer.ui.compare_view")  # the page's log (DPEXPLO
 
 
 class CompareRedraws:
-    """The Compare page's redraw scheduling (a mixin of :class:`ComparePage`)."""
+    """The Compare page's redraw scheduling (the page sets ``_urgent``, ``_queued``,
+    ``_queued_guard``, ``_figures_after`` and ``_figures_timer``)."""
 
-    #: Seconds between the table's first rows and the page's first figures (served pages only),
-    #: and the table's next rows wait as long: Panel 1.9's Tabulator drops a data update that
-    #: reaches the browser while it is still initialising.  The Compare table's time in headless
-    #: chromium (2 cores, medians) fell from 4.4-4.9 s to 2.8-3.0 s at n = 256 and 1024.
+    #: Seconds between the table's first rows and the first figures (served pages), and the
+    #: table's next rows wait as long: Panel 1.9's Tabulator drops data reaching the browser
+    #: while it initialises (headless chromium, 2 cores: 4.4-4.9 s → 2.8-3.0 s at n = 256, 1024).
     first_figures_delay = 1.0
 
     def _forget_redraws(self) -> None:
@@ -33,25 +29,14 @@ class CompareRedraws:
         REDRAWS.forget(self)
 
     def _redraw(self, key: str, fn) -> None:
-        """Run the redraw ``fn`` (it reads the page's current state) once the page is shown.
-
-        In a server session the redraws run on the session's event loop, one per turn, in
-        order, each in a :func:`~dpexplorer.ui.serving.models_batch`; a redraw of a ``key``
-        already waiting replaces it.  The loop takes the pages' redraws one at a time, those
-        of a user's own change first (:data:`dpexplorer.ui.serving.REDRAWS`).
-        """
+        """Run the redraw ``fn`` once the page is shown: served, on the session's loop one per turn
+        (:data:`~dpexplorer.ui.serving.REDRAWS`), a waiting one of the same ``key`` replaced."""
         self.gate.run(key, lambda: self._on_loop(key, fn))
 
     def _draw_each(self, name: str, charts) -> None:
-        """Update the live plots ``charts``, one HoloViews redraw per turn of the server's loop.
-
-        ``charts``: ``[(plot, data, key), ...]``, a :class:`LivePlot` with two callables
-        reading the page's current state: ``data()`` what it draws, ``key()`` its structure.
-        Updates that only copy numbers are done at once; of those needing HoloViews, the first
-        is done now and each other one is its own redraw (``name:i``).  A HoloViews figure
-        takes 0.1-0.3 s, several times that with eight sessions drawing
-        (``python benchmarks/bench_browser.py --n 1024 --sessions 8``).
-        """
+        """Update the live plots ``charts``, ``[(plot, data, key), ...]`` (callables of the page's
+        state): number copies at once, the first HoloViews redraw now, each other its own redraw
+        (a figure takes 0.1-0.3 s, more with eight sessions: ``benchmarks/bench_browser.py``)."""
         drawn = False
         for i, (plot, data, key) in enumerate(charts):
             if plot.copy(data(), key()):
@@ -69,11 +54,8 @@ class CompareRedraws:
             self._figures_after = time.monotonic() + self.first_figures_delay
 
     def _later(self, key: str, fn) -> bool:
-        """Put off ``fn`` until :attr:`first_figures_delay` after the table's first rows.
-
-        ``True`` when ``fn`` was put off (inside the window opened by :meth:`_figures_wait`):
-        it is then requested again (:meth:`_redraw`) when the time comes.
-        """
+        """``True`` if ``fn`` is put off (redrawn later) within :attr:`first_figures_delay` of the
+        table's first rows (:meth:`_figures_wait`)."""
         after = self._figures_after
         if after is None:
             return False

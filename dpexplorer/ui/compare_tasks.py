@@ -1,13 +1,8 @@
-"""The Compare page's work as tasks: the comparison's builds, the optimisers, per-query errors.
-
-:class:`CompareWork` is mixed into :class:`~dpexplorer.ui.compare_view.ComparePage`, which
-supplies ``update()``, ``_not_built(W, name, noise)`` and ``_is_optimizer(name)``.
-Strategies are built once per (workload, mechanism, noise norm) on the page's task runner
-and kept in ``session.cache``; the page stores unit-noise figures (:class:`_Base`,
-:class:`_PerQuery`) that ε and δ only rescale.  The optimisers come last, each row shown as
-soon as it is built, on :data:`~dpexplorer.ui.tasks.OPTIMIZER_THREADS` (computing in worker
-processes, :mod:`dpexplorer.ui.workers`); one lock per cache entry
-(:func:`~dpexplorer.ui.tasks.build_lock`) lets different strategies build side by side.
+"""The Compare page's work as tasks (:class:`CompareWork`, a mixin of
+:class:`~dpexplorer.ui.compare_view.ComparePage`): strategies built once per (workload, mechanism,
+noise norm) into ``session.cache`` (one :func:`~dpexplorer.ui.tasks.build_lock` per entry), kept as
+unit-noise figures that ε and δ rescale; the optimisers last, each row shown once built, on
+:data:`~dpexplorer.ui.tasks.OPTIMIZER_THREADS` (worker processes: :mod:`dpexplorer.ui.workers`).
 """
 
 from __future__ import annotations
@@ -78,10 +73,8 @@ class _Base:
 
 @dataclass
 class _PerQuery:
-    """Per-query errors of one (workload, mechanism, norm) for unit noise variance.
-
-    Times ``sqrt(variance_per_unit)``: the per-query RMSE (and mean RMSE per range length).
-    """
+    """Per-query errors of one (workload, mechanism, norm) for unit noise variance (times
+    ``sqrt(variance_per_unit)``: the per-query RMSE and mean RMSE per range length)."""
 
     unit_std: np.ndarray | None  # sqrt(per-query variance / variance_per_unit)
     lengths: np.ndarray | None = None
@@ -100,8 +93,8 @@ def _params(mech, objective: str) -> dict:
 
 
 def _row(name: str, note: str, causal: bool) -> pd.DataFrame:
-    """A :func:`dpexplorer.compare` row of mechanism ``name`` without an analytic error
-    (failed, not run, ...); ``causal``: :func:`dpexplorer.streaming.is_causal` of the workload."""
+    """A :func:`dpexplorer.compare` row of ``name`` without an analytic error (failed, not run);
+    ``causal``: :func:`dpexplorer.streaming.is_causal` of the workload."""
     mech = dpx.registry.get(name)
     return pd.DataFrame([{
         "mechanism": mech.name, "label": mech.label, "rmse": math.nan, "kind": "analytic",
@@ -127,12 +120,10 @@ class CompareWork:
     keep = 8
     #: Per-query errors kept in memory, summed over the cached vectors.
     max_cached_queries = 20_000_000
-    #: Least seconds between two partial updates while optimisers run (rows built meanwhile
-    #: are shown together; every update redraws the table and charts in the browser).
+    #: Least seconds between two partial updates while optimisers run (each redraws the page).
     merge_interval = 1.5
-    #: Most seconds the first comparison and optimisers wait for the browser to draw the page,
-    #: and seconds the optimisers wait after it says it is loaded: their work would otherwise
-    #: slow down the first render (measured: ~4 s → 5-10 s page load).
+    #: Most seconds the first comparison waits for the browser to draw the page, and seconds the
+    #: optimisers wait after it has: else they slow the first render (~4 s → 5-10 s page load).
     load_wait = 30.0
     load_grace = 1.5
 
@@ -151,8 +142,8 @@ class CompareWork:
                      self.auto_optimize)
 
     def _plan(self, W, names, noise, objective: str) -> tuple[dict, list, list]:
-        """The data-independent mechanisms of ``names``: ``(reasons, now, later)``, why some are
-        not built (:meth:`_not_built`), those built first, the optimisers built after them."""
+        """``(reasons, now, later)`` of the data-independent ``names``: why some are not built
+        (:meth:`_not_built`), those built first, the optimisers built after them."""
         indep = [n for n in names if not dpx.registry.get(n).data_dependent]
         reasons = {n: r for n in indep if (r := self._not_built(W, n, noise)) is not None}
         later = [n for n in indep if n not in reasons
@@ -160,12 +151,11 @@ class CompareWork:
         return reasons, [n for n in indep if n not in reasons and n not in later], later
 
     def _built_later(self, W, name: str, noise, objective: str) -> bool:
-        """Whether ``name`` is an optimiser built after the comparison of the others: neither
-        the session's cache nor the server (:func:`~dpexplorer.ui.workers.kept`) has its
-        strategy (one the server keeps joins the first table)."""
-        if not self._is_optimizer(name) or cached_entry(self.cache, W, name, noise) is not None:
-            return False
+        """Whether ``name`` is an optimiser neither the cache nor the server
+        (:func:`~dpexplorer.ui.workers.kept`) has: built after the others."""
         mech = dpx.registry.get(name)
+        if not mech.optimizer or cached_entry(self.cache, W, name, noise) is not None:
+            return False
         return not (self.cache.build is workers.build
                     and workers.kept(mech, W, noise, _params(mech, objective)))
 
@@ -174,13 +164,8 @@ class CompareWork:
         return token != self._token or self._cancel or self._closed()
 
     def _closed(self) -> bool:
-        """Whether the page's browser tab has gone; the page's work then stops (:meth:`stop`).
-
-        A served page that was drawn and has no connection left
-        (:func:`~dpexplorer.ui.serving.no_connection`): its optimisers stop at their next
-        progress report, not when Bokeh ends the session 15-32 s later (the explorer leaves
-        Panel's ``reconnect`` off).
-        """
+        """Whether the drawn page's tab has no connection left (then :meth:`stop`): its optimisers
+        stop at their next report, not when Bokeh ends the session 15-32 s later."""
         doc = self._doc() if self._doc is not None else None
         if doc is None or not self._loaded.is_set() or not no_connection(doc):
             return False
@@ -190,11 +175,8 @@ class CompareWork:
         return True
 
     def _post_status(self, post, token, key=None, **values) -> None:
-        """Post ``values`` (status, progress) unless a newer comparison started meanwhile or
-        the work it describes is over: the comparison of ``key`` (``busy``) or, without
-        ``key``, the optimisers (``optimizing``).  At most one status per kind waits for the
-        event loop: a newer one replaces it.
-        """
+        """Post ``values`` (status, progress) unless superseded or the work is over: the comparison
+        of ``key``, or without one the optimisers; one waiting status per kind, the newest."""
         slot = key is None
         with self._queued_guard:
             waiting = slot in self._statuses
@@ -216,12 +198,9 @@ class CompareWork:
 
     def _build_row(self, post, token, W, noise, name, cancellable: bool = True,
                    objective: str = "sum") -> tuple[pd.DataFrame, str | None]:
-        """Worker: the :func:`dpexplorer.compare` row of ``name`` (built in session.cache).
-
-        Optimisers report progress to :attr:`optimization`; a superseded build (or, when
-        ``cancellable``, one the user cancelled) raises :class:`Cancelled`.  Returns the row
-        (``unit_tse`` added) and the failure message (None on success).
-        """
+        """Worker: ``(row, failure)``, the :func:`dpexplorer.compare` row of ``name`` with
+        ``unit_tse`` and the failure (None on success); a superseded build (``cancellable``: or
+        cancelled) raises :class:`Cancelled`.  Progress goes to :attr:`optimization`."""
         cache, mech = self.cache, dpx.registry.get(name)
         serial = next(self._serials)
         progress = self.optimization
@@ -248,15 +227,10 @@ class CompareWork:
             post(lambda: progress.end(serial))
 
     def _compare_job(self, post, token, key, W, noise, names, auto=True) -> None:
-        """Worker: build every strategy (in session.cache), keep the unit-noise figures.
-
-        The optimisers not built yet come last: the comparison of the others is shown first,
-        then (``auto``) each optimiser's row as soon as it is built (:meth:`_optimize_job`).
-        """
+        """Worker: build every strategy, keep the unit-noise figures; the optimisers not built yet
+        come after the others are shown (``auto``: :meth:`_optimize_job`)."""
         t0 = time.perf_counter()
-        if not self._loaded.is_set():
-            # the browser fetches the page's scripts from this server's loop meanwhile (n = 1024:
-            # first paint 3.3-6.4 s while computing, 1.0-2.0 s after)
+        if not self._loaded.is_set():  # n = 1024: first paint 3.3-6.4 s while computing, 1.0-2.0 s after
             self._wait_for_load()
         # logged at DEBUG (DPEXPLORER_LOG_LEVEL=debug): where a comparison's time goes
         timings = {"load wait": time.perf_counter() - t0}
@@ -273,8 +247,7 @@ class CompareWork:
             for i, name in enumerate(now):
                 if token != self._token or self._closed():
                     return  # superseded or tab closed: the strategies built so far stay cached
-                # the total with the count: an optimiser another session finished since _start
-                # is built now, so there may be more than _start counted
+                # the total too: an optimiser another session finished since _start is built now
                 self._post_status(post, token, key, progress=i, total=max(1, len(now)),
                                   status=f"Building {dpx.registry.get(name).label} "
                                          f"({i + 1}/{len(now)})…")
@@ -326,8 +299,7 @@ class CompareWork:
                          executor=OPTIMIZER_THREADS)
 
     def _wait_for_load(self) -> None:
-        """Wait until the browser has drawn the page, :attr:`load_wait` seconds at most, or
-        the interpreter exits (a page fetched without a browser never loads)."""
+        """Wait until the browser has drawn the page, :attr:`load_wait` s at most, or the exit."""
         deadline = time.monotonic() + self.load_wait
         while not SHUTDOWN.is_set() and time.monotonic() < deadline:
             if self._loaded.wait(timeout=0.25):
@@ -369,11 +341,8 @@ class CompareWork:
         self.update()
 
     def run_optimizers(self) -> bool:
-        """Build the optimisers left out of the shown comparison (:attr:`pending`).
-
-        Runs in the background with progress in :attr:`optimization`; each optimiser's row
-        appears when it is built.  ``False`` (and a message) when there is no comparison.
-        """
+        """Build the optimisers left out of the shown comparison (:attr:`pending`) in the
+        background, each row shown when built; ``False`` (and a message) without a comparison."""
         with self._lock:
             key = self._shown
             base = self._bases.get(key) if key is not None else None
@@ -419,11 +388,8 @@ class CompareWork:
             first.stop()
 
     def cancel(self) -> None:
-        """Stop the optimisation that is running; the optimisers not built stay pending.
-
-        Also unticks :attr:`auto_optimize`, so that the next change does not start them
-        again; 'Run optimisers' (:meth:`run_optimizers`) builds them.
-        """
+        """Stop the running optimisation (those not built stay pending) and untick
+        :attr:`auto_optimize`: 'Run optimisers' builds them."""
         self._cancel = True
         self.auto_optimize = False
 

@@ -1,14 +1,10 @@
 """The Compare page (:class:`ComparePage`): every mechanism for the session's workload.
 
-The analytic RMSE of every data-independent mechanism (bars, the SVD bound as a line, and a
-table that also lists the data-dependent mechanisms), the per-query RMSE of one mechanism, and
-the RMSE over ε.  Strategies are built once per (workload, mechanism, noise norm) in the
-background and kept in ``session.cache``; ε and δ rescale stored unit-noise figures.  The
-optimisers come last, each row filling in as it is built.  Outputs are parameters (``table``,
-as :func:`dpexplorer.compare`; ``curve``, ``per_query``, ``busy``, ``error``): drive the page
-from a script and call :meth:`ComparePage.wait`.  Its work is in
-:mod:`~dpexplorer.ui.compare_tasks`, its charts in :mod:`~dpexplorer.ui.compare_charts`, its
-redraws in :mod:`~dpexplorer.ui.compare_redraws`.
+The analytic RMSE of every data-independent mechanism (bars, the SVD bound as a line, a table
+also listing the data-dependent ones), one mechanism's per-query RMSE and the RMSE over ε.
+Outputs are parameters (``table`` as :func:`dpexplorer.compare`, ``curve``, ``per_query``,
+``busy``, ``error``; scripts call :meth:`ComparePage.wait`).  Work: :mod:`.compare_tasks`,
+charts: :mod:`.compare_charts`, redraws: :mod:`.compare_redraws`.
 """
 
 from __future__ import annotations
@@ -30,7 +26,7 @@ import dpexplorer as dpx
 from dpexplorer.accuracy import rmse_curve
 from dpexplorer.compare import OBJECTIVES, scale_comparison
 
-from .accuracy_view import AccuracyFirst, epsilon_bars, target_curve_plot
+from .accuracy_view import AccuracyFirst
 from .compare_charts import TABLE_COLUMNS, CompareCharts, rmse_chart, table_patch
 from .compare_redraws import CompareRedraws
 from .compare_tasks import EPS_GRID, OPTIMIZING, CompareWork, _Base, cached_entry
@@ -40,7 +36,6 @@ from .live_plot import LivePlot
 from .optimize_view import SHUTDOWN, OptimizationProgress
 from .serving import COLOR as _COLOR
 from .serving import LABEL as _LABEL
-from .serving import TableSlot
 from .session import Page, Session, readable_headers
 from .tasks import OPTIMIZER_THREADS, Jobs, build_lock, percent
 from .tasks import task_message as _message
@@ -55,11 +50,8 @@ _NUMBER = {"rmse": "0,0.000", "max_std": "0,0.000", "ratio": "0.000", "seconds":
 
 
 def comparison_table(frame: pd.DataFrame) -> pn.widgets.Tabulator:
-    """Read-only Tabulator of a :func:`dpexplorer.compare` table (RMSE, ratio, build time, ...).
-
-    The columns share the page's width, the long text columns wrap, and no column is narrower
-    than its header's longest word (:func:`~dpexplorer.ui.session.readable_headers`).
-    """
+    """Read-only Tabulator of a :func:`dpexplorer.compare` table: columns share the width, long
+    text wraps, no header is cut (:func:`~dpexplorer.ui.session.readable_headers`)."""
     titles = {"label": "mechanism", "rmse": "RMSE", "ratio": "RMSE / SVD bound",
               "seconds": "build (s)", "max_std": "worst query std", "online": "online"}
     # max_std too (objective "max"), so that adding it never pushes `note` off the right edge
@@ -74,24 +66,21 @@ def comparison_table(frame: pd.DataFrame) -> pn.widgets.Tabulator:
                                        grow={"description": 4, "source": 2, "note": 3}))
 
 
-#: Largest 1D workload with interval structure (ranges, prefixes, Width-k, and their weighted
-#: unions with Identity and Total) that the pages compare, with no n × n matrix: at 2**16 cells
-#: the SVD bound and each :func:`structured_mechanisms` error took 0.01-0.4 s (2 cores, 1 BLAS
-#: thread); the SVD bound of a union with Identity/Total is left out (it needs the Gram matrix).
+#: Largest 1D interval workload (ranges, prefixes, Width-k, weighted unions with Identity and
+#: Total) compared with no n × n matrix: at 2**16 cells the SVD bound and each
+#: :func:`structured_mechanisms` error took 0.01-0.4 s (2 cores, 1 BLAS thread).
 STRUCTURED_MAX_CELLS = 2**16
 
 
 def structured_mechanisms() -> tuple[str, ...]:
-    """Mechanisms built above ``max_cells`` for such a workload, in registration order: the
-    registry entries flagged ``structured_1d``, whose strategies and errors need no
-    ``n × n`` matrix."""
+    """The registry's mechanisms flagged ``structured_1d`` (no ``n × n`` matrix), built above
+    ``max_cells`` for a :func:`structured_1d` workload."""
     return tuple(n for n, m in dpx.registry.REGISTRY.items() if m.structured_1d is not False)
 
 
 def structured_1d(W) -> bool:
-    """Whether ``W`` is a 1D workload whose comparison needs no ``n × n`` matrix: interval
-    rows, Identity, Total and weighted unions of these (a structured Gram matrix,
-    :func:`dpexplorer.gram_ops.gram_operator`, with interval forms)."""
+    """Whether ``W`` is a 1D workload of intervals, Identity, Total and weighted unions of these
+    (:func:`dpexplorer.gram_ops.gram_operator` with interval forms): no ``n × n`` matrix needed."""
     if not isinstance(W, dpx.matrix.Matrix) or len(W.domain) != 1:
         return False
     op = dpx.gram_ops.gram_operator(W)
@@ -100,13 +89,9 @@ def structured_1d(W) -> bool:
 
 def check_workload(W, max_cells: int = 4096,
                    structured_max_cells: int = STRUCTURED_MAX_CELLS) -> dpx.matrix.Matrix:
-    """``W`` if the pages can compare it, else ValueError with the reason.
-
-    A :func:`structured_1d` workload may have up to ``structured_max_cells`` cells (above
-    ``max_cells`` only :func:`structured_mechanisms` are built, :func:`too_large`); a
-    Kronecker-structured one at most ``max_cells`` cells per attribute; any other
-    ``n ≤ max_cells`` (strategies and the exact error need dense ``n × n`` Gram matrices).
-    """
+    """``W`` if the pages can compare it, else ValueError with the reason: at most
+    ``structured_max_cells`` cells for a :func:`structured_1d` workload, ``max_cells`` per attribute
+    for a Kronecker product, else ``max_cells`` (dense ``n × n`` Gram matrices)."""
     if W is None:
         raise ValueError("no workload yet: build one on the Workload page")
     if not isinstance(W, dpx.matrix.Matrix):
@@ -137,12 +122,8 @@ def check_workload(W, max_cells: int = 4096,
 
 
 def too_large(W, name: str, max_cells: int = 4096) -> str | None:
-    """Why mechanism ``name`` is not built for ``W`` on the pages (plain words), or None.
-
-    Only for a 1D structured workload above ``max_cells`` cells: mechanisms not flagged
-    ``structured_1d`` need an ``n × n`` matrix; one whose flag depends on the domain size
-    (Privelet: power-of-two domains) gives its own reason.
-    """
+    """Why ``name`` is not built for ``W`` (a :func:`structured_1d` workload above ``max_cells``
+    cells) in plain words, or None; a flag depending on the size (Privelet) gives its own reason."""
     n = W.n
     if n <= max_cells or not structured_1d(W):
         return None
@@ -175,8 +156,7 @@ more private).
 
 
 def _objective_note() -> str:
-    """The note under the objective selector: which registered builders take the objective
-    (an optimiser without an ``objective`` parameter optimises the total error)."""
+    """The note under the objective selector: which registered builders take the objective."""
     def listed(labels: list[str]) -> str:  # "A, B and C optimise" / "A optimises"
         if len(labels) == 1:
             return f"{labels[0]} optimises"
@@ -205,22 +185,14 @@ def _output(kind, default, doc: str | None = None) -> param.Parameter:
 
 
 class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.Viewer):
-    """The Compare page: all mechanisms for ``session.workload`` under the session's noise.
+    """The Compare page: all mechanisms for ``session.workload`` under the session's noise
+    (``session``: new if omitted; ``background=False``: built in the caller's thread).
+    :attr:`optimization` follows the optimiser being built."""
 
-    ``session``: the shared state (a new one if omitted); ``background=False`` builds every
-    strategy in the caller's thread (scripts).  :attr:`optimization`
-    (:class:`~dpexplorer.ui.optimize_view.OptimizationProgress`) follows the optimiser being
-    built (stage, done/total, objective).
-    """
-
-    mechanism = param.String(default="hb", doc="""
-        Registry name of the mechanism whose per-query error is plotted.""")
-    table = _output(param.DataFrame, None, """dpexplorer.compare() numbers for the current noise
-        (attrs: svd_bound, noise, m, n, workload); the last good table stays on errors.""")
-    curve = _output(param.DataFrame, None, """Privacy-accuracy curve: mechanism, label, epsilon,
-        rmse (the SVD bound as mechanism 'svd_bound'), for EPS_GRID plus the session's ε.""")
-    per_query = _output(param.DataFrame, None, """Per-query RMSE of `mechanism`: query, rmse
-        (and length for range workloads).""")
+    mechanism = param.String(default="hb", doc="The mechanism whose per-query error is plotted.")
+    table = _output(param.DataFrame, None, "dpexplorer.compare() at the current noise (kept on errors).")
+    curve = _output(param.DataFrame, None, "RMSE over EPS_GRID and the session's ε (rmse_curve).")
+    per_query = _output(param.DataFrame, None, "Per-query RMSE of `mechanism`: query, rmse (, length).")
     busy = _output(param.Boolean, False, "True while strategies are being built.")
     per_query_busy = _output(param.Boolean, False)
     progress = _output(param.Integer, 0, "Mechanisms done in the running comparison.")
@@ -232,37 +204,27 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
         an objective (ResidualPlanner) are built for it; OPT0, OPT⊗, OPT+, OPT_M, HDMM and
         Eigen-Design always optimise the total squared error.""")
     auto_optimize = param.Boolean(default=True, doc="""
-        Build the strategy optimisers (registry entries flagged ``optimizer``) in every
-        comparison; when False they are listed as 'not run yet' until run_optimizers() (the
-        'Run optimisers' button).""")
-    pending = _output(param.List, [], "Optimisers of the shown comparison that have not been run "
-                      "(deferred or cancelled).")
-    optimizing = _output(param.Boolean, False, "True while run_optimizers() builds the pending "
-                         "optimisers.")
+        Build the optimisers in every comparison (False: 'not run yet' until run_optimizers()).""")
+    pending = _output(param.List, [], "Optimisers of the shown comparison not run (deferred, cancelled).")
+    optimizing = _output(param.Boolean, False, "True while run_optimizers() builds them.")
     per_query_note = _output(param.String, "")
-    error = _output(param.String, "", "Last error of this page ('' after a success); also sent "
-                    "to session.report().")
+    error = _output(param.String, "", "Last error of this page ('' after a success).")
 
-    #: Largest non-Kronecker domain (cells) compared; Kronecker: per attribute.  Structured 1D
-    #: workloads: up to :data:`STRUCTURED_MAX_CELLS`, only :func:`structured_mechanisms` above.
+    #: Largest domain compared (Kronecker: per attribute; see :func:`check_workload`).
     max_cells = 4096
 
     def __init__(self, session: Session | None = None, background: bool = True, **params):
         self._setup_page(session, background)  # session, lock, tasks, tab gate, load
-        self._bases: OrderedDict = OrderedDict()
-        self._pq: OrderedDict = OrderedDict()
+        self._bases, self._pq = OrderedDict(), OrderedDict()  # unit-noise figures by key (LRU)
         self._token = 0
-        self._pending = None  # key of the comparison being built
-        self._pq_pending = None
-        self._shown = None  # key of the base behind `table`
-        self._opt_pending = None  # key whose optimisers run_optimizers() is building
+        # keys of the comparison being built, of the per-query errors being computed, of the base
+        # behind `table`, of the optimisers run_optimizers() builds; the per-query view shown
+        self._pending = self._pq_pending = self._shown = self._opt_pending = self._pq_view = None
         self._curve_layers = {}  # mechanism -> (key, curve) of the privacy–accuracy chart drawn
-        self._pq_view = None  # (key, noise, data) of the per-query errors shown
         self._cancel = False  # set by cancel(): the running optimisation stops
         self._serials = itertools.count(1)  # build numbers (next() is atomic in CPython)
-        self._panes: dict = {}
-        self._queued: dict = {}  # redraws waiting for the event loop (_redraw)
-        self._statuses: dict = {}  # the status waiting for the event loop, per kind (_post_status)
+        # panes; redraws (_redraw) and the status per kind (_post_status) waiting for the loop
+        self._panes, self._queued, self._statuses = {}, {}, {}
         self._urgent = False  # set while update() shows the user's own change (REDRAWS)
         self._queued_guard = threading.Lock()
         self._figures_after = None  # time.monotonic() before which no first figure is drawn
@@ -305,18 +267,12 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
         return dpx.registry.names(data_dependent=False)
 
     def _options(self) -> dict:
-        """The per-query mechanism choices, ``{label: name}``."""
         return {dpx.registry.get(n).label: n for n in self.mechanisms()}
 
     def update(self, *, urgent: bool = True) -> bool:
-        """Bring the outputs up to date with the session; ``False`` if an input was refused.
-
-        Cheap when the strategies for the workload and noise norm are built (the stored
-        unit-noise figures are rescaled); otherwise starts a background comparison (the
-        current outputs stay until it is done).  ``urgent``: a change the user made, whose
-        redraw goes before the other pages' (:data:`~dpexplorer.ui.serving.REDRAWS`); False
-        for a background result landing.
-        """
+        """Bring the outputs up to date with the session (rescaled, or a background comparison
+        started); ``False`` if an input was refused.  ``urgent``: the user's own change, redrawn
+        before other pages' (:data:`~dpexplorer.ui.serving.REDRAWS`)."""
         t0 = time.perf_counter()
         with self._lock:
             waited = time.perf_counter() - t0
@@ -353,14 +309,8 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
             return True
 
     def _not_built(self, W, name: str, noise) -> str | None:
-        """Why the data-independent mechanism ``name`` is not built for ``W`` here, or None:
-        :func:`too_large`, or the registry's cheap scope check (Eigen-Design under Laplace)."""
+        """Why ``name`` is not built for ``W`` here (:func:`too_large`, the registry's scope), or None."""
         return too_large(W, name, self.max_cells) or dpx.registry.get(name).not_applicable(W, noise)
-
-    @staticmethod
-    def _is_optimizer(name: str) -> bool:
-        """Whether ``name`` is a strategy optimiser (built last, cancellable)."""
-        return dpx.registry.get(name).optimizer
 
     def _show(self, key, base: _Base, noise) -> None:
         """Outputs for ``base`` at ``noise``: pure arithmetic on stored unit figures."""
@@ -493,33 +443,10 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
                                 into=self.exports)
 
         first = self.accuracy_first
-        target_shown = self.gate.mirror(first, ["busy", "mode"])
-
-        def in_mode(mode):
-            return pn.bind(operator.eq, target_shown.param.mode, mode)
-
-        t_summary = pn.pane.Markdown(first.summary(), sizing_mode="stretch_width")
-        t_bars = LivePlot(epsilon_bars, first.table, self._target_key(), height=380)
-        t_table = TableSlot(first.table_widget, first.table_value())
-        t_curve = LivePlot(target_curve_plot, first.curve, self._target_key(), height=400)
-        self._panes.update(target_summary=t_summary, target_bars=t_bars, target_table=t_table,
-                           target_curve=t_curve)
-
-        def on_target(*_):
-            t_summary.object = first.summary()
-            t_table.show(first.table_value())
-            key = self._target_key()
-            t_bars.update(first.table, key)
-            t_curve.update(first.curve, key)
-        first.param.watch(lambda *_: self._redraw("target", on_target),
-                          ["table", "curve", "busy"])
+        by_epsilon, target_curve, in_error = first.figures(self, export)
         results = pn.Column(summary, bars.pane, export("rmse-bars", self.bars), table_slot,
-                            styles=pn.bind(_dimmed_if, shown.param.busy),
-                            visible=in_mode("error"), sizing_mode="stretch_width")
-        by_epsilon = pn.Column(t_summary, t_bars.pane,
-                               export("epsilon-bars", lambda: epsilon_bars(first.table)), t_table,
-                               first.simulation_panel(), loading=target_shown.param.busy,
-                               visible=in_mode("epsilon"), sizing_mode="stretch_width")
+                            styles=pn.bind(_dimmed_if, shown.param.busy), visible=in_error,
+                            sizing_mode="stretch_width")
         index_box.append(export("per-query", lambda: self.per_query_plot(self.per_query_sample())))
         length_box.append(export("per-query-by-length",
                                  lambda: self.length_plot(self.per_query_sample())))
@@ -533,10 +460,8 @@ class ComparePage(CompareWork, CompareCharts, CompareRedraws, Page, pn.viewable.
             pn.pane.Markdown("### Privacy–accuracy\nThe error of each mechanism as ε varies "
                              "(same strategies: the error scales with the noise's standard "
                              "deviation, 1/ε for Laplace)."),
-            pn.Column(curve.pane, export("privacy-accuracy", self.curve_plot),
-                      visible=in_mode("error"), sizing_mode="stretch_width"),
-            pn.Column(t_curve.pane, export("target-curve", lambda: target_curve_plot(first.curve)),
-                      visible=in_mode("epsilon"), sizing_mode="stretch_width"),
+            pn.Column(curve.pane, export("privacy-accuracy", self.curve_plot), visible=in_error,
+                      sizing_mode="stretch_width"), target_curve,
             styles=pn.bind(_dimmed_if, shown.param.busy), sizing_mode="stretch_width")
         root = pn.Column(pn.pane.Markdown(PAGE_HEADER, sizing_mode="stretch_width"),
                          first.controls(),

@@ -1,10 +1,6 @@
-"""The Compare page's "Error over time": each mechanism's standard deviation against the step.
-
-Shown for a count over time (square, lower-triangular: *Counts over time*, Prefix,
-Identity); the numbers are :func:`dpexplorer.streaming.analysis.step_errors` of the
-strategies the comparison built: one solid line per online mechanism, H2 dashed (least
-squares over a tree: not online), and the lower bound on the running total's worst step.
-"""
+"""The Compare page's "Error over time" for a count over time: each step's standard
+deviation (:func:`dpexplorer.streaming.analysis.step_errors`) per mechanism, against the
+lower bound on the running total's worst step."""
 
 from __future__ import annotations
 
@@ -77,12 +73,8 @@ def memory_plot(tradeoff: pd.DataFrame | None) -> hv.Overlay:
 
 
 class StepErrors(param.Parameterized):
-    """The per-step errors of the compared strategies, recomputed when the comparison changes.
-
-    ``page``: the :class:`~dpexplorer.ui.compare_view.ComparePage` (its
-    ``table``, ``shown_workload``, ``objective``, ``session`` and ``cache``);
-    ``submit``: how it runs a background job ``fn(post, *args)``.
-    """
+    """The compared strategies' per-step errors, recomputed when ``page``'s table changes;
+    ``submit`` runs a background job ``fn(post, *args)``."""
 
     frame = param.DataFrame(default=None, allow_None=True, constant=True, precedence=-1)
     bound = param.Number(default=math.nan, constant=True, precedence=-1)
@@ -99,7 +91,7 @@ class StepErrors(param.Parameterized):
             self.param.update(**values)
 
     def refresh(self) -> None:
-        """Start computing the chart's data for the page's current table (a background job)."""
+        """Compute the chart's data for the page's current table in the background."""
         table, W = self.page.table, self.page.shown_workload
         if table is None or W is None or not dpx.streaming.is_causal(W):
             self._update(frame=None, tradeoff=None, note="")
@@ -140,7 +132,7 @@ class StepErrors(param.Parameterized):
         post(done)
 
     def panel(self) -> pn.Column:
-        """The section: its header, a note while computing, the chart and BLT's memory chart."""
+        """The section: header, note, chart and BLT's memory chart."""
         p = self.param
         return pn.Column(pn.pane.Markdown(HEADER, sizing_mode="stretch_width"),
                          pn.pane.Alert(p.note, alert_type="info", visible=pn.bind(bool, p.note)),

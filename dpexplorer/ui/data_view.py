@@ -1,27 +1,17 @@
 """DataView: the "Data & DAWA" page.
 
-Shows the selected dataset (1D histogram or 2D grid), runs DAWA on it (Li, Hay, Miklau, Wang,
-PVLDB 2014) and draws its private partition, the estimate ``x̂`` against ``x`` and each stage's
-budget, beside the exact least-cost partition (not private, for comparison only).  Datasets are
-uploaded as a CSV column (:func:`dpexplorer.datasets.from_csv`) or a ``.npy`` array of counts.
-A run is a task computed by :func:`dpexplorer.dawa_study.study`; without a server it runs in
-the caller's thread::
-
-    view = DataView(session)
-    view.ratio = 0.5
-    view.run()                      # True on success; errors go to session.report
-    view.last.result.partition      # the DAWAResult of the last successful run
-    view.load_csv(data_bytes, "people.csv"); view.add_csv_dataset("age", bins=64)
-
-Privacy: a **simulation**, only on a click.  DAWA runs on ``PrivateData(x, <throwaway
-ledger>)`` with a Generator seeded by the sidebar's simulation seed: nothing is spent, and both
-stages (ε₁, ε₂) are listed as what a release would spend (releases: the Release page).
+Shows the selected dataset (1D histogram or 2D grid), simulates DAWA on it (Li, Hay, Miklau,
+Wang, PVLDB 2014; :func:`dpexplorer.dawa_study.study`, a task of the page) and draws its private
+partition, the estimate ``x̂`` against ``x`` and each stage's budget, beside the exact least-cost
+partition (not private, for comparison only).  Datasets are uploaded as a CSV column
+(:func:`dpexplorer.datasets.from_csv`) or a ``.npy`` array of counts.  A run uses a throwaway
+ledger and a Generator seeded by the sidebar's simulation seed: nothing is spent (releases: the
+Release page).
 """
 
 from __future__ import annotations
 
 import io
-import logging
 from pathlib import PurePath
 
 import holoviews as hv
@@ -49,14 +39,12 @@ from .serving import LABEL as _LABEL
 from .serving import LazyCard, on_session_loop
 from .session import Page, Session, side_by_side
 from .session import exception_message as _message
-from .tasks import Task
+from .table_release import OUT, start_run
 from .uploads import Upload
 
 __all__ = ["DataView", "DAWARun", "ALL_CANDIDATES_MAX_N", "RANDOM_WORKLOAD", "histogram_element",
            "partition_explanation", "partition_rectangles", "bucket_image", "bucket_boundaries",
            "steps_curve"]
-
-log = logging.getLogger(__name__)
 
 #: Alternating bucket shading (1D) and the categorical palette of bucket ids (2D: Category10,
 #: then its light shades).
@@ -96,7 +84,6 @@ accuracy came from the authors' code, which was not private (see the **Audit** p
 """
 
 
-# ======================================================================= plots
 def _cell_edges(ds: Dataset, axis: int) -> np.ndarray:
     size = ds.x.shape[axis]
     edges = np.asarray(ds.edges[axis], dtype=float) if len(ds.edges) > axis else None
@@ -138,12 +125,8 @@ def _grid_image(ds: Dataset, values: np.ndarray, vdim: str, title: str, cmap: st
 
 def partition_rectangles(partition: Partition, edges: np.ndarray, top: float,
                          label: str = "buckets") -> hv.Rectangles:
-    """Alternating-colour rectangles, one per bucket, spanning ``[0, top]``.
-
-    Bucket ``j`` covers cells ``partition.lo[j] .. partition.hi[j]``, i.e. the
-    interval ``edges[lo_j] .. edges[hi_j + 1]`` in the attribute's units.
-    Columns: ``x0, y0, x1, y1, parity, bucket, cells``.
-    """
+    """Alternating-colour rectangles over ``[0, top]``, bucket ``j`` over ``edges[lo_j] ..
+    edges[hi_j + 1]`` (columns ``x0, y0, x1, y1, parity, bucket, cells``)."""
     edges = np.asarray(edges, dtype=float)
     k = partition.k
     data = pd.DataFrame({
@@ -187,29 +170,18 @@ def bucket_image(ds: Dataset, partition: Partition, order, title: str):
 
 
 def _show_plot(pane: pn.pane.HoloViews, obj) -> None:
-    """Draw ``obj`` in ``pane``, or hide the pane when ``obj`` is None.
-
-    ``visible`` never changes while the pane holds a figure: Panel 1.9 would then copy the
-    template's ``design`` onto the Bokeh figure (an AttributeError on the server).
-    """
+    """Draw ``obj`` in ``pane``, or hide it for None; ``visible`` never changes while it holds a
+    figure (Panel 1.9 would copy the template's design onto it: an AttributeError)."""
     if obj is not None:
         pane.visible = True
     pane.object = obj
     pane.visible = obj is not None
 
 
-# ======================================================================= page
 class DataView(Page, param.Parameterized):
-    """The "Data & DAWA" page around one :class:`~dpexplorer.ui.session.Session`.
-
-    Parameters
-    ----------
-    session : Session, optional
-        Shared state (a new one if omitted).
-    background : bool, optional
-        Run DAWA as tasks in worker threads (True), in the caller's thread (False), or the
-        first in a served page and the second in a notebook or a script (None, the default).
-    """
+    """The "Data & DAWA" page around one :class:`~dpexplorer.ui.session.Session` (``session``, a
+    new one if omitted); ``background``: DAWA in worker threads (True), in the caller's thread
+    (False), or the first only in a served page (None, the default)."""
 
     # DAWA options
     ratio = param.Number(default=0.25, bounds=(0, 1), inclusive_bounds=(False, False),
@@ -225,11 +197,10 @@ class DataView(Page, param.Parameterized):
     range_hi = param.Number(default=None, allow_None=True, doc="""
         Upper edge of the bins (optional; default the column's maximum, which is not private).""")
     # outputs
-    last = param.ClassSelector(class_=DAWARun, default=None, allow_None=True, constant=True,
-                               precedence=-1, doc="The last successful run (kept on errors).")
-    busy = param.Boolean(default=False, constant=True, precedence=-1, doc="True while DAWA runs.")
-    error = param.String(default="", constant=True, precedence=-1, doc="""
-        Message of the last failed action of this page ('' after a success).""")
+    last = param.ClassSelector(class_=DAWARun, default=None, allow_None=True, **OUT,
+                               doc="The last successful run (kept on errors).")
+    busy = param.Boolean(default=False, **OUT, doc="True while DAWA runs.")
+    error = param.String(default="", **OUT, doc="Message of the last failed action ('' after a success).")
 
     def __init__(self, session: Session | None = None, background: bool | None = None,
                  **params):
@@ -238,37 +209,14 @@ class DataView(Page, param.Parameterized):
         self._layout = None
         super().__init__(**params)
 
-    # ================================================================ engine
     def run(self) -> bool:
         """Simulate DAWA on the selected dataset with the session's ε and simulation seed.
 
-        A task of the page (see ``background``); nothing is spent from the dataset's ledger.
-        Returns ``False`` (and reports why) if DAWA is already running or its inputs are
-        refused; otherwise ``True`` once started in the background, or in the caller's thread
-        ``True`` on success.  On failure the page reports the message (``session.report``),
-        sets :attr:`error` and keeps :attr:`last`.
+        A task of the page; nothing is spent.  Returns as
+        :func:`~dpexplorer.ui.table_release.start_run`; a failure keeps :attr:`last`.
         """
-        with self._lock:
-            if self.busy:
-                self._fail(RuntimeError("DAWA is already running; wait for it to finish"))
-                return False
-            try:
-                inputs = self._inputs()
-            except Exception as exc:  # noqa: BLE001 - reported on the page, never raised
-                self._fail(exc)
-                return False
-            self._set(busy=True)
-            task = self.start_task(lambda _task, kw: study(**kw), inputs, name="dawa",
-                                   on_end=self._ended)
-        return True if self.background else task.status == "done"
-
-    def _ended(self, task: Task) -> None:
-        """The run ended (on the page's event loop): show it, or why it failed."""
-        self._set(busy=False)
-        if task.status == "done":
-            self._set(last=task.result, error="")
-        elif task.exception is not None:
-            self._fail(task.exception)
+        return start_run(self, lambda _task, kw: study(**kw), "DAWA is already running; wait for it "
+                         "to finish", name="dawa", done=lambda run: self._set(last=run, error=""))
 
     def rerun_with_new_seed(self) -> bool:
         """Advance the session seed by one and run again (fresh noise)."""
@@ -286,7 +234,6 @@ class DataView(Page, param.Parameterized):
                     seed=int(self.session.seed), ratio=float(self.ratio),
                     candidates=self.candidates, penalty=float(self.penalty), noise_note=note)
 
-    # ================================================================ upload
     def load_csv(self, data: bytes, filename: str = "upload.csv") -> bool:
         """Parse an uploaded CSV (bytes) and offer its columns; ``True`` on success."""
         try:
@@ -312,14 +259,11 @@ class DataView(Page, param.Parameterized):
     @property
     def csv_columns(self) -> list:
         """Columns of the uploaded CSV (empty before an upload)."""
-        return [] if self._csv is None else list(self._csv[2].columns)
+        return list(self.param.csv_column.objects)
 
     def add_csv_dataset(self, column=None, bins: int | None = None) -> Dataset | None:
-        """Bin a column of the uploaded CSV and add it to the session (selected).
-
-        Returns the new :class:`Dataset`, or ``None`` after reporting an error
-        (no CSV, missing or non-numeric column, NaN, bad bins or range).
-        """
+        """Bin a column of the uploaded CSV and add it to the session (selected); the new
+        :class:`Dataset`, or ``None`` after reporting why (no CSV, bad column, bins or range)."""
         try:
             if self._csv is None:
                 raise ValueError("upload a CSV file first")
@@ -352,11 +296,8 @@ class DataView(Page, param.Parameterized):
         return ds
 
     def load_npy(self, data: bytes, filename: str = "upload.npy") -> Dataset | None:
-        """Add an uploaded ``.npy`` array of counts (1D or 2D) to the session (selected).
-
-        Returns the new :class:`Dataset`, or ``None`` after reporting an error
-        (not a .npy file, negative/non-integer/NaN counts, wrong shape).
-        """
+        """Add an uploaded ``.npy`` array of counts (1D or 2D) to the session (selected); the new
+        :class:`Dataset`, or ``None`` after reporting why (not .npy, bad counts or shape)."""
         try:
             if not data:
                 raise ValueError("the file is empty")
@@ -385,7 +326,6 @@ class DataView(Page, param.Parameterized):
             name, i = f"{base} ({i})", i + 1
         return name
 
-    # ================================================================ plots
     def current_dataset(self) -> Dataset | None:
         """The session's selected dataset, or ``None`` (reported) if it cannot be loaded."""
         try:
@@ -497,7 +437,6 @@ class DataView(Page, param.Parameterized):
         run = run or self.last
         return "" if run is None else partition_explanation(run)
 
-    # ================================================================ layout
     def controls(self) -> pn.Column:
         """Options, run buttons and the upload card."""
         ratio = pn.widgets.FloatSlider.from_param(
@@ -507,10 +446,9 @@ class DataView(Page, param.Parameterized):
         penalty = pn.widgets.FloatInput.from_param(
             self.param.penalty, start=0.0, step=0.5, **{_LABEL: "penalty"},
             description=PENALTY_HELP)
-        run = pn.widgets.Button(**{_LABEL: "Run DAWA"}, **{_BUTTON: "primary"},
-                                disabled=self.param.busy)
-        rerun = pn.widgets.Button(**{_LABEL: "Re-run with the next simulation seed"},
-                                  **{_BUTTON: "default"}, disabled=self.param.busy)
+        run = pn.widgets.Button(**{_LABEL: "Run DAWA", _BUTTON: "primary"}, disabled=self.param.busy)
+        rerun = pn.widgets.Button(**{_LABEL: "Re-run with the next simulation seed", _BUTTON: "default"},
+                                  disabled=self.param.busy)
         run.on_click(lambda _: self.run())
         rerun.on_click(lambda _: self.rerun_with_new_seed())
         seed_note = pn.pane.Markdown(self._seed_text(), sizing_mode="stretch_width")
@@ -531,26 +469,15 @@ class DataView(Page, param.Parameterized):
 
     def upload_card(self) -> pn.Card:
         """CSV (column + bins) and .npy uploads."""
-        report = self.session.report
-        csv_in = Upload(accepted_filetypes=[".csv", "text/csv"], on_error=report,
-                        on_file=lambda data, name: on_csv(data, name))
+        report, no_csv = self.session.report, pn.bind(lambda c: c is None, self.param.csv_column)
+        csv_in = Upload(accepted_filetypes=[".csv", "text/csv"], on_error=report, on_file=self.load_csv)
         npy_in = Upload(accepted_filetypes=[".npy"], on_error=report, on_file=self.load_npy)
-        column = pn.widgets.Select(**{_LABEL: "Column"}, options=self.csv_columns,
-                                   value=self.csv_column, disabled=self._csv is None)
-        bins = pn.widgets.IntInput.from_param(self.param.bins, start=1, end=65536,
-                                              **{_LABEL: "Bins"})
+        column = pn.widgets.Select.from_param(self.param.csv_column, **{_LABEL: "Column"},
+                                              disabled=no_csv)
+        bins = pn.widgets.IntInput.from_param(self.param.bins, start=1, end=65536, **{_LABEL: "Bins"})
         lo = pn.widgets.FloatInput.from_param(self.param.range_lo, **{_LABEL: "Range from (optional)"})
         hi = pn.widgets.FloatInput.from_param(self.param.range_hi, **{_LABEL: "Range to (optional)"})
-        add = pn.widgets.Button(**{_LABEL: "Add column as dataset"}, **{_BUTTON: "success"},
-                                disabled=self._csv is None)
-
-        def on_csv(data, name):
-            if self.load_csv(data, name):
-                column.options = self.csv_columns
-                column.value = self.csv_column
-                column.disabled = add.disabled = False
-
-        column.param.watch(lambda e: setattr(self, "csv_column", e.new), "value")
+        add = pn.widgets.Button(**{_LABEL: "Add column as dataset", _BUTTON: "success"}, disabled=no_csv)
         add.on_click(lambda _: self.add_csv_dataset())
         return LazyCard(
             pn.pane.Markdown("**CSV**: one record per row; pick a numeric column and a number "
@@ -579,17 +506,14 @@ class DataView(Page, param.Parameterized):
                           visible=ran)
         hilbert = pane(self.hilbert_plot(), 320, self.hilbert_plot() is not None)
         self.exports: dict = {}
-        data_export = FigureExport("data", "data", self.data_plot, report=self.session.report,
-                                   into=self.exports)
-        run_exports = {name: FigureExport("data", name, make, report=self.session.report,
-                                          into=self.exports)
-                       for name, make in (("private-partition", self.private_partition_plot),
-                                          ("exact-partition", self.exact_partition_plot),
-                                          ("estimate", self.estimate_plot),
-                                          ("hilbert", self.hilbert_plot))}
+        for name, make in (("data", self.data_plot), ("private-partition", self.private_partition_plot),
+                           ("exact-partition", self.exact_partition_plot),
+                           ("estimate", self.estimate_plot), ("hilbert", self.hilbert_plot)):
+            FigureExport("data", name, make, report=self.session.report, into=self.exports)
+        run_exports = [e for name, e in self.exports.items() if name != "data"]
 
         def show_exports():
-            for exp in run_exports.values():
+            for exp in run_exports:
                 exp.show(exp.make() is not None)
         show_exports()
 
@@ -624,15 +548,15 @@ class DataView(Page, param.Parameterized):
         pair = side_by_side(
             pn.Column(text("**Private** — what DAWA releases (stage 1, ε₁): its buckets, and x̂ "
                            "(noisy bucket totals spread uniformly).", visible=has_run),
-                      private, run_exports["private-partition"], sizing_mode="stretch_width"),
+                      private, self.exports["private-partition"], sizing_mode="stretch_width"),
             pn.Column(text("**Not private — for comparison only:** the exact least-cost "
                            "partition of x for the same ε₂, computed from the raw data.",
                            visible=has_run),
-                      exact, run_exports["exact-partition"], sizing_mode="stretch_width"),
+                      exact, self.exports["exact-partition"], sizing_mode="stretch_width"),
             basis=420)
         return pn.Column(
-            data_info, data_pane, data_export, summary, pair, explain,
-            estimate, run_exports["estimate"], hilbert, run_exports["hilbert"],
+            data_info, data_pane, self.exports["data"], summary, pair, explain,
+            estimate, self.exports["estimate"], hilbert, self.exports["hilbert"],
             loading=self.param.busy, sizing_mode="stretch_width")
 
     def _estimate_panes(self, run: DAWARun | None) -> list:
@@ -659,13 +583,9 @@ class DataView(Page, param.Parameterized):
 
 
 def partition_explanation(run: DAWARun) -> str:
-    """Markdown: why the private partition has the buckets it has, with the run's numbers.
-
-    Against the exact and the authors' (``run.published``) partitions, both NOT private.  Stage 1
-    (Li et al., PVLDB 2014, Alg. 1, Remark after Thm 2) adds Laplace noise of scale
-    ``(4 − 2/L)/ε₁`` (:func:`dpexplorer.adaptive.dawa.noise_scales`) to every candidate bucket's
-    cost ``dev + 1/ε₂``: the least noisy-cost partition collects buckets of negative noise.
-    """
+    """Markdown: why the private partition has its buckets, against the exact and the authors'
+    (``run.published``) ones, both NOT private.  Stage 1 (Li et al., PVLDB 2014, Alg. 1, Remark
+    after Thm 2) adds Laplace noise of scale ``(4 − 2/L)/ε₁`` to each candidate's cost ``dev + 1/ε₂``."""
     res, p, exact = run.result, run.result.partition, run.exact
     sizes = p.sizes
     singles = int(np.sum(sizes == 1))

@@ -1,17 +1,9 @@
 """One download control for every figure of the app: PNG, SVG and a CSV of its numbers.
 
-Each page puts a :class:`FigureExport` next to each of its figures::
-
-    export = FigureExport("compare", "rmse-bars", self.bars, report=session.report)
-    pn.Column(bars_pane, export)
-
-``make`` is called only on a click (a ``FileDownload`` callback), so the file holds the figure
-as it is then.  The bytes are :func:`dpexplorer.figures.figure_bytes`'s: PNG and SVG through
-Bokeh's exporters in a headless browser on the server, CSV of the numbers drawn.  Without a
-headless browser (:func:`dpexplorer.figures.image_export_missing`) the PNG and SVG buttons are
-disabled and a line says why; the CSV always works.  A failed export is reported as a
-notification and leaves the page untouched.  Pages keep their controls by figure name
-(``exports`` dicts), so tests can check every figure has one.
+Each page puts a :class:`FigureExport` under each figure, kept in its ``exports`` dict by name.
+The figure is made on a click; the bytes are :func:`dpexplorer.figures.figure_bytes`'s (PNG and
+SVG through a headless browser on the server: without one the buttons are off and a line says
+why, :func:`dpexplorer.figures.image_export_missing`).  A failed export is only reported.
 """
 
 from __future__ import annotations
@@ -46,19 +38,11 @@ def _slug(text: str) -> str:
 
 
 class FigureExport(pn.viewable.Viewer):
-    """PNG, SVG and CSV download buttons for one figure.
+    """PNG, SVG and CSV download buttons for one figure, in ``dpexplorer-<page>-<figure>.<format>``.
 
-    Parameters
-    ----------
-    page, figure : str
-        Names for the file (``dpexplorer-<page>-<figure>.<format>``).
-    make : callable
-        Returns the figure as it is shown now (a HoloViews object, a Panel
-        HoloViews pane or a Bokeh model), or ``None`` when there is none.
-    report : callable, optional
-        ``report(message)`` shows an error (default: a notification).
-    into : dict, optional
-        The page's ``exports`` dict: the control is stored there under ``figure``.
+    ``make()``: the figure as shown now (HoloViews object, HoloViews pane or Bokeh model) or
+    ``None``; ``report(message)`` shows an error (default: a notification); ``into``: the page's
+    ``exports`` dict, where the control is stored under ``figure``.
     """
 
     def __init__(self, page: str, figure: str, make, *, report=None, into: dict | None = None,
@@ -70,7 +54,6 @@ class FigureExport(pn.viewable.Viewer):
         if into is not None:
             into[figure] = self
 
-    # ------------------------------------------------------------- bytes
     def filename(self, fmt: str) -> str:
         return f"dpexplorer-{_slug(self.page)}-{_slug(self.figure)}.{fmt}"
 
@@ -82,15 +65,8 @@ class FigureExport(pn.viewable.Viewer):
         return fig[()] if isinstance(fig, hv.DynamicMap) else fig
 
     def data(self, fmt: str) -> bytes:
-        """The file's bytes in ``fmt`` (``"png"``, ``"svg"``, ``"csv"``).
-
-        Raises
-        ------
-        ValueError
-            When there is no figure yet, or for an unknown format.
-        RuntimeError
-            When PNG/SVG export has no headless browser.
-        """
+        """The file's bytes in ``fmt`` (``"png"``, ``"svg"``, ``"csv"``); ValueError without a figure
+        or for an unknown format, RuntimeError when PNG/SVG has no headless browser."""
         fig = self.figure_now()
         if fig is None:
             raise ValueError(f"there is no {self.figure.replace('-', ' ')} figure to export yet")
@@ -125,7 +101,6 @@ class FigureExport(pn.viewable.Viewer):
             self._report(message)
             return io.BytesIO(b"")
 
-    # ---------------------------------------------------------------- UI
     def _disable_images(self) -> None:
         if self._row is None:
             return

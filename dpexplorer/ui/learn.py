@@ -1,13 +1,6 @@
-"""The "Learn" page: four short guided lessons with live plots.
-
-Each lesson explains one idea and draws it with the engine's numbers
-(:mod:`dpexplorer.lessons`, tested without Panel) for the session's ε and δ:
-:class:`NoiseLesson` (Laplace vs Gaussian), :class:`StrategyLesson` (strategies
-vs the workload on All Range), :class:`BoundLesson` (the SVD lower bound) and
-:class:`DataLesson` (data-independent strategies vs DAWA, a seeded simulation).
-Only the open lesson recomputes when an input changes (the others are marked
-stale); a failed update goes to :meth:`Session.report` and the lesson's alert,
-and the last good plot stays.  Without a browser::
+"""The "Learn" page: four lessons drawn with :mod:`dpexplorer.lessons`'s numbers for the
+session's ε and δ, and the project's documentation (:mod:`dpexplorer.docs`).  Only the open
+lesson recomputes; a failed update is reported and the last good plot stays::
 
     view = LearnView(Session())
     view.show("bound").result["table"]   # what the plot shows
@@ -34,8 +27,7 @@ from .serving import LazyCard
 from .session import Page, Session
 from .tasks import Task, TaskRunner
 
-__all__ = ["LearnView", "Lesson", "NoiseLesson", "StrategyLesson", "BoundLesson", "DataLesson",
-           "docs_panel"]
+__all__ = ["LearnView", "Lesson", "NoiseLesson", "StrategyLesson", "BoundLesson", "DataLesson", "docs_panel"]
 
 COLORS = {"laplace": "#30a2da", "gaussian": "#fc4f30", "workload": "#8b8b8b",
           "identity": "#30a2da", "h2": "#e5ae38", "hb": "#6d904f", "dawa": "#fc4f30",
@@ -43,15 +35,12 @@ COLORS = {"laplace": "#30a2da", "gaussian": "#fc4f30", "workload": "#8b8b8b",
 
 
 class Lesson(param.Parameterized):
-    """Base class of a lesson: text, its own widgets (parameters named in :attr:`inputs`,
-    drawn as :attr:`widget_types` says), a live plot.
+    """A lesson: text, widgets of its :attr:`inputs` (:attr:`widget_types`), a live plot.
 
-    Subclasses define :attr:`title`, :attr:`text`, :attr:`session_inputs` (the session
-    parameters it depends on) and :meth:`compute` / :meth:`figure` / :meth:`summary`.
-    With a served ``page`` (:class:`LearnView`), a refresh is a task of the page (the
-    SVD-bound lesson takes 5-45 s the first time); otherwise it runs in the caller's thread.
-    ``result`` is what the plot shows (None before the first success), ``error`` the
-    message of the last failed refresh, ``stale`` whether an input changed since.
+    Subclasses define :attr:`title`, :attr:`text`, :attr:`session_inputs`, :meth:`compute`,
+    :meth:`figure` and :meth:`summary`.  A refresh is a task of ``page`` (the SVD-bound
+    lesson takes 5-45 s the first time).  ``result``: what the plot shows; ``error``: the
+    last failure; ``stale``: an input changed since.
     """
 
     title = "Lesson"
@@ -82,19 +71,16 @@ class Lesson(param.Parameterized):
         raise NotImplementedError
 
     def figure(self, result: dict | None = None):  # pragma: no cover - abstract
-        """The HoloViews object drawn from ``result`` (default :attr:`result`)."""
+        """The HoloViews object of ``result`` (default :attr:`result`)."""
         raise NotImplementedError
 
     def summary(self, result: dict | None = None) -> str:
-        """Markdown sentences with the key numbers of ``result``."""
+        """Markdown with the key numbers of ``result``."""
         return ""
 
     def refresh(self) -> bool:
-        """Recompute and redraw; ``True`` on success (served: once started).
-
-        Never raises: errors go to :attr:`error`, the alert and :meth:`Session.report`.
-        Served, this returns at once; a refresh asked for while one runs runs once after it.
-        """
+        """Recompute and redraw; ``True`` on success (served: once started; one asked for while
+        one runs runs after it).  Never raises: errors go to :attr:`error` and the alert."""
         background = self.page is not None and self.page.background
         with self._lock:
             if self._task is not None and not self._task.finished:
@@ -103,8 +89,7 @@ class Lesson(param.Parameterized):
             self._loading(True)
             inline = functools.partial(TaskRunner(self._lock).start, background=False)
             start = inline if self.page is None else self.page.start_task
-            self._task = task = start(lambda _: self._draw(), name=f"Learn: {self.title}",
-                                      on_end=self._ended)
+            self._task = task = start(lambda _: self._draw(), name=f"Learn: {self.title}", on_end=self._ended)
         return background or task.status == "done"
 
     def _draw(self) -> tuple[dict, object, str]:
@@ -124,7 +109,7 @@ class Lesson(param.Parameterized):
             self._alert.visible = False
 
     def _ended(self, task: Task) -> None:
-        """A served refresh ended (on the page's event loop): show it, or why it failed."""
+        """A refresh ended (on the page's event loop): show it, or why it failed."""
         with self._lock:
             again, self._again = self._again, False
             self._task = None  # ended (its thread may still be finishing)
@@ -146,7 +131,6 @@ class Lesson(param.Parameterized):
         self.session.report(f"Learn, {self.title}: {msg}")
 
     def widgets(self) -> list:
-        """Widgets of the lesson's own inputs."""
         types = {p: self.widget_types.get(p, (pn.widgets.Select, {})) for p in self.inputs}
         return [w.from_param(self.param[p], **kw) for p, (w, kw) in types.items()]
 
@@ -305,8 +289,7 @@ DAWA are not bound by it, since they adapt to the data (next lesson)."""
         "Session workload (Workload page)": "session"}, label="Workload")
     n = param.Selector(default=256, objects=[64, 256, 1024], label="Domain size n",
                        doc="Domain size (not used for the session's workload).")
-    widget_types = {"workload": (pn.widgets.Select, {"width": 260}),
-                    "n": (pn.widgets.RadioButtonGroup, {})}
+    widget_types = {"workload": (pn.widgets.Select, {"width": 260}), "n": (pn.widgets.RadioButtonGroup, {})}
 
     def compute(self) -> dict:
         if self.workload != "session":
@@ -329,8 +312,7 @@ DAWA are not bound by it, since they adapt to the data (next lesson)."""
             bars = bars.opts(ylim=(min(values) / 2, max(values) * 2))
         elems = [bars]
         if drawn:
-            elems.append(hv.HLine(bound).opts(color=COLORS["bound"], line_dash="dashed",
-                                              line_width=2))
+            elems.append(hv.HLine(bound).opts(color=COLORS["bound"], line_dash="dashed", line_width=2))
             elems.append(hv.Text(ok["label"].iloc[-1] if len(ok) else "", bound * 1.2,
                                  f"SVD bound {bound:.4g}").opts(text_color=COLORS["bound"],
                                                                 text_font_size="10pt"))
@@ -437,7 +419,7 @@ an engine option (0 = DAWA's Alg. 1 as printed in the paper; larger values give 
 
 
 def docs_panel(initial: str = "overview") -> pn.Column:
-    """The project's documentation: a topic Select (value: topic name) and its Markdown."""
+    """The project's documentation: a topic Select and its Markdown."""
     options = {title: name for name, title in dpx.docs.topics()}
     select = pn.widgets.Select(options=options, value=initial, width=360)
     text = pn.pane.Markdown(pn.bind(dpx.docs.topic, select), sizing_mode="stretch_width")
@@ -445,22 +427,17 @@ def docs_panel(initial: str = "overview") -> pn.Column:
 
 
 class LearnView(pn.viewable.Viewer, Page):
-    """The Learn page: four lessons in tabs (:attr:`lessons`: ``noise``, ``strategy``,
-    ``bound``, ``data``), driven by one :class:`Session` (a new one if omitted).
-
-    ``background``: whether a lesson's refresh runs as a task (None: when served).
-    """
+    """The Learn page: the :attr:`lessons` in tabs (``background``: refreshes as tasks; None:
+    when served)."""
 
     active = param.Integer(default=0, bounds=(0, 3), doc="Index of the open lesson.")
 
-    LESSONS = {"noise": NoiseLesson, "strategy": StrategyLesson, "bound": BoundLesson,
-               "data": DataLesson}
+    LESSONS = {"noise": NoiseLesson, "strategy": StrategyLesson, "bound": BoundLesson, "data": DataLesson}
 
     def __init__(self, session: Session | None = None, background: bool | None = None, **params):
         self._setup_page(session, background)  # session, lock, tasks, tab gate
         super().__init__(**params)
-        self.lessons: dict[str, Lesson] = {k: cls(self.session, page=self)
-                                           for k, cls in self.LESSONS.items()}
+        self.lessons: dict[str, Lesson] = {k: cls(self.session, page=self) for k, cls in self.LESSONS.items()}
         self.tabs = pn.Tabs(*[(ls.title, ls.panel()) for ls in self.lessons.values()],
                             dynamic=True, sizing_mode="stretch_width", active=self.active)
         #: Every lesson's figure download control, by lesson key.
@@ -473,7 +450,6 @@ class LearnView(pn.viewable.Viewer, Page):
 
     @property
     def current(self) -> Lesson:
-        """The open lesson."""
         return self.lesson(self.active)
 
     def lesson(self, key: str | int) -> Lesson:
@@ -481,7 +457,7 @@ class LearnView(pn.viewable.Viewer, Page):
         return list(self.lessons.values())[key] if isinstance(key, int) else self.lessons[key]
 
     def show(self, key: str | int) -> Lesson:
-        """Open a lesson (refreshing it if an input changed while it was hidden)."""
+        """Open a lesson, refreshing it if stale."""
         self.active = key if isinstance(key, int) else list(self.lessons).index(key)
         self._refresh_current()  # e.g. already the active tab but never drawn
         return self.current

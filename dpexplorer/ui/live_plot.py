@@ -1,13 +1,9 @@
-"""A HoloViews chart that follows new data, in place and cheaply when only numbers change.
+"""A HoloViews chart that follows new data, in place when only numbers change.
 
-HoloViews redraws a frame of a live plot (``hv.DynamicMap`` fed by an
-``hv.streams.Pipe``) by running every layer's plotting code again: 35-65 ms per Compare
-figure on the server for an ε change that only moves a line and rescales the bars
-(in process, n = 256), where setting the same Bokeh data sources, spans and ranges takes
-0.5 ms.  :class:`LivePlot` draws through HoloViews the first frame and every frame whose
-layers differ; a frame with the same layers (type, label, columns, categories, title) is
-copied into the drawn Bokeh models instead (:func:`copy_plan`), and the stream is given the
-frame without a redraw, so a later view of the chart draws the latest data.
+HoloViews redraws a Compare figure for an ε change in 35-65 ms on the server (n = 256);
+setting the same Bokeh sources, spans and ranges takes 0.5 ms.  So a frame with the drawn
+layers (type, label, columns, categories, title) is copied into the Bokeh models
+(:func:`copy_plan`); other frames go through HoloViews.
 """
 
 from __future__ import annotations
@@ -25,12 +21,8 @@ __all__ = ["LivePlot", "copy_plan"]
 
 
 class _WeakHook:
-    """A HoloViews plot hook calling a bound method without keeping its object alive.
-
-    Hooks live in option trees of HoloViews' process-wide ``Store``, some of which outlived
-    their elements: in a server soak every closed session's Compare page stayed in memory,
-    reached only through ``LivePlot._drawn``.
-    """
+    """A plot hook calling a bound method weakly: hooks in HoloViews' process-wide ``Store``
+    kept every closed session's Compare page alive in a server soak."""
 
     __slots__ = ("_method",)
 
@@ -44,15 +36,9 @@ class _WeakHook:
 
 
 class LivePlot:
-    """A HoloViews pane drawing ``make(data)``, updated in place while ``key`` stays the same.
-
-    While ``key`` (the plot's structure) stays the same, new data are copied into the
-    drawn figure when only numbers change (:func:`copy_plan`), else sent through an
-    ``hv.streams.Pipe``; a new key rebuilds the plot, and a ``None`` key draws nothing
-    (no Bokeh figure is built or sent until there is something to show).  ``make(data)``
-    gives the HoloViews element or overlay of ``data`` (the Compare charts: a DataFrame);
-    ``pane_params`` go to ``pn.pane.HoloViews`` (e.g. ``height``).
-    """
+    """A HoloViews pane drawing ``make(data)``: while ``key`` (the structure) stays, new data are
+    copied in place or sent through a Pipe; a new key rebuilds, None draws nothing.
+    ``pane_params`` go to ``pn.pane.HoloViews``."""
 
     def __init__(self, make: Callable, data, key: Hashable | None, **pane_params):
         self.make = make
@@ -79,21 +65,15 @@ class LivePlot:
         self._plots.add(plot)
 
     def copy(self, data, key: Hashable | None) -> bool:
-        """Show ``data`` if only numbers change (copied in place, milliseconds): True if done.
-
-        ``data`` and ``key`` as in :meth:`update`.  False, with nothing changed, when the
-        update needs HoloViews (another structure, a new key, no view drawn yet).
-        """
+        """Copy ``data`` in place if only numbers change; False (nothing changed) if not."""
         if key == self.key and key is not None and self._copy(data):
             self.counts["copied"] += 1
             return True
         return False
 
     def update(self, data, key: Hashable | None, copy: bool = True) -> None:
-        """Show ``data`` (the Compare charts: a DataFrame of RMSEs in counts): copied in place,
-        redrawn by HoloViews, or a new chart when ``key`` changes (None clears the pane).
-        ``copy=False`` skips the in-place copy (:meth:`copy` has just said no).
-        """
+        """Show ``data``: copied, redrawn, or a new chart for a new ``key`` (None clears);
+        ``copy=False`` skips the copy (:meth:`copy` has just said no)."""
         if key is None:
             self.key = None
             if self.pane.object is not None:
@@ -136,19 +116,9 @@ def _explicit_limits(options: list[dict], axis: str) -> tuple[float, float] | No
 
 
 def copy_plan(plot, obj) -> Callable[[], None] | None:
-    """A function copying the chart ``obj`` into the drawn HoloViews ``plot``, or None.
-
-    None when ``obj`` is not the drawn picture with other numbers: other layers (type,
-    label, columns), another title, other categories on a categorical axis, a continuous
-    axis without explicit limits.  Nothing changes until the returned function is called.
-
-    Parameters
-    ----------
-    plot : holoviews.plotting.bokeh.ElementPlot or OverlayPlot
-        A drawn view of the chart (as passed to a HoloViews hook).
-    obj : hv.Element or hv.Overlay
-        The new frame.
-    """
+    """A function copying the frame ``obj`` (element or overlay) into the drawn HoloViews
+    ``plot``, or None when it is not the drawn picture with other numbers (other layers,
+    title or categories, an axis without explicit limits)."""
     layers = list(obj.values()) if isinstance(obj, hv.Overlay) else [obj]
     subplots = list(plot.subplots.values()) if getattr(plot, "subplots", None) else [plot]
     if len(layers) != len(subplots):
@@ -194,8 +164,7 @@ def copy_plan(plot, obj) -> Callable[[], None] | None:
             steps += [(rng, "start", lim[0]), (rng, "end", lim[1])]
 
     # only what changed is set: each property set is one message and one redraw in every browser
-    steps = [(model, attr, value) for model, attr, value in steps
-             if not _equal(getattr(model, attr), value)]
+    steps = [(model, attr, value) for model, attr, value in steps if not _equal(getattr(model, attr), value)]
 
     def apply() -> None:
         for model, attr, value in steps:

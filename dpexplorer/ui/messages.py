@@ -1,9 +1,5 @@
-"""The app's words for what the engine says: messages a user of the explorer can act on.
-
-Where an engine message tells a Python caller what to pass (``dpx.Gaussian(epsilon,
-delta)``, ``x=``, ``dpx.limits.override(...)``), the app says which control to change, and a
-size limit passed is said in plain words.  The Python exception keeps its own text.
-"""
+"""The app's words for engine messages: the control to change instead of what a Python
+caller passes, and size limits in plain words."""
 
 from __future__ import annotations
 
@@ -42,11 +38,8 @@ _LIMIT_MESSAGE = re.compile(
 
 
 def limit_text(limit: str, value: int | None, allowed: int, bounds: str) -> str:
-    """A size limit passed, for a user of the app: what it bounds, the sizes, and what to do.
-
-    ``limit``: a field of :class:`dpexplorer.queries.limits.Limits`; ``value``: what was
-    asked for (None when unknown); ``allowed``: the limit in force; ``bounds``: what it counts.
-    """
+    """A size limit passed, in words: ``limit`` (a ``Limits`` field), ``value`` asked for (or
+    None), ``allowed`` and ``bounds`` (what it counts)."""
     asked = f"{value:,} {bounds}" if value is not None else f"more {bounds}"
     return (f"This needs {asked}, above the explorer's limit of {allowed:,}; nothing was "
             "computed. Make the domain, workload or strategy smaller (whoever runs this "

@@ -1,14 +1,6 @@
-"""Optimised strategies in the explorer: live progress, convergence, marginal weights, blocks.
-
-The optimisers (HDMM's OPT0, OPT⊗, OPT+, OPT_M, HDMM; Eigen-Design) report
-through :func:`dpexplorer.core.optimization.report` and attach an
-``OptimizationResult`` to their strategy (``A.optimization``).  This module
-holds what the Compare and Strategy pages show of them: the progress
-(:class:`OptimizationProgress`, fed by a throttling, cancelling
-:class:`ProgressRelay`), the convergence (objective = unit-noise TSE
-``Δ_p(A)² · tr(WᵀW (AᵀA)⁺)``, HDMM Prop. 4, against the SVD bound, HDMM
-Def. 11, Prop. 5), the marginal weights ``θ_a`` (HDMM Sec. 8, OPT_M) and the
-blocks of a stacked strategy (OPT+, HDMM Def. 19).  All public, never data.
+"""What the Compare and Strategy pages show of an optimiser: live progress, convergence
+(unit-noise TSE ``Δ_p(A)² · tr(WᵀW (AᵀA)⁺)``, HDMM Prop. 4, against the SVD bound, HDMM
+Def. 11, Prop. 5), marginal weights ``θ_a`` (HDMM Sec. 8) and stacked blocks (HDMM Def. 19).
 """
 
 from __future__ import annotations
@@ -29,7 +21,7 @@ import param
 
 from dpexplorer.queries.matrix import Kronecker, Matrix, Weighted
 
-from .serving import COLOR, LABEL
+from .serving import button
 
 __all__ = ["Cancelled", "SHUTDOWN", "ProgressRelay", "OptimizationProgress", "convergence_frame",
            "convergence_plot", "marginal_weights_frame", "marginal_weights_plot",
@@ -39,9 +31,8 @@ __all__ = ["Cancelled", "SHUTDOWN", "ProgressRelay", "OptimizationProgress", "co
 TOP_MARGINALS = 30
 #: Seconds between two progress updates posted to the page (the last one is always posted).
 PROGRESS_INTERVAL = 0.15
-#: Server-wide share: while ``k > 1`` optimisers report, each posts at most one update every
-#: ``max(PROGRESS_INTERVAL, k · PROGRESS_SHARE)`` s.  With eight sessions optimising at once the
-#: progress bars took 22 % of the event loop (py-spy; ``benchmarks/bench_browser.py --sessions 8``).
+#: While ``k > 1`` optimisers report, each posts once per ``max(PROGRESS_INTERVAL, k · SHARE)``
+#: s: eight sessions' progress bars took 22 % of the loop (``bench_browser.py --sessions 8``).
 PROGRESS_SHARE = 0.1
 #: Seconds since its last report for which an optimiser counts as reporting.
 PROGRESS_ACTIVE = 2.0
@@ -55,19 +46,13 @@ if _register_atexit is not None:  # run before ThreadPoolExecutor joins its work
 
 
 class Cancelled(BaseException):
-    """Raised by a :class:`ProgressRelay` to stop its optimisation (a BaseException, so that
-    an optimiser's own ``except Exception`` does not swallow it)."""
+    """Stops an optimisation (a BaseException: an optimiser's ``except Exception`` lets it by)."""
 
 
 class ProgressRelay:
-    """The progress callback of one build (``with optimization.progress(relay): ...``).
-
-    ``post(callback)`` runs ``callback()`` on the page's event loop;
-    ``sink(stage, done, total, objective, seconds)`` updates the widgets (through ``post``);
-    when ``stop()`` is true the relay raises :class:`Cancelled` at the optimiser's next report.
-    ``interval``: least seconds between two posted updates (0: all; default
-    :data:`PROGRESS_INTERVAL`, lengthened while many optimisers report, :data:`PROGRESS_SHARE`).
-    """
+    """The progress callback of one build: posts ``sink(stage, done, total, objective, seconds)``
+    at most every ``interval`` s (default shared, :data:`PROGRESS_SHARE`) and raises
+    :class:`Cancelled` once ``stop()`` is true."""
 
     #: The relays with a default interval that reported lately: relay -> time of its last report.
     _reporting: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -100,8 +85,7 @@ class ProgressRelay:
         self.post(lambda: self.sink(str(stage), int(done), int(total), float(objective), seconds))
 
     def _interval(self, now: float, final: bool) -> float:
-        """Least interval now; a relay counts as reporting until its final report or for
-        :data:`PROGRESS_ACTIVE` s after its last."""
+        """Least interval now, given the relays that reported in the last :data:`PROGRESS_ACTIVE` s."""
         with ProgressRelay._reporting_lock:
             reporting = ProgressRelay._reporting
             reporting[self] = now
@@ -159,10 +143,8 @@ class OptimizationProgress(param.Parameterized):
             return ""
         count = f"{self.done:,}/{self.total:,}" if self.total else f"{self.done:,}"
         obj = self.objective
-        objective = (f", objective (unit TSE) {obj:.6g}" if obj is not None and math.isfinite(obj)
-                     else "")
-        return (f"**Optimising {self.label}:** {self.stage} — {count}{objective} "
-                f"({self.seconds:.1f} s)")
+        objective = f", objective (unit TSE) {obj:.6g}" if obj is not None and math.isfinite(obj) else ""
+        return f"**Optimising {self.label}:** {self.stage} — {count}{objective} ({self.seconds:.1f} s)"
 
     def value(self) -> int:
         """Progress bar value in percent; -1 (indeterminate) while the total is unknown."""
@@ -170,14 +152,9 @@ class OptimizationProgress(param.Parameterized):
 
     def panel(self, cancel: Callable[[], None] | None = None, gate=None,
               visible=None) -> pn.Column:
-        """Progress bar and status line, visible while :attr:`active` (and a Cancel button).
-
-        ``visible`` replaces :attr:`active` (e.g. a page's "optimisers running", so the panel
-        is not re-laid out between two optimisers); with the page's ``gate`` the widgets
-        change only while the page is shown.
-        """
-        src = self if gate is None else gate.mirror(
-            self, ["active", "stage", "done", "total", "objective"])
+        """Progress bar, status line and Cancel, visible while :attr:`active` (or ``visible``),
+        changing only while the page is shown with its ``gate``."""
+        src = self if gate is None else gate.mirror(self, ["active", "stage", "done", "total", "objective"])
         bar = pn.indicators.Progress(value=pn.bind(lambda *_: self.value(), src.param.done,
                                                    src.param.total, src.param.active),
                                      max=100, bar_color="info", height=16,
@@ -187,10 +164,7 @@ class OptimizationProgress(param.Parameterized):
                                 sizing_mode="stretch_width", margin=(0, 10))
         parts = [bar, line]
         if cancel is not None:
-            button = pn.widgets.Button(**{LABEL: "Cancel optimisation", COLOR: "warning"},
-                                       width=180)
-            button.on_click(lambda e: cancel())
-            parts.append(button)
+            parts.append(button("Cancel optimisation", "warning", cancel, width=180))
         return pn.Column(*parts, visible=src.param.active if visible is None else visible,
                          sizing_mode="stretch_width")
 
@@ -204,19 +178,14 @@ def optimization_of(A: Matrix | None):
 
 
 def convergence_frame(result) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(trace, restarts)``: the objective (unit-noise TSE) per iteration and per restart.
-
-    ``trace``: ``iteration`` (0-based), ``objective``; ``restarts``: ``restart`` (1-based),
-    ``objective``, ``iteration`` (the trace's last, where it is drawn), ``best``.
-    Non-finite values are dropped.
-    """
+    """``(trace, restarts)``, finite values only: ``iteration, objective`` (unit-noise TSE) and
+    ``restart`` (1-based), ``objective``, ``iteration`` (the trace's last), ``best``."""
     trace = np.asarray(getattr(result, "trace", np.zeros(0)), dtype=float).ravel()
     restarts = np.asarray(getattr(result, "restarts", np.zeros(0)), dtype=float).ravel()
     t = pd.DataFrame({"iteration": np.arange(trace.size), "objective": trace})
     t = t[np.isfinite(t["objective"])].reset_index(drop=True)
     end = int(t["iteration"].iloc[-1]) if len(t) else 0
-    r = pd.DataFrame({"restart": np.arange(1, restarts.size + 1), "objective": restarts,
-                      "iteration": end})
+    r = pd.DataFrame({"restart": np.arange(1, restarts.size + 1), "objective": restarts, "iteration": end})
     r = r[np.isfinite(r["objective"])].reset_index(drop=True)
     r["best"] = r["objective"] == r["objective"].min() if len(r) else []
     return t, r
@@ -224,11 +193,8 @@ def convergence_frame(result) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def convergence_plot(result, svdb: float = math.nan, title: str = "",
                      width: int = 560, height: int = 300) -> hv.Overlay:
-    """Objective vs iteration of the best restart (log y), restarts' final values, SVD bound.
-
-    ``svdb``: ``SVDB(W)``, the unit-noise TSE lower bound (Li & Miklau 2012 Thm 2; HDMM
-    Def. 11, Prop. 5), not drawn when NaN.  A multilevel OPT0 start is named in the title.
-    """
+    """Objective vs iteration of the best restart, the restarts' final values and ``svdb`` (the
+    unit-noise TSE lower bound, Li & Miklau 2012 Thm 2; HDMM Prop. 5; NaN: not drawn)."""
     trace, restarts = convergence_frame(result)
     values = np.concatenate([trace["objective"].to_numpy(), restarts["objective"].to_numpy(),
                              [svdb] if math.isfinite(svdb) else []])
@@ -279,13 +245,9 @@ def _marginals(A) -> list[tuple[int, float]]:
 
 def marginal_weights_frame(A, names: Sequence[str] | None = None,
                            top: int | None = TOP_MARGINALS) -> pd.DataFrame:
-    """The non-zero weights ``θ_a`` of a marginal strategy, largest first (top ``top``):
-    ``marginal, mask, order, weight`` (HDMM Sec. 8).
-
-    ``A.theta`` has length ``2**d`` (bit ``1 << i`` ↔ attribute ``i``); ``A.marginals``, if
-    any, lists ``(bitmask, weight)``.  ``attrs``: ``count`` (non-zero), ``shown``, ``l1``
-    (``Σ θ_a``), ``l2`` (``(Σ θ_a²)^½``).  Raises ValueError without ``theta`` of length ``2**d``.
-    """
+    """The non-zero weights ``θ_a`` (``A.theta``: ``(2**d,)``, HDMM Sec. 8), largest first:
+    ``marginal, mask, order, weight``; ``attrs``: ``count``, ``shown``, ``l1``, ``l2``.
+    ValueError without ``theta`` of length ``2**d``."""
     theta = getattr(A, "theta", None)
     if theta is None:
         raise ValueError(f"{type(A).__name__} is not a marginal strategy (it has no theta)")
@@ -327,12 +289,8 @@ def _unweighted(B: Matrix) -> tuple[float, Matrix]:
 
 
 def blocks_frame(A: Matrix) -> pd.DataFrame:
-    """The blocks of a stacked strategy: ``block, weight, rows, structure, name``.
-
-    ``weight``: ``A.weights[j]`` if given, else the block's own scalar weight;
-    ``structure``: its Kronecker factor shapes (``"50×50 ⊗ 101×100"``).
-    Raises ValueError if ``A`` has no ``blocks``.
-    """
+    """A stacked strategy's blocks: ``block, weight, rows, structure`` (factor shapes), ``name``;
+    ValueError if ``A`` has no ``blocks``."""
     blocks = getattr(A, "blocks", None)
     if blocks is None:
         raise ValueError(f"{type(A).__name__} has no blocks")

@@ -1,26 +1,19 @@
 """ReleaseView: the "Release" page.
 
 One click makes **one real release** of the session workload's answers on the selected dataset,
-``dpx.release(x, W, name, noise, ledger=session.ledger)``, with any registered mechanism
-(data-dependent ones such as DAWA answer ``W x̂``): noise from the OS CSPRNG through opendp (no
-seed), refused by the dataset's ledger before anything is drawn if over the sidebar's budget,
-every answer with its standard error and 95 % interval.  Beside it a **simulation** (throwaway
-ledger, seeds derived from the simulation seed, not part of the release) shows the spread of the
-answers (5–95 % bands) and the empirical RMSE.  Releases and simulations are tasks of the page;
-without a server they run in the caller's thread::
-
-    view = ReleaseView(session)
-    view.mechanism = "hb"; view.trials = 20
-    view.run_release()            # True on success; errors go to session.report
-    view.last.release.answers     # the Release
-    view.csv_text(); view.json_text()
+``dpx.release(x, W, name, noise, ledger=session.ledger)`` with any registered mechanism: noise
+from the OS CSPRNG through opendp (no seed), refused by the dataset's ledger before anything is
+drawn if over the budget, every answer with its standard error and 95 % interval.  A
+**simulation** (throwaway ledger, seeds derived from the simulation seed) shows the answers'
+spread (5–95 % bands) and the empirical RMSE.  Both are tasks of the page (``view.run_release()``,
+``view.last.release``, ``view.csv_text()``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
-import logging
 import math
 from dataclasses import dataclass
 
@@ -42,24 +35,24 @@ from .exports import FigureExport
 from .serving import COLOR as _BUTTON
 from .serving import LABEL as _LABEL
 from .serving import TableSlot, on_session_loop
-from .session import Page, Session, download_bytes, readable_headers, release_stamp, side_by_side
+from .session import Page, Session, readable_headers, release_stamp, side_by_side
 from .session import exception_message as _message
 from .table_release import (
     LEDGER_COLUMNS,
+    OUT,
     TABLE_MECHANISM,
+    Downloads,
     TableRelease,
     answers_table,
     charged,
-    download_buttons,
-    ledger_table,
+    ledger_panes,
     metadata_csv,
+    start_run,
 )
 from .tasks import Task, percent
 
 __all__ = ["ReleaseView", "ReleaseRecord", "Simulation", "SimulationFailed", "DataDependentRelease",
            "MAX_SHOWN", "TRIAL_SEED_TAG"]
-
-log = logging.getLogger(__name__)
 
 #: Most queries drawn in the answers chart; larger workloads show a fixed random sample.
 MAX_SHOWN = 2000
@@ -85,8 +78,8 @@ from the table's records with ResidualPlanner (Gaussian noise) and draws each ma
 its intervals; *Simulate* then makes one seeded simulated release instead.
 """
 
-#: Data-dependent mechanisms release through :func:`dpexplorer.release` too (``strategy`` is
-#: ``None`` and ``analytic_rmse`` NaN); the name is kept for callers of this module.
+#: Data-dependent mechanisms release through :func:`dpexplorer.release` too (no ``strategy``,
+#: ``analytic_rmse`` NaN).
 DataDependentRelease = dpx.Release
 
 #: Short names of the confidence-interval methods for the page's table (the downloads keep the keys).
@@ -98,13 +91,9 @@ _CI_SHORT = {"gaussian": "exact (Gaussian)", "laplace_single": "exact (Laplace)"
 
 @dataclass
 class ReleaseRecord:
-    """The last real release and what the page draws from it.
-
-    ``release`` (answers, x̂, ε, δ, ρ, intervals, metadata; no seed) was made on the dataset
-    named ``dataset``.  ``true_answers``, shape (m,), is ``W x``: NOT private, shown only to
-    compare.  ``shown`` (int array) are the queries drawn: all, or a fixed random sample of
-    :data:`MAX_SHOWN`.  ``spent`` is the dataset's ledger summary right after the release.
-    """
+    """The last real release (no seed) on the dataset named ``dataset``, and what the page draws:
+    ``true_answers`` ``W x``, shape (m,), NOT private, shown only to compare; ``shown``, the
+    queries drawn (all, or a fixed sample of :data:`MAX_SHOWN`); ``spent``, the ledger after it."""
 
     release: object
     dataset: str
@@ -137,44 +126,51 @@ def _mechanism_options() -> dict[str, str]:
             for name, m in registry.REGISTRY.items() if m.private}  # study variants never release
 
 
-def _interval_bars(df: pd.DataFrame, kd, lo, hi) -> hv.ErrorBars:
-    """95 % intervals ``lo .. hi`` around ``df["released"]`` over ``df``'s first column."""
+def _released_layers(df: pd.DataFrame, kd, lo, hi, hover=("released",)) -> list:
+    """95 % intervals ``lo .. hi`` (none if ``lo`` is None) and the points ``df["released"]``
+    over ``df``'s first column (``kd``); ``hover``: the columns the points show."""
     key, released = df.columns[0], df["released"]
-    err = pd.DataFrame({key: df[key], "released": released, "minus": released - lo,
-                        "plus": hi - released})
-    return hv.ErrorBars(err, kdims=[kd], vdims=["released", "minus", "plus"],
-                        label="95 % confidence interval").opts(
-        color="#d95f02", alpha=0.35, line_width=1)
+    layers = [] if lo is None else [hv.ErrorBars(
+        pd.DataFrame({key: df[key], "released": released, "minus": released - lo,
+                      "plus": hi - released}), kdims=[kd], vdims=["released", "minus", "plus"],
+        label="95 % confidence interval").opts(color="#d95f02", alpha=0.35, line_width=1)]
+    points = hv.Scatter(df, kdims=[kd], vdims=list(hover), label="released (noisy)").opts(
+        color="#d95f02", size=2.5, alpha=0.6)
+    return [*layers, points.opts(tools=["hover"]) if len(hover) > 1 else points]
 
 
-# ==================================================================== view
-class ReleaseView(Page, param.Parameterized):
-    """The "Release" page around one :class:`~dpexplorer.ui.session.Session`.
+#: The inferences the page offers, in words (``dpexplorer/docs/inference.md``).
+INFERENCE_LABELS = {
+    "least_squares": "Least squares (analytic error)",
+    "nonnegative": "Non-negative least squares (bootstrap intervals)",
+    "grem_lnn": "GReM-LNN: consistent, non-negative marginals (no intervals)",
+    "pgm": "Private-PGM: consistent, non-negative marginals (no intervals)",
+    "native": "The mechanism's own estimate",
+}
 
-    Parameters
-    ----------
-    session : Session, optional
-        Shared state (a new one if omitted).
-    background : bool, optional
-        Run releases and simulations as tasks in worker threads (True), in the caller's thread
-        (False), or the first in a served page and the second in a notebook or a script (None,
-        the default).
+
+class ReleaseView(Downloads, Page, param.Parameterized):
+    """The "Release" page around one :class:`~dpexplorer.ui.session.Session` (``session``, a new
+    one if omitted); ``background``: releases and simulations in worker threads (True), in the
+    caller's thread (False), or the first only in a served page (None, the default).
     """
 
     mechanism = param.Selector(default="hb", objects=registry.names(private=True), doc="""
         Registered mechanism to release with (data-dependent ones run through mechanism.run).""")
+    inference = param.Selector(default="least_squares", objects=list(INFERENCE_LABELS), doc="""
+        How x̂ (or a table's marginals) is inferred from the noisy answers (post-processing);
+        only the ones that apply to the running mechanism are offered.""")
     trials = param.Integer(default=50, bounds=(0, 2000), doc="""
         Trials of the simulation (0: none).  Run on the data outside the session ledger.""")
 
-    last = param.ClassSelector(class_=ReleaseRecord, default=None, allow_None=True, constant=True,
-                               precedence=-1, doc="The last real release (kept on errors).")
-    simulation = param.ClassSelector(class_=Simulation, default=None, allow_None=True,
-                                     constant=True, precedence=-1, doc="The last simulation.")
-    busy = param.Boolean(default=False, constant=True, precedence=-1)
-    progress = param.Integer(default=0, bounds=(0, None), constant=True, precedence=-1,
+    last = param.ClassSelector(class_=ReleaseRecord, default=None, allow_None=True, **OUT,
+                               doc="The last real release (kept on errors).")
+    simulation = param.ClassSelector(class_=Simulation, default=None, allow_None=True, **OUT,
+                                     doc="The last simulation.")
+    busy = param.Boolean(default=False, **OUT)
+    progress = param.Integer(default=0, bounds=(0, None), **OUT,
                              doc="Trials done in the running simulation.")
-    error = param.String(default="", constant=True, precedence=-1, doc="""
-        Message of the last failed action of this page ('' after a success).""")
+    error = param.String(default="", **OUT, doc="Message of the last failed action ('' after a success).")
 
     #: Columns of the ledger table: what, when, ε/δ/ρ, mode (of ``PrivacyLedger.history()``).
     LEDGER_COLUMNS = LEDGER_COLUMNS
@@ -182,8 +178,7 @@ class ReleaseView(Page, param.Parameterized):
     def __init__(self, session: Session | None = None, background: bool | None = None,
                  **params):
         self._setup_page(session, background)  # session, lock, tasks, tab gate
-        self._layout = None
-        self._ledger_hooks: list = []
+        self._layout, self._ledger_hooks = None, []
         type(self).param.mechanism.objects = registry.names(private=True)  # registered later too
         super().__init__(**params)
         #: Releases from the session's record table (when the workload is over its domain).
@@ -191,7 +186,6 @@ class ReleaseView(Page, param.Parameterized):
         # refresh when other pages spend too
         self.session.param.watch(lambda *_: self._ledger_refreshed(), ["ledger_version", "dataset"])
 
-    # ================================================================ engine
     def _inputs(self):
         """``(dataset, x, W, noise)`` for a run; ValueError with a clear message if they don't fit."""
         ds = self.session.data()
@@ -217,48 +211,31 @@ class ReleaseView(Page, param.Parameterized):
     def run_release(self, trials: int | None = None) -> bool:
         """Make one real release (recorded in the session ledger), then simulate ``trials``.
 
-        A task of the page.  Returns ``False`` (and reports why) if it cannot start (a run
-        under way, inputs that do not fit); else ``True`` once started in the background, or in
-        the caller's thread whether the release succeeded (a failing simulation keeps it).  On
-        failure the page reports the message, sets :attr:`error` and keeps :attr:`last`.  Over
-        the session's record table the release is made from its records (:meth:`TableRelease.run`).
+        A task of the page; returns as :func:`~dpexplorer.ui.table_release.start_run` (a failing
+        simulation keeps the release).  Over the session's record table the release is made from
+        its records (:meth:`TableRelease.run`).
         """
         if self.tables.active:
-            return self.tables.run(release=True)
-        n = self.trials if trials is None else trials
+            return self.tables.run(release=True, inference=self.inference)
         return self._start(self._release_work, "a release is already running; wait for it to finish",
-                           n, int(self.session.seed))
+                           self.trials if trials is None else trials, int(self.session.seed))
 
     def run_trials(self, trials: int | None = None, seed: int | None = None) -> bool:
-        """Only the simulation (no release, nothing recorded in the session ledger).
-
-        A task as :meth:`run_release`.  Over a record table: one simulated release
-        seeded by the simulation seed.
-        """
+        """Only the simulation (nothing recorded), a task as :meth:`run_release`; over a record
+        table one simulated release seeded by the simulation seed."""
         if self.tables.active:
-            return self.tables.run(release=False)
+            return self.tables.run(release=False, inference=self.inference)
         shown = self.last.shown if self.last is not None else None
         seed = int(self.session.seed) if seed is None else int(seed)
         return self._start(self._simulate, "a run is in progress; wait for it to finish",
                            self.trials if trials is None else trials, seed, shown)
 
-    def _start(self, work, busy_message: str, *args) -> bool:
-        """Start ``work(task, inputs, mechanism, *args)`` as the page's run (one at a time)."""
-        with self._lock:
-            if self.busy:
-                self._fail(RuntimeError(busy_message))
-                return False
-            try:
-                inputs = self._inputs()
-            except Exception as exc:  # noqa: BLE001 - reported on the page
-                self._fail(exc)
-                return False
-            self._set(busy=True, progress=0)
-            task = self.start_task(work, inputs, self.mechanism, *args, name=work.__name__,
-                                   on_end=self._ended)
-        if self.background:
-            return True
-        return task.status == "done" or isinstance(task.exception, SimulationFailed)
+    def _start(self, work, busy: str, *args) -> bool:
+        def done(sim):
+            if sim is not None:
+                self._set(simulation=sim, error="")
+        return start_run(self, work, busy, self.mechanism, *args, name=work.__name__, done=done,
+                         kept=lambda task: isinstance(task.exception, SimulationFailed), progress=0)
 
     def _release_work(self, task: Task, inputs, name: str, trials: int, seed: int) -> Simulation | None:
         """The release, then its simulation (a task); the release is shown before the simulation runs."""
@@ -267,7 +244,9 @@ class ReleaseView(Page, param.Parameterized):
         # one call for every mechanism: dpx.release runs data-dependent ones through
         # mechanism.run and draws from the OS CSPRNG (no seed)
         rel = charged(task, self.session, ledger,
-                      lambda: dpx.release(x, W, name, noise, ledger=ledger))
+                      lambda: dpx.release(x, W, name, noise, ledger=ledger, inference=self.inference))
+        if rel.interval_method == "parametric bootstrap":
+            rel.bootstrap()  # its intervals (seconds of solves) here, not in the page's redraw
         record = ReleaseRecord(rel, ds.name, W.matvec(x.ravel()), self.shown_queries(W.m),
                                registry.get(name).data_dependent, ledger.summary())
         task.post(lambda: self._released(record))
@@ -284,15 +263,6 @@ class ReleaseView(Page, param.Parameterized):
         self.session.releases.append(record.release)
         self._ledger_refreshed()
         self._set(last=record, simulation=None, error="")
-
-    def _ended(self, task: Task) -> None:
-        """A run ended (on the page's event loop): show its simulation, or why it failed."""
-        self._set(busy=False)
-        if task.status == "done":
-            if task.result is not None:
-                self._set(simulation=task.result, error="")
-        elif task.exception is not None:
-            self._fail(task.exception)
 
     @staticmethod
     def shown_queries(m: int, limit: int = MAX_SHOWN) -> np.ndarray:
@@ -314,32 +284,23 @@ class ReleaseView(Page, param.Parameterized):
             task.report(t / trials)
             task.post(lambda: self._set(progress=t))
         b = _mechanism.answer_bands(x, W, name, noise, int(trials), int(seed), shown,
-                                    progress=progress)
+                                    progress=progress, inference=self.inference)
         fields = {f.name: getattr(b, f.name) for f in dataclasses.fields(b)}  # shallow: the ledger
         return Simulation(**fields, dataset=ds.name, workload=W)
 
-    # ============================================================ downloads
-    def _record(self) -> ReleaseRecord:
-        if self.last is None:
-            raise ValueError("no release yet: click Run release first")
-        return self.last
-
     def metadata(self) -> dict:
         """The last release's metadata plus the dataset name and what the dataset has spent in all."""
-        rec = self._record()
+        rec = self._last_or_raise()
         return {**rec.release.metadata(), "dataset": rec.dataset,
                 "dataset_spent_after_release": rec.spent}
 
     def csv_text(self) -> str:
-        """Answers as CSV (``release.to_frame()``) under ``# key: value`` metadata lines.
-
-        Read back with ``pandas.read_csv(..., comment="#")``.
-        """
+        """Answers as CSV (``release.to_frame()``) under ``# key: value`` metadata lines (:func:`metadata_csv`)."""
         return metadata_csv("dpexplorer release", self.metadata(), self.last.release.to_frame())
 
     def json_text(self) -> str:
         """``release.to_json()`` with the dataset name added."""
-        rec = self._record()
+        rec = self._last_or_raise()
         return json.dumps({**json.loads(rec.release.to_json()), "dataset": rec.dataset,
                            "dataset_spent_after_release": rec.spent})
 
@@ -350,10 +311,6 @@ class ReleaseView(Page, param.Parameterized):
         rel = self.last.release
         return f"release_{rel.mechanism}_eps{rel.epsilon:g}_{release_stamp(rel)}.{ext}"
 
-    def _download(self, text_fn):
-        return download_bytes(text_fn, self._fail)
-
-    # ============================================================== tables
     def rmse_table(self) -> pd.DataFrame:
         """Empirical vs analytic RMSE of the last release and simulation (counts)."""
         rec, sim = self.last, self.simulation
@@ -388,7 +345,6 @@ class ReleaseView(Page, param.Parameterized):
                 "the budget, never raise it: raising is the data owner's act, in Python, "
                 "`dpx.PrivacyLedger.open(path, dataset).set_budget(...)`.")
 
-    # =============================================================== plots
     def answers_plot(self):
         """True vs released answers of the shown queries (sorted by true answer) with 5–95 % bands."""
         rec, sim = self.last, self.simulation
@@ -402,8 +358,6 @@ class ReleaseView(Page, param.Parameterized):
         rank = np.arange(len(shown))
         df = pd.DataFrame({"rank": rank, "query": shown[order], "true": true[order],
                            "released": np.asarray(rec.release.answers)[shown][order]})
-        sample = "" if len(shown) == rec.true_answers.size else (
-            f" (random sample of {len(shown):,} of {rec.true_answers.size:,} queries)")
         kd = hv.Dimension("rank", label="step" if over_time else "query, sorted by true answer")
         layers = []
         if self._matches(sim, rec):
@@ -411,19 +365,16 @@ class ReleaseView(Page, param.Parameterized):
             layers.append(hv.Area(band, kdims=[kd], vdims=["q05", "q95"],
                                   label=f"5–95 % over {sim.trials} simulated trials").opts(
                 color="#4c72b0", alpha=0.35, line_alpha=0))
+        lo = hi = None
         if not rec.data_dependent:
             ci = rec.release.confidence_intervals(0.95)
-            df["ci_low"] = ci["ci_low"].to_numpy()[shown][order]
-            df["ci_high"] = ci["ci_high"].to_numpy()[shown][order]
-            layers.append(_interval_bars(df, kd, df["ci_low"], df["ci_high"]))
-        hover = [c for c in ("released", "query", "true", "ci_low", "ci_high") if c in df]
-        layers.append(hv.Scatter(df, kdims=[kd], vdims=hover, label="released (noisy)").opts(
-            color="#d95f02", size=2.5, alpha=0.6, tools=["hover"]))
+            lo = df["ci_low"] = ci["ci_low"].to_numpy()[shown][order]
+            hi = df["ci_high"] = ci["ci_high"].to_numpy()[shown][order]
+        layers += _released_layers(df, kd, lo, hi, [c for c in ("released", "query", "true", "ci_low",
+                                                                 "ci_high") if c in df])
         layers.append(hv.Curve(df, kdims=[kd], vdims=["true", "query"],
                                label="true answer (not private)").opts(color="black", line_width=2))
-        return hv.Overlay(layers).opts(
-            title=f"{rec.release.mechanism}: released vs true answers{sample}", responsive=True,
-            height=380, legend_position="top_left", ylabel="answer (counts)")
+        return self._overlay(layers, "released vs true answers", "random sample")
 
     def export_plot(self):
         """What a figure export of the release holds: released answers and their 95 % intervals.
@@ -434,21 +385,19 @@ class ReleaseView(Page, param.Parameterized):
         rec = self.last
         if rec is None:
             return None
-        shown = rec.shown
-        frame = rec.release.to_frame().iloc[shown]
-        kd = hv.Dimension("query", label="query index")
+        frame = rec.release.to_frame().iloc[rec.shown]
         df = pd.DataFrame({"query": frame["query"].to_numpy(),
                            "released": frame["answer"].to_numpy(dtype=float)})
-        layers = []
-        if not rec.data_dependent:
-            layers.append(_interval_bars(df, kd, frame["ci_low"].to_numpy(dtype=float),
-                                         frame["ci_high"].to_numpy(dtype=float)))
-        layers.append(hv.Scatter(df, kdims=[kd], vdims=["released"], label="released (noisy)")
-                      .opts(color="#d95f02", size=2.5, alpha=0.6))
-        sample = "" if len(shown) == rec.true_answers.size else (
-            f" (sample of {len(shown):,} of {rec.true_answers.size:,} queries)")
+        lo, hi = (None, None) if rec.data_dependent else (
+            frame[c].to_numpy(dtype=float) for c in ("ci_low", "ci_high"))
+        return self._overlay(_released_layers(df, hv.Dimension("query", label="query index"), lo, hi),
+                             "released answers", "sample")
+
+    def _overlay(self, layers: list, what: str, sample: str) -> hv.Overlay:
+        n, shown = self.last.true_answers.size, len(self.last.shown)
+        note = "" if shown == n else f" ({sample} of {shown:,} of {n:,} queries)"
         return hv.Overlay(layers).opts(
-            title=f"{rec.release.mechanism}: released answers{sample}", responsive=True,
+            title=f"{self.last.release.mechanism}: {what}{note}", responsive=True,
             height=380, legend_position="top_left", ylabel="answer (counts)")
 
     @staticmethod
@@ -470,7 +419,8 @@ class ReleaseView(Page, param.Parameterized):
         text = (f"**Released** {r.answers.size:,} answers of `{r.workload.name}` on `{rec.dataset}` "
                 f"with **{r.mechanism}**, {r.noise.label} (ρ = {r.rho:.4g}); randomness: OS CSPRNG "
                 f"via opendp ({r.sampler or 'per stage'} sampler)"
-                f"{'; data-dependent: answers = W x̂, no analytic error' if rec.data_dependent else ''}.")
+                f"{'; data-dependent: answers = W x̂, no analytic error' if rec.data_dependent else ''}; "
+                f"inference: {INFERENCE_LABELS.get(r.inference, r.inference)}.")
         if not rec.data_dependent:
             methods = sorted(set(r.confidence_intervals(0.95)["ci_method"]))
             text += ("  95 % intervals: " + "; ".join(r.CI_METHODS[m] for m in methods) + ".")
@@ -498,11 +448,13 @@ class ReleaseView(Page, param.Parameterized):
         df["ci_method"] = df["ci_method"].map(lambda k: _CI_SHORT.get(k, k))
         return df
 
-    # =============================================================== layout
     def controls(self) -> pn.Column:
         options = _mechanism_options()
         mech = pn.widgets.Select(**{_LABEL: "Mechanism"}, options=options, value=self.mechanism)
         about = pn.pane.Markdown(self._about(), sizing_mode="stretch_width")
+        infer = pn.widgets.Select(**{_LABEL: "Inference"}, options=self.inference_options(),
+                                  description="Post-processing of the noisy answers "
+                                              "(Learn: Inference)")
 
         def show_mechanism(*_):
             """The box shows the mechanism that runs: over a record table only ResidualPlanner."""
@@ -514,12 +466,17 @@ class ReleaseView(Page, param.Parameterized):
             mech.value = self.running_mechanism()
             mech.disabled = table
             about.object = self._about()
+            infer.options = self.inference_options()
+            if self.inference not in infer.options.values():  # shown: the box changes with it
+                self.inference = next(iter(infer.options.values()))
+            infer.value = self.inference
 
         def picked(e):
             if not self.tables.active and e.new in options.values():
                 self.mechanism = e.new
         show_mechanism()
         mech.param.watch(picked, "value")
+        infer.param.watch(lambda e: setattr(self, "inference", e.new), "value")
         self.param.watch(show_mechanism, "mechanism")
         self.gate.mirror(self.tables, ["active"]).param.watch(show_mechanism, "active")
         trials = pn.widgets.IntInput.from_param(
@@ -532,18 +489,22 @@ class ReleaseView(Page, param.Parameterized):
         sim.on_click(lambda _: self.run_trials())
         progress = pn.indicators.Progress(
             value=pn.bind(percent, self.param.progress, self.param.trials), max=100,
-            active=False, sizing_mode="stretch_width", visible=False)
-
-        def on_busy(e):
-            progress.visible = e.new
-            progress.active = e.new and self.progress == 0
-        self.param.watch(on_busy, "busy")
-        return pn.Column(pn.pane.Markdown("### Release"), mech, about, self.tables.controls(),
+            active=self.param.busy, sizing_mode="stretch_width", visible=self.param.busy)
+        return pn.Column(pn.pane.Markdown("### Release"), mech, about, infer, self.tables.controls(),
                          trials, run, sim, progress, width=300)
 
     def running_mechanism(self) -> str:
         """Name of the mechanism a release runs now: ResidualPlanner over a record table, else :attr:`mechanism`."""
         return TABLE_MECHANISM if self.tables.active else self.mechanism
+
+    def inference_options(self) -> dict[str, str]:
+        """``{label: name}`` of the inferences that apply to the running mechanism (its default first)."""
+        if self.tables.active:
+            names = [n for n in _mechanism.TABLE_INFERENCES
+                     if n != "pgm" or importlib.util.find_spec("mbi") is not None]
+        else:
+            names = list(_mechanism.inferences(self.running_mechanism()))
+        return {INFERENCE_LABELS[n]: n for n in names}
 
     def _about(self) -> str:
         try:
@@ -564,7 +525,7 @@ class ReleaseView(Page, param.Parameterized):
             layout="fit_data_stretch", titles={"rmse": "RMSE (counts)"},
             configuration=readable_headers(frame.columns, {"rmse": "RMSE (counts)"}),
             formatters={"rmse": NumberFormatter(format="0,0.000")}), self.rmse_table())
-        downloads = download_buttons(self, "Download {}")
+        downloads = self.download_buttons("Download {}")
         answers = TableSlot(lambda frame: answers_table(  # every column on screen
             frame, "fit_columns", label={"type": "textarea"}, ci_method={"type": "textarea"}),
             self._answers_shown())
@@ -575,8 +536,7 @@ class ReleaseView(Page, param.Parameterized):
                 plot.object = self.answers_plot()
                 rmse.show(self.rmse_table())
                 answers.show(self._answers_shown())
-                for w, ext in zip(downloads, ("csv", "json"), strict=True):
-                    w.param.update(filename=self.filename(ext), disabled=self.last is None)
+                self.show_downloads(downloads)
         # held and drawn on the event loop, never from the thread that set `last`
         self.param.watch(lambda *_: on_session_loop(redraw), ["last", "simulation"])
         self.exports: dict = {}
@@ -600,14 +560,8 @@ class ReleaseView(Page, param.Parameterized):
             loading=self.param.busy, sizing_mode="stretch_width")
 
     def ledger_card(self) -> pn.Card:
-        text = pn.pane.Markdown(self.ledger_text(), sizing_mode="stretch_width")
-        table = TableSlot(ledger_table, self.ledger_frame())
+        text, table, update = ledger_panes(self.ledger_text, self.ledger_frame)
         refresh = pn.widgets.Button(**{_LABEL: "Refresh"}, **{_BUTTON: "light"}, width=100)
-
-        def update(*_):
-            with pn.io.hold():  # one message to the browser for all its changes
-                text.object = self.ledger_text()
-                table.show(self.ledger_frame())
         refresh.on_click(lambda *_: on_session_loop(update))
         self._ledger_hooks.append(update)
         return pn.Card(text, table, refresh, title="Privacy ledger (the selected dataset, every session)",

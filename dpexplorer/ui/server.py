@@ -1,31 +1,19 @@
-"""What the served explorer needs from its process: a prompt exit on SIGTERM, its log, a cheaper GC, memory given back.
-
-The app script calls each of them:
+"""What the served explorer needs from its process; the app script calls each of them.
 
 - :func:`log_from_env`: the ``dpexplorer`` loggers to standard error at
-  ``DPEXPLORER_LOG_LEVEL`` (e.g. ``debug``: where each comparison's time goes);
-  ``panel serve --log-level`` sets Bokeh's and Tornado's loggers only.
-- :func:`exit_promptly_on_sigterm`: after SIGTERM the interpreter waited for the worker
-  threads' computations (10.5 s measured, more with several sessions optimising, 2 cores),
-  simulations on public data nobody will see.  The handler ends the process with
-  ``os._exit`` :data:`GRACE_SECONDS` after the server's own shutdown began, killing the
-  optimisers' workers first; should that thread not get the GIL, SIGALRM's default action
-  ends it :data:`HARD_EXTRA_SECONDS` later (exit status 128 + 14).
-- :func:`freeze_startup_objects`: a full garbage collection stops the event loop every
-  session shares; with eight Compare sessions py-spy put 23 % of the loop's busy time in
-  Panel's ``gc.collect()`` (``python benchmarks/bench_browser.py --n 1024 --sessions 8``,
-  2 cores).  Freezing the ~260,000 objects alive after the imports (``gc.freeze``) took a
-  full collection from 0.26-0.29 s to 0.13 s.
-- :func:`one_blas_thread`: OpenBLAS serves calls from several threads badly (one lock,
-  spinning helpers): eight threads building the Compare rows of All Range at n = 1024 took
-  3.2 s with two BLAS threads, 0.9 s with one (``python benchmarks/bench_threads.py``,
-  2 cores).  The sessions' threads are the parallelism.
-- :func:`return_freed_memory`: glibc kept freed arrays in per-thread arenas.  After 4
-  sessions for 3 minutes (``python benchmarks/bench_soak.py --sessions 4 --minutes 3``, 2
-  cores) the server stayed at 629 MiB over a warm 419 MiB; with at most :data:`ARENA_MAX`
-  arenas, a fixed ``mmap`` threshold of :data:`MMAP_THRESHOLD` and ``malloc_trim``
-  :data:`TRIM_DELAY` s after each session ends, 525 MiB over 408 (ε → Compare unchanged).
-  Repeated soaks (``--soaks 3``) level off 25-40 % above the warm level.
+  ``DPEXPLORER_LOG_LEVEL`` (``panel serve --log-level`` sets Bokeh's and Tornado's only).
+- :func:`exit_promptly_on_sigterm`: after SIGTERM the interpreter waited 10.5 s for the
+  worker threads' simulations (2 cores); the process ends :data:`GRACE_SECONDS` after the
+  server's shutdown began, SIGALRM :data:`HARD_EXTRA_SECONDS` later as a backstop.
+- :func:`freeze_startup_objects`: py-spy put 23 % of the shared loop's busy time in
+  ``gc.collect()`` (eight Compare sessions, ``benchmarks/bench_browser.py``, 2 cores);
+  freezing the ~260,000 objects alive after the imports took a full collection from
+  0.26-0.29 s to 0.13 s.
+- :func:`one_blas_thread`: eight threads building All Range's Compare rows at n = 1024 took
+  3.2 s with two OpenBLAS threads, 0.9 s with one (``benchmarks/bench_threads.py``, 2 cores).
+- :func:`return_freed_memory`: after 4 sessions for 3 minutes (``benchmarks/bench_soak.py``,
+  2 cores) the server stayed at 629 MiB over a warm 419 MiB; with :data:`ARENA_MAX` arenas, a
+  fixed :data:`MMAP_THRESHOLD` and ``malloc_trim`` after each session, 525 MiB over 408.
 """
 
 from __future__ import annotations
@@ -58,16 +46,8 @@ _HANDLER = "dpexplorer-stderr"  # the name of the handler log_from_env adds (onc
 
 
 def log_from_env(environ=None) -> int | None:
-    """Log the ``dpexplorer`` loggers to standard error at ``DPEXPLORER_LOG_LEVEL``.
-
-    Reads ``environ`` (default ``os.environ``); returns the level set (``logging.DEBUG``
-    ...), or None when the variable is unset or empty (nothing changed).
-
-    Raises
-    ------
-    ValueError
-        If the variable is not one of :data:`LOG_LEVELS`.
-    """
+    """Log ``dpexplorer`` to standard error at ``DPEXPLORER_LOG_LEVEL`` of ``environ`` (default
+    ``os.environ``); the level set, or None when unset.  ValueError outside :data:`LOG_LEVELS`."""
     value = (os.environ if environ is None else environ).get("DPEXPLORER_LOG_LEVEL", "").strip()
     if not value:
         return None
@@ -92,23 +72,15 @@ def _freeze() -> None:
 
 
 def freeze_startup_objects() -> int:
-    """Leave the objects alive now out of every later garbage collection (``gc.freeze``).
-
-    Call it once the imports are done; only the first call freezes.  Returns the number of
-    objects in the permanent generation.
-    """
+    """``gc.freeze`` the objects alive now (the first call only); the permanent generation's size."""
     _freeze()
     return gc.get_freeze_count()
 
 
 @functools.cache
 def one_blas_thread() -> list[dict]:
-    """Give every BLAS library loaded in this process one thread (threadpoolctl), once.
-
-    For the served explorer only (a notebook gains from every core); a BLAS library loaded
-    later keeps its own thread count.  Returns threadpoolctl's description of the BLAS
-    libraries before the first call (``num_threads`` among others).
-    """
+    """Give every BLAS library loaded now one thread, once (served explorer only); returns
+    threadpoolctl's description of them before the first call."""
     import scipy.linalg  # noqa: F401 - load scipy's own BLAS before limiting it
     from threadpoolctl import threadpool_info, threadpool_limits
 
@@ -118,11 +90,8 @@ def one_blas_thread() -> list[dict]:
 
 
 def exit_promptly_on_sigterm(grace: float = GRACE_SECONDS) -> bool:
-    """Make SIGTERM end the process within ``grace`` seconds (plus the time to run the handler).
-
-    Installs the handler once per process, only from the main thread; ``True`` once
-    installed.
-    """
+    """Make SIGTERM end the process within ``grace`` seconds (handler installed once, from the
+    main thread only); ``True`` once installed."""
     global _installed
     if _installed:
         return True
@@ -191,8 +160,7 @@ def _tune_malloc(libc) -> None:
 
 
 def trim_heap() -> bool:
-    """Give the C heap's free memory back to the system now (glibc's ``malloc_trim(0)``);
-    False if none was given back or the C library is not glibc."""
+    """``malloc_trim(0)`` now; False if nothing was given back or the C library is not glibc."""
     libc = _glibc()
     return bool(libc is not None and libc.malloc_trim(0))
 
@@ -204,12 +172,8 @@ def _trim_later(_session_context) -> None:
 
 
 def return_freed_memory() -> bool:
-    """Let the served process give memory its closed sessions freed back to the system (glibc).
-
-    The first call sets ``mallopt`` (:data:`ARENA_MAX`, :data:`MMAP_THRESHOLD`); every call
-    made while a session's document is current trims the heap :data:`TRIM_DELAY` seconds
-    after that session ends.  False (nothing done) when the C library is not glibc.
-    """
+    """Set ``mallopt`` once and trim the heap :data:`TRIM_DELAY` s after the current session
+    ends; False (nothing done) when the C library is not glibc."""
     libc = _glibc()
     if libc is None:
         return False

@@ -2,35 +2,19 @@
 
 They act only in a served app; in a notebook, a script or a test pages draw at once.
 
-1. **One redraw at a time, the user's own first** (:class:`RedrawQueue`, :data:`REDRAWS`).
-   All sessions share one event loop; a redraw holds it for 0.1-2 s.  Posted straight to
-   the loop, an ε change waited behind every other session's plots: with eight sessions
-   opening Compare (``python benchmarks/bench_browser.py --n 1024 --sessions 8``, 2 cores)
-   py-spy showed the loop almost always busy, 38 % of it in Compare redraws.  The queue
-   hands the loop one redraw at a time; an ``urgent`` one (the user's ε, δ or noise change)
-   goes first, and a page has at most one redraw waiting.
-
-2. **A hidden page waits** (:class:`ShownGate`, :class:`LazyCard`, :class:`TableSlot`).
-   A hidden page redrawing for a shared :class:`~dpexplorer.ui.session.Session` change cost
-   the server about a second per redraw and the browser as much: the 280,000-cell CPS
-   preset took 15-40 s to show its query count on the Workload page while the hidden
-   Compare and Strategy pages redrew (served app, headless Chromium via Playwright, 2
-   cores).  A gate keeps a hidden page's latest redraw per key until the app calls
-   :meth:`ShownGate.show`; status widgets bind to a :meth:`ShownGate.mirror`, as each text
-   or visibility change lays out the whole document again (0.3-1 s each).  A page used on
-   its own (a notebook cell, a test) is always shown.
-
-3. **One session's events in the order the user made them** (:class:`SessionOrderedPool`,
-   :func:`install`).  Panel 1.9 submits each event to its thread pool
-   (``pn.extension(nthreads=2)``) on its own: a weight of -2 typed and "Add term" clicked
-   just after added a term of weight 1 and no message (seen in a full test run).  The pool
-   starts one session's events in order, each after the previous one ends (sessions side
-   by side), unless it runs longer than :data:`HOLD_SECONDS`.  :func:`install` (called by
-   ``apps/explorer.py``) replaces Panel's private ``pn.state._thread_pool``, raising if it
-   moved, and installs :func:`install_echo_guard`.
-
-Tests: ``tests/test_ui_redraws.py``, ``tests/test_ui_shown.py``,
-``tests/test_ui_event_order.py`` (also in a served page in headless Chromium).
+1. **One redraw at a time, the user's own first** (:class:`RedrawQueue`): posted straight
+   to the shared event loop, an ε change waited behind every session's plots (eight
+   sessions opening Compare, ``benchmarks/bench_browser.py --n 1024 --sessions 8``, 2
+   cores: the loop almost always busy, 38 % of it in Compare redraws).  An ``urgent`` redraw
+   (the user's ε, δ or noise) goes first; a page has at most one waiting.
+2. **A hidden page waits** (:class:`ShownGate`, :class:`LazyCard`, :class:`TableSlot`): the
+   280,000-cell CPS preset took 15-40 s to show its query count while the hidden Compare
+   and Strategy pages redrew (headless Chromium, 2 cores).  Status widgets bind to a
+   :meth:`ShownGate.mirror`: each text or visibility change lays out the document again
+   (0.3-1 s each).
+3. **One session's events in the user's order** (:class:`SessionOrderedPool`,
+   :func:`install`): Panel 1.9 submits each event to its pool on its own, and a weight of -2
+   typed just before "Add term" added a term of weight 1 (seen in a full test run).
 """
 
 from __future__ import annotations
@@ -63,28 +47,28 @@ LABEL = "label" if "label" in pn.widgets.IntInput.param else "name"
 COLOR = "color" if "color" in pn.widgets.Button.param else "button_type"
 
 
-def button(label: str, color: str, on_click: Callable[[], object]) -> pn.widgets.Button:
-    """A Button (``color``: Panel's button colour) calling ``on_click()`` on each click."""
-    widget = pn.widgets.Button(**{LABEL: label, COLOR: color})
-    widget.on_click(lambda e: on_click())
-    return widget
-
 __all__ = [
     "LABEL", "COLOR", "button", "RedrawQueue", "REDRAWS", "STALL_SECONDS", "CHECK_SECONDS",
-    "on_loop",
-    "on_session_loop", "served_document", "models_batch", "freeze_models", "no_connection",
-    "held_on_loop", "on_event_loop", "LazyCard", "TableSlot", "ShownGate", "run_redraws",
+    "on_loop", "on_session_loop", "served_document", "models_batch", "freeze_models",
+    "no_connection", "on_event_loop", "LazyCard", "TableSlot", "ShownGate", "run_redraws",
     "HOLD_SECONDS", "SessionOrderedPool", "document_of", "install_echo_guard", "install",
 ]
+
+
+def button(label: str, color: str, on_click: Callable[[], object], **params) -> pn.widgets.Button:
+    """A Button (``color``: Panel's button colour; ``params``: the Button's) calling
+    ``on_click()`` on each click."""
+    widget = pn.widgets.Button(**{LABEL: label, COLOR: color}, **params)
+    widget.on_click(lambda e: on_click())
+    return widget
 
 log = logging.getLogger(__name__)
 
 
 # ================================================================ 1. one redraw at a time
-#: Seconds after which a redraw handed to the loop no longer holds the queue (a redraw takes
-#: 0.1-2 s; Bokeh drops the callbacks of a session destroyed before the loop ran them).
+#: Seconds after which a redraw handed to the loop (0.1-2 s each) no longer holds the queue.
 STALL_SECONDS = 5.0
-#: Seconds between two checks, by the queue's watch thread, for a lost or stalled redraw.
+#: Seconds between two checks for a lost or stalled redraw.
 CHECK_SECONDS = 0.5
 
 
@@ -95,12 +79,8 @@ def served_document():
 
 
 def no_connection(doc) -> bool:
-    """Whether the server session of ``doc`` (a Bokeh document) has no browser connected.
-
-    Bokeh destroys a session only 15 s after its last connection; meanwhile a closed tab's
-    page would compute for nobody.  True also for a destroyed session and before the
-    websocket connects (ask after ``pn.state.onload``); False with no server session.
-    """
+    """Whether ``doc``'s server session has no browser connected (Bokeh destroys it only 15 s
+    later); True also when destroyed or not connected yet, False with no server session."""
     session = getattr(getattr(doc, "session_context", None), "session", None)
     if session is None:  # not set up yet, or no server
         return False
@@ -113,13 +93,8 @@ _BATCH: contextvars.ContextVar = contextvars.ContextVar("redraw_batch", default=
 
 @contextlib.contextmanager
 def models_batch(doc) -> Iterator[None]:
-    """Run redraws together; the first that calls :func:`freeze_models` freezes ``doc``'s models.
-
-    Bokeh re-indexes all of a document's models (20-45 ms for the explorer's pages) after
-    each change of its structure, or once at the end of a ``doc.models.freeze()`` block:
-    redraws that only set numbers need no index; a HoloViews redraw calls
-    :func:`freeze_models`, and the batch is indexed once, at its end.
-    """
+    """Run redraws together; the first :func:`freeze_models` freezes ``doc``'s models until the
+    end, so Bokeh re-indexes them (20-45 ms for the explorer's pages) once, not per redraw."""
     with contextlib.ExitStack() as stack:
         token = _BATCH.set([doc, stack, False])
         try:
@@ -129,7 +104,7 @@ def models_batch(doc) -> Iterator[None]:
 
 
 def freeze_models() -> None:
-    """Freeze the running batch's document models until the batch ends (no batch: nothing)."""
+    """Freeze the running batch's document models until it ends (no batch: nothing)."""
     batch = _BATCH.get()
     if batch is not None and not batch[2]:
         batch[1].enter_context(batch[0].models.freeze())
@@ -137,26 +112,12 @@ def freeze_models() -> None:
 
 
 def on_event_loop() -> bool:
-    """Whether the caller runs as a callback of a running asyncio loop (the server's); False
-    in Panel's worker threads, the pages' background threads, a script or a notebook."""
+    """Whether the caller runs as a callback of a running asyncio loop (the server's)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return False
     return True
-
-
-def held_on_loop() -> contextlib.AbstractContextManager:
-    """Send the current session's document changes made in the block as one message.
-
-    On the server's event loop the block runs under ``pn.io.hold()`` (each message costs
-    the loop a walk over the page's models: about 10 ms for a Compare page's 540); elsewhere
-    it runs as it is (a hold released from a thread can overtake Panel's messages, see
-    :func:`on_session_loop`).  Not for a block that replaces a HoloViews plot (the browser
-    was left a model reference it never received).  Raises what the block raises.
-    """
-    doc = served_document()
-    return pn.io.hold(doc) if doc is not None and on_event_loop() else contextlib.nullcontext()
 
 
 def on_loop(doc, fn: Callable[[], None]) -> None:
@@ -166,12 +127,8 @@ def on_loop(doc, fn: Callable[[], None]) -> None:
 
 
 def on_session_loop(fn: Callable[[], None]) -> None:
-    """Run ``fn`` on the current session's event loop; at once outside a server.
-
-    For a redraw that holds the document and may be asked for from a worker thread: held
-    from a thread, its changes go through Bokeh's own messages and can overtake Panel's,
-    leaving the browser a dangling reference ("reference … isn't known").
-    """
+    """Run ``fn`` on the current session's event loop (at once outside a server): a hold
+    released from a thread can overtake Panel's messages ("reference … isn't known")."""
     doc = served_document()
     if doc is None:
         fn()  # a notebook, a script, a test
@@ -180,12 +137,11 @@ def on_session_loop(fn: Callable[[], None]) -> None:
 
 
 class RedrawQueue:
-    """Redraws of many pages, handed to the event loop one at a time (see the module docstring).
+    """Redraws of many pages, handed to the event loop one at a time.
 
-    The redraw on the loop holds the queue until it is done, its page is :meth:`forget`-ten,
-    its session closes, or :data:`STALL_SECONDS` pass, checked by a watch thread every
-    ``check_seconds`` (None: no thread; tests call :meth:`release_lost`).
-    ``schedule(doc, fn)`` runs ``fn`` later on ``doc``'s event loop (:func:`on_loop`).
+    The redraw on the loop holds the queue until done, :meth:`forget`-ten, its session
+    closed, or :data:`STALL_SECONDS` passed (checked every ``check_seconds``; None: no watch
+    thread).  ``schedule(doc, fn)`` runs ``fn`` on ``doc``'s event loop.
     """
 
     def __init__(self, schedule: Callable = on_loop, check_seconds: float | None = CHECK_SECONDS):
@@ -198,11 +154,8 @@ class RedrawQueue:
         self._watch: threading.Thread | None = None
 
     def submit(self, owner: Hashable, doc, run: Callable[[], None], urgent: bool = False) -> None:
-        """Run ``run()`` (the redraw) on ``doc``'s event loop once the redraws before it are done.
-
-        ``owner`` (the page) has at most one redraw waiting: a newer one replaces it in place,
-        or goes to the front when ``urgent`` (the user's own action asked for it).
-        """
+        """Run ``run()`` on ``doc``'s loop after the redraws before it; ``owner``'s waiting redraw
+        is replaced in place, or goes first when ``urgent``."""
         with self._guard:
             self._waiting[owner] = (doc, run)  # an owner already waiting keeps its place
             if urgent:
@@ -229,8 +182,7 @@ class RedrawQueue:
             return len(self._waiting)
 
     def release_lost(self) -> bool:
-        """Stop waiting for the redraw on the loop if its session closed or it stalled; True
-        when the queue was released (the next redraw is then handed over)."""
+        """Release the queue if the redraw on the loop's session closed or it stalled."""
         with self._guard:
             if self._running is None:
                 return False
@@ -278,7 +230,7 @@ class RedrawQueue:
             self._done(ticket)
 
     def _done(self, ticket: int) -> None:
-        """The redraw ``ticket`` is over: hand the next over (unless one is already on the loop)."""
+        """The redraw ``ticket`` is over: hand the next over."""
         with self._guard:
             if self._running is not None and self._running[0] == ticket:
                 self._running = None
@@ -294,11 +246,8 @@ _MIRRORS = itertools.count(1)
 
 
 class ShownGate:
-    """Run UI updates at once while the page is shown, else once when it is next shown.
-
-    Thread-safe: an update requested while the page becomes visible is never lost.
-    ``lock`` (optional, reentrant: the page's own) is held while deferred updates run.
-    """
+    """Run UI updates at once while the page is shown, else the latest per key when next shown;
+    ``lock`` (reentrant, the page's) is held while deferred updates run."""
 
     def __init__(self, lock: threading.RLock | None = None):
         self._lock = lock if lock is not None else contextlib.nullcontext()
@@ -308,12 +257,11 @@ class ShownGate:
 
     @property
     def shown(self) -> bool:
-        """Whether the page is on screen (``True`` until told otherwise)."""
         return self._shown
 
     @property
     def pending(self) -> tuple[str, ...]:
-        """Keys of the updates waiting for the page to be shown (in request order)."""
+        """Keys of the updates waiting for the page to be shown, in request order."""
         with self._guard:
             return tuple(self._pending)
 
@@ -337,14 +285,8 @@ class ShownGate:
             run_redraws(pending)
 
     def mirror(self, source: param.Parameterized, names: Sequence[str]) -> param.Parameterized:
-        """A copy of ``source``'s parameters ``names`` that follows them only while shown (in one
-        update when shown); bind widgets to ``mirror.param.<name>``.
-
-        Raises
-        ------
-        KeyError
-            If a name is not a parameter of ``source``.
-        """
+        """A copy of ``source``'s parameters ``names`` following them only while shown; bind
+        widgets to ``mirror.param.<name>``.  KeyError for a name ``source`` lacks."""
         names = list(names)
         missing = [n for n in names if n not in source.param]
         if missing:
@@ -357,7 +299,11 @@ class ShownGate:
         key = f"mirror-{next(_MIRRORS)}"
 
         def copy() -> None:
-            with held_on_loop():  # the widgets' changes go to the browser in one message
+            # one message on the loop (each costs a walk over the page's models, 10 ms for
+            # Compare); not from a thread, where a hold can overtake Panel's messages
+            doc = served_document()
+            held = doc is not None and on_event_loop()
+            with pn.io.hold(doc) if held else contextlib.nullcontext():
                 view.param.update(**{n: getattr(source, n) for n in names})
         source.param.watch(lambda *_: self.run(key, copy), names)
         return view
@@ -373,14 +319,9 @@ def run_redraws(pending: dict[str, Callable[[], None]]) -> None:
 
 
 class TableSlot(pn.Column):
-    """One read-only table in a column, replaced by a new table on each :meth:`show`.
-
-    Panel 1.9's Tabulator drops a data update reaching the browser while it (re)renders the
-    table and shows the old rows for good (the table release's ledger missed the release, 1
-    run in 5); a new table carries its rows from the start.  ``make(frame)`` gives the
-    ``pn.widgets.Tabulator`` of a ``pandas.DataFrame``; ``frame`` holds the first rows;
-    ``params`` are ``pn.Column``'s (``sizing_mode`` defaults to ``"stretch_width"``).
-    """
+    """A read-only table replaced by a new one on each :meth:`show`: Panel 1.9's Tabulator
+    dropped a data update arriving while it rendered (the release ledger missed a release, 1
+    run in 5).  ``make(frame)``: the Tabulator of a DataFrame; ``params``: ``pn.Column``'s."""
 
     def __init__(self, make: Callable[[pd.DataFrame], pn.widgets.Tabulator], frame: pd.DataFrame,
                  **params):
@@ -390,21 +331,16 @@ class TableSlot(pn.Column):
 
     @property
     def table(self) -> pn.widgets.Tabulator:
-        """The table shown now."""
         return self.objects[0]
 
     def show(self, frame: pd.DataFrame) -> None:
-        """Show the rows of ``frame`` (a ``pandas.DataFrame``) in a new table."""
+        """Show ``frame``'s rows in a new table."""
         self.objects = [self._make(frame)]
 
 
 class LazyCard(pn.Card):
-    """A ``pn.Card`` that starts collapsed and puts its contents in the page when first expanded.
-
-    Until then the contents' Bokeh models are not built, sent or walked on every update of
-    the document; :meth:`select` still finds them.  ``collapsed`` defaults to True (False
-    gives a plain card); other parameters are ``pn.Card``'s.
-    """
+    """A ``pn.Card``, collapsed by default, whose contents' models are built when first expanded
+    (not sent or walked before); :meth:`select` still finds them."""
 
     def __init__(self, *objects, **params):
         params.setdefault("collapsed", True)
@@ -429,19 +365,14 @@ class LazyCard(pn.Card):
 
 
 # ================================================================ 3. one session's events in order
-#: Seconds a session's running event handler holds its later events back (Panel's own
-#: handlers take milliseconds; a longer one is computing, and the events behind it go on).
+#: Seconds a session's running event handler holds its later events back (Panel's take ms).
 HOLD_SECONDS = 1.5
-#: A session's event handler that waited or ran longer than this (seconds) is logged (debug).
+#: Seconds an event handler waited or ran before it is logged (debug).
 SLOW_SECONDS = 0.5
 
 
 def document_of(fn, args=(), kwargs=None):
-    """The Bokeh ``Document`` a task submitted by Panel belongs to, or None.
-
-    Panel submits ``(handler, doc, ...)`` for widget events, ``handler(doc)`` for on-load
-    callbacks and ``partial(run, doc, callback)`` for ``pn.state.execute(..., schedule="thread")``.
-    """
+    """The Bokeh ``Document`` among a Panel task's arguments (partials unwrapped), or None."""
     candidates = list(args) + list((kwargs or {}).values())
     while isinstance(fn, functools.partial):
         candidates += list(fn.args) + list(fn.keywords.values())
@@ -451,8 +382,7 @@ def document_of(fn, args=(), kwargs=None):
 
 @dataclasses.dataclass(eq=False)
 class _Lane:
-    """One session's queue: its waiting tasks, the ticket holding the lane, and since when
-    that task runs (None while it waits for a thread)."""
+    """One session's waiting tasks, the ticket holding the lane, since when it runs (or None)."""
 
     waiting: collections.deque = dataclasses.field(default_factory=collections.deque)
     ticket: int = 0
@@ -460,24 +390,15 @@ class _Lane:
 
 
 class SessionOrderedPool(ThreadPoolExecutor):
-    """A ``ThreadPoolExecutor`` that starts one session's tasks one after the other, in order.
-
-    ``max_workers``: threads shared by all sessions; ``hold_seconds``: how long a running
-    task holds its session's later tasks back; ``key(fn, args, kwargs)``: the task's
-    session, or None for a task with no order to keep (default :func:`document_of`).
-
-    Raises
-    ------
-    ValueError
-        If ``hold_seconds`` is not positive.
-    """
+    """A ``ThreadPoolExecutor`` starting one session's tasks in order, each after the previous
+    ends or has run ``hold_seconds``; ``key(fn, args, kwargs)``: a task's session (None: no
+    order).  ValueError for ``hold_seconds`` <= 0."""
 
     def __init__(self, max_workers: int | None = None, hold_seconds: float = HOLD_SECONDS,
                  key=document_of, thread_name_prefix: str = "dpexplorer-events"):
         super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
         if not hold_seconds > 0:
-            raise ValueError(f"hold_seconds must be a positive number of seconds, "
-                             f"not {hold_seconds!r}")
+            raise ValueError(f"hold_seconds must be a positive number of seconds, not {hold_seconds!r}")
         self.hold_seconds = float(hold_seconds)
         self._key = key
         self._guard = threading.Condition()
@@ -565,8 +486,7 @@ class SessionOrderedPool(ThreadPoolExecutor):
                     return
                 now = time.monotonic()
                 running = [(s, lane) for s, lane in self._lanes.items() if lane.since is not None]
-                stale = [(s, lane.ticket) for s, lane in running
-                         if now - lane.since >= self.hold_seconds]
+                stale = [(s, lane.ticket) for s, lane in running if now - lane.since >= self.hold_seconds]
                 if not stale:
                     self._guard.wait(min((lane.since + self.hold_seconds - now
                                           for _, lane in running), default=None))
@@ -594,7 +514,7 @@ class SessionOrderedPool(ThreadPoolExecutor):
 
 
 def _equal(a, b) -> bool:
-    """``a == b`` as one bool, False when the comparison fails or is ambiguous (arrays)."""
+    """``a == b`` as one bool, False when it fails or is ambiguous (arrays)."""
     try:
         return bool(a == b)
     except Exception:  # noqa: BLE001 - e.g. numpy's "truth value of an array is ambiguous"
@@ -602,8 +522,7 @@ def _equal(a, b) -> bool:
 
 
 def _keep_browser_values(update):
-    """Wrap Panel's ``Syncable._scheduled_update_model``: a value equal to the one the browser
-    sent is passed on as that very object, so Panel drops the echo (:func:`install_echo_guard`)."""
+    """Wrap ``Syncable._scheduled_update_model``: pass a value equal to the browser's as its own."""
 
     @functools.wraps(update)
     def scheduled_update_model(self, events, msg, root, model, doc, comm, curdoc_events):
@@ -617,18 +536,11 @@ def _keep_browser_values(update):
 
 
 def install_echo_guard(syncable=None) -> None:
-    """Stop Panel sending a widget's own older value back over a newer one the browser sent.
+    """Stop Panel sending a widget's older value back over a newer one the browser sent.
 
-    Panel 1.9 drops the echo of the browser's values by identity; a selection widget's echo
-    is an equal new object, and a newer value sent meanwhile was dropped instead: a second
-    attribute removed from a MultiChoice came back (3 of 12 rounds of five quick removals,
-    Chromium on 2 cores at load 5).  An equal value is passed on as the browser's own object.
-    Calling it again changes nothing.
-
-    Raises
-    ------
-    RuntimeError
-        If Panel's ``Syncable`` has no ``_scheduled_update_model`` (the private method moved).
+    Panel 1.9 drops echoes by identity; a selection's echo is an equal new object, and an
+    attribute removed from a MultiChoice came back (3 of 12 rounds, Chromium, 2 cores at
+    load 5).  RuntimeError if ``Syncable._scheduled_update_model`` moved.
     """
     if syncable is None:
         from panel.reactive import Syncable as syncable
@@ -641,17 +553,9 @@ def install_echo_guard(syncable=None) -> None:
 
 
 def install(state=None) -> SessionOrderedPool | None:
-    """Replace Panel's widget-callback pool by a :class:`SessionOrderedPool` of the same size.
-
-    Call after ``pn.extension(nthreads=N)``; returns the pool in place, or None with no
-    pool (already in order).  With a pool it also installs :func:`install_echo_guard`.
-
-    Raises
-    ------
-    RuntimeError
-        If ``pn.state`` keeps no ``_thread_pool`` (the private attribute moved), or
-        :func:`install_echo_guard` cannot be installed.
-    """
+    """Replace Panel's widget-callback pool (after ``pn.extension(nthreads=N)``) by a
+    :class:`SessionOrderedPool` and install :func:`install_echo_guard`; returns the pool in
+    place (None: no pool).  RuntimeError if ``pn.state._thread_pool`` moved."""
     if state is None:
         from panel.io.state import state
     if not hasattr(state, "_thread_pool"):

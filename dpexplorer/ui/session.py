@@ -1,18 +1,12 @@
 """The explorer's shared state: privacy parameters, dataset, budget, ledgers, workload.
 
-One :class:`Session` per browser session (or notebook); every page reacts to its
-parameters, so the sidebar's ε, δ, noise, dataset and simulation seed drive all pages.
-Only public things live here except the datasets' data vectors, which pages hand to the
-privacy kernel (:class:`dpexplorer.privacy.PrivateData`).
-
-Each dataset has its own ledger (:attr:`Session.ledger`: the selected dataset's), kept in
-one SQLite store shared by every session and surviving restarts (:func:`ledger_store_path`).
-A dataset's budget is the sidebar's when the store has none yet, and the sidebar always
-shows the budget in force (:meth:`Session.show_budget_in_force`); a session may lower it but
-never raise it -- raising is the data owner's act in Python,
-``dpx.PrivacyLedger.open(path, dataset).set_budget(...)`` (``dpexplorer/docs/accounting.md``).
-A release that would exceed the budget is refused before any noise is drawn.  The seed is
-the **simulation** seed only: releases draw from the OS CSPRNG.
+One :class:`Session` per browser session (or notebook) drives every page.  Only public
+things live here except the datasets' data vectors, which pages hand to the privacy kernel
+(:class:`dpexplorer.privacy.PrivateData`).  Each dataset's ledger lives in one SQLite store
+shared by every session (:func:`ledger_store_path`); a session may lower a budget, never
+raise it (the data owner's act in Python, ``dpexplorer/docs/accounting.md``); a release
+that would exceed it is refused before any noise is drawn.  The seed seeds simulations
+only: releases draw from the OS CSPRNG.
 """
 
 from __future__ import annotations
@@ -50,12 +44,8 @@ log = logging.getLogger(__name__)
 
 
 def ledger_store_path() -> Path:
-    """The SQLite file holding every dataset's ledger of the served explorer.
-
-    ``$DPEXPLORER_LEDGER`` if set, else ``ledgers.sqlite`` in
-    ``platformdirs.user_data_dir("dpexplorer")``; its folder is created when a ledger is
-    first opened.
-    """
+    """The SQLite file of every dataset's ledger: ``$DPEXPLORER_LEDGER``, else ``ledgers.sqlite``
+    in ``platformdirs.user_data_dir("dpexplorer")`` (created when a ledger is first opened)."""
     env = os.environ.get("DPEXPLORER_LEDGER", "").strip()
     if env:
         return Path(env).expanduser()
@@ -67,10 +57,7 @@ def _cap(text: str, **params) -> dict:
 
 
 def notify(message: str, level: str = "error") -> None:
-    """Show ``message`` in the page's notification area when there is one, and log it.
-
-    Never raises: outside a server session (tests, scripts) it only logs.
-    """
+    """Log ``message`` and show it in the notification area, if any; never raises."""
     log.info("%s: %s", level, message)
     with contextlib.suppress(Exception):  # no session or no notification area
         area = pn.state.notifications
@@ -79,23 +66,13 @@ def notify(message: str, level: str = "error") -> None:
 
 
 class Page:
-    """What the explorer's pages share: set-up, tasks, read-only outputs, the error shown.
-
-    Mixed into a page's ``param.Parameterized`` class, which has an ``error`` string
-    parameter and a ``panel()`` method, and calls :meth:`_setup_page` first in ``__init__``.
-    """
+    """What the pages share: set-up, tasks, read-only outputs, the error shown.  Mixed into a
+    ``param.Parameterized`` page with an ``error`` parameter and a ``panel()`` method."""
 
     def _setup_page(self, session: Session | None = None, background: bool | None = True) -> None:
-        """The set-up every page shares (call before ``super().__init__``).
-
-        Sets ``session`` (a new :class:`Session` if None), ``background`` (False: tasks run
-        in the caller's thread; None: in the background only in a served page), ``_lock``
-        (the page's reentrant lock, held while posted updates and deferred redraws run),
-        ``_jobs`` (its :class:`~dpexplorer.ui.tasks.Jobs`), ``gate`` (a
-        :class:`~dpexplorer.ui.serving.ShownGate`), ``_loaded`` (set once the browser has
-        drawn the page; at once outside a server) and ``_doc`` (a weak reference to the
-        served document, or None).  :meth:`_session_destroyed` runs when its tab closes.
-        """
+        """Set ``session`` (new if None), ``background`` (None: only when served), ``_lock``,
+        ``_jobs``, ``gate``, ``_loaded`` (set once the browser drew the page) and ``_doc``
+        (weak reference to the served document); call before ``super().__init__``."""
         doc = served_document()
         self.session = session if session is not None else Session()
         self.background = (doc is not None) if background is None else background
@@ -114,17 +91,13 @@ class Page:
         doc.on_session_destroyed(self._session_destroyed)
 
     def _session_destroyed(self, _context) -> None:
-        """The page's browser tab has closed: its work stops (``stop()``, if it has one)."""
+        """The page's tab has closed: its ``stop()``, if any, stops its work."""
         stop = getattr(self, "stop", None)
         if callable(stop):
             stop()
 
     def start_task(self, fn, *args, **options) -> Task:
-        """Start ``fn(task, *args)`` as a :class:`~dpexplorer.ui.tasks.Task` of this page.
-
-        ``options``: :meth:`TaskRunner.start`'s (``name``, ``optimizer``); in the caller's
-        thread when the page was made with ``background=False``.
-        """
+        """Start ``fn(task, *args)`` as a task of this page (``options``: ``TaskRunner.start``'s)."""
         return self._jobs.start(fn, *args, background=self.background, **options)
 
     def _submit(self, fn, *args, executor=None) -> None:
@@ -135,10 +108,7 @@ class Page:
             fn(lambda callback: callback(), *args)
 
     def wait(self, timeout: float = 300.0) -> bool:
-        """Block until the page's tasks are done (tests, scripts); ``False`` on timeout.
-
-        ``True`` at once for a page that runs no tasks (no :meth:`_setup_page`).
-        """
+        """Block until the page's tasks are done; ``False`` on timeout."""
         jobs = getattr(self, "_jobs", None)
         return True if jobs is None else jobs.wait(timeout)
 
@@ -167,16 +137,12 @@ class Page:
 
 
 def side_by_side(*columns, basis: int = 480) -> pn.FlexBox:
-    """``columns`` side by side on a wide screen, one under the other on a narrow one.
-
-    A fixed-width column keeps its width; a stretching one grows from ``basis`` pixels and
-    wraps below the others when the window has no room for it.
-    """
+    """``columns`` side by side, wrapping on a narrow screen; a stretching one grows from
+    ``basis`` pixels."""
     for col in columns:
         if getattr(col, "sizing_mode", None) in ("stretch_width", "stretch_both"):
             col.styles = {**(col.styles or {}), "flex": f"1 1 {basis}px", "min-width": "0"}
-    return pn.FlexBox(*columns, flex_wrap="wrap", align_items="flex-start",
-                      sizing_mode="stretch_width")
+    return pn.FlexBox(*columns, flex_wrap="wrap", align_items="flex-start", sizing_mode="stretch_width")
 
 
 #: Pixels per character of a Tabulator header word, around it (padding, borders) and of the
@@ -186,13 +152,9 @@ _HEADER_CHAR_PX, _HEADER_PAD_PX, _HEADER_SORTER_PX = 13, 24, 26
 
 def readable_headers(columns, titles: dict | None = None, sortable: bool = True,
                      grow: dict | None = None) -> dict:
-    """Tabulator ``configuration`` under which no column header is cut off ("mech…").
-
-    Headers wrap between words and each of the fields ``columns`` is at least as wide as
-    the longest word of its title (``titles[field]``, else the field; a soft hyphen U+00AD
-    marks where a word may break), plus room for the sort arrow when ``sortable``.  ``grow``:
-    share of the width left over, by field (Tabulator's ``widthGrow``, default 1).
-    """
+    """Tabulator ``configuration`` cutting no header off: each field at least as wide as the
+    longest word of its title (``titles``; U+00AD marks a break), plus the sort arrow when
+    ``sortable``; ``grow``: share of the width left over, by field (``widthGrow``)."""
     grow, titles = grow or {}, titles or {}
     pad = _HEADER_PAD_PX + (_HEADER_SORTER_PX if sortable else 0)
     config = []
@@ -223,8 +185,7 @@ def release_stamp(release) -> str:
 
 
 def number_text(value) -> str:
-    """How a number box shows ``value``: the shortest text that reads back as the same
-    float (``1``, ``0.5``, ``1e-06``), '' for None or NaN."""
+    """The shortest text reading back as ``value`` (``1``, ``0.5``, ``1e-06``); '' for None, NaN."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     text = repr(float(value))
@@ -232,13 +193,7 @@ def number_text(value) -> str:
 
 
 def parse_number(text) -> float | None:
-    """The number a box's ``text`` holds (None when blank): ``0.5``, ``1e-6``, `` 2 ``.
-
-    Raises
-    ------
-    ValueError
-        If the text is not a number ("abc", "1,5", "2x").
-    """
+    """The number ``text`` holds (None when blank); ValueError if it is none ("1,5")."""
     if text is None or not str(text).strip():
         return None
     try:
@@ -248,14 +203,9 @@ def parse_number(text) -> float | None:
 
 
 class EnteredFloatInput(pn.widgets.FloatInput):
-    """A number box (ε, δ, a budget) that reads what the user typed on the server.
-
-    Bokeh's number box silently drops keys that cannot be part of a number.  This one is a
-    text box in the browser, read on Enter or leaving it (:func:`parse_number`): a text that
-    is not a number leaves :attr:`value` (a float, None when emptied) as it was, is put in
-    :attr:`refused` (an event each time) and the box shows the value in use again.  The
-    value is a Panel 1.9 priority change, handled without Panel's 50 ms hold.
-    """
+    """A number box read on the server (Bokeh's silently drops keys): a text box whose text
+    that is not a number keeps :attr:`value`, goes to :attr:`refused` (an event each time)
+    and shows the value in use again; a priority change, without Panel's 50 ms hold."""
 
     refused = param.String(default="", precedence=-1, doc="""
         The last text entered that is not a number ('' until one is).""")
@@ -293,19 +243,15 @@ class EnteredFloatInput(pn.widgets.FloatInput):
 
 
 def error_alert(error, lead: str = "**Not done, the page keeps its last result.**") -> pn.pane.Alert:
-    """A danger Alert showing ``lead`` and a page's error text, hidden while there is none.
-
-    ``error``: the page's error parameter (e.g. ``page.param.error``, '' for none); shown in
-    the app's words (:func:`app_text`).
-    """
+    """A danger Alert of ``lead`` and the ``error`` parameter's text in the app's words,
+    hidden while it is ''."""
     return pn.pane.Alert(pn.bind(lambda e: f"{lead} {app_text(e)}", error), alert_type="danger",
                          sizing_mode="stretch_width", disable_math=True,
                          visible=pn.bind(bool, error))
 
 
 class Session(param.Parameterized):
-    """Shared inputs of all pages (the sidebar's parameters, each documented below) and the
-    session's ledgers; ``dpbench_dir`` defaults to ``DPEXPLORER_DPBENCH``."""
+    """The sidebar's inputs shared by all pages, and the session's ledgers."""
 
     epsilon = param.Number(default=1.0, bounds=(0, None), inclusive_bounds=(False, True),
                            softbounds=(0.01, 5.0), doc="Privacy parameter ε > 0 (per release).")
@@ -359,13 +305,7 @@ class Session(param.Parameterized):
         self.show_budget_in_force()
 
     def noise_model(self) -> dpx.noise.NoiseModel:
-        """``Laplace(ε)`` or ``Gaussian(ε, δ)`` for the sidebar's values.
-
-        Raises
-        ------
-        ValueError
-            If ε or δ is out of range.
-        """
+        """``Laplace(ε)`` or ``Gaussian(ε, δ)``; ValueError for ε or δ out of range."""
         if self.noise == "Gaussian":
             return dpx.Gaussian(self.epsilon, self.delta, self.calibration)
         return dpx.Laplace(self.epsilon)
@@ -408,13 +348,9 @@ class Session(param.Parameterized):
 
     @param.depends("budget", "budget_epsilon", "budget_delta", "budget_rho", watch=True)
     def _apply_budget(self) -> None:
-        """Lower the selected dataset's budget (and the record table's) to the sidebar's.
-
-        Only lowering is applied (:func:`dpexplorer.privacy.ledger.budget_within`); raising
-        or removing is refused with how the owner raises it, and a budget below what was
-        spent is not applied.  Another kind starts from its largest budget within the one in
-        force (:func:`_largest_within`).  The fields then show the budget in force again.
-        """
+        """Lower the dataset's (and record table's) budget to the sidebar's; raising, removing
+        or going below what was spent is refused; another kind starts from its largest budget
+        within the one in force (:func:`_largest_within`)."""
         if self._showing_budget:
             return  # the fields are being set to the budget in force: nothing to apply
         new = self.budget_object()
@@ -451,12 +387,7 @@ class Session(param.Parameterized):
 
     @param.depends("dataset", watch=True)
     def show_budget_in_force(self) -> None:
-        """Set the budget fields (``budget``, ``budget_epsilon``, ...) to the selected dataset's budget.
-
-        Called at start, on a dataset change and after every budget change from the sidebar,
-        so it never shows a default or a refused value; ``"none"`` with no budget.  Fields of
-        other kinds keep their values; setting them applies nothing.
-        """
+        """Set the budget fields to the selected dataset's budget in force (applying nothing)."""
         b = self.ledger.budget
         values = {"budget": "none" if b is None else b.kind}
         if b is not None:
@@ -511,13 +442,7 @@ class Session(param.Parameterized):
         return f"*Source:* {self.dataset_source(name)}"
 
     def data(self) -> Dataset:
-        """The selected dataset (loaded once, then cached).
-
-        Raises
-        ------
-        ValueError
-            If it cannot be loaded.
-        """
+        """The selected dataset (loaded once); ValueError if it cannot be loaded."""
         name = self.dataset
         if name not in self._datasets:
             loader = self._loaders.get(name)
@@ -534,12 +459,8 @@ class Session(param.Parameterized):
         notify(message, "error")
 
     def set_input(self, name: str, value) -> bool:
-        """Set a sidebar input ``name`` to ``value`` after checking it; ``True`` if it was used.
-
-        A refused value is reported in plain words (what was wrong, what is allowed, the
-        value kept); the session is unchanged.  ε and δ are checked by building the noise
-        models they give; an extreme one is used with a warning (:meth:`privacy_note`).
-        """
+        """Set a sidebar input after checking it; ``True`` if used.  A refused value is reported
+        (what was wrong, what is allowed, the value kept); an extreme ε or δ warns."""
         label = _INPUT_LABELS.get(name, name)
         kept = f"it stays {_shown(getattr(self, name, None))}."
         if isinstance(value, str) and name in _NUMBER_INPUTS and value.strip():
@@ -609,7 +530,8 @@ class Session(param.Parameterized):
         widgets = {
             "noise": pn.widgets.RadioButtonGroup(**_cap("Noise"), options=["Laplace", "Gaussian"]),
             "epsilon": EnteredFloatInput(**_cap("ε (> 0)", **wide)),
-            "delta": EnteredFloatInput(**_cap("δ (0 < δ < 1)", **wide)),
+            "delta": EnteredFloatInput(**_cap("δ (0 < δ < 1)", **wide),
+                                       visible=pn.bind(lambda n: n == "Gaussian", self.param.noise)),
             "dataset": pn.widgets.Select(**_cap("Dataset", **wide),
                                          options=self.param.dataset.objects),
             "seed": pn.widgets.IntInput(
@@ -620,9 +542,12 @@ class Session(param.Parameterized):
             "budget": pn.widgets.Select(**_cap("Budget of each dataset", **wide),
                                         options={"none": "none", "pure ε-DP": "pure",
                                                  "(ε, δ)": "approx", "ρ (zCDP)": "zcdp"}),
-            "budget_epsilon": EnteredFloatInput(**_cap("Budget ε", **wide)),
-            "budget_delta": EnteredFloatInput(**_cap("Budget δ", **wide)),
-            "budget_rho": EnteredFloatInput(**_cap("Budget ρ", **wide)),
+            "budget_epsilon": EnteredFloatInput(**_cap("Budget ε", **wide), visible=pn.bind(
+                lambda b: b in ("pure", "approx"), self.param.budget)),
+            "budget_delta": EnteredFloatInput(**_cap("Budget δ", **wide), visible=pn.bind(
+                lambda b: b == "approx", self.param.budget)),
+            "budget_rho": EnteredFloatInput(**_cap("Budget ρ", **wide), visible=pn.bind(
+                lambda b: b == "zcdp", self.param.budget)),
             "dpbench_dir": pn.widgets.TextInput(
                 **_cap("DPBench folder", **wide),
                 placeholder="folder holding the 1D/ and 2D/ .npy files"),
@@ -630,12 +555,6 @@ class Session(param.Parameterized):
                 **_cap("Gaussian calibration"),
                 options={"zCDP (releases)": "zcdp", "analytic (study)": "analytic"}),
         }
-
-        def show_fields() -> None:
-            widgets["delta"].visible = self.noise == "Gaussian"
-            widgets["budget_epsilon"].visible = self.budget in ("pure", "approx")
-            widgets["budget_delta"].visible = self.budget == "approx"
-            widgets["budget_rho"].visible = self.budget == "zcdp"
 
         def setter(name, widget):
             def apply(event):
@@ -650,33 +569,26 @@ class Session(param.Parameterized):
         for name, widget in widgets.items():
             widget.value = getattr(self, name)
             setter(name, widget)
-        show_fields()
 
         def sync(*events):
             for e in events:
                 # the value now, not the event's: a watcher before this one may have set it
                 # again (a refused budget goes back to the one in force)
                 widgets[e.name].value = getattr(self, e.name)
-                if e.name in ("noise", "budget"):
-                    show_fields()
         self.param.watch(sync, [n for n in widgets if n != "dpbench_dir"])
         dataset = widgets["dataset"]
-        self.param.watch(lambda e: setattr(dataset, "options", list(e.new)), "dataset",
-                         what="objects")
-        source = pn.pane.Markdown(self.source_text(), margin=(0, 10),
-                                  styles={"font-size": "0.9em"}, **wide)
+        self.param.watch(lambda e: setattr(dataset, "options", list(e.new)), "dataset", what="objects")
+        source = pn.pane.Markdown(self.source_text(), margin=(0, 10), styles={"font-size": "0.9em"}, **wide)
         for what in ("value", "objects"):
-            self.param.watch(lambda *_: setattr(source, "object", self.source_text()), "dataset",
-                             what=what)
+            self.param.watch(lambda *_: setattr(source, "object", self.source_text()), "dataset", what=what)
         advice = pn.pane.Markdown(pn.bind(lambda *_: self.privacy_note(), self.param.epsilon,
                                           self.param.delta, self.param.noise, self.param.dataset),
                                   margin=(0, 10), **wide)
-        self._meaning_pane = pn.pane.Markdown(self._sentence.text(), styles={"font-size": "0.9em"},
-                                              **wide)
+        self._meaning_pane = pn.pane.Markdown(self._sentence.text(), styles={"font-size": "0.9em"}, **wide)
         self.param.watch(self._explain, ["epsilon", "delta", "noise", "calibration", "workload"])
-        ledger = self._ledger_pane = pn.pane.Markdown(self._ledger_text(), **wide)
-        self.param.watch(lambda e: setattr(ledger, "object", self._ledger_text()),
-                         ["dataset", "table"])
+        ledger = self._ledger_pane = pn.pane.Markdown(pn.bind(
+            lambda *_: self._ledger_text(), self.param.dataset, self.param.table,
+            self.param.ledger_version), **wide)
         w = widgets
         return pn.Column(
             pn.pane.Markdown("### Privacy"), w["noise"], w["epsilon"], w["delta"], advice,
@@ -710,9 +622,6 @@ class Session(param.Parameterized):
     def ledger_changed(self) -> None:
         """Refresh the sidebar's ledger summary (pages call this after a release)."""
         self.ledger_version += 1
-        pane = getattr(self, "_ledger_pane", None)
-        if pane is not None:
-            pane.object = self._ledger_text()
 
 
 def _largest_within(kind: str, old: dpx.Budget) -> dpx.Budget | None:

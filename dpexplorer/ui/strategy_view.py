@@ -1,14 +1,11 @@
 """The Strategy page: what a mechanism measures, drawn as a matrix (HDMM Fig. 1).
 
-:class:`StrategyView` shows two data-independent strategies side by side for the
-session's workload ``W`` and noise, each built through ``session.cache.entry(W,
-name, noise)`` (shared with the Compare page) in a background task: heatmaps of
-``A`` and of ``AᵀA`` (``TSE = v·Δ²·tr(WᵀW (AᵀA)⁺)``; one pair per Kronecker factor,
-block-averaged above ``max_pixels``), its rows, L1/L2 sensitivity and analytic RMSE
-(rescaled when ε or δ change), the marginal weights (OPT_M, DataCube), the blocks
-(OPT+) and the optimiser's convergence and live progress (with Cancel).  Errors
-show in the side and go to ``session.report``.  Outputs for tests and notebooks:
-``view.left_info`` / ``view.right_info`` (:class:`StrategyInfo`), :meth:`StrategyView.wait`.
+Two data-independent strategies side by side for the session's workload ``W`` and noise,
+each built through ``session.cache.entry`` (shared with Compare) in a task: heatmaps of
+``A`` and ``AᵀA`` (``TSE = v·Δ²·tr(WᵀW (AᵀA)⁺)``, HDMM Prop. 4; per Kronecker factor,
+block-averaged above ``max_pixels``), rows, L1/L2 sensitivity, analytic RMSE, marginal
+weights, blocks, and the optimiser's convergence and progress.  Outputs:
+``view.left_info`` / ``view.right_info`` (:class:`StrategyInfo`).
 """
 
 from __future__ import annotations
@@ -32,7 +29,7 @@ from . import optimize_view as ov
 from . import workers
 from .compare_view import _LABEL, _message, check_workload, structured_1d
 from .exports import FigureExport
-from .serving import TableSlot
+from .serving import TableSlot, button
 from .session import Page, Session
 from .tasks import Task, build_lock
 
@@ -83,7 +80,7 @@ class StrategyInfo:
 
 
 def heatmap_element(h: Heatmap, size: int = 300) -> hv.Image:
-    """hv.Image of a heatmap in matrix orientation (row 0 at the top), in the matrix's own units."""
+    """hv.Image of a heatmap, row 0 at the top, in the matrix's own units."""
     (rows, cols), arr = h.shape, h.array
     neg = bool(np.nanmin(arr) < 0)
     top = float(np.nanmax(np.abs(arr))) or 1.0
@@ -97,11 +94,8 @@ def heatmap_element(h: Heatmap, size: int = 300) -> hv.Image:
 
 
 class StrategyView(Page, pn.viewable.Viewer):
-    """Two strategies for ``session.workload`` side by side: heatmaps of A and AᵀA, figures.
-
-    ``session``: shared state (a new one if omitted); ``background=False`` builds in the
-    caller's thread.
-    """
+    """Two strategies for ``session.workload`` side by side (``background=False``: built in the
+    caller's thread)."""
 
     left = param.String(default="h2", doc="Registry name of the left strategy.")
     right = param.String(default="hb", doc="Registry name of the right strategy.")
@@ -114,12 +108,9 @@ class StrategyView(Page, pn.viewable.Viewer):
                                      constant=True, precedence=-1)
     left_busy = param.Boolean(default=False, constant=True, precedence=-1)
     right_busy = param.Boolean(default=False, constant=True, precedence=-1)
-    left_status = param.String(default="", constant=True, precedence=-1,
-                               doc="What the left side waits for ('' when idle).")
-    right_status = param.String(default="", constant=True, precedence=-1,
-                                doc="What the right side waits for ('' when idle).")
-    error = param.String(default="", constant=True, precedence=-1,
-                         doc="Last error of this page (also sent to session.report()).")
+    left_status = param.String(default="", constant=True, precedence=-1)
+    right_status = param.String(default="", constant=True, precedence=-1)
+    error = param.String(default="", constant=True, precedence=-1, doc="Last error, or ''.")
 
     #: Largest non-Kronecker domain (cells); Kronecker: per attribute.
     max_cells = 4096
@@ -148,21 +139,21 @@ class StrategyView(Page, pn.viewable.Viewer):
         return dpx.registry.names(data_dependent=False)
 
     def cancel(self, side: str) -> None:
-        """Stop the optimisation building ``side`` ('Build again', :meth:`update`, restarts it)."""
+        """Stop the optimisation building ``side`` (:meth:`update` restarts it)."""
         if (task := self._tasks[side]) is not None:
             task.cancel()
 
     def stop(self) -> None:
-        """Stop both sides' optimisations (the browser tab closed: they could run for minutes)."""
+        """Stop both sides' optimisations (the tab closed)."""
         for side in SIDES:
             self.cancel(side)
 
     def info(self, side: str) -> StrategyInfo | None:
-        """The :class:`StrategyInfo` shown on ``side`` ("left" or "right")."""
+        """The :class:`StrategyInfo` shown on ``side``."""
         return getattr(self, f"{side}_info")
 
     def _show_error(self, message: str) -> None:
-        """Show ``message`` on the page and report it, unless the session shows it already."""
+        """Show and report ``message``, unless the session shows it already."""
         self._set(error=message)
         if self.session.error != message:  # e.g. a bad workload, already shown by Compare
             self.session.report(message)
@@ -208,7 +199,7 @@ class StrategyView(Page, pn.viewable.Viewer):
     _pixels = None
 
     def _build(self, task: Task, side, token, W, noise, name, max_pixels) -> None:
-        """Build (or look up) one side's strategy and what is drawn of it; post the result."""
+        """Build (or look up) one side's strategy and its drawings; post the result."""
         post = task.post
         try:
             mech = dpx.registry.get(name)
@@ -255,8 +246,7 @@ class StrategyView(Page, pn.viewable.Viewer):
             if token != self._tokens[side]:
                 post(lambda: progress.end(token))
                 return  # superseded: a newer build of this side runs
-            error = info.error = (
-                f"{mech.label}: optimisation cancelled; press 'Build again' to rebuild it")
+            error = info.error = f"{mech.label}: optimisation cancelled; press 'Build again' to rebuild it"
         except Exception as exc:  # noqa: BLE001 - shown in the page, never a traceback
             if not isinstance(exc, ValueError):
                 log.exception("strategy %s failed", name)
@@ -265,7 +255,7 @@ class StrategyView(Page, pn.viewable.Viewer):
         post(lambda: self._done(side, token, info, error))
 
     def _status(self, post, side, token, text) -> None:
-        """Post the status line of ``side``, unless superseded or shown (posts may reorder)."""
+        """Post ``side``'s status line unless superseded (posts may reorder)."""
         def show():
             if token == self._tokens[side] and getattr(self, f"{side}_busy"):
                 self._set(**{f"{side}_status": text})
@@ -285,7 +275,7 @@ class StrategyView(Page, pn.viewable.Viewer):
 
     # --------------------------------------------------------------- UI
     def stats(self, side: str) -> str:
-        """Markdown figures of the strategy on ``side`` (RMSE at the session's current noise)."""
+        """Markdown figures of ``side``'s strategy (RMSE at the session's noise)."""
         info = self.info(side)
         if info is None:
             return "Building…" if getattr(self, f"{side}_busy") else "No strategy yet."
@@ -330,13 +320,12 @@ class StrategyView(Page, pn.viewable.Viewer):
         return text
 
     def plot(self, side: str):
-        """hv.Layout (one column) of the convergence, the marginal weights, then the heatmaps
-        (A and AᵀA, per factor, per block) of ``side``, or None.  One Layout: separate
-        HoloViews panes next to the heatmaps upset the Bokeh layout (Panel 1.9)."""
+        """One hv.Layout column of ``side``'s convergence, marginal weights and heatmaps, or None
+        (separate HoloViews panes upset the Bokeh layout, Panel 1.9)."""
         return self.heatmaps_plot(side, [self.convergence(side), self.marginals_plot(side)])
 
     def heatmaps_plot(self, side: str, first=()):
-        """The heatmaps of ``side``'s strategy (A and AᵀA, per factor, per block), or None."""
+        """``side``'s heatmaps (A and AᵀA, per factor, per block), or None."""
         info = self.info(side)
         if info is None:
             return None
@@ -350,7 +339,7 @@ class StrategyView(Page, pn.viewable.Viewer):
         return info if ok else None
 
     def convergence(self, side: str):
-        """The convergence plot of the optimiser behind ``side`` (hv.Overlay), or None."""
+        """The convergence plot of ``side``'s optimiser, or None."""
         info = self._optimised(side)
         return ov.convergence_plot(info.optimization, info.svdb) if info else None
 
@@ -360,7 +349,7 @@ class StrategyView(Page, pn.viewable.Viewer):
         return ov.convergence_frame(info.optimization) if info else None
 
     def marginals_plot(self, side: str):
-        """Bars of the marginal weights θ of ``side`` (marginal strategies), or None."""
+        """Bars of ``side``'s marginal weights θ, or None."""
         info = self.info(side)
         if info is None or info.marginal_weights is None or not len(info.marginal_weights):
             return None
@@ -380,8 +369,7 @@ class StrategyView(Page, pn.viewable.Viewer):
         select = pn.widgets.Select(options=options, value=getattr(self, side), width=240,
                                    **{_LABEL: f"{side.capitalize()} strategy"})
         select.link(self, value=side, bidirectional=True)
-        rebuild = pn.widgets.Button(**{_LABEL: "Build again"}, width=120)
-        rebuild.on_click(lambda e: self.update(side))
+        rebuild = button("Build again", "default", lambda: self.update(side), width=120)
         progress = self.progress[side].panel(cancel=lambda: self.cancel(side), gate=self.gate)
         # widgets follow the page's state through the gate: nothing changes while hidden
         shown = self.gate.mirror(self, [f"{side}_status", f"{side}_busy"])
@@ -428,12 +416,11 @@ class StrategyView(Page, pn.viewable.Viewer):
         body = pn.Column(stats, note, btable, box,
                          loading=shown.param[f"{side}_busy"], sizing_mode="stretch_width")
         # the progress stays outside the loading overlay so that it can be seen (and cancelled)
-        return pn.Column(pn.Row(select, rebuild), progress, status, body,
-                         sizing_mode="stretch_width")
+        return pn.Column(pn.Row(select, rebuild), progress, status, body, sizing_mode="stretch_width")
 
     def panel(self) -> pn.Column:
-        """The page's layout (built once), under the page's lock: a build finishing between
-        drawing a side from its state and watching it would leave it "Building…" for good."""
+        """The page (built once, under the lock: a build ending between drawing a side and
+        watching it left it "Building…")."""
         with self._lock:
             if "root" not in self._panes:
                 self.exports: dict = {}

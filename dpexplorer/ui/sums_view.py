@@ -170,6 +170,7 @@ class SumsView(Page, pn.viewable.Viewer):
     trials = param.Integer(default=30, allow_None=True, doc="Simulated trials, 1 .. 500.")
     gamma = param.Number(default=1.0, allow_None=True, doc="γ > 0 of the relative error |ŷ − y| / max(y, γ).")
     show_isotonic = param.Boolean(default=False, doc="Draw the answers after isotonic regression.")
+    untruncated = param.Boolean(default=False, doc="Draw the run without truncation (same seeds, all of ε).")
     curve_mechanism = param.Selector(default="tamm", objects=list(sums.MECHANISMS), doc="""
         Mechanism whose bias² / variance / total is drawn against τ.""")
     release_mechanism = param.Selector(default="tamm", objects=list(sums.MECHANISMS), doc="""
@@ -337,7 +338,7 @@ class SumsView(Page, pn.viewable.Viewer):
                 workload = self.build_workload(attr)
             except Exception as exc:  # noqa: BLE001 - reported, state kept
                 return self._fail(exc)
-            total = 1 if release else snap["trials"] + len(study.curve_taus(workload))
+            total = 1 if release else self._steps(snap) + len(study.curve_taus(workload))
             self._set(busy=True, progress=0, progress_total=max(total, 1))
         self._submit(job, attr, workload, snap)
         return True
@@ -357,13 +358,17 @@ class SumsView(Page, pn.viewable.Viewer):
 
     def simulate(self, attr, workload, snap, post=lambda cb: cb()) -> SumsResult:
         """The engine calls behind a run (:func:`dpexplorer.sums.study.simulate`), progress posted."""
-        trials = snap["trials"]
+        steps = self._steps(snap)  # the untruncated trials too, before the τ curve
         return study.simulate(
-            attr, workload, snap["epsilon"], snap["seed"], trials, snap["tau_mode"], snap["tau"],
+            attr, workload, snap["epsilon"], snap["seed"], snap["trials"], snap["tau_mode"], snap["tau"],
             snap["svt"], snap["strategy"], snap["gamma"], notes=snap["notes"],
             value_kind=snap.get("value_kind", self.value_kind), spacing=snap.get("spacing", self.spacing),
             on_trial=lambda done, total: post(lambda: self._set(progress=done)),
-            on_tau=lambda done, total: post(lambda: self._set(progress=trials + done)))
+            on_tau=lambda done, total: post(lambda: self._set(progress=steps + done)))
+
+    @staticmethod
+    def _steps(snap: dict) -> int:
+        return snap["trials"] * (1 + (snap["tau_mode"] != "none"))
 
     def _done(self, exc: BaseException | None = None, spent: bool = False, **outputs) -> None:
         """A job's end, on the page: its outputs, or its error (and the ledger shown, if ``spent``)."""
@@ -497,6 +502,9 @@ class SumsView(Page, pn.viewable.Viewer):
         return False
 
     # ================================================================ plots
+    def _shown(self) -> SumsResult | None:
+        return self.result and self.result.shown(self.untruncated)
+
     def _x(self, res: SumsResult):
         if res.workload.thresholds is not None:
             return hv.Dimension("threshold", label=f"query threshold t ({res.attribute.unit or 'value'})")
@@ -516,7 +524,7 @@ class SumsView(Page, pn.viewable.Viewer):
 
     def answer_panels(self, res: SumsResult | None = None) -> list:
         """One overlay per mechanism: 5–95 % band, mean answer and truth against the query threshold."""
-        res = res or self.result
+        res = res or self._shown()
         if res is None:
             return [hv.Curve([]).opts(title="No simulation yet", responsive=True, height=250)]
         kd = self._x(res)
@@ -540,7 +548,7 @@ class SumsView(Page, pn.viewable.Viewer):
 
     def relative_error_plot(self, isotonic: bool, res: SumsResult | None = None):
         """Relative error per query, log y: mean and 5–95 % band per mechanism (paper Figs. 3–4)."""
-        res = res or self.result
+        res = res or self._shown()
         title = "With isotonic regression" if isotonic else "Without isotonic regression"
         if res is None:
             return hv.Curve([]).opts(title=title, responsive=True, height=320)
@@ -593,7 +601,7 @@ class SumsView(Page, pn.viewable.Viewer):
 
     def sizes_table(self, res: SumsResult | None = None) -> pd.DataFrame:
         """Median and 5–95 % relative error of the smallest and largest 20 % of queries, per mechanism."""
-        res = res or self.result
+        res = res or self._shown()
         return pd.DataFrame(columns=self.SIZE_COLUMNS) if res is None else study.sizes_table(res.sizes)
 
     def summary_text(self, res: SumsResult | None = None) -> str:
@@ -695,11 +703,11 @@ class SumsView(Page, pn.viewable.Viewer):
                                            s.epsilon, s.seed), **wide)
         answers = pn.GridBox(objects=pn.bind(lambda *_: [
             pn.pane.HoloViews(fig, linked_axes=False, height=260, **wide)
-            for fig in self.answer_panels()], p.result, p.show_isotonic), ncols=3, **wide)
-        rel = pn.Row(*(pn.pane.HoloViews(pn.bind(self.relative_error_plot, iso, p.result), **wide)
-                       for iso in (False, True)), **wide)
-        sizes = pn.widgets.Tabulator(pn.bind(self.sizes_table, p.result), show_index=False,
-                                     disabled=True, layout="fit_data_stretch", **wide,
+            for fig in self.answer_panels()], p.result, p.show_isotonic, p.untruncated), ncols=3, **wide)
+        rel = pn.Row(*(pn.pane.HoloViews(pn.bind(lambda *_, iso=iso: self.relative_error_plot(iso), p.result,
+                                                 p.untruncated), **wide) for iso in (False, True)), **wide)
+        sizes = pn.widgets.Tabulator(pn.bind(lambda *_: self.sizes_table(), p.result, p.untruncated),
+                                     show_index=False, disabled=True, layout="fit_data_stretch", **wide,
                                      formatters={c: NumberFormatter(format="0.0000")
                                                  for c in self.SIZE_COLUMNS[2:]})
         curve = pn.pane.HoloViews(pn.bind(lambda *_: self.curve_plot(), p.result, p.curve_mechanism),
@@ -712,10 +720,17 @@ class SumsView(Page, pn.viewable.Viewer):
         exports = {name: FigureExport("sums", name, lambda f=f: f() if self.result is not None else None,
                                       report=self.session.report, into=self.exports)
                    for name, f in figures.items()}
+        split = pn.widgets.Tabulator(pn.bind(lambda r: study.split_table(r and r.split), p.result),
+                                     show_index=False, disabled=True, layout="fit_data_stretch", **wide)
         return pn.Column(
             self.release_card(), summary,
+            pn.pane.Markdown("#### Error with and without truncation (bias from the data, noise analytic)"),
+            pn.pane.Markdown(pn.bind(lambda r: r and study.split_text(r.split, r.attribute.unit) or "",
+                                     p.result), **wide), split,
             pn.pane.Markdown("#### Noisy answers against the truth (mean and 5–95 % over the trials)"),
-            pn.widgets.Checkbox.from_param(p.show_isotonic, **{_LABEL: "answers after isotonic regression"}),
+            pn.Row(*(pn.widgets.Checkbox.from_param(p[k], **{_LABEL: v}) for k, v in (
+                ("show_isotonic", "answers after isotonic regression"),
+                ("untruncated", "the run without truncation")))),
             answers, exports["answers"],
             pn.pane.Markdown("#### Relative error per query (log scale)"), rel,
             pn.Row(exports["relative-error"], exports["relative-error-isotonic"], **wide),

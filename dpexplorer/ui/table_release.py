@@ -1,22 +1,17 @@
 """Releases from a record table on the Release page, and the parts both kinds of release share.
 
-When the session's workload is over the domain of :attr:`Session.table`, the Release page
-releases from the table's records: ``dpx.release(table, W, "residual_planner", noise,
-ledger=...)``.  The privacy kernel (:class:`dpexplorer.privacy.PrivateTable`) counts the
-marginals ResidualPlanner needs by group-by (the full domain is never formed), adds Gaussian
-noise from the OS CSPRNG through opendp (no seed) and spends from the table's ledger
-(:meth:`Session.table_ledger`; over the sidebar's budget it is refused before any noise is
-drawn).  ResidualPlanner (Xiao, He, Zhang & Kifer, NeurIPS 2023) gives every answer its analytic
-standard error and a 95 % interval.  **Simulate** runs ``dpx.simulate`` seeded by the simulation
-seed with a throwaway ledger: nothing spent, never downloadable.  Downloads (CSV, JSON) hold the
-last *release*, with no seed and no true answer (none is ever computed).
+When the workload is over the domain of :attr:`Session.table`, the Release page releases from
+its records with ResidualPlanner (Xiao, He, Zhang & Kifer, NeurIPS 2023): the privacy kernel
+(:class:`dpexplorer.privacy.PrivateTable`) counts the marginals by group-by, adds Gaussian noise
+from the OS CSPRNG (no seed) and spends from the table's ledger, refused over the budget before
+any draw.  **Simulate** runs ``dpx.simulate`` seeded, with a throwaway ledger (never downloadable);
+downloads hold the last release, with no seed and no true answer (none is computed).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import logging
 import math
 import time
 from dataclasses import dataclass
@@ -37,13 +32,13 @@ from .exports import FigureExport
 from .serving import COLOR as _BUTTON
 from .serving import LABEL as _LABEL
 from .serving import TableSlot, on_session_loop
-from .session import Page, Session, download_bytes, error_alert, readable_headers, release_stamp
-from .session import exception_message as _message
+from .session import Page, Session, download_bytes, readable_headers, release_stamp
 from .tasks import Task
 
 __all__ = ["TableRelease", "TableResult", "TABLE_MECHANISM", "MAX_BARS"]
 
-log = logging.getLogger(__name__)
+#: Keywords of a read-only output parameter.
+OUT = {"constant": True, "precedence": -1}
 
 #: The mechanism of table releases: the first registered that measures marginal counts
 #: (``Mechanism.tables``: ResidualPlanner).
@@ -65,7 +60,6 @@ _ANSWER_TITLES = {"answer": "released answer", "std": "std error", "ci_low": "95
                   "ci_high": "95 % high", "ci_method": "interval"}
 
 
-# ============================================================ shared by both releases
 def ledger_table(frame: pd.DataFrame, page_size: int = 10) -> pn.widgets.Tabulator:
     """A read-only table of a ledger's :data:`LEDGER_COLUMNS` (``frame``: one row per entry)."""
     titles = {"part_of": "part of", "epsilon": "ε", "delta": "δ", "rho": "ρ",
@@ -87,20 +81,8 @@ def answers_table(frame: pd.DataFrame, layout: str, **formatters) -> pn.widgets.
         formatters={**{c: number for c in ("answer", "std", "ci_low", "ci_high")}, **formatters})
 
 
-def download_buttons(part, label: str) -> list[pn.widgets.FileDownload]:
-    """CSV and JSON downloads of ``part``'s last release (its ``csv_text``, ``json_text``,
-    ``filename``, ``_download``); ``label`` is formatted with ``"CSV"`` or ``"JSON"``."""
-    return [pn.widgets.FileDownload(
-        callback=(lambda text=getattr(part, f"{ext}_text"): part._download(text)),
-        filename=part.filename(ext), **{_LABEL: label.format(ext.upper())},
-        **{_BUTTON: "default"}, disabled=part.last is None) for ext in ("csv", "json")]
-
-
 def metadata_csv(title: str, meta: dict, frame: pd.DataFrame) -> str:
-    """``frame`` as CSV under ``# title`` and ``# key: value`` lines of ``meta``.
-
-    Read back with ``pandas.read_csv(..., comment="#")``.
-    """
+    """``frame`` as CSV under ``# title`` and ``# key: value`` lines of ``meta`` (``read_csv(comment="#")``)."""
     lines = [f"{k}: {v if isinstance(v, str) else json.dumps(v)}" for k, v in meta.items()]
     return figures.safe_csv(frame, comments=[title, *lines])
 
@@ -120,13 +102,79 @@ def charged(task: Task, session: Session, ledger: PrivacyLedger, release, *also)
                 task.post(fn)
 
 
-# ================================================================= table releases
+def ledger_panes(text, frame, page_size: int = 10) -> tuple:
+    """A ledger's words and table, ``text()`` and ``frame()``, and the function redrawing both."""
+    words = pn.pane.Markdown(text(), sizing_mode="stretch_width")
+    table = TableSlot(lambda f: ledger_table(f, page_size), frame())
+
+    def update():
+        with pn.io.hold():  # one message to the browser for all its changes
+            words.object = text()
+            table.show(frame())
+    return words, table, update
+
+
+def start_run(part: Page, work, busy: str, *args, name: str, done, kept=None, **reset) -> bool:
+    """Start ``work(task, part._inputs(), *args)`` as the one run of ``part``; ``done(result)`` shows it.
+
+    ``part``: a :class:`Page` with ``busy`` and ``error`` parameters and ``_inputs()``.  A run
+    under way (``busy`` is the message) or refused inputs are reported and give ``False``; else
+    ``True`` once started in the background, or in the caller's thread whether it succeeded
+    (or ``kept(task)``: a failure that keeps the result).  ``reset``: outputs set as it starts.
+    """
+    with part._lock:
+        if part.busy:
+            part._fail(RuntimeError(busy))
+            return False
+        try:
+            inputs = part._inputs()
+        except Exception as exc:  # noqa: BLE001 - reported on the page, never a traceback
+            part._fail(exc)
+            return False
+        part._set(busy=True, **reset)
+
+        def ended(task: Task) -> None:  # on the page's event loop
+            part._set(busy=False)
+            if task.status == "done":
+                done(task.result)
+            elif task.exception is not None:
+                part._fail(task.exception)
+        task = part.start_task(work, inputs, *args, name=name, on_end=ended)
+    return part.background or task.status == "done" or bool(kept and kept(task))
+
+
+class Downloads:
+    """CSV and JSON downloads of the last release (``last``) of a :class:`Page` or a part of one,
+    which has ``csv_text``, ``json_text`` and ``filename(ext)``."""
+
+    #: What the downloads say when there is no release yet.
+    _no_release = "no release yet"
+
+    def _last_or_raise(self):
+        if self.last is None:
+            raise ValueError(f"{self._no_release}: click Run release first")
+        return self.last
+
+    def _download(self, text_fn):
+        return download_bytes(text_fn, self._fail)
+
+    def download_buttons(self, label: str) -> list[pn.widgets.FileDownload]:
+        """CSV and JSON downloads; ``label`` is formatted with ``"CSV"`` or ``"JSON"``."""
+        return [pn.widgets.FileDownload(
+            callback=(lambda text=getattr(self, f"{ext}_text"): self._download(text)),
+            filename=self.filename(ext), **{_LABEL: label.format(ext.upper())},
+            **{_BUTTON: "default"}, disabled=self.last is None) for ext in ("csv", "json")]
+
+    def show_downloads(self, buttons: list) -> None:
+        """Give ``buttons`` (:meth:`download_buttons`) the name of the last release; off before one."""
+        for w, ext in zip(buttons, ("csv", "json"), strict=True):
+            w.param.update(filename=self.filename(ext), disabled=self.last is None)
+
+
 @dataclass
 class TableResult:
-    """One release (``release.mode`` "release", no seed) or simulation (seeded) from a record
-    table: its ``marginals`` (:meth:`Release.marginals`: dicts of attributes, shape, labels,
-    answer, std, ci_low, ci_high), the table's ledger summary right after a release (``spent``,
-    '' for a simulation) and the wall time of ``dpx.release`` / ``dpx.simulate`` (``seconds``)."""
+    """A release (no seed) or simulation (seeded) from a record table: its ``marginals``
+    (:meth:`Release.marginals`), the table's ledger after a release (``spent``) and its ``seconds``."""
 
     release: object
     marginals: list
@@ -150,56 +198,33 @@ def _spread(part: dict, digits: int, to: str = " to ") -> str:
     return f"± {lo}" if np.allclose(half, half.min(), rtol=1e-9) else f"± {lo}{to}{hi}"
 
 
-class TableRelease(param.Parameterized):
+class TableRelease(Downloads, Page, param.Parameterized):
     """Table releases of the Release page around one :class:`Session`.
 
-    A part of the Release page: it shares the page's session, gate (redraws wait while the tab
-    is hidden) and tasks (one run at a time, in the background when served, in the caller's
-    thread in a notebook or a script).
-
-    Parameters
-    ----------
-    page : Page
-        The Release page (set up by :meth:`Page._setup_page`).
+    A part of the Release page (``page``, set up by :meth:`Page._setup_page`): it shares the
+    page's session, gate (redraws wait while the tab is hidden) and tasks (one run at a time).
     """
 
     objective = param.Selector(default="sum", objects=["sum", "max"], doc="""
         ResidualPlanner's objective: total variance ('sum') or the worst query's ('max').""")
     marginal = param.Integer(default=0, bounds=(0, None), doc="Index of the marginal drawn.")
-    active = param.Boolean(default=False, constant=True, precedence=-1, doc="""
+    active = param.Boolean(default=False, **OUT, doc="""
         Whether the session's workload is over the session's record table (table mode).""")
-    last = param.ClassSelector(class_=TableResult, default=None, allow_None=True, constant=True,
-                               precedence=-1, doc="The last real release (what the downloads hold).")
-    shown = param.ClassSelector(class_=TableResult, default=None, allow_None=True, constant=True,
-                                precedence=-1, doc="What is drawn: the last release or simulation.")
-    busy = param.Boolean(default=False, constant=True, precedence=-1)
-    error = param.String(default="", constant=True, precedence=-1)
+    last = param.ClassSelector(class_=TableResult, default=None, allow_None=True, **OUT,
+                               doc="The last real release (what the downloads hold).")
+    shown = param.ClassSelector(class_=TableResult, default=None, allow_None=True, **OUT,
+                                doc="What is drawn: the last release or simulation.")
+    busy = param.Boolean(default=False, **OUT)
+    error = param.String(default="", **OUT)
+
+    _no_release = "no table release yet"
 
     def __init__(self, page: Page, **params):
-        self.page = page
-        self.session: Session = page.session
-        self.gate = page.gate
-        self._hooks: list = []
+        self.session, self.gate, self.background = page.session, page.gate, page.background
+        self._lock, self._jobs, self._hooks = page._lock, page._jobs, []
         super().__init__(**params)
         self._refresh_active()
         self.session.param.watch(lambda *_: self._refresh_active(), ["workload", "table"])
-
-    # ------------------------------------------------------------ state
-    def _set(self, **values) -> None:
-        with param.edit_constant(self):
-            self.param.update(**values)
-
-    def _fail(self, exc: BaseException | str) -> bool:
-        if isinstance(exc, str):
-            msg = exc
-        elif isinstance(exc, (ValueError, KeyError, RuntimeError, TypeError)):
-            msg = _message(exc)
-        else:
-            log.exception("table release failed")
-            msg = f"{type(exc).__name__}: {exc}"
-        self._set(error=msg)
-        self.session.report(msg)
-        return False
 
     def table(self):
         """The session's record table if the workload is over its domain, else ``None``."""
@@ -216,7 +241,6 @@ class TableRelease(param.Parameterized):
         t = self.session.table
         return None if t is None else self.session.table_ledger(t)
 
-    # -------------------------------------------------------------- run
     def _inputs(self):
         table = self.table()
         if table is None:
@@ -228,50 +252,34 @@ class TableRelease(param.Parameterized):
                              "Gaussian noise in the sidebar")
         return table, self.session.workload, noise
 
-    def run(self, release: bool = True) -> bool:
+    def run(self, release: bool = True, inference: str = "least_squares") -> bool:
         """A real release (``release=True``) or a seeded simulation, as a task of the page.
 
         A release spends ε, δ (zCDP ρ) from the table's ledger, refused before any noise is drawn
         over the budget; a simulation uses the simulation seed and a throwaway ledger.  Returns
-        ``False`` (and reports why) if it cannot start (a run under way, no table workload,
-        Laplace noise); else ``True`` once started in the background, or in the caller's thread
-        whether it succeeded.  Errors are reported and the last results kept.
+        as :func:`start_run` (no table workload, Laplace noise: refused).
         """
-        with self.page._lock:
-            if self.busy:
-                return self._fail("a release is already running; wait for it to finish")
-            try:
-                inputs = self._inputs()
-            except Exception as exc:  # noqa: BLE001 - reported on the page, never a traceback
-                return self._fail(exc)
-            self._set(busy=True)
-            task = self.page.start_task(self._work, inputs, release, self.objective,
-                                        int(self.session.seed), name="table release",
-                                        on_end=self._ended)
-        return True if self.page.background else task.status == "done"
+        return start_run(self, self._work, "a release is already running; wait for it to finish",
+                         release, self.objective, int(self.session.seed), inference,
+                         name="table release", done=self._show)
 
-    def _work(self, task: Task, inputs, release: bool, objective: str, seed: int) -> TableResult:
+    def _work(self, task: Task, inputs, release: bool, objective: str, seed: int,
+              inference: str) -> TableResult:
         """The release or simulation (a task): the counts by group-by, the noise, the answers."""
         table, W, noise = inputs
         params = {"objective": objective}
         t0 = time.perf_counter()
         if not release:
             rel = dpx.simulate(table, W, TABLE_MECHANISM, noise, seed=seed,
-                               ledger=PrivacyLedger(), params=params)
+                               ledger=PrivacyLedger(), params=params, inference=inference)
             return TableResult(rel, rel.marginals(), "", time.perf_counter() - t0)
         led = self.session.table_ledger(table)
         rel = charged(task, self.session, led, lambda: dpx.release(
-            table, W, TABLE_MECHANISM, noise, ledger=led, params=params), self._ledger_changed)
+            table, W, TABLE_MECHANISM, noise, ledger=led, params=params, inference=inference),
+            self._ledger_changed)
         return TableResult(rel, rel.marginals(), led.summary(), time.perf_counter() - t0)
 
-    def _ended(self, task: Task) -> None:
-        """A run ended (on the page's event loop): show its result, or why it failed."""
-        self._set(busy=False)
-        if task.status != "done":
-            if task.exception is not None:
-                self._fail(task.exception)
-            return
-        result: TableResult = task.result
+    def _show(self, result: TableResult) -> None:
         values = {"shown": result, "error": ""}
         if result.release.mode == "release":
             self.session.releases.append(result.release)
@@ -279,15 +287,9 @@ class TableRelease(param.Parameterized):
         values["marginal"] = self.marginal if self.marginal < len(result.marginals) else 0
         self._set(**values)  # one update: the page redraws once
 
-    # -------------------------------------------------------- downloads
-    def _release_or_raise(self) -> TableResult:
-        if self.last is None:
-            raise ValueError("no table release yet: click Run release first")
-        return self.last
-
     def metadata(self) -> dict:
         """The last table release's metadata, the table and what it has spent in all (no seed)."""
-        last = self._release_or_raise()
+        last = self._last_or_raise()
         return {**last.release.metadata(), "dataset": last.release.table.name,
                 "table_spent_after_release": last.spent,
                 "marginals": [marginal_name(p) for p in last.marginals]}
@@ -305,17 +307,14 @@ class TableRelease(param.Parameterized):
         return df.drop(columns=["query"])
 
     def csv_text(self) -> str:
-        """The last release's answers as CSV under ``# key: value`` metadata lines.
-
-        Read back with ``pandas.read_csv(..., comment="#")``.
-        """
-        last = self._release_or_raise()
+        """The last release's answers as CSV under ``# key: value`` metadata lines (:func:`metadata_csv`)."""
+        last = self._last_or_raise()
         return metadata_csv("dpexplorer release from a record table", self.metadata(),
                             self.frame(last))
 
     def json_text(self) -> str:
         """Metadata and one entry per marginal (attributes, labels, answers, std, intervals)."""
-        last = self._release_or_raise()
+        last = self._last_or_raise()
         marginals = [{"attributes": list(p["attributes"]), "shape": list(p["shape"]),
                       "labels": p["labels"],
                       **{k: p[k].tolist() for k in ("answer", "std", "ci_low", "ci_high")}}
@@ -329,10 +328,6 @@ class TableRelease(param.Parameterized):
         rel = self.last.release
         return f"release_{rel.table.name}_eps{rel.epsilon:g}_{release_stamp(rel)}.{ext}"
 
-    def _download(self, text_fn):
-        return download_bytes(text_fn, self._fail)
-
-    # ------------------------------------------------------------ plots
     def _part(self, result: TableResult, index: int | None) -> dict:
         index = self.marginal if index is None else index
         return result.marginals[min(max(int(index), 0), len(result.marginals) - 1)]
@@ -409,9 +404,12 @@ class TableRelease(param.Parameterized):
                     "release and not downloadable)")
         else:
             what = f"**Released** (OS CSPRNG via opendp, no seed; table spent: {res.spent})"
+        error = (f"analytic RMSE {r.analytic_rmse:.4g}, {res.seconds:.2f} s.  95 % intervals: "
+                 f"{r.CI_METHODS['gaussian']}." if r.interval_method == "analytic" else
+                 f"{res.seconds:.2f} s; {r.inference} inference: consistent, non-negative marginals, "
+                 f"no analytic error and no intervals (simulate to measure the error).")
         return (lead + f"\n\n{what}: {r.answers.size:,} answers in {len(res.marginals)} marginals, "
-                f"{r.noise.label} (ρ = {r.rho:.4g}), analytic RMSE {r.analytic_rmse:.4g}, "
-                f"{res.seconds:.2f} s.  95 % intervals: {r.CI_METHODS['gaussian']}.")
+                f"{r.noise.label} (ρ = {r.rho:.4g}), {error}")
 
     def ledger_text(self) -> str:
         led, t = self.ledger(), self.session.table
@@ -428,7 +426,6 @@ class TableRelease(param.Parameterized):
     def _ledger_changed(self) -> None:
         self.gate.run("table-ledger", lambda: on_session_loop(lambda: [h() for h in self._hooks]))
 
-    # --------------------------------------------------------------- UI
     def controls(self) -> pn.Column:
         objective = pn.widgets.RadioButtonGroup.from_param(
             self.param.objective, options={"total variance": "sum", "worst query": "max"})
@@ -453,9 +450,8 @@ class TableRelease(param.Parameterized):
         caption = pn.pane.Markdown(self.marginal_caption(), sizing_mode="stretch_width")
         drawn = {"key": (id(self.shown), id(self.last), self.objective)}
         cells = TableSlot(lambda frame: answers_table(frame, "fit_data_stretch"), self.frame())
-        downloads = download_buttons(self, "Download table release ({})")
-        ledger = pn.pane.Markdown(self.ledger_text(), sizing_mode="stretch_width")
-        table = TableSlot(lambda frame: ledger_table(frame, page_size=5), self.ledger_frame())
+        downloads = self.download_buttons("Download table release ({})")
+        ledger, table, ledger_update = ledger_panes(self.ledger_text, self.ledger_frame, 5)
 
         def redraw(*_):
             # one redraw per change, each model replaced once (two replacements of the chart in
@@ -469,17 +465,11 @@ class TableRelease(param.Parameterized):
                     if options != pick.options:
                         pick.options = options
                     cells.show(self.frame())
-                    for w, ext in zip(downloads, ("csv", "json"), strict=True):
-                        w.param.update(filename=self.filename(ext), disabled=self.last is None)
+                    self.show_downloads(downloads)
                 if pick.value != self.marginal:
                     pick.value = self.marginal
                 plot.object = self.marginal_plot()
                 caption.object = self.marginal_caption()
-
-        def ledger_update():
-            with pn.io.hold():
-                ledger.object = self.ledger_text()
-                table.show(self.ledger_frame())
         self._hooks.append(ledger_update)
         # held and drawn on the event loop, never from the thread that set `last`
         self.param.watch(lambda *_: self.gate.run("table", lambda: on_session_loop(redraw)),
@@ -488,7 +478,7 @@ class TableRelease(param.Parameterized):
             lambda: (setattr(summary, "object", self.summary()), ledger_update()))),
             ["noise", "epsilon", "delta", "workload", "table"])
         return pn.Column(
-            error_alert(self.param.error), summary, pick, caption, plot,
+            self.error_alert(), summary, pick, caption, plot,
             FigureExport("table-release", "marginal", self.marginal_plot,
                          report=self.session.report, into=self.exports),
             pn.pane.Markdown("**Released cells** of every marginal with their analytic standard "

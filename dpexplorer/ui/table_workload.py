@@ -1,12 +1,9 @@
-"""Marginals over a record table: the Workload page's "Record table" card.
+"""The Workload page's "Record table" card: marginals over a :class:`dpexplorer.Table`.
 
-A record table (:class:`dpexplorer.Table`, e.g. the bundled Superstore orders) is released
-through its marginals, counted by group-by (:mod:`dpexplorer.privacy.tables`).
-:class:`TableMarginals` makes the session's workload the marginals (all ``k``-way or listed
-sets) over the attributes picked and sets :attr:`Session.table` for the Release page.  An
-uploaded CSV's domain is read from its records (simulate only) until the user declares it or
-discovers it privately (:func:`dpexplorer.discover_domain`).  Everything is checked first
-(:func:`dpexplorer.queries.terms.plan_marginals`); bad input is reported and nothing changes::
+Makes the session's workload the marginals (all ``k``-way or listed sets) over the chosen
+attributes and sets :attr:`Session.table` for the Release page.  An uploaded CSV's domain,
+read from its records, is for simulation only until declared or discovered privately
+(:func:`dpexplorer.discover_domain`).  Bad input is reported and nothing changes::
 
     tm = builder.tables                      # on a WorkloadBuilder
     tm.attributes = ["Segment", "Region", "Category"]
@@ -36,11 +33,8 @@ INPUT_ERRORS = (ValueError, TypeError, dpx.LimitExceededError)
 
 
 class TableMarginals(param.Parameterized):
-    """Marginals over a record table's attributes, built into the builder's session.
-
-    ``builder``: the Workload page holding the card; the card uses its ``session`` and
-    ``commit_term(term, shape, names, what)`` (this module imports nothing of the page's).
-    """
+    """Marginals over a record table, built through ``builder`` (its ``session`` and
+    ``commit_term(term, shape, names, what)``)."""
 
     table_name = param.Selector(default=next(iter(dpx.datasets.TABLES)),
                                 objects=list(dpx.datasets.TABLES), doc="Bundled record table.")
@@ -58,7 +52,6 @@ class TableMarginals(param.Parameterized):
     domain_delta = param.Number(default=1e-6, bounds=(0, 0.5), inclusive_bounds=(False, False), doc="""
         δ of the private partition selection of categories (split over categorical attributes).""")
 
-    #: What the schema text says above the schema of a domain read from the records.
     SCHEMA_NOTE = ("# Read from your records: every category and range below becomes PUBLIC when you\n"
                    "# declare it. Review and edit (e.g. list the categories the schema allows and\n"
                    "# round ranges to public bounds), then 'Declare this domain'.\n")
@@ -71,7 +64,7 @@ class TableMarginals(param.Parameterized):
         self._on_table()
 
     def table(self) -> dpx.Table:
-        """The selected table (loaded once); ``ValueError`` if it cannot be loaded."""
+        """The selected table (loaded once); ValueError if it cannot be loaded."""
         name = self.table_name
         if name not in self._tables:
             try:
@@ -100,7 +93,7 @@ class TableMarginals(param.Parameterized):
         return (self.SCHEMA_NOTE + text) if domain.inferred else text
 
     def _replace(self, table) -> bool:
-        """Make ``table`` the selected table's new version (same name, so the same ledger)."""
+        """Make ``table`` the selected table's new version (same name: same ledger)."""
         self._tables[self.table_name] = table
         self._on_table()
         if self.session.table is not None and self.session.table.name == table.name:
@@ -108,11 +101,8 @@ class TableMarginals(param.Parameterized):
         return True
 
     def upload_csv(self, data: bytes, filename: str) -> bool:
-        """Load an uploaded CSV as a table over all its columns, its domain read from the records.
-
-        Releases refuse it until its domain is declared (:meth:`declare`) or discovered
-        (:meth:`discover`).  ``True`` on success; errors are reported and nothing changes.
-        """
+        """Load an uploaded CSV as a table over all its columns, its domain read from the records
+        (releases refuse it until :meth:`declare` or :meth:`discover`)."""
         try:
             df = dpx.datasets.read_csv(io.BytesIO(data))
             if df.empty:
@@ -132,11 +122,7 @@ class TableMarginals(param.Parameterized):
         return True
 
     def declare(self, text: str | None = None) -> bool:
-        """Declare the selected table's public domain from schema text (default: :attr:`schema_text`).
-
-        Releases accept the table afterwards.  ``True`` on success; a bad schema is reported
-        (where and what) and nothing changes.
-        """
+        """Declare the table's public domain from schema ``text`` (default :attr:`schema_text`)."""
         try:
             domain = dpx.Domain.from_text(self.schema_text if text is None else text)
             if domain.source != "declared":
@@ -151,7 +137,7 @@ class TableMarginals(param.Parameterized):
         return self._replace(table)
 
     def load_schema(self, data: bytes, filename: str) -> bool:
-        """Declare the domain from an uploaded schema file (YAML or JSON, :meth:`dpx.Domain.from_file`)."""
+        """Declare the domain from an uploaded YAML or JSON schema file."""
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
@@ -159,7 +145,7 @@ class TableMarginals(param.Parameterized):
         return self.declare(text)  # which shows the declared schema (_on_table)
 
     def discovery_spec(self) -> dict:
-        """What :meth:`discover` asks for: numeric columns (by dtype) a range, the others categories."""
+        """What :meth:`discover` asks: numeric columns a range, the others categories."""
         full = self.table()
         spec = {}
         for name in full.domain.names:
@@ -169,12 +155,8 @@ class TableMarginals(param.Parameterized):
         return spec
 
     def discover(self) -> bool:
-        """Discover the selected table's domain privately, charging ε (and δ) to the table's ledger.
-
-        Categories by partition selection, numeric ranges by a noisy histogram over power-of-two
-        bins (:func:`dpexplorer.discover_domain`); δ is spent only when a column is categorical.
-        ``True`` on success.
-        """
+        """Discover the table's domain privately (:func:`dpexplorer.discover_domain`), charging ε
+        (and δ, with a categorical column) to the table's ledger."""
         try:
             full = self.table()
             spec = self.discovery_spec()
@@ -193,7 +175,7 @@ class TableMarginals(param.Parameterized):
         return self._replace(table)
 
     def domain_status(self) -> str:
-        """Markdown: where the selected table's domain comes from, and what a release will do."""
+        """Markdown: where the table's domain comes from, and what a release will do."""
         try:
             d = self.table().domain
         except ValueError:
@@ -216,12 +198,8 @@ class TableMarginals(param.Parameterized):
         return False
 
     def plan(self) -> dict:
-        """What :meth:`build` would build, checked (:func:`dpexplorer.queries.terms.plan_marginals`).
-
-        Returns the plan of the marginals (``names``, ``shape``, ``cells``, ``sets``, ``queries``,
-        ``largest``) and ``table``, the table over the chosen attributes.  Raises ``ValueError``
-        for no attribute chosen, or a domain, orders, sets or marginals above the limits.
-        """
+        """What :meth:`build` builds (:func:`dpexplorer.queries.terms.plan_marginals`) and
+        ``table`` over the chosen attributes; ValueError for no attribute or a limit passed."""
         full = self.table()
         chosen = [a for a in full.domain.names if a in set(self.attributes)]
         sizes = [a.size for a in full.domain.select(chosen).attributes] if chosen else []
@@ -241,8 +219,7 @@ class TableMarginals(param.Parameterized):
                 f"**queries:** {p['queries']:,} (largest marginal {p['largest']:,} cells)")
 
     def build(self) -> bool:
-        """Make the marginals the session's workload and :attr:`Session.table` the table over the
-        chosen attributes; ``True`` on success, else nothing changes and the reason is reported."""
+        """Make the marginals the session's workload and :attr:`Session.table` the table."""
         try:
             p = self.plan()
         except ValueError as exc:
@@ -258,7 +235,6 @@ class TableMarginals(param.Parameterized):
         return True
 
     def panel(self) -> pn.Card:
-        """The "Record table" card of the Workload page."""
         w, p = pn.widgets, self.param
 
         def mode_is(mode):

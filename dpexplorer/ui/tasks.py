@@ -1,16 +1,9 @@
 """The explorer's long computations as tasks: status, progress, result, error and cancel.
 
-A :class:`Task` is what a page binds its status line, progress bar and results to
-(``pn.bind(..., task.param.status)``, ``param.depends``).  A :class:`TaskRunner` (one per
-page, see :class:`~dpexplorer.ui.session.Page`) starts them: strategy optimisers
-(``optimizer=True``) on :data:`OPTIMIZER_THREADS`, threads that only wait for the worker
-processes (:mod:`dpexplorer.ui.workers`), everything else on :data:`EXECUTOR`, a small pool
-of low-priority threads.  Neither is Panel's own pool, which runs every session's widget
-callbacks and would be held by an optimisation of minutes.
-
-A task's state changes and the UI updates its function posts reach the page on the
-session's event loop (``pn.state.execute(..., schedule=True)``: document lock taken,
-``pn.state.curdoc`` set), batched per document (:meth:`TaskRunner._poster`); outside a
+A page binds its widgets to a :class:`Task`'s parameters; its :class:`TaskRunner` starts
+tasks on :data:`OPTIMIZER_THREADS` (threads waiting for :mod:`dpexplorer.ui.workers`) or
+:data:`EXECUTOR`, never on Panel's pool, which runs every session's widget callbacks.  A
+task's updates reach the page on the session's event loop, batched per document; outside a
 server they run at once under the page's lock.
 """
 
@@ -48,26 +41,21 @@ BACKGROUND_NICE = 10
 
 
 def _background_thread() -> None:
-    """Lower the CPU priority of the calling worker thread (Linux: nice is per thread)."""
-    with contextlib.suppress(AttributeError, OSError):  # no per-thread nice here: keep going
+    """Lower the calling thread's CPU priority (Linux: nice is per thread)."""
+    with contextlib.suppress(AttributeError, OSError):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
 
 
 def lower_native_helper_threads(nice: int = BACKGROUND_NICE) -> list[int]:
-    """Lower the priority of this process's threads that Python did not start (Linux).
-
-    The BLAS helper threads start at import, at the server's priority, and a background
-    comparison runs half of its matrix products on them.  Call once the imports are done.
-    Returns the thread ids lowered (empty without /proc).
-    """
+    """Lower this process's threads Python did not start (the BLAS helpers, which run half of
+    a background comparison's products); call after the imports.  Returns the ids lowered."""
     return workers.lower_threads(nice, native_only=True)
 
 
 #: Worker threads shared by all pages and sessions (strategy builds, per-query errors).
 EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dpexplorer-ui",
                               initializer=_background_thread)
-#: Threads that wait for the strategy optimisers' worker processes: they hold no processor,
-#: so every session's optimisers can wait their turn without taking :data:`EXECUTOR`'s.
+#: Threads waiting for the optimisers' worker processes (they hold no processor).
 OPTIMIZER_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dpexplorer-opt",
                                        initializer=_background_thread)
 
@@ -76,20 +64,15 @@ _BUILD_LOCKS_GUARD = threading.Lock()
 
 
 def build_lock(cache: dpx.StrategyCache, key=None) -> threading.RLock:
-    """The lock serialising the builds of one entry of ``cache`` (per session).
-
-    ``key`` names the entry: ``(W, name, norm)`` for a strategy, ``("svdb", W)`` for an SVD
-    bound (None: one lock for the whole cache).  Two pages never build the same strategy
-    twice, while different strategies build side by side.
-    """
+    """The lock serialising the builds of one entry of ``cache``: ``key`` is ``(W, name, norm)``
+    for a strategy, ``("svdb", W)`` for an SVD bound, None for the whole cache."""
     with _BUILD_LOCKS_GUARD:
         locks = _BUILD_LOCKS.setdefault(cache, {})
         return locks.setdefault(key, threading.RLock())
 
 
 def task_message(exc: BaseException) -> str:
-    """The user-facing text of a task's failure: a ValueError's message in the app's words
-    (:func:`~dpexplorer.ui.messages.exception_message`), else its type and message."""
+    """A task's failure in words: a ValueError's in the app's words, else type and message."""
     if isinstance(exc, ValueError):
         return exception_message(exc)
     return f"{type(exc).__name__}: {exc}"
@@ -100,23 +83,19 @@ class TaskCancelled(Exception):
 
 
 class Task(param.Parameterized):
-    """One long computation of a page: bind widgets to its parameters.
+    """One long computation of a page; its parameters change on the session's event loop.
 
-    The parameters change on the session's event loop (through the page's
-    :class:`TaskRunner`), never from a worker thread.  The task's function gets the task:
-    it reports progress with :meth:`report`, posts other UI updates with :meth:`post`, and
-    calls :meth:`check` (or reads :attr:`cancel_requested`) to stop when cancelled.
+    Its function gets the task: :meth:`report` progress, :meth:`post` UI updates,
+    :meth:`check` (or :attr:`cancel_requested`) to stop when cancelled.
     """
 
     status = param.Selector(default="idle", constant=True, objects=[
-        "idle", "queued", "running", "done", "failed", "cancelled"], doc="""
-        idle (not started), queued, running, then done, failed or cancelled.""")
-    progress = param.Number(default=None, allow_None=True, bounds=(0, 1), constant=True, doc="""
-        Fraction done (0..1), or None when the task cannot tell.""")
+        "idle", "queued", "running", "done", "failed", "cancelled"])
+    progress = param.Number(default=None, allow_None=True, bounds=(0, 1), constant=True,
+                            doc="Fraction done, None when unknown.")
     message = param.String(default="", constant=True, doc="What the task is doing, in words.")
-    result = param.Parameter(default=None, constant=True, doc="What the function returned (done).")
-    error = param.String(default="", constant=True, doc="""
-        The failure in plain words (failed), '' otherwise.""")
+    result = param.Parameter(default=None, constant=True, doc="What the function returned.")
+    error = param.String(default="", constant=True, doc="The failure in words, '' if none.")
 
     def __init__(self, post: Callable[[Callable[[], None]], None] | None = None, **params):
         super().__init__(**params)
@@ -128,20 +107,19 @@ class Task(param.Parameterized):
 
     @property
     def finished(self) -> bool:
-        """Whether the task's function has returned (its final state may still be on its way)."""
+        """Whether the function has returned (its final state may still be on its way)."""
         return self._finished.is_set()
 
     @property
     def cancel_requested(self) -> bool:
-        """Whether :meth:`cancel` was called."""
         return self._cancel.is_set()
 
     def cancel(self) -> None:
-        """Ask the task to stop: :meth:`check` raises in its function from now on."""
+        """Ask the task to stop: :meth:`check` raises from now on."""
         self._cancel.set()
 
     def check(self) -> None:
-        """Raise :class:`TaskCancelled` if the task was cancelled (call it from the function)."""
+        """Raise :class:`TaskCancelled` once the task was cancelled."""
         if self._cancel.is_set():
             raise TaskCancelled(self.name)
 
@@ -154,7 +132,7 @@ class Task(param.Parameterized):
         self._post(callback)
 
     def report(self, progress: float | None = None, message: str | None = None) -> None:
-        """Post the task's progress (0..1) and message (None keeps the current one)."""
+        """Post the progress (0..1) and message (None keeps the current one)."""
         values = {} if message is None else {"message": message}
         if progress is not None:
             values["progress"] = min(max(float(progress), 0.0), 1.0)
@@ -167,10 +145,7 @@ class Task(param.Parameterized):
 
 
 class TaskRunner:
-    """Start a page's tasks and post their updates to its session (see the module docstring).
-
-    ``lock``: the page's lock, held while posted updates run.
-    """
+    """Start a page's tasks and post their updates; ``lock``: the page's, held while they run."""
 
     def __init__(self, lock: threading.RLock):
         self.lock = lock
@@ -181,15 +156,12 @@ class TaskRunner:
     def start(self, fn: Callable, *args, name: str = "", optimizer: bool = False,
               executor: ThreadPoolExecutor | None = None, background: bool = True,
               on_end: Callable[[Task], None] | None = None) -> Task:
-        """A :class:`Task` running ``fn(task, *args)``; its return value is the task's result.
+        """A :class:`Task` running ``fn(task, *args)`` on :data:`OPTIMIZER_THREADS` (``optimizer``),
+        ``executor`` or :data:`EXECUTOR`; ``background=False``: in the caller's thread.
 
-        ``optimizer``: the function waits for a strategy optimiser, so it runs on
-        :data:`OPTIMIZER_THREADS`; otherwise on :data:`EXECUTOR` (or ``executor``);
-        ``background=False`` runs it in the caller's thread.  :class:`TaskCancelled` or
-        :class:`~dpexplorer.ui.optimize_view.Cancelled` ends the task ``cancelled``; any
-        other exception ends it ``failed`` with :func:`task_message` as its ``error`` and the
-        exception as :attr:`Task.exception` (unexpected ones logged).  ``on_end(task)`` runs
-        where the task's updates run once its final state is set.
+        :class:`TaskCancelled` or ``Cancelled`` ends it ``cancelled``; another exception
+        ``failed`` (:func:`task_message`, :attr:`Task.exception`).  ``on_end(task)`` runs
+        where its updates run, once its final state is set.
         """
         doc = pn.state.curdoc
         post = self._poster(doc) if background else (lambda callback: callback())
@@ -247,13 +219,9 @@ class TaskRunner:
             log.error("background task failed", exc_info=exc)
 
     def _poster(self, doc):
-        """``post(callback)`` for the tasks of ``doc``'s session.
-
-        Callbacks posted while an earlier one waits for the event loop run with it, in order,
-        in one turn of the loop under one document lock: scheduled one by one, a page's
-        progress posts made an ε typed in it wait 19 s behind its own page's queue (eight
-        headless Chromium sessions on the served app, 2 cores).
-        """
+        """``post(callback)`` for ``doc``'s session: callbacks posted while one waits for the loop
+        run with it, in order, in one turn: scheduled one by one, progress posts made an ε
+        typed in the page wait 19 s (eight headless Chromium sessions, 2 cores)."""
         lock = self.lock
         if doc is None or doc.session_context is None:
             def post_now(callback):
@@ -292,7 +260,7 @@ class TaskRunner:
             return len(self._futures)
 
     def wait(self, timeout: float = 300.0) -> bool:
-        """Block until no task is running or queued (tasks may start tasks); ``False`` on timeout."""
+        """Block until no task runs or waits (tasks may start tasks); ``False`` on timeout."""
         deadline = time.monotonic() + timeout
         while True:
             with self._guard:
@@ -307,22 +275,16 @@ class TaskRunner:
                     f.result(timeout=max(remaining, 0.01))
 
     def submit(self, fn: Callable, *args, executor: ThreadPoolExecutor | None = None) -> Task:
-        """Run the job ``fn(post, *args)`` on ``executor`` (default :data:`EXECUTOR`); the job
-        hands UI updates to ``post(callback)`` and catches its own errors."""
+        """Run the job ``fn(post, *args)`` (it catches its own errors) as a task."""
         return self.start(lambda task, *a: fn(task.post, *a), *args,
                           name=getattr(fn, "__name__", "job"), executor=executor)
 
 
-#: The older name of :class:`TaskRunner`, for jobs started with :meth:`TaskRunner.submit`.
-Jobs = TaskRunner
+Jobs = TaskRunner  # the older name
 
 
 def percent(done: float | None, total: float | None = 1.0) -> int:
-    """``done / total`` as a whole percentage in 0..100 for a progress bar (``max=100``).
-
-    ``percent(task.progress)`` for a task, ``percent(runs_done, runs)`` for counts; None
-    and a total of 0 give 0.
-    """
+    """``done / total`` as a whole percentage in 0..100 (None or a total of 0: 0)."""
     if done is None or not total:
         return 0
     return int(min(max(100.0 * float(done) / float(total), 0.0), 100.0))

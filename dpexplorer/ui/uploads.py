@@ -1,15 +1,10 @@
 """File uploads of the explorer: one widget, its size limit stated next to it and checked on both ends.
 
-Panel's ``FileInput`` sends a whole file in one websocket message, and Bokeh's server closes the
-connection on a message above ``websocket_max_message_size`` (20 MiB by default: the page shows
-"Server connection lost").  :class:`Upload` is Panel's ``FileDropper`` instead: the browser
-sends the file in chunks of :data:`CHUNK_BYTES`, FilePond refuses a file above the limit before
-sending anything, and the server refuses it again (a client skipping the browser check is cut
-off after the first chunk past the limit, nothing is kept, and ``on_error`` reports it).
-
-The limit is :func:`upload_limit`: the ``upload_bytes`` limit of :mod:`dpexplorer.queries.limits`
-(256 MiB by default; ``DPEXPLORER_LIMITS="upload_bytes=..."``), capped for a kind of file by a
-second limit when there is one (``spec_bytes`` for workload specs).
+Panel's ``FileInput`` sends a file in one websocket message, and Bokeh closes the connection
+above 20 MiB.  :class:`Upload` (Panel's ``FileDropper``) sends chunks of :data:`CHUNK_BYTES`;
+FilePond refuses a file above :func:`upload_limit` before sending, and the server again after the
+first chunk past it (nothing kept, ``on_error`` told).  The limit is ``upload_bytes`` of
+:mod:`dpexplorer.queries.limits` (256 MiB; ``DPEXPLORER_LIMITS``), capped by a second (``spec_bytes``).
 """
 
 from __future__ import annotations
@@ -59,17 +54,9 @@ def size_text(nbytes: int) -> str:
 
 
 class Upload(pn.widgets.FileDropper):
-    """A one-file upload within ``max_bytes``: chunked, refused above the limit in the browser and on the server.
-
-    Parameters
-    ----------
-    max_bytes : int
-        Largest file accepted (bytes); FilePond is told the same limit.
-    on_file : callable ``(data: bytes, filename: str) -> object``
-        Called with each file received in full (text is passed as UTF-8 bytes).
-    on_error : callable ``(message: str) -> object``
-        Called with a plain-words message when a file is refused.
-    """
+    """A one-file upload within ``max_bytes`` (bytes; FilePond is told too): chunked, refused above
+    the limit in the browser and on the server.  ``on_file(data: bytes, filename)`` gets each file
+    received in full (text as UTF-8); ``on_error(message)`` a refusal in plain words."""
 
     max_bytes = param.Integer(default=2**28, bounds=(1, None), doc="Largest file accepted (bytes).")
 
@@ -125,10 +112,7 @@ class Upload(pn.widgets.FileDropper):
                               name)
 
     def receive(self, data: bytes, filename: str, mime_type: str = "") -> None:
-        """Take ``data`` as the browser sends it: in chunks of :attr:`chunk_size`, through the same checks.
-
-        For driving the widget without a browser (tests, scripts).
-        """
+        """Take ``data`` in chunks as the browser sends it, through the same checks (tests, scripts)."""
         total = max(1, math.ceil(len(data) / self.chunk_size))
         for k in range(total):
             chunk = data[k * self.chunk_size:(k + 1) * self.chunk_size]
