@@ -63,6 +63,7 @@ from .privacy.tables import PrivateTable, check_out_of_domain
 from .queries import limits
 from .queries.domain import DATA_DOMAIN_REFUSAL, PublicTable, Table
 from .queries.matrix import Identity, Matrix, Ones, as_matrix, check_has_queries
+from .strategies import marginal_inference
 
 __all__ = ["Reconstructor", "reconstruct", "run", "Release", "release", "simulate",
            "confidence_half_widths", "DENSE_RECONSTRUCT_LIMIT", "EXACT_CI_LIMIT",
@@ -75,7 +76,7 @@ __all__ = ["Reconstructor", "reconstruct", "run", "Release", "release", "simulat
 NATIVE = "native"
 #: Inferences of a release from a record table (never an ``x̂`` over every cell):
 #: least squares, GReM-LNN and Private-PGM (:mod:`dpexplorer.strategies.marginal_inference`).
-TABLE_INFERENCES = (DEFAULT_INFERENCE, "grem_lnn", "pgm")
+TABLE_INFERENCES = marginal_inference.METHODS
 
 #: Data-dependent mechanisms whose last stage measures a strategy and reconstructs it by
 #: least squares (DAWA stage 2 on the partition's buckets, Li et al. PVLDB 2014, Sec. 4):
@@ -744,13 +745,11 @@ def _make_table(table, W, mechanism, noise, source, ledger, params, seed,
     answers: np.ndarray = _strategy_answers(A, W, y)  # type: ignore[assignment]
     rmse = math.sqrt(tse / W.m)
     if inference != DEFAULT_INFERENCE:
-        from .strategies.marginal_inference import ResidualMeasurements, infer_marginals
-
         names = tuple(table.domain.names)
         sets = [tuple(names[i] for i in axes) for axes, _ in terms]
         plan = A.plan  # type: ignore[attr-defined]  # ResidualPlanner's (checked above)
-        tables = infer_marginals(ResidualMeasurements(plan, y, noise.variance_per_unit),
-                                 table.domain, inference, sets=sets)
+        measured = marginal_inference.ResidualMeasurements(plan, y, noise.variance_per_unit)
+        tables = marginal_inference.infer_marginals(measured, table.domain, inference, sets=sets)
         answers = np.empty(W.m)
         for key, (_, rows) in zip(sets, terms, strict=True):
             answers[rows] = tables[key].ravel()
@@ -783,12 +782,7 @@ def _check_table_inference(inference: str, A, W: Matrix, name: str) -> list:
             f"measurements of a union of unweighted marginals; {name!r} on workload {W.name!r} is not "
             f"that: use mechanism='residual_planner' with a marginal workload, or inference="
             f"{DEFAULT_INFERENCE!r}")
-    if inference == "pgm":
-        import importlib.util
-
-        if importlib.util.find_spec("mbi") is None:
-            raise ImportError("inference='pgm' uses Private-PGM from the 'mbi' package: "
-                              "pip install 'dpexplorer[pgm]'")
+    marginal_inference.require(inference)
     return terms
 
 

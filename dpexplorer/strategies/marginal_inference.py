@@ -101,6 +101,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import math
 import time
 from collections.abc import Iterable, Sequence
@@ -113,6 +114,7 @@ from .residual import ResidualPlan, _basis_along, _basis_t_along
 
 __all__ = [
     "METHODS",
+    "available",
     "ResidualMeasurements",
     "grem_mle",
     "grem_lnn",
@@ -125,6 +127,20 @@ METHODS = ("least_squares", "grem_lnn", "pgm")
 
 _PGM_EXTRA = ("Private-PGM needs the optional extra 'pgm' (the mbi package and JAX, about 400 MB): "
               "pip install 'dpexplorer[pgm]'")
+
+
+def available(method: str) -> bool:
+    """Whether ``method`` (one of :data:`METHODS`) can run here: ``"pgm"`` needs the ``pgm`` extra
+    (``mbi``), found without importing it; ValueError for another name."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r:.60}")
+    return method != "pgm" or importlib.util.find_spec("mbi") is not None
+
+
+def require(method: str) -> None:
+    """ImportError naming the ``pgm`` extra if ``method`` cannot run here (:func:`available`)."""
+    if not available(method):
+        raise ImportError(_PGM_EXTRA)
 
 
 # ================================================================ measurements

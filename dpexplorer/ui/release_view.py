@@ -12,7 +12,6 @@ spread (5–95 % bands) and the empirical RMSE.  Both are tasks of the page (``v
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ import dpexplorer as dpx
 from dpexplorer import mechanism as _mechanism
 from dpexplorer.core import registry
 from dpexplorer.queries.matrix import Matrix
+from dpexplorer.strategies import marginal_inference
 
 from .compare_view import too_large
 from .exports import FigureExport
@@ -500,8 +500,7 @@ class ReleaseView(Downloads, Page, param.Parameterized):
     def inference_options(self) -> dict[str, str]:
         """``{label: name}`` of the inferences that apply to the running mechanism (its default first)."""
         if self.tables.active:
-            names = [n for n in _mechanism.TABLE_INFERENCES
-                     if n != "pgm" or importlib.util.find_spec("mbi") is not None]
+            names = [n for n in _mechanism.TABLE_INFERENCES if marginal_inference.available(n)]
         else:
             names = list(_mechanism.inferences(self.running_mechanism()))
         return {INFERENCE_LABELS[n]: n for n in names}
